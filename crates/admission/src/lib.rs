@@ -1,0 +1,1 @@
+//! Pure admission: defaulting, validation and IP/port allocation for API objects.

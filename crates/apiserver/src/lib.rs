@@ -1,0 +1,1 @@
+//! Kubernetes-compatible API server over the embedded store.

@@ -1,0 +1,1 @@
+//! Controllers: EndpointSlices, Endpoints, mirroring, Deployments, StatefulSets, scheduling.

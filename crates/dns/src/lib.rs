@@ -1,0 +1,1 @@
+//! Cluster DNS per the Kubernetes DNS specification, and environment-variable discovery.

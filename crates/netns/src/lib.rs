@@ -1,0 +1,1 @@
+//! Network namespaces, links and routes: the one crate that does syscalls.

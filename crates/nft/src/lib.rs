@@ -1,0 +1,1 @@
+//! nftables dataplane: renders the proxy's desired state into atomic nft transactions.

@@ -1,0 +1,1 @@
+//! Node proxy core: change tracking and the dataplane-neutral desired state.

@@ -1,0 +1,1 @@
+//! Persistent object store with monotonic revisions and watch history (redb).

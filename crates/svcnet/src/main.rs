@@ -1,0 +1,2 @@
+//! The `svcnet` binary: every component behind one command line.
+fn main() {}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The one test command: installs what the tests need (Debian packages, as root) and runs every tier:
+# formatting, lints, unit/data-driven tests, privileged network-namespace tests and end-to-end tests
+# with the real kubectl and dig.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=(nft iptables-restore conntrack ip dig curl)
+missing=()
+for bin in "${need[@]}"; do command -v "$bin" >/dev/null 2>&1 || missing+=("$bin"); done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "missing tools: ${missing[*]}; run as root so they can be installed" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq nftables iptables conntrack iproute2 bind9-dnsutils curl >/dev/null
+fi
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+if command -v cargo-nextest >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked --no-fail-fast
+else
+  cargo test --workspace --locked --no-fail-fast
+fi
