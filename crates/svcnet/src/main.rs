@@ -1,2 +1,64 @@
 //! The `svcnet` binary: every component behind one command line.
-fn main() {}
+//!
+//! Each subcommand lives in its own module under `cmd/` with a clap `Args` struct and an async
+//! `run` function; this file only parses the command line, sets up logging and dispatches.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// Kubernetes Service networking: API server, controllers, node proxy, cluster DNS and pod network.
+#[derive(Debug, Parser)]
+#[command(name = "svcnet", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the whole system on this machine: API server, controllers, proxy, DNS and node agent.
+    Up(cmd::up::Args),
+    /// Run the node proxy (kube-proxy's job) for one node against any API server.
+    Proxy(cmd::proxy::Args),
+    /// Run cluster DNS (CoreDNS's kubernetes plugin) against any API server.
+    Dns(cmd::dns::Args),
+    /// Print the service environment variables a pod created now in a namespace would get.
+    Env(cmd::env::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Command::Up(args) => cmd::up::run(args).await,
+            Command::Proxy(args) => cmd::proxy::run(args).await,
+            Command::Dns(args) => cmd::dns::run(args).await,
+            Command::Env(args) => cmd::env::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SVCNET_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
