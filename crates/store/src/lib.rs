@@ -1,1 +1,161 @@
-//! Persistent object store with monotonic revisions and watch history (redb).
+//! Persistent object store with etcd semantics: one global, monotonic revision, atomic writes,
+//! and a watch history window. Objects are JSON values stored under keys shaped like
+//! `/{group-or-core}/{resource}/{namespace-or-empty}/{name}`; each write stamps
+//! `metadata.resourceVersion` with the revision it committed at.
+//!
+//! The API server only sees the narrow [`Store`] trait, so an etcd-backed implementation can be
+//! added later without touching it. [`RedbStore`] is the embedded implementation on `redb`.
+//!
+//! **Architecture Invariant:** a write is acknowledged only after its transaction (object +
+//! history event + revision counter) is durably committed, and it is published to watchers only
+//! after that, in revision order. This crate knows nothing about Kubernetes kinds, validation or
+//! HTTP.
+
+mod error;
+mod redb_store;
+mod watch;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use error::StoreError;
+pub use redb_store::{RedbStore, StoreOptions};
+
+/// A boxed, sendable future, so that [`Store`] stays object safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// The stream a watch yields. It ends after yielding an error (for example [`StoreError::Gone`]).
+pub type EventStream = Pin<Box<dyn futures::Stream<Item = Result<Event, StoreError>> + Send>>;
+
+/// The read-modify-write step of [`Store::guaranteed_update`]. It sees the current object (or
+/// `None`) and decides what to write. An implementation may call it more than once (an etcd
+/// store retries it on a conflicting concurrent write), so it must not have side effects that
+/// matter beyond its return value.
+pub type UpdateFn = Box<dyn FnMut(Option<&Value>) -> Result<Mutation, StoreError> + Send>;
+
+/// What an [`UpdateFn`] asks the store to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mutation {
+    /// Write this object (an `ADDED` event when the key was absent, `MODIFIED` otherwise).
+    Put(Value),
+    /// Delete the object (a `DELETED` event). Deleting an absent key is [`StoreError::NotFound`].
+    Delete,
+    /// Leave everything as it is; no revision is consumed.
+    Keep,
+}
+
+/// The result of [`Store::guaranteed_update`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The object was written; this is its stored form (with the new resourceVersion).
+    Written(Value),
+    /// The object was deleted; this is its last state, stamped with the deletion revision.
+    Deleted(Value),
+    /// Nothing changed; the current object, if any.
+    Unchanged(Option<Value>),
+}
+
+/// The kind of change a watch event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    /// The wire name Kubernetes uses (`ADDED`, `MODIFIED`, `DELETED`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One committed change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// The revision the change committed at (equal to the object's resourceVersion).
+    pub revision: u64,
+    #[serde(rename = "type")]
+    pub kind: EventType,
+    pub key: String,
+    /// The object after the change; for `DELETED`, its last state.
+    pub object: Value,
+}
+
+/// A consistent list: every item as of `revision`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListResult {
+    /// Items in key order.
+    pub items: Vec<Value>,
+    /// The store revision the list was read at; a watch from it misses nothing.
+    pub revision: u64,
+}
+
+/// The storage interface the API server is written against.
+///
+/// Revisions are global and strictly increasing across all keys. Every mutating call is atomic
+/// and durable when it returns `Ok`.
+pub trait Store: Send + Sync + 'static {
+    /// The object under `key`, if any.
+    fn get(&self, key: &str) -> BoxFuture<'_, Result<Option<Value>, StoreError>>;
+
+    /// Every object whose key starts with `prefix`, read at one revision.
+    fn list(&self, prefix: &str) -> BoxFuture<'_, Result<ListResult, StoreError>>;
+
+    /// Stores a new object; [`StoreError::AlreadyExists`] when the key is taken.
+    fn create(&self, key: &str, object: Value) -> BoxFuture<'_, Result<Value, StoreError>>;
+
+    /// Replaces an existing object. With `expected_revision`, fails with
+    /// [`StoreError::Conflict`] unless the stored object is at exactly that revision.
+    fn update(
+        &self,
+        key: &str,
+        object: Value,
+        expected_revision: Option<u64>,
+    ) -> BoxFuture<'_, Result<Value, StoreError>>;
+
+    /// Deletes an object and returns its last state (stamped with the deletion revision). With
+    /// `expected_revision`, fails with [`StoreError::Conflict`] unless it matches.
+    fn delete(
+        &self,
+        key: &str,
+        expected_revision: Option<u64>,
+    ) -> BoxFuture<'_, Result<Value, StoreError>>;
+
+    /// Reads the object, lets `update` decide, and writes the decision, atomically.
+    fn guaranteed_update(
+        &self,
+        key: &str,
+        update: UpdateFn,
+    ) -> BoxFuture<'_, Result<Outcome, StoreError>>;
+
+    /// Events for keys under `prefix` with a revision greater than `from_revision`: first the
+    /// retained history, then live changes, with no gap and no duplicate. Fails with
+    /// [`StoreError::Gone`] when `from_revision` is older than the retained history.
+    fn watch(&self, prefix: &str, from_revision: u64) -> Result<EventStream, StoreError>;
+
+    /// The latest committed revision.
+    fn current_revision(&self) -> Result<u64, StoreError>;
+}
+
+/// Parses a resourceVersion string into a revision.
+pub fn parse_revision(resource_version: &str) -> Option<u64> {
+    resource_version.parse().ok()
+}
+
+/// Reads `metadata.resourceVersion` of an object as a revision.
+pub fn object_revision(object: &Value) -> Option<u64> {
+    object
+        .get("metadata")?
+        .get("resourceVersion")?
+        .as_str()
+        .and_then(parse_revision)
+}

@@ -1,0 +1,432 @@
+//! [`RedbStore`]: the embedded [`Store`] on redb.
+//!
+//! Layout: table `objects` maps a key to the object's JSON; table `events` maps a revision to the
+//! JSON of the [`Event`] committed at it (the watch history); table `meta` holds the current
+//! and the compacted revision. One redb write transaction per write keeps the three in step.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::{
+    BoxFuture, Event, EventStream, EventType, ListResult, Mutation, Outcome, Store, StoreError,
+    UpdateFn,
+};
+
+const OBJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("objects");
+const EVENTS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("events");
+const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
+const META_REVISION: &str = "revision";
+const META_COMPACTED: &str = "compacted";
+
+/// How many events are buffered per live watcher before it falls back to reading history.
+const BROADCAST_CAPACITY: usize = 1024;
+
+/// Tuning of a [`RedbStore`].
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// How many of the latest events the watch history keeps. Older ones are compacted away in
+    /// batches of a tenth of this, inside ordinary writes.
+    pub history: u64,
+    /// Whether each commit is fsynced before it is acknowledged. Only tests of unrelated logic
+    /// may turn this off.
+    pub durable: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            history: 10_000,
+            durable: true,
+        }
+    }
+}
+
+/// The embedded store. Cheap to clone; all clones share one database.
+#[derive(Clone)]
+pub struct RedbStore {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    db: Database,
+    /// Serialises writers so that events are published in revision order.
+    write_lock: Mutex<()>,
+    pub(crate) events: broadcast::Sender<Arc<Event>>,
+    options: StoreOptions,
+}
+
+/// One chunk of watch history.
+pub(crate) struct HistoryChunk {
+    pub(crate) events: Vec<Event>,
+    /// Every revision up to this one has been looked at.
+    pub(crate) scanned: u64,
+    /// Whether `scanned` reached the head revision of the read.
+    pub(crate) at_head: bool,
+}
+
+impl RedbStore {
+    /// Opens (or creates) the store in the file at `path`.
+    pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self, StoreError> {
+        let db = Database::create(path.as_ref())?;
+        let txn = db.begin_write()?;
+        {
+            txn.open_table(OBJECTS)?;
+            txn.open_table(EVENTS)?;
+            txn.open_table(META)?;
+        }
+        txn.commit()?;
+        let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
+        Ok(RedbStore {
+            inner: Arc::new(Inner {
+                db,
+                write_lock: Mutex::new(()),
+                events,
+                options,
+            }),
+        })
+    }
+
+    /// The oldest revision a watch may start from.
+    pub fn compacted_revision(&self) -> Result<u64, StoreError> {
+        self.inner.meta(META_COMPACTED)
+    }
+
+    /// Drops history so that only the latest `keep` events remain; returns the new compacted
+    /// revision. Writes also compact on their own (see [`StoreOptions::history`]).
+    pub fn compact(&self, keep: u64) -> Result<u64, StoreError> {
+        let _guard = self.inner.lock();
+        let txn = self.inner.db.begin_write()?;
+        let compacted = {
+            let mut meta = txn.open_table(META)?;
+            let mut events = txn.open_table(EVENTS)?;
+            compact_in(&mut meta, &mut events, keep, 0)?
+        };
+        txn.commit()?;
+        Ok(compacted)
+    }
+
+    /// The synchronous core of every write (exposed for callers without a runtime).
+    pub fn apply_blocking(
+        &self,
+        key: &str,
+        update: &mut (dyn FnMut(Option<&Value>) -> Result<Mutation, StoreError> + Send),
+    ) -> Result<Outcome, StoreError> {
+        self.inner.apply(key, update)
+    }
+
+    fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+    ) -> BoxFuture<'static, Result<T, StoreError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move { tokio::task::spawn_blocking(move || f(&inner)).await? })
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ()> {
+        // A panic while holding the lock cannot leave redb half-written (the transaction is
+        // simply dropped), so a poisoned lock is safe to reuse.
+        self.write_lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn meta(&self, name: &str) -> Result<u64, StoreError> {
+        let txn = self.db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        Ok(meta.get(name)?.map(|v| v.value()).unwrap_or(0))
+    }
+
+    pub(crate) fn get(&self, key: &str) -> Result<Option<Value>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let objects = txn.open_table(OBJECTS)?;
+        match objects.get(key)? {
+            Some(bytes) => Ok(Some(serde_json::from_slice(bytes.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    pub(crate) fn list(&self, prefix: &str) -> Result<ListResult, StoreError> {
+        let txn = self.db.begin_read()?;
+        let objects = txn.open_table(OBJECTS)?;
+        let meta = txn.open_table(META)?;
+        let revision = meta.get(META_REVISION)?.map(|v| v.value()).unwrap_or(0);
+        let mut items = Vec::new();
+        for entry in objects.range(prefix..)? {
+            let (key, value) = entry?;
+            if !key.value().starts_with(prefix) {
+                break;
+            }
+            items.push(serde_json::from_slice(value.value())?);
+        }
+        Ok(ListResult { items, revision })
+    }
+
+    /// Reads up to `limit` history events after `after`, keeping those under `prefix`.
+    pub(crate) fn history(
+        &self,
+        prefix: &str,
+        after: u64,
+        limit: usize,
+    ) -> Result<HistoryChunk, StoreError> {
+        let txn = self.db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        let head = meta.get(META_REVISION)?.map(|v| v.value()).unwrap_or(0);
+        let compacted = meta.get(META_COMPACTED)?.map(|v| v.value()).unwrap_or(0);
+        if after < compacted {
+            return Err(StoreError::Gone {
+                requested: after,
+                compacted,
+            });
+        }
+        let table = txn.open_table(EVENTS)?;
+        let mut events = Vec::new();
+        let mut scanned = after;
+        let mut seen = 0;
+        for entry in table.range(after.saturating_add(1)..)? {
+            let (revision, bytes) = entry?;
+            scanned = revision.value();
+            seen += 1;
+            let event: Event = serde_json::from_slice(bytes.value())?;
+            if event.key.starts_with(prefix) {
+                events.push(event);
+            }
+            if seen >= limit {
+                break;
+            }
+        }
+        let at_head = seen < limit || scanned >= head;
+        if at_head {
+            scanned = scanned.max(head);
+        }
+        Ok(HistoryChunk {
+            events,
+            scanned,
+            at_head,
+        })
+    }
+
+    fn apply(
+        &self,
+        key: &str,
+        update: &mut (dyn FnMut(Option<&Value>) -> Result<Mutation, StoreError> + Send),
+    ) -> Result<Outcome, StoreError> {
+        check_key(key)?;
+        let _guard = self.lock();
+        let mut txn = self.db.begin_write()?;
+        if !self.options.durable {
+            txn.set_durability(redb::Durability::None)?;
+        }
+        let (outcome, event) = {
+            let mut objects = txn.open_table(OBJECTS)?;
+            let mut events = txn.open_table(EVENTS)?;
+            let mut meta = txn.open_table(META)?;
+            let current: Option<Value> = match objects.get(key)? {
+                Some(bytes) => Some(serde_json::from_slice(bytes.value())?),
+                None => None,
+            };
+            let revision = meta.get(META_REVISION)?.map(|v| v.value()).unwrap_or(0) + 1;
+            let (kind, object) = match update(current.as_ref())? {
+                Mutation::Keep => return Ok(Outcome::Unchanged(current)),
+                Mutation::Put(mut object) => {
+                    stamp(key, &mut object, revision)?;
+                    objects.insert(key, serde_json::to_vec(&object)?.as_slice())?;
+                    let kind = if current.is_some() {
+                        EventType::Modified
+                    } else {
+                        EventType::Added
+                    };
+                    (kind, object)
+                }
+                Mutation::Delete => {
+                    let Some(mut object) = current else {
+                        return Err(StoreError::NotFound { key: key.into() });
+                    };
+                    stamp(key, &mut object, revision)?;
+                    objects.remove(key)?;
+                    (EventType::Deleted, object)
+                }
+            };
+            let event = Event {
+                revision,
+                kind,
+                key: key.to_string(),
+                object,
+            };
+            events.insert(revision, serde_json::to_vec(&event)?.as_slice())?;
+            meta.insert(META_REVISION, revision)?;
+            let history = self.options.history.max(1);
+            compact_in(&mut meta, &mut events, history, (history / 10).max(1))?;
+            let outcome = match kind {
+                EventType::Deleted => Outcome::Deleted(event.object.clone()),
+                _ => Outcome::Written(event.object.clone()),
+            };
+            (outcome, event)
+        };
+        txn.commit()?;
+        // Published under the write lock, so watchers receive events in revision order.
+        let _ = self.events.send(Arc::new(event));
+        Ok(outcome)
+    }
+}
+
+/// Compacts history to the latest `keep` events once more than `keep + slack` are retained.
+fn compact_in(
+    meta: &mut redb::Table<'_, &str, u64>,
+    events: &mut redb::Table<'_, u64, &[u8]>,
+    keep: u64,
+    slack: u64,
+) -> Result<u64, StoreError> {
+    let head = meta.get(META_REVISION)?.map(|v| v.value()).unwrap_or(0);
+    let compacted = meta.get(META_COMPACTED)?.map(|v| v.value()).unwrap_or(0);
+    let target = head.saturating_sub(keep);
+    // Drop at least `slack` events at a time, so history is trimmed in batches.
+    if target >= compacted + slack.max(1) {
+        events.retain_in(compacted..=target, |_, _| false)?;
+        meta.insert(META_COMPACTED, target)?;
+        return Ok(target);
+    }
+    Ok(compacted)
+}
+
+fn check_key(key: &str) -> Result<(), StoreError> {
+    if !key.starts_with('/') || key.ends_with('/') {
+        return Err(StoreError::InvalidObject {
+            key: key.into(),
+            reason: "keys start with '/' and do not end with '/'".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Sets `metadata.resourceVersion` to the revision.
+fn stamp(key: &str, object: &mut Value, revision: u64) -> Result<(), StoreError> {
+    let invalid = |reason: &str| StoreError::InvalidObject {
+        key: key.into(),
+        reason: reason.into(),
+    };
+    let map = object
+        .as_object_mut()
+        .ok_or_else(|| invalid("not a JSON object"))?;
+    let metadata = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()))
+        .as_object_mut()
+        .ok_or_else(|| invalid("metadata is not a JSON object"))?;
+    metadata.insert(
+        "resourceVersion".into(),
+        Value::String(revision.to_string()),
+    );
+    Ok(())
+}
+
+impl Store for RedbStore {
+    fn get(&self, key: &str) -> BoxFuture<'_, Result<Option<Value>, StoreError>> {
+        let key = key.to_string();
+        self.spawn(move |inner| inner.get(&key))
+    }
+
+    fn list(&self, prefix: &str) -> BoxFuture<'_, Result<ListResult, StoreError>> {
+        let prefix = prefix.to_string();
+        self.spawn(move |inner| inner.list(&prefix))
+    }
+
+    fn create(&self, key: &str, object: Value) -> BoxFuture<'_, Result<Value, StoreError>> {
+        let key = key.to_string();
+        self.spawn(move |inner| {
+            let mut object = Some(object);
+            let outcome = inner.apply(&key, &mut |current| match current {
+                Some(_) => Err(StoreError::AlreadyExists { key: key.clone() }),
+                None => Ok(Mutation::Put(object.take().unwrap_or_default())),
+            })?;
+            written(outcome, &key)
+        })
+    }
+
+    fn update(
+        &self,
+        key: &str,
+        object: Value,
+        expected_revision: Option<u64>,
+    ) -> BoxFuture<'_, Result<Value, StoreError>> {
+        let key = key.to_string();
+        self.spawn(move |inner| {
+            let mut object = Some(object);
+            let outcome = inner.apply(&key, &mut |current| {
+                let current = current.ok_or_else(|| StoreError::NotFound { key: key.clone() })?;
+                check_revision(&key, current, expected_revision)?;
+                Ok(Mutation::Put(object.take().unwrap_or_default()))
+            })?;
+            written(outcome, &key)
+        })
+    }
+
+    fn delete(
+        &self,
+        key: &str,
+        expected_revision: Option<u64>,
+    ) -> BoxFuture<'_, Result<Value, StoreError>> {
+        let key = key.to_string();
+        self.spawn(move |inner| {
+            let outcome = inner.apply(&key, &mut |current| {
+                let current = current.ok_or_else(|| StoreError::NotFound { key: key.clone() })?;
+                check_revision(&key, current, expected_revision)?;
+                Ok(Mutation::Delete)
+            })?;
+            match outcome {
+                Outcome::Deleted(object) => Ok(object),
+                _ => Err(StoreError::Backend(format!("{key}: delete did not delete"))),
+            }
+        })
+    }
+
+    fn guaranteed_update(
+        &self,
+        key: &str,
+        mut update: UpdateFn,
+    ) -> BoxFuture<'_, Result<Outcome, StoreError>> {
+        let key = key.to_string();
+        self.spawn(move |inner| inner.apply(&key, &mut *update))
+    }
+
+    fn watch(&self, prefix: &str, from_revision: u64) -> Result<EventStream, StoreError> {
+        crate::watch::watch(&self.inner, prefix, from_revision)
+    }
+
+    fn current_revision(&self) -> Result<u64, StoreError> {
+        self.inner.meta(META_REVISION)
+    }
+}
+
+impl Inner {
+    pub(crate) fn compacted(&self) -> Result<u64, StoreError> {
+        self.meta(META_COMPACTED)
+    }
+}
+
+fn written(outcome: Outcome, key: &str) -> Result<Value, StoreError> {
+    match outcome {
+        Outcome::Written(object) => Ok(object),
+        _ => Err(StoreError::Backend(format!("{key}: write did not write"))),
+    }
+}
+
+fn check_revision(key: &str, current: &Value, expected: Option<u64>) -> Result<(), StoreError> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    let actual = crate::object_revision(current).unwrap_or(0);
+    if actual != expected {
+        return Err(StoreError::Conflict {
+            key: key.into(),
+            expected,
+            actual,
+        });
+    }
+    Ok(())
+}
