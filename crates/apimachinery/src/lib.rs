@@ -1,1 +1,8 @@
-//! Pure API machinery: label/field selectors, JSON/merge/strategic-merge patch, Table output, strict field checks.
+//! Pure API machinery for svcnet's Kubernetes-compatible API server: label and field
+//! selectors, JSON / merge / strategic-merge patch, `meta.k8s.io/v1` Table output and strict
+//! (unknown-field) checks, all as functions on `serde_json::Value` that follow upstream
+//! `k8s.io/apimachinery` semantics.
+//!
+//! This crate never does I/O: no sockets, no files, no clock (callers pass `now`), no tokio.
+
+pub mod selector;
