@@ -88,6 +88,10 @@ pub struct Event {
     pub key: String,
     /// The object after the change; for `DELETED`, its last state.
     pub object: Value,
+    /// The object before the change (`None` for `ADDED`), so that a filtered watch can tell an
+    /// object leaving its selector (sent as `DELETED`) from one that never matched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prev_object: Option<Value>,
 }
 
 /// A consistent list: every item as of `revision`.

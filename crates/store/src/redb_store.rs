@@ -244,7 +244,7 @@ impl Inner {
                     (kind, object)
                 }
                 Mutation::Delete => {
-                    let Some(mut object) = current else {
+                    let Some(mut object) = current.clone() else {
                         return Err(StoreError::NotFound { key: key.into() });
                     };
                     stamp(key, &mut object, revision)?;
@@ -257,6 +257,7 @@ impl Inner {
                 kind,
                 key: key.to_string(),
                 object,
+                prev_object: current,
             };
             events.insert(revision, serde_json::to_vec(&event)?.as_slice())?;
             meta.insert(META_REVISION, revision)?;

@@ -251,6 +251,14 @@ async fn watch_replays_exactly_then_follows() {
     .into_iter()
     .map(|e| (e.revision, e.kind, e.key))
     .collect();
+    let mut w_prev = s.watch("/core/pods/ns/p1", 6).unwrap();
+    let modified = next(&mut w_prev).await;
+    assert_eq!(
+        modified.prev_object.unwrap()["spec"]["v"],
+        1,
+        "MODIFIED carries the previous state"
+    );
+    assert_eq!(modified.object["spec"]["v"], 9);
     assert_eq!(
         got,
         vec![
@@ -267,6 +275,7 @@ async fn watch_replays_exactly_then_follows() {
         .unwrap(); // rev 10
     let e = next(&mut w).await;
     assert_eq!((e.revision, e.kind), (10, EventType::Added));
+    assert_eq!(e.prev_object, None);
     assert_eq!(rv(&e.object), 10);
     assert_quiet(&mut w).await;
 
