@@ -1,1 +1,30 @@
 //! Node proxy core: change tracking and the dataplane-neutral desired state.
+//!
+//! This crate is kube-proxy's brain without its hands: Services, EndpointSlices and this Node
+//! go in (as k8s-openapi types), and a [`DesiredFamily`] per IP family comes out, plus the
+//! change sets that let a dataplane sync only what changed. It never does I/O, never touches
+//! the kernel, tokio or an API client; the runtime (`svcnet-proxyd`) feeds it watch events and
+//! the dataplanes (`svcnet-nft`, …) render its output.
+//!
+//! Code map: [`names`] (identifiers), [`service`] and [`endpoints`] (digests of API objects),
+//! [`categorize`] (the one endpoint-selection function), [`tracker`] (coalescing change
+//! trackers), [`desired`] (the output types and their semantics), [`state`] (observed world
+//! and change sets), [`fixtures`] (builders for tests).
+
+pub mod categorize;
+pub mod desired;
+pub mod endpoints;
+pub mod fixtures;
+pub mod names;
+pub mod service;
+pub mod state;
+pub mod tracker;
+
+pub use categorize::{Categorized, NodeTopology, categorize_endpoints};
+pub use desired::{
+    ClusterIpMasquerade, CoreConfig, DesiredEndpoint, DesiredFamily, DesiredNode,
+    DesiredServicePort, NoEndpointsVerdict,
+};
+pub use names::{IpFamily, NamespacedName, Protocol, ServicePortName};
+pub use service::{ServiceError, ServiceInfo, TrafficPolicy};
+pub use state::{ChangeSet, ProxyState, ServiceChange, StaleConntrack};

@@ -1,0 +1,409 @@
+//! Table-driven core tests: services + slices + node in, desired state out (as compact text).
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use std::fmt::Write;
+
+use expect_test::{Expect, expect};
+use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use svcnet_proxy::fixtures::*;
+use svcnet_proxy::{CoreConfig, DesiredEndpoint, IpFamily, ProxyState};
+
+fn eps(list: &[DesiredEndpoint]) -> String {
+    let v: Vec<String> = list
+        .iter()
+        .map(|e| {
+            format!(
+                "{}:{}{}",
+                e.ip,
+                e.port,
+                if e.terminating { "(t)" } else { "" }
+            )
+        })
+        .collect();
+    format!("[{}]", v.join(" "))
+}
+
+fn render(state: &ProxyState) -> String {
+    let mut out = String::new();
+    for family in IpFamily::ALL {
+        for (name, d) in state.desired(family).services {
+            write!(out, "{name} {}:{}", d.cluster_ip, d.port).unwrap();
+            if let Some(np) = d.node_port {
+                write!(out, " np={np}").unwrap();
+            }
+            for ip in &d.external_ips {
+                write!(out, " ext={ip}").unwrap();
+            }
+            for ip in &d.load_balancer_ips {
+                write!(out, " lb={ip}").unwrap();
+            }
+            for r in &d.load_balancer_source_ranges {
+                write!(out, " allow={r}").unwrap();
+            }
+            if let Some(t) = d.affinity_timeout {
+                write!(out, " affinity={t}s").unwrap();
+            }
+            write!(
+                out,
+                "\n  internal={} {:?}",
+                eps(d.internal_endpoints()),
+                d.internal_no_endpoints
+            )
+            .unwrap();
+            if d.has_external() {
+                write!(
+                    out,
+                    "\n  external={} {:?} masq={}",
+                    eps(d.external_endpoints()),
+                    d.external_no_endpoints,
+                    d.masquerade_external
+                )
+                .unwrap();
+            }
+            writeln!(out, "\n  cluster-ip-masq={:?}", d.cluster_ip_masquerade).unwrap();
+        }
+    }
+    out
+}
+
+fn check(services: &[Service], slices: &[EndpointSlice], node: Option<Node>, expect: Expect) {
+    let config = CoreConfig {
+        node_name: "n1".into(),
+        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+        ..Default::default()
+    };
+    let mut state = ProxyState::new(config);
+    if let Some(n) = node {
+        state.update_node(&n);
+    }
+    for s in services {
+        state.update_service(s).unwrap();
+    }
+    for s in slices {
+        state.update_slice(s);
+    }
+    expect.assert_eq(&render(&state));
+}
+
+fn web(f: impl FnOnce(&mut ServiceBuilder)) -> Service {
+    service("default", "web", |s| {
+        s.cluster_ip(&["10.96.0.10"]).port("http", "TCP", 80);
+        f(s);
+    })
+}
+
+fn web_slice(f: impl FnOnce(&mut SliceBuilder)) -> EndpointSlice {
+    slice("default", "web-abc", "web", |s| {
+        s.port("http", "TCP", 8080);
+        f(s);
+    })
+}
+
+#[test]
+fn ready_endpoints_only() {
+    check(
+        &[web(|_| {})],
+        &[web_slice(|s| {
+            s.endpoint("10.244.1.2", "n1", |_| {})
+                .endpoint("10.244.2.2", "n2", not_ready)
+                .endpoint("10.244.3.2", "n3", terminating);
+        })],
+        None,
+        expect![[r#"
+            default/web/tcp/http 10.96.0.10:80
+              internal=[10.244.1.2:8080] None
+              cluster-ip-masq=OffCluster
+        "#]],
+    );
+}
+
+#[test]
+fn terminating_fallback_when_nothing_is_ready() {
+    check(
+        &[web(|_| {})],
+        &[web_slice(|s| {
+            s.endpoint("10.244.2.2", "n2", not_ready)
+                .endpoint("10.244.3.2", "n3", terminating);
+        })],
+        None,
+        expect![[r#"
+            default/web/tcp/http 10.96.0.10:80
+              internal=[10.244.3.2:8080(t)] None
+              cluster-ip-masq=OffCluster
+        "#]],
+    );
+}
+
+#[test]
+fn no_endpoints_rejects() {
+    check(
+        &[web(|s| {
+            s.node_port("", "UDP", 53, 30053);
+        })],
+        &[],
+        None,
+        expect![[r#"
+            default/web/udp/ 10.96.0.10:53 np=30053
+              internal=[] Some(Reject)
+              external=[] Some(Reject) masq=true
+              cluster-ip-masq=OffCluster
+            default/web/tcp/http 10.96.0.10:80
+              internal=[] Some(Reject)
+              cluster-ip-masq=OffCluster
+        "#]],
+    );
+}
+
+#[test]
+fn external_local_uses_local_endpoints_and_drops_without_them() {
+    let svc = web(|s| {
+        s.type_("LoadBalancer")
+            .external_local()
+            .lb_ingress(&["203.0.113.7"])
+            .source_ranges(&["192.168.0.0/16", "2001:db8::/32"]);
+        s.0.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(30080);
+    });
+    check(
+        &[svc.clone()],
+        &[web_slice(|s| {
+            s.endpoint("10.244.1.2", "n1", |_| {})
+                .endpoint("10.244.2.2", "n2", |_| {});
+        })],
+        None,
+        expect![[r#"
+            default/web/tcp/http 10.96.0.10:80 np=30080 lb=203.0.113.7 allow=192.168.0.0/16
+              internal=[10.244.1.2:8080 10.244.2.2:8080] None
+              external=[10.244.1.2:8080] None masq=false
+              cluster-ip-masq=OffCluster
+        "#]],
+    );
+    check(
+        &[svc],
+        &[web_slice(|s| {
+            s.endpoint("10.244.2.2", "n2", |_| {});
+        })],
+        None,
+        expect![[r#"
+            default/web/tcp/http 10.96.0.10:80 np=30080 lb=203.0.113.7 allow=192.168.0.0/16
+              internal=[10.244.2.2:8080] None
+              external=[] Some(Drop) masq=false
+              cluster-ip-masq=OffCluster
+        "#]],
+    );
+}
+
+#[test]
+fn internal_local_with_local_terminating_fallback() {
+    check(
+        &[web(|s| {
+            s.internal_local();
+        })],
+        &[web_slice(|s| {
+            s.endpoint("10.244.1.2", "n1", terminating)
+                .endpoint("10.244.2.2", "n2", |_| {});
+        })],
+        None,
+        expect![[r#"
+            default/web/tcp/http 10.96.0.10:80
+              internal=[10.244.1.2:8080(t)] None
+              cluster-ip-masq=OffCluster
+        "#]],
+    );
+    check(
+        &[web(|s| {
+            s.internal_local();
+        })],
+        &[web_slice(|s| {
+            s.endpoint("10.244.2.2", "n2", |_| {});
+        })],
+        None,
+        expect![[r#"
+            default/web/tcp/http 10.96.0.10:80
+              internal=[] Some(Drop)
+              cluster-ip-masq=OffCluster
+        "#]],
+    );
+}
+
+#[test]
+fn zone_hints_apply_only_when_every_endpoint_has_them() {
+    let hinted = web_slice(|s| {
+        s.endpoint("10.244.1.2", "n1", |e| zone_hints(e, &["a"]))
+            .endpoint("10.244.2.2", "n2", |e| zone_hints(e, &["b"]));
+    });
+    check(
+        &[web(|_| {})],
+        std::slice::from_ref(&hinted),
+        Some(node("n1", Some("b"))),
+        expect![[r#"
+            default/web/tcp/http 10.96.0.10:80
+              internal=[10.244.2.2:8080] None
+              cluster-ip-masq=OffCluster
+        "#]],
+    );
+    let partly = web_slice(|s| {
+        s.endpoint("10.244.1.2", "n1", |e| zone_hints(e, &["a"]))
+            .endpoint("10.244.2.2", "n2", |_| {});
+    });
+    check(
+        &[web(|_| {})],
+        &[partly],
+        Some(node("n1", Some("b"))),
+        expect![[r#"
+            default/web/tcp/http 10.96.0.10:80
+              internal=[10.244.1.2:8080 10.244.2.2:8080] None
+              cluster-ip-masq=OffCluster
+        "#]],
+    );
+    let by_node = web_slice(|s| {
+        s.endpoint("10.244.1.2", "n1", |e| node_hints(e, &["n1"]))
+            .endpoint("10.244.2.2", "n2", |e| node_hints(e, &["n2"]));
+    });
+    check(
+        &[web(|_| {})],
+        &[by_node],
+        Some(node("n1", None)),
+        expect![[r#"
+            default/web/tcp/http 10.96.0.10:80
+              internal=[10.244.1.2:8080] None
+              cluster-ip-masq=OffCluster
+        "#]],
+    );
+}
+
+#[test]
+fn skipped_services() {
+    let headless = service("default", "h", |s| {
+        s.cluster_ip(&["None"]).port("http", "TCP", 80);
+    });
+    let external_name = service("default", "x", |s| {
+        s.type_("ExternalName").port("http", "TCP", 80);
+    });
+    let other_proxy = web(|s| {
+        s.label("service.kubernetes.io/service-proxy-name", "other");
+    });
+    check(
+        &[headless, external_name, other_proxy],
+        &[],
+        None,
+        expect![""],
+    );
+}
+
+#[test]
+fn dual_stack_families_are_independent() {
+    let svc = service("default", "ds", |s| {
+        s.cluster_ip(&["10.96.0.20", "fd00:10:96::20"])
+            .port("dns", "UDP", 53)
+            .affinity(None)
+            .external_ips(&["198.51.100.1", "2001:db8::1"]);
+    });
+    let v4 = slice("default", "ds-v4", "ds", |s| {
+        s.port("dns", "UDP", 5353)
+            .endpoint("10.244.1.3", "n1", |_| {});
+    });
+    let v6 = slice("default", "ds-v6", "ds", |s| {
+        s.ipv6()
+            .port("dns", "UDP", 5353)
+            .endpoint("fd00:244:1::3", "n1", not_ready);
+    });
+    check(
+        &[svc],
+        &[v4, v6],
+        None,
+        expect![[r#"
+            default/ds/udp/dns 10.96.0.20:53 ext=198.51.100.1 affinity=10800s
+              internal=[10.244.1.3:5353] None
+              external=[10.244.1.3:5353] None masq=true
+              cluster-ip-masq=OffCluster
+            default/ds/udp/dns fd00:10:96::20:53 ext=2001:db8::1 affinity=10800s
+              internal=[] Some(Reject)
+              external=[] Some(Reject) masq=true
+              cluster-ip-masq=Never
+        "#]],
+    );
+}
+
+#[test]
+fn bad_service_is_a_clear_error() {
+    let mut state = ProxyState::new(CoreConfig::default());
+    let svc = web(|s| {
+        s.source_ranges(&["not-a-cidr"]);
+    });
+    let err = state.update_service(&svc).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        r#"service default/web: field spec.loadBalancerSourceRanges[0]: "not-a-cidr" is not a CIDR"#
+    );
+    assert!(state.desired(IpFamily::V4).services.is_empty());
+}
+
+#[test]
+fn change_sets_coalesce_and_drop_noops() {
+    let mut state = ProxyState::new(CoreConfig::default());
+    let svc = web(|_| {});
+    state.update_service(&svc).unwrap();
+    state.update_slice(&web_slice(|s| {
+        s.endpoint("10.244.1.2", "n1", |_| {});
+    }));
+    let first = state.take_changes();
+    assert_eq!(first.services.len(), 1);
+    assert!(first.services.values().next().unwrap().previous.is_none());
+
+    // An irrelevant change (a label) is no change at all.
+    let mut relabelled = svc.clone();
+    relabelled.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
+    state.update_service(&relabelled).unwrap();
+    assert!(state.take_changes().is_empty());
+
+    // Add then remove an endpoint between syncs: coalesced to nothing.
+    state.update_slice(&web_slice(|s| {
+        s.endpoint("10.244.1.2", "n1", |_| {})
+            .endpoint("10.244.1.3", "n1", |_| {});
+    }));
+    state.update_slice(&web_slice(|s| {
+        s.endpoint("10.244.1.2", "n1", |_| {});
+    }));
+    assert!(state.take_changes().is_empty());
+
+    // Endpoints of a service the proxy does not program are no change either.
+    state.update_slice(&slice("default", "ghost-1", "ghost", |s| {
+        s.port("http", "TCP", 1)
+            .endpoint("10.244.9.9", "n1", |_| {});
+    }));
+    assert!(state.take_changes().is_empty());
+}
+
+#[test]
+fn stale_udp_conntrack_for_removed_endpoints() {
+    let mut state = ProxyState::new(CoreConfig::default());
+    let svc = service("kube-system", "dns", |s| {
+        s.cluster_ip(&["10.96.0.10"])
+            .node_port("dns", "UDP", 53, 30053);
+    });
+    state.update_service(&svc).unwrap();
+    state.update_slice(&slice("kube-system", "dns-1", "dns", |s| {
+        s.port("dns", "UDP", 53)
+            .endpoint("10.244.1.2", "n1", |_| {})
+            .endpoint("10.244.1.3", "n1", |_| {});
+    }));
+    state.take_changes();
+    state.update_slice(&slice("kube-system", "dns-1", "dns", |s| {
+        s.port("dns", "UDP", 53)
+            .endpoint("10.244.1.3", "n1", |_| {});
+    }));
+    let changes = state.take_changes();
+    let stale: Vec<String> = state
+        .stale_conntrack(&changes)
+        .iter()
+        .map(|s| format!("{:?}:{} -> {}", s.frontend_ip, s.frontend_port, s.endpoint))
+        .collect();
+    assert_eq!(
+        stale,
+        [
+            "None:30053 -> 10.244.1.2",
+            "Some(10.96.0.10):53 -> 10.244.1.2"
+        ]
+    );
+}
