@@ -165,7 +165,7 @@ fn external_local_uses_local_endpoints_and_drops_without_them() {
         s.0.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(30080);
     });
     check(
-        &[svc.clone()],
+        std::slice::from_ref(&svc),
         &[web_slice(|s| {
             s.endpoint("10.244.1.2", "n1", |_| {})
                 .endpoint("10.244.2.2", "n2", |_| {});
