@@ -1,1 +1,13 @@
-//! Cluster DNS per the Kubernetes DNS specification, and environment-variable discovery.
+//! Cluster DNS per the Kubernetes DNS-based service discovery specification (schema 1.1.0), and
+//! environment-variable service discovery as the kubelet injects it.
+//!
+//! The crate is split as hickory-dns teaches: [`zone`] is pure data (API objects in, an
+//! immutable index out, question → answer with no I/O); [`envvars`] is a pure function for the
+//! kubelet's service variables. It never writes to the API server.
+
+pub mod envvars;
+pub mod fixtures;
+pub mod zone;
+
+pub use envvars::{ServiceEnv, service_env_vars};
+pub use zone::{Objects, Outcome, PodMode, Response, Zone, ZoneConfig};

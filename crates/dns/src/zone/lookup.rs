@@ -1,0 +1,419 @@
+//! Answering one question from a [`Zone`].
+//!
+//! Names are parsed from the zone apex down, as the specification lays them out:
+//! `[<endpoint>.]<svc>.<ns>.svc.<zone>`, `_<port>._<proto>.<svc>.<ns>.svc.<zone>`,
+//! `<dashed-ip>.<ns>.pod.<zone>`, `dns-version.<zone>`, `ns.dns.<zone>`, and the apex itself.
+//! Answer owners keep the question's case; comparisons ignore case.
+
+use std::net::IpAddr;
+
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::rdata::{A, AAAA, CNAME, NS, PTR, SOA, SRV, TXT};
+use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
+use rand::Rng;
+use rand::seq::SliceRandom;
+
+use super::names::{is_reverse, parse_dashed_ip, relative_labels, reverse_apex, reverse_ip};
+use super::{
+    DNS_SCHEMA_VERSION, Outcome, PodMode, PortEntry, Response, ServiceEntry, ServiceKind, Zone,
+};
+
+/// TTL of `dns-version.<zone>` (CoreDNS's value).
+const DNS_VERSION_TTL: u32 = 28800;
+/// Longest in-zone CNAME chain followed in one answer.
+const MAX_CHASE: usize = 8;
+
+/// What one name holds for one type.
+enum Node {
+    NxDomain,
+    NoData,
+    Records {
+        answers: Vec<Record>,
+        additionals: Vec<Record>,
+    },
+    Cname(Box<Record>, Name),
+}
+
+impl Zone {
+    /// Answer `name`/`qtype`/`qclass`, or say it belongs to the upstream. `rng` shuffles
+    /// multi-record answers (headless services), so clients never rely on an order.
+    pub fn lookup<R: Rng + ?Sized>(
+        &self,
+        name: &Name,
+        qtype: RecordType,
+        qclass: DNSClass,
+        rng: &mut R,
+    ) -> Outcome {
+        let domain = &self.config.domain;
+        if relative_labels(name, domain).is_none() {
+            return match self.reverse_lookup(name, qtype, qclass) {
+                Some(response) => Outcome::Answer(response),
+                None => Outcome::Forward,
+            };
+        }
+        if !matches!(qclass, DNSClass::IN | DNSClass::ANY) {
+            return Outcome::Answer(Response::empty(ResponseCode::Refused));
+        }
+        if matches!(qtype, RecordType::AXFR | RecordType::IXFR) {
+            return Outcome::Answer(Response::empty(ResponseCode::Refused));
+        }
+
+        let mut response = Response::empty(ResponseCode::NoError);
+        let mut owner = name.clone();
+        for _ in 0..MAX_CHASE {
+            let Some(labels) = relative_labels(&owner, domain) else {
+                // The chain left the zone: the transport resolves the rest upstream.
+                response.chase = Some(owner);
+                return Outcome::Answer(response);
+            };
+            match self.node(&labels, &owner, qtype, rng) {
+                Node::NxDomain => {
+                    response.rcode = ResponseCode::NXDomain;
+                    response.authorities.push(self.soa());
+                    return Outcome::Answer(response);
+                }
+                Node::NoData => {
+                    response.authorities.push(self.soa());
+                    return Outcome::Answer(response);
+                }
+                Node::Records {
+                    answers,
+                    additionals,
+                } => {
+                    response.answers.extend(answers);
+                    response.additionals.extend(additionals);
+                    return Outcome::Answer(response);
+                }
+                Node::Cname(record, target) => {
+                    response.answers.push(*record);
+                    if qtype == RecordType::CNAME {
+                        return Outcome::Answer(response);
+                    }
+                    // Name equality ignores case.
+                    let seen = response.answers.iter().any(|r| r.name == target);
+                    if seen {
+                        break;
+                    }
+                    owner = target;
+                }
+            }
+        }
+        // A CNAME loop inside the zone, or a chain too long.
+        response.rcode = ResponseCode::ServFail;
+        Outcome::Answer(response)
+    }
+
+    /// The SOA of the cluster zone.
+    pub fn soa(&self) -> Record {
+        self.soa_at(self.config.domain.clone())
+    }
+
+    fn soa_at(&self, owner: Name) -> Record {
+        let domain = &self.config.domain;
+        let mname = prefixed("ns.dns", domain);
+        let rname = prefixed("hostmaster", domain);
+        let soa = SOA::new(
+            mname,
+            rname,
+            self.serial,
+            7200,
+            1800,
+            86400,
+            self.config.ttl,
+        );
+        Record::from_rdata(owner, self.config.ttl, RData::SOA(soa))
+    }
+
+    fn node<R: Rng + ?Sized>(
+        &self,
+        labels: &[String],
+        owner: &Name,
+        qtype: RecordType,
+        rng: &mut R,
+    ) -> Node {
+        let ttl = self.config.ttl;
+        let labels: Vec<&str> = labels.iter().rev().map(String::as_str).collect();
+        match labels.as_slice() {
+            [] => {
+                let mut answers = Vec::new();
+                let mut additionals = Vec::new();
+                if matches!(qtype, RecordType::SOA | RecordType::ANY) {
+                    answers.push(self.soa_at(owner.clone()));
+                }
+                if matches!(qtype, RecordType::NS | RecordType::ANY) {
+                    let ns = prefixed("ns.dns", &self.config.domain);
+                    answers.push(Record::from_rdata(
+                        owner.clone(),
+                        ttl,
+                        RData::NS(NS(ns.clone())),
+                    ));
+                    additionals.extend(address_records(&ns, &self.dns_ips, RecordType::ANY, ttl));
+                }
+                records(answers, additionals)
+            }
+            ["dns-version"] => {
+                if matches!(qtype, RecordType::TXT | RecordType::ANY) {
+                    let txt = TXT::new(vec![DNS_SCHEMA_VERSION.to_string()]);
+                    let record =
+                        Record::from_rdata(owner.clone(), DNS_VERSION_TTL, RData::TXT(txt));
+                    records(vec![record], Vec::new())
+                } else {
+                    Node::NoData
+                }
+            }
+            ["dns"] | ["svc"] | ["pod"] => Node::NoData,
+            ["dns", "ns"] => records(address_records(owner, &self.dns_ips, qtype, ttl), vec![]),
+            ["svc", ns] | ["pod", ns] => {
+                if self.namespaces.contains_key(*ns) {
+                    Node::NoData
+                } else {
+                    Node::NxDomain
+                }
+            }
+            ["svc", ns, svc, rest @ ..] => match self.service(ns, svc) {
+                None => Node::NxDomain,
+                Some(entry) => self.service_node(entry, rest, owner, qtype, rng),
+            },
+            ["pod", ns, dashed] => self.pod_node(ns, dashed, owner, qtype),
+            _ => Node::NxDomain,
+        }
+    }
+
+    fn service(&self, ns: &str, svc: &str) -> Option<&ServiceEntry> {
+        self.namespaces.get(ns)?.services.get(svc).map(|e| &**e)
+    }
+
+    /// `rest` holds the labels left of `<svc>.<ns>.svc`, nearest first.
+    fn service_node<R: Rng + ?Sized>(
+        &self,
+        entry: &ServiceEntry,
+        rest: &[&str],
+        owner: &Name,
+        qtype: RecordType,
+        rng: &mut R,
+    ) -> Node {
+        let ttl = self.config.ttl;
+        match (&entry.kind, rest) {
+            (ServiceKind::ExternalName(target), []) => {
+                let record =
+                    Record::from_rdata(owner.clone(), ttl, RData::CNAME(CNAME(target.clone())));
+                Node::Cname(Box::new(record), target.clone())
+            }
+            (ServiceKind::ExternalName(_), _) => Node::NxDomain,
+            (ServiceKind::Headless, []) if entry.endpoints.is_empty() => Node::NxDomain,
+            (kind, []) => {
+                if qtype == RecordType::SRV {
+                    return self.srv(entry, None, owner, rng);
+                }
+                let mut answers = match kind {
+                    ServiceKind::ClusterIp(ips) => address_records(owner, ips, qtype, ttl),
+                    _ => {
+                        let mut ips: Vec<IpAddr> = entry.endpoints.iter().map(|e| e.ip).collect();
+                        ips.sort();
+                        ips.dedup();
+                        address_records(owner, &ips, qtype, ttl)
+                    }
+                };
+                answers.shuffle(rng);
+                records(answers, Vec::new())
+            }
+            (_, [label]) => {
+                let ips: Vec<IpAddr> = entry
+                    .endpoints
+                    .iter()
+                    .filter(|e| e.label == *label)
+                    .map(|e| e.ip)
+                    .collect();
+                if !ips.is_empty() {
+                    return records(address_records(owner, &ips, qtype, ttl), Vec::new());
+                }
+                // `_tcp.<svc>...` is an empty non-terminal when some `_port._tcp` exists below.
+                let is_proto = label.starts_with('_')
+                    && entry
+                        .ports
+                        .iter()
+                        .any(|p| !p.name.is_empty() && p.protocol == label[1..]);
+                if is_proto {
+                    Node::NoData
+                } else {
+                    Node::NxDomain
+                }
+            }
+            (_, [proto, port]) => {
+                let (Some(proto), Some(port)) = (proto.strip_prefix('_'), port.strip_prefix('_'))
+                else {
+                    return Node::NxDomain;
+                };
+                if !entry
+                    .ports
+                    .iter()
+                    .any(|p| p.name == port && p.protocol == proto)
+                {
+                    return Node::NxDomain;
+                }
+                if qtype != RecordType::SRV && qtype != RecordType::ANY {
+                    return Node::NoData;
+                }
+                self.srv(entry, Some((port, proto)), owner, rng)
+            }
+            _ => Node::NxDomain,
+        }
+    }
+
+    /// SRV records of a service: for one named port (`_<port>._<proto>` names) or for every port
+    /// (the bare service name, as CoreDNS answers). Cluster-IP services target the service name
+    /// with the service port; headless ones target each endpoint with the endpoint's port. The
+    /// targets' addresses go to the additional section.
+    fn srv<R: Rng + ?Sized>(
+        &self,
+        entry: &ServiceEntry,
+        port: Option<(&str, &str)>,
+        owner: &Name,
+        rng: &mut R,
+    ) -> Node {
+        let ttl = self.config.ttl;
+        let wanted = |p: &PortEntry| match port {
+            Some((name, proto)) => p.name == name && p.protocol == proto,
+            None => true,
+        };
+        let mut targets: Vec<(u16, &Name, Vec<IpAddr>)> = Vec::new();
+        match &entry.kind {
+            ServiceKind::ClusterIp(ips) => {
+                for p in entry.ports.iter().filter(|p| wanted(p)) {
+                    targets.push((p.port, &entry.fqdn, ips.clone()));
+                }
+            }
+            ServiceKind::Headless => {
+                for ep in &entry.endpoints {
+                    for p in ep.ports.iter().filter(|p| wanted(p)) {
+                        targets.push((p.port, &ep.fqdn, vec![ep.ip]));
+                    }
+                }
+            }
+            ServiceKind::ExternalName(_) => {}
+        }
+        targets.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        targets.dedup_by(|a, b| {
+            a.0 == b.0 && a.1 == b.1 && {
+                b.2.append(&mut a.2);
+                true
+            }
+        });
+        if targets.is_empty() {
+            return Node::NoData;
+        }
+        let weight = u16::try_from(100 / targets.len()).unwrap_or(0);
+        let mut answers = Vec::with_capacity(targets.len());
+        let mut additionals = Vec::new();
+        let mut glued: Vec<&Name> = Vec::new();
+        for (port, target, ips) in &targets {
+            answers.push(SRV::new(0, weight, *port, (*target).clone()));
+            if glued.contains(target) {
+                continue;
+            }
+            glued.push(target);
+            let mut ips = ips.clone();
+            ips.sort();
+            ips.dedup();
+            additionals.extend(address_records(target, &ips, RecordType::ANY, ttl));
+        }
+        answers.shuffle(rng);
+        Node::Records {
+            answers: answers
+                .into_iter()
+                .map(|srv| Record::from_rdata(owner.clone(), ttl, RData::SRV(srv)))
+                .collect(),
+            additionals,
+        }
+    }
+
+    fn pod_node(&self, ns: &str, dashed: &str, owner: &Name, qtype: RecordType) -> Node {
+        let Some(ip) = parse_dashed_ip(dashed) else {
+            return Node::NxDomain;
+        };
+        let known = match self.config.pods {
+            PodMode::Disabled => false,
+            PodMode::Insecure => self.namespaces.contains_key(ns),
+            PodMode::Verified => self.pod_ips.contains(&(ns.to_string(), ip)),
+        };
+        if !known {
+            return Node::NxDomain;
+        }
+        records(
+            address_records(owner, &[ip], qtype, self.config.ttl),
+            Vec::new(),
+        )
+    }
+
+    /// PTR answers for addresses this zone owns; `None` sends the question upstream.
+    fn reverse_lookup(&self, name: &Name, qtype: RecordType, qclass: DNSClass) -> Option<Response> {
+        if !is_reverse(name) {
+            return None;
+        }
+        let ip = reverse_ip(name)?;
+        let names = self.reverse.get(&ip);
+        if names.is_none() && !self.config.reverse_cidrs.iter().any(|c| c.contains(&ip)) {
+            return None;
+        }
+        if !matches!(qclass, DNSClass::IN | DNSClass::ANY) {
+            return Some(Response::empty(ResponseCode::Refused));
+        }
+        let mut response = Response::empty(ResponseCode::NoError);
+        match names {
+            None => {
+                response.rcode = ResponseCode::NXDomain;
+                response.authorities.push(self.soa_at(reverse_apex(ip)));
+            }
+            Some(names) if matches!(qtype, RecordType::PTR | RecordType::ANY) => {
+                response.answers = names
+                    .iter()
+                    .map(|n| {
+                        Record::from_rdata(
+                            name.clone(),
+                            self.config.ttl,
+                            RData::PTR(PTR(n.clone())),
+                        )
+                    })
+                    .collect();
+            }
+            Some(_) => response.authorities.push(self.soa_at(reverse_apex(ip))),
+        }
+        Some(response)
+    }
+}
+
+/// `Records` when there are answers, else NODATA (the name exists: the caller checked).
+fn records(answers: Vec<Record>, additionals: Vec<Record>) -> Node {
+    if answers.is_empty() {
+        Node::NoData
+    } else {
+        Node::Records {
+            answers,
+            additionals,
+        }
+    }
+}
+
+/// A and AAAA records for `ips` as `qtype` asks (`ANY` gives both families).
+fn address_records(owner: &Name, ips: &[IpAddr], qtype: RecordType, ttl: u32) -> Vec<Record> {
+    ips.iter()
+        .filter_map(|ip| match (ip, qtype) {
+            (IpAddr::V4(v4), RecordType::A | RecordType::ANY) => {
+                Some(Record::from_rdata(owner.clone(), ttl, RData::A(A(*v4))))
+            }
+            (IpAddr::V6(v6), RecordType::AAAA | RecordType::ANY) => Some(Record::from_rdata(
+                owner.clone(),
+                ttl,
+                RData::AAAA(AAAA(*v6)),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `<prefix>.<domain>`, falling back to the domain when the result would be too long.
+fn prefixed(prefix: &str, domain: &Name) -> Name {
+    Name::from_ascii(prefix)
+        .and_then(|p| p.append_domain(domain))
+        .unwrap_or_else(|_| domain.clone())
+}

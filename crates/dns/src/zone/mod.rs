@@ -1,0 +1,272 @@
+//! The cluster zone as data: an immutable index built from a snapshot of API objects, and a pure
+//! function from a question to an answer.
+//!
+//! Nothing here does I/O, reads a clock or draws randomness on its own: the snapshot, the SOA
+//! serial and the random source (headless answers are shuffled) are all passed in, so every rule
+//! of the Kubernetes DNS specification is tested as data (see `tests.rs`). The transport
+//! (`crate::server`) owns sockets, upstream forwarding and truncation.
+//!
+//! **Architecture Invariant:** a [`Zone`] never changes after [`Zone::build`]; watchers publish a
+//! new one, so a query never sees a half-applied update.
+
+mod build;
+mod lookup;
+mod names;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::{Name, Record};
+use ipnet::IpNet;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+pub use names::{dashed_ip, parse_dashed_ip};
+
+/// The schema version of the Kubernetes DNS specification this server implements.
+pub const DNS_SCHEMA_VERSION: &str = "1.1.0";
+
+/// How `<dashed-ip>.<ns>.pod.<zone>` names are answered (CoreDNS's `pods` option).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PodMode {
+    /// Any well-formed dashed IP in an existing namespace resolves to that IP, unchecked.
+    #[default]
+    Insecure,
+    /// Only when a pod with that IP exists in that namespace.
+    Verified,
+    /// Never: NXDOMAIN.
+    Disabled,
+}
+
+impl std::str::FromStr for PodMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "insecure" => Ok(PodMode::Insecure),
+            "verified" => Ok(PodMode::Verified),
+            "disabled" => Ok(PodMode::Disabled),
+            other => Err(format!(
+                "unknown pods mode {other:?}: expected insecure, verified or disabled"
+            )),
+        }
+    }
+}
+
+/// What the zone is and how it answers; fixed for the life of a server.
+#[derive(Debug, Clone)]
+pub struct ZoneConfig {
+    /// The cluster domain, e.g. `cluster.local.` (stored lower-case and fully qualified).
+    pub domain: Name,
+    /// TTL of every record, and the SOA minimum (negative-caching TTL).
+    pub ttl: u32,
+    /// Pod record mode.
+    pub pods: PodMode,
+    /// Reverse lookups for addresses in these networks are answered here (NXDOMAIN when unknown);
+    /// reverse lookups for other addresses not in the index go to the upstream.
+    pub reverse_cidrs: Vec<IpNet>,
+    /// `namespace/name` of the Service whose cluster IPs are the glue of `ns.dns.<zone>`.
+    pub dns_service: (String, String),
+}
+
+impl ZoneConfig {
+    /// The Kubernetes defaults: `cluster.local`, TTL 30 s, pods insecure, service CIDR
+    /// 10.96.0.0/12 and fd00:10:96::/112, pod CIDR 10.244.0.0/16, DNS service kube-system/kube-dns.
+    pub fn new(domain: &str) -> Result<Self, ZoneError> {
+        let domain = Name::from_ascii(domain)
+            .map_err(|e| ZoneError::Domain(domain.to_string(), e.to_string()))?
+            .to_lowercase();
+        let mut domain = domain;
+        domain.set_fqdn(true);
+        let reverse_cidrs = ["10.96.0.0/12", "fd00:10:96::/112", "10.244.0.0/16"]
+            .iter()
+            .filter_map(|c| c.parse().ok())
+            .collect();
+        Ok(ZoneConfig {
+            domain,
+            ttl: 30,
+            pods: PodMode::Insecure,
+            reverse_cidrs,
+            dns_service: ("kube-system".into(), "kube-dns".into()),
+        })
+    }
+}
+
+/// Errors in the zone configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ZoneError {
+    /// The cluster domain is not a valid DNS name.
+    #[error("cluster domain {0:?} is not a valid DNS name: {1}")]
+    Domain(String, String),
+}
+
+/// The API objects a zone is built from (typically the reflector stores' contents).
+#[derive(Debug, Clone, Default)]
+pub struct Objects {
+    pub services: Vec<Arc<Service>>,
+    pub endpoint_slices: Vec<Arc<EndpointSlice>>,
+    pub pods: Vec<Arc<Pod>>,
+    pub namespaces: Vec<Arc<Namespace>>,
+}
+
+/// The immutable, indexed cluster zone.
+#[derive(Debug)]
+pub struct Zone {
+    config: Arc<ZoneConfig>,
+    serial: u32,
+    /// Namespace name → its services (a namespace exists when a Namespace object or a Service
+    /// in it exists).
+    namespaces: HashMap<String, NamespaceEntry>,
+    /// IP → PTR targets: the service name for a cluster IP, else every endpoint name with that IP.
+    reverse: HashMap<IpAddr, Vec<Name>>,
+    /// (namespace, IP) of every pod with an IP, for `pods verified`.
+    pod_ips: HashSet<(String, IpAddr)>,
+    /// Glue for `ns.dns.<zone>`.
+    dns_ips: Vec<IpAddr>,
+    /// Objects that could not be indexed, each naming the object and field.
+    warnings: Vec<String>,
+}
+
+#[derive(Debug, Default)]
+struct NamespaceEntry {
+    services: HashMap<String, Arc<ServiceEntry>>,
+}
+
+/// One service as the zone sees it.
+#[derive(Debug)]
+struct ServiceEntry {
+    /// `<svc>.<ns>.svc.<zone>.`
+    fqdn: Name,
+    kind: ServiceKind,
+    ports: Vec<PortEntry>,
+    /// Endpoints published in DNS (ready, or all with publishNotReadyAddresses), one per
+    /// (label, IP), in a stable order.
+    endpoints: Vec<EndpointEntry>,
+}
+
+#[derive(Debug)]
+enum ServiceKind {
+    /// Cluster IPs, primary first.
+    ClusterIp(Vec<IpAddr>),
+    Headless,
+    ExternalName(Name),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct PortEntry {
+    /// Lower-case port name; empty for an unnamed port.
+    name: String,
+    /// Lower-case protocol: `tcp`, `udp` or `sctp`.
+    protocol: String,
+    port: u16,
+}
+
+#[derive(Debug)]
+struct EndpointEntry {
+    /// The endpoint's hostname, else its dashed IP; lower-case.
+    label: String,
+    /// `<label>.<svc>.<ns>.svc.<zone>.`
+    fqdn: Name,
+    ip: IpAddr,
+    /// The ports of the slice this endpoint came from.
+    ports: Arc<Vec<PortEntry>>,
+}
+
+/// Where a question goes.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The question is not in the cluster zone nor in a reverse range it owns: ask the upstream.
+    Forward,
+    /// The zone answers it.
+    Answer(Response),
+}
+
+/// An authoritative answer, before wire encoding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Response {
+    pub rcode: ResponseCode,
+    pub answers: Vec<Record>,
+    pub authorities: Vec<Record>,
+    pub additionals: Vec<Record>,
+    /// An ExternalName target outside the zone: the transport resolves it through the upstream
+    /// and appends its answer (and rcode and truncation) after `answers`.
+    pub chase: Option<Name>,
+}
+
+impl Response {
+    pub(crate) fn empty(rcode: ResponseCode) -> Self {
+        Response {
+            rcode,
+            answers: Vec::new(),
+            authorities: Vec::new(),
+            additionals: Vec::new(),
+            chase: None,
+        }
+    }
+}
+
+/// Canonical text: rcode, then each section's records sorted (sections are sets; order within
+/// them is not part of the contract), then the out-of-zone target if any.
+impl fmt::Display for Response {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}", rcode_text(self.rcode))?;
+        for (title, records) in [
+            ("answer", &self.answers),
+            ("authority", &self.authorities),
+            ("additional", &self.additionals),
+        ] {
+            if records.is_empty() {
+                continue;
+            }
+            writeln!(f, "{title}:")?;
+            let mut lines: Vec<String> = records.iter().map(|r| r.to_string()).collect();
+            lines.sort();
+            for line in lines {
+                writeln!(f, "  {line}")?;
+            }
+        }
+        if let Some(target) = &self.chase {
+            writeln!(f, "chase: {target}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The rcode as `dig` prints it (`NOERROR`, `NXDOMAIN`, ...).
+pub fn rcode_text(rcode: ResponseCode) -> String {
+    match rcode {
+        ResponseCode::NoError => "NOERROR".into(),
+        ResponseCode::FormErr => "FORMERR".into(),
+        ResponseCode::ServFail => "SERVFAIL".into(),
+        ResponseCode::NXDomain => "NXDOMAIN".into(),
+        ResponseCode::NotImp => "NOTIMP".into(),
+        ResponseCode::Refused => "REFUSED".into(),
+        other => format!("{other:?}").to_ascii_uppercase(),
+    }
+}
+
+impl Zone {
+    /// The configuration this zone was built with.
+    pub fn config(&self) -> &ZoneConfig {
+        &self.config
+    }
+
+    /// The SOA serial.
+    pub fn serial(&self) -> u32 {
+        self.serial
+    }
+
+    /// Objects skipped while building, each as "kind ns/name: field: problem".
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Number of services indexed.
+    pub fn service_count(&self) -> usize {
+        self.namespaces.values().map(|n| n.services.len()).sum()
+    }
+}
