@@ -5,4 +5,5 @@
 //!
 //! This crate never does I/O: no sockets, no files, no clock (callers pass `now`), no tokio.
 
+pub mod patch;
 pub mod selector;
