@@ -188,7 +188,6 @@ pub(crate) trait PodExt {
             });
         self
     }
-    #[allow(dead_code)]
     fn created(&mut self, secs: i64) -> &mut Self {
         self.pod().metadata.creation_timestamp =
             Some(Time(Timestamp::from_second(1_700_000_000 + secs).unwrap()));

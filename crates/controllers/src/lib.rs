@@ -16,10 +16,11 @@
 
 pub mod endpoints;
 pub mod endpointslice;
-#[allow(dead_code)] // Workload helpers land with the workloads module.
+pub mod mirroring;
 mod podutil;
-#[allow(dead_code)] // `LabelSelector` matching lands with the workloads module.
+pub mod scheduler;
 mod selector;
+pub mod workloads;
 
 #[cfg(test)]
 mod fixtures;
