@@ -1,1 +1,22 @@
 //! nftables dataplane: renders the proxy's desired state into atomic nft transactions.
+//!
+//! kube-proxy's nftables mode, in svcnet's shape: [`render`] turns each
+//! [`svcnet_proxy::DesiredServicePort`] into a fragment of one table per family (`ip svcnet`,
+//! `ip6 svcnet`) with O(1) verdict-map dispatch; [`plan`] turns desired state into full or
+//! partial [`Transaction`]s (values, whose `Display` is the nft text); [`apply`] pipes them
+//! to `nft -f -` (the only I/O here); [`fake`] applies the same values in memory and rejects
+//! dangling references. This crate never reads API objects and never decides policy: every
+//! decision (which endpoints, reject or drop, masquerade) comes from the proxy core.
+//! Hooks and priorities are documented in README.md as a contract for other software.
+
+pub mod apply;
+pub mod fake;
+pub mod names;
+pub mod plan;
+pub mod render;
+pub mod tx;
+
+pub use apply::{ApplyError, NftExecutor};
+pub use fake::{FakeError, FakeNft};
+pub use plan::{FullMode, Plan, Renderer};
+pub use tx::{Family, Op, Transaction};

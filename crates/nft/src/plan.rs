@@ -1,0 +1,314 @@
+//! From desired state to transactions: full syncs (everything, optionally recreating the
+//! table) and partial syncs (only the changed services' chains, sets and elements).
+//!
+//! The [`Renderer`] remembers what was last applied successfully. A plan is computed without
+//! changing that memory; only [`Renderer::commit`] after a successful apply does. So a failed
+//! apply leaves both the kernel and the memory at the previous state, and the caller retries
+//! with a full sync.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use svcnet_proxy::{
+    DesiredFamily, DesiredNode, DesiredServicePort, NamespacedName, ServicePortName,
+};
+
+use crate::names::TABLE;
+use crate::render::{Base, Element, Fragment, base, base_ops, service_fragment};
+use crate::tx::{Family, Op, SetDef, Transaction};
+
+/// How a full sync treats the existing table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FullMode {
+    /// Delete and recreate the table in the same transaction: used on the first sync and after
+    /// a failure, when the kernel's state is unknown. Drops affinity state.
+    Recreate,
+    /// Re-assert every object (add, flush, re-add) and delete stale ones: used by the periodic
+    /// resync; repairs drift while keeping affinity sets.
+    Reassert,
+}
+
+/// A computed sync: the transaction plus what to remember once it is applied.
+#[derive(Debug)]
+pub struct Plan {
+    pub tx: Transaction,
+    update: Update,
+}
+
+#[derive(Debug)]
+enum Update {
+    Full {
+        node: DesiredNode,
+        fragments: BTreeMap<ServicePortName, Fragment>,
+    },
+    Partial {
+        fragments: BTreeMap<ServicePortName, Option<Fragment>>,
+    },
+}
+
+impl Plan {
+    pub fn is_full(&self) -> bool {
+        matches!(self.update, Update::Full { .. })
+    }
+}
+
+/// The nft dataplane's memory of one family's table.
+#[derive(Debug)]
+pub struct Renderer {
+    family: Family,
+    table: String,
+    node: Option<DesiredNode>,
+    applied: BTreeMap<ServicePortName, Fragment>,
+}
+
+impl Renderer {
+    pub fn new(family: Family) -> Self {
+        Self::with_table(family, TABLE)
+    }
+
+    /// A renderer for a differently named table (tests and benchmarks run side by side).
+    pub fn with_table(family: Family, table: &str) -> Self {
+        Self {
+            family,
+            table: table.into(),
+            node: None,
+            applied: BTreeMap::new(),
+        }
+    }
+
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Whether a full sync has been committed (partial syncs need one first).
+    pub fn has_applied(&self) -> bool {
+        self.node.is_some()
+    }
+
+    /// Number of service ports currently programmed.
+    pub fn service_ports(&self) -> usize {
+        self.applied.len()
+    }
+
+    /// Plans a full sync of `desired`.
+    pub fn plan_full(&self, desired: &DesiredFamily, mode: FullMode) -> Plan {
+        let mut tx = Transaction::new(self.family, self.table.clone());
+        let base: Base = base(self.family, &desired.node);
+        let fragments: BTreeMap<ServicePortName, Fragment> = desired
+            .services
+            .iter()
+            .map(|(k, d)| (k.clone(), service_fragment(self.family, d, &desired.node)))
+            .collect();
+        let comment = Some("svcnet service proxy".to_string());
+        match mode {
+            FullMode::Recreate => {
+                tx.push(Op::AddTable { comment: None });
+                tx.push(Op::DeleteTable);
+                tx.push(Op::AddTable { comment });
+                base_ops(&base, &mut tx.ops, false);
+                for f in fragments.values() {
+                    push_fragment(&mut tx.ops, f, false);
+                }
+                for f in fragments.values() {
+                    for e in &f.elements {
+                        tx.push(add_element(e));
+                    }
+                }
+            }
+            FullMode::Reassert => {
+                tx.push(Op::AddTable { comment });
+                base_ops(&base, &mut tx.ops, true);
+                let new_chains: BTreeSet<&String> =
+                    fragments.values().flat_map(|f| f.chains.keys()).collect();
+                let new_sets: BTreeSet<&String> =
+                    fragments.values().flat_map(|f| f.sets.keys()).collect();
+                let stale_chains: Vec<&String> = self
+                    .applied
+                    .values()
+                    .flat_map(|f| f.chains.keys())
+                    .filter(|c| !new_chains.contains(c))
+                    .collect();
+                let stale_sets: Vec<&SetDef> = self
+                    .applied
+                    .values()
+                    .flat_map(|f| f.sets.values())
+                    .filter(|s| !new_sets.contains(&s.name))
+                    .collect();
+                for c in &stale_chains {
+                    tx.push(Op::FlushChain((*c).clone()));
+                }
+                for f in fragments.values() {
+                    push_fragment(&mut tx.ops, f, true);
+                }
+                for f in fragments.values() {
+                    for e in &f.elements {
+                        tx.push(add_element(e));
+                    }
+                }
+                for c in stale_chains {
+                    tx.push(Op::DeleteChain(c.clone()));
+                }
+                for s in stale_sets {
+                    tx.push(Op::DeleteSet {
+                        name: s.name.clone(),
+                        kind: s.kind,
+                    });
+                }
+            }
+        }
+        Plan {
+            tx,
+            update: Update::Full {
+                node: desired.node.clone(),
+                fragments,
+            },
+        }
+    }
+
+    /// Plans a partial sync: `changes` maps each changed service to all of its desired ports
+    /// in this family (empty when the service is gone). Returns `None` when no full sync has
+    /// been committed yet or the node settings changed, because a full sync is needed then.
+    pub fn plan_partial(
+        &self,
+        node: &DesiredNode,
+        changes: &BTreeMap<NamespacedName, Vec<DesiredServicePort>>,
+    ) -> Option<Plan> {
+        if self.node.as_ref() != Some(node) {
+            return None;
+        }
+        let mut updates: BTreeMap<ServicePortName, (Option<&Fragment>, Option<Fragment>)> =
+            BTreeMap::new();
+        for (svc, ports) in changes {
+            for (spn, old) in self.applied.iter().filter(|(k, _)| &k.service == svc) {
+                updates.insert(spn.clone(), (Some(old), None));
+            }
+            for d in ports {
+                let new = service_fragment(self.family, d, node);
+                updates.entry(d.name.clone()).or_insert((None, None)).1 = Some(new);
+            }
+        }
+        let empty = Fragment::default();
+        let mut tx = Transaction::new(self.family, self.table.clone());
+        let (mut head, mut adds, mut rules_add, mut elems_add, mut tail) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (old, new) in updates.values() {
+            let old = old.unwrap_or(&empty);
+            let new = new.as_ref().unwrap_or(&empty);
+            if old == new {
+                continue;
+            }
+            for e in old.elements.difference(&new.elements) {
+                head.push(Op::DeleteElement {
+                    set: e.set.to_string(),
+                    key: e.key.clone(),
+                });
+            }
+            for name in old.chains.keys() {
+                if !new.chains.contains_key(name) {
+                    head.push(Op::FlushChain(name.clone()));
+                    tail.push(Op::DeleteChain(name.clone()));
+                }
+            }
+            for (name, s) in &new.sets {
+                if !old.sets.contains_key(name) {
+                    adds.push(Op::AddSet(s.clone()));
+                }
+            }
+            for (name, s) in &old.sets {
+                if !new.sets.contains_key(name) {
+                    tail.push(Op::DeleteSet {
+                        name: name.clone(),
+                        kind: s.kind,
+                    });
+                }
+            }
+            for (name, rules) in &new.chains {
+                match old.chains.get(name) {
+                    Some(old_rules) if old_rules == rules => continue,
+                    Some(_) => adds.push(Op::FlushChain(name.clone())),
+                    None => adds.push(Op::AddChain {
+                        name: name.clone(),
+                        base: None,
+                    }),
+                }
+                for r in rules {
+                    rules_add.push(Op::AddRule {
+                        chain: name.clone(),
+                        rule: r.clone(),
+                    });
+                }
+            }
+            for e in new.elements.difference(&old.elements) {
+                elems_add.push(add_element(e));
+            }
+        }
+        tx.ops.extend(head);
+        tx.ops.extend(adds);
+        tx.ops.extend(rules_add);
+        tx.ops.extend(elems_add);
+        tx.ops.extend(tail);
+        let fragments = updates.into_iter().map(|(k, (_, new))| (k, new)).collect();
+        Some(Plan {
+            tx,
+            update: Update::Partial { fragments },
+        })
+    }
+
+    /// Records that `plan` was applied successfully.
+    pub fn commit(&mut self, plan: Plan) {
+        match plan.update {
+            Update::Full { node, fragments } => {
+                self.node = Some(node);
+                self.applied = fragments;
+            }
+            Update::Partial { fragments } => {
+                for (k, f) in fragments {
+                    match f {
+                        Some(f) => self.applied.insert(k, f),
+                        None => self.applied.remove(&k),
+                    };
+                }
+            }
+        }
+    }
+
+    /// Forgets what was applied, so the next sync is a full one (after a failed apply).
+    pub fn invalidate(&mut self) {
+        self.node = None;
+    }
+}
+
+fn add_element(e: &Element) -> Op {
+    Op::AddElement {
+        set: e.set.to_string(),
+        key: e.key.clone(),
+        value: e.value.clone(),
+    }
+}
+
+/// Chain and set creation for one fragment (elements come later, once every chain exists).
+fn push_fragment(ops: &mut Vec<Op>, f: &Fragment, flush: bool) {
+    for s in f.sets.values() {
+        ops.push(Op::AddSet(s.clone()));
+    }
+    for name in f.chains.keys() {
+        ops.push(Op::AddChain {
+            name: name.clone(),
+            base: None,
+        });
+        if flush {
+            ops.push(Op::FlushChain(name.clone()));
+        }
+    }
+    for (name, rules) in &f.chains {
+        for r in rules {
+            ops.push(Op::AddRule {
+                chain: name.clone(),
+                rule: r.clone(),
+            });
+        }
+    }
+}

@@ -1,0 +1,504 @@
+//! Rendering the desired state into nft objects: the fixed base chains, sets and maps
+//! ([`base`]) and one [`Fragment`] per service port ([`service_fragment`]). Pure.
+//!
+//! Layout (see README.md for the hook contract): `nat-prerouting`/`nat-output` jump to
+//! `services`, which dispatches through the `service-ips` verdict map keyed by
+//! `daddr . l4proto . dport` and, for local destinations, the `service-nodeports` map keyed by
+//! `l4proto . dport`. Each service port has a `service-…` chain (Cluster policy) and/or a
+//! `local-…` chain (Local policy) choosing an `endpoint-…` chain with `numgen random`; the
+//! endpoint chain marks hairpin traffic for masquerade and DNATs. External traffic goes
+//! through `external-…` (masquerade for Cluster policy, short-circuits for Local policy).
+//! Services without endpoints are rejected or dropped in filter hooks via the
+//! `no-endpoint-*` maps; `firewall-ips` enforces source ranges before DNAT.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use svcnet_proxy::{
+    ClusterIpMasquerade, DesiredEndpoint, DesiredNode, DesiredServicePort, NoEndpointsVerdict,
+    TrafficPolicy,
+};
+
+use crate::names::*;
+use crate::tx::{BaseChain, Family, Op, SetDef, SetKind};
+
+/// An element of a named set or map owned by one service port.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Element {
+    pub set: &'static str,
+    pub key: String,
+    pub value: Option<String>,
+}
+
+/// Everything one service port contributes to the table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fragment {
+    /// Regular chains owned by the port and their rules.
+    pub chains: BTreeMap<String, Vec<String>>,
+    /// Affinity sets owned by the port (dynamic; never flushed, so affinity survives resyncs).
+    pub sets: BTreeMap<String, SetDef>,
+    /// Elements in the shared maps and sets.
+    pub elements: BTreeSet<Element>,
+}
+
+/// The base (service-independent) part of the table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Base {
+    /// Chains in creation order, with their hook (if a base chain) and rules.
+    pub chains: Vec<(String, Option<BaseChain>, Vec<String>)>,
+    pub sets: Vec<SetDef>,
+}
+
+fn ip_kw(family: Family) -> &'static str {
+    family.as_str()
+}
+
+fn nets(list: &[IpNet]) -> String {
+    let v: Vec<String> = list.iter().map(|n| n.to_string()).collect();
+    format!("{{ {} }}", v.join(", "))
+}
+
+fn ip_literal(ip: IpAddr) -> String {
+    ip.to_string()
+}
+
+fn hook(kind: &'static str, hook: &'static str, priority: i32) -> Option<BaseChain> {
+    Some(BaseChain {
+        kind,
+        hook,
+        priority,
+    })
+}
+
+/// Match for destinations that accept node-port traffic: any local address except loopback,
+/// narrowed to `--nodeport-addresses` when given.
+fn nodeport_daddr(family: Family, node: &DesiredNode) -> String {
+    let ip = ip_kw(family);
+    let loopback = match family {
+        Family::Ip => "127.0.0.0/8",
+        Family::Ip6 => "::1",
+    };
+    let mut m = format!("fib daddr type local {ip} daddr != {loopback}");
+    if !node.nodeport_addresses.is_empty() {
+        write!(m, " {ip} daddr {}", nets(&node.nodeport_addresses)).ok();
+    }
+    m
+}
+
+/// The base chains, maps and sets of one family.
+pub fn base(family: Family, node: &DesiredNode) -> Base {
+    let ip = ip_kw(family);
+    let addr = family.addr_type();
+    let map = |name: &str, type_: String, comment: &str| SetDef {
+        name: name.to_string(),
+        kind: SetKind::Map,
+        type_,
+        flags: vec![],
+        timeout_seconds: None,
+        comment: Some(comment.to_string()),
+    };
+    let sets = vec![
+        SetDef {
+            name: CLUSTER_IPS.into(),
+            kind: SetKind::Set,
+            type_: addr.into(),
+            flags: vec![],
+            timeout_seconds: None,
+            comment: Some("active cluster IPs".into()),
+        },
+        map(
+            SERVICE_IPS,
+            format!("{addr} . inet_proto . inet_service : verdict"),
+            "service IP . proto . port to service chain",
+        ),
+        map(
+            SERVICE_NODEPORTS,
+            "inet_proto . inet_service : verdict".into(),
+            "proto . node port to external chain",
+        ),
+        map(
+            NO_ENDPOINT_SERVICES,
+            format!("{addr} . inet_proto . inet_service : verdict"),
+            "service IP . proto . port without endpoints",
+        ),
+        map(
+            NO_ENDPOINT_NODEPORTS,
+            "inet_proto . inet_service : verdict".into(),
+            "proto . node port without endpoints",
+        ),
+        map(
+            FIREWALL_IPS,
+            format!("{addr} . inet_proto . inet_service : verdict"),
+            "load-balancer IPs with source ranges",
+        ),
+    ];
+    let tuple = format!("{ip} daddr . meta l4proto . th dport");
+    let np = nodeport_daddr(family, node);
+    let mut cluster_ips_check = vec![format!("{ip} daddr @{CLUSTER_IPS} reject")];
+    if !node.service_cidrs.is_empty() {
+        cluster_ips_check.push(format!("{ip} daddr {} drop", nets(&node.service_cidrs)));
+    }
+    let chains = vec![
+        (
+            MARK_FOR_MASQUERADE.to_string(),
+            None,
+            vec![format!("meta mark set meta mark | {MASQUERADE_MARK:#x}")],
+        ),
+        (
+            "masquerading".into(),
+            None,
+            vec![
+                format!("meta mark & {MASQUERADE_MARK:#x} == 0 return"),
+                format!("meta mark set meta mark ^ {MASQUERADE_MARK:#x}"),
+                "masquerade fully-random".into(),
+            ],
+        ),
+        (REJECT_CHAIN.into(), None, vec!["reject".into()]),
+        (
+            "services".into(),
+            None,
+            vec![
+                format!("{tuple} vmap @{SERVICE_IPS}"),
+                format!("{np} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}"),
+            ],
+        ),
+        (
+            "firewall-check".into(),
+            None,
+            vec![format!("{tuple} vmap @{FIREWALL_IPS}")],
+        ),
+        (
+            "service-endpoints-check".into(),
+            None,
+            vec![format!("{tuple} vmap @{NO_ENDPOINT_SERVICES}")],
+        ),
+        (
+            "nodeport-endpoints-check".into(),
+            None,
+            vec![format!(
+                "{np} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}"
+            )],
+        ),
+        ("cluster-ips-check".into(), None, cluster_ips_check),
+        (
+            "filter-prerouting".into(),
+            hook("filter", "prerouting", -110),
+            vec!["ct state new jump firewall-check".into()],
+        ),
+        (
+            "filter-input".into(),
+            hook("filter", "input", -110),
+            vec![
+                "ct state new jump nodeport-endpoints-check".into(),
+                "ct state new jump service-endpoints-check".into(),
+            ],
+        ),
+        (
+            "filter-forward".into(),
+            hook("filter", "forward", -110),
+            vec![
+                "ct state invalid drop".into(),
+                "ct state new jump service-endpoints-check".into(),
+                "ct state new jump cluster-ips-check".into(),
+            ],
+        ),
+        (
+            "filter-output".into(),
+            hook("filter", "output", -110),
+            vec![
+                "ct state new jump service-endpoints-check".into(),
+                "ct state new jump firewall-check".into(),
+            ],
+        ),
+        (
+            "filter-output-post-dnat".into(),
+            hook("filter", "output", -90),
+            vec!["ct state new jump cluster-ips-check".into()],
+        ),
+        (
+            "nat-prerouting".into(),
+            hook("nat", "prerouting", -100),
+            vec!["jump services".into()],
+        ),
+        (
+            "nat-output".into(),
+            hook("nat", "output", -100),
+            vec!["jump services".into()],
+        ),
+        (
+            "nat-postrouting".into(),
+            hook("nat", "postrouting", 100),
+            vec!["jump masquerading".into()],
+        ),
+    ];
+    Base { chains, sets }
+}
+
+/// Ops creating the whole base from scratch (into an empty table).
+pub fn base_ops(base: &Base, ops: &mut Vec<Op>, flush: bool) {
+    for s in &base.sets {
+        ops.push(Op::AddSet(s.clone()));
+        if flush {
+            ops.push(Op::FlushSet {
+                name: s.name.clone(),
+                kind: s.kind,
+            });
+        }
+    }
+    for (name, hook, rules) in &base.chains {
+        ops.push(Op::AddChain {
+            name: name.clone(),
+            base: hook.clone(),
+        });
+        if flush {
+            ops.push(Op::FlushChain(name.clone()));
+        }
+        for r in rules {
+            ops.push(Op::AddRule {
+                chain: name.clone(),
+                rule: r.clone(),
+            });
+        }
+    }
+}
+
+fn verdict_value(v: NoEndpointsVerdict) -> String {
+    match v {
+        NoEndpointsVerdict::Reject => format!("goto {REJECT_CHAIN}"),
+        NoEndpointsVerdict::Drop => "drop".into(),
+    }
+}
+
+/// The chain choosing among `eps`: masquerade check for cluster-IP traffic (when this chain
+/// serves internal traffic), affinity lookups, then a uniform random pick.
+fn policy_chain(
+    family: Family,
+    d: &DesiredServicePort,
+    node: &DesiredNode,
+    eps: &[DesiredEndpoint],
+    internal: bool,
+) -> Vec<String> {
+    let ip = ip_kw(family);
+    let mut rules = Vec::new();
+    if internal {
+        let m = format!(
+            "{ip} daddr {} {} dport {}",
+            ip_literal(d.cluster_ip),
+            d.protocol,
+            d.port
+        );
+        match d.cluster_ip_masquerade {
+            ClusterIpMasquerade::All => rules.push(format!("{m} jump {MARK_FOR_MASQUERADE}")),
+            ClusterIpMasquerade::OffCluster => rules.push(format!(
+                "{m} {ip} saddr != {} jump {MARK_FOR_MASQUERADE}",
+                nets(&node.cluster_cidrs)
+            )),
+            ClusterIpMasquerade::Never => {}
+        }
+    }
+    if d.affinity_timeout.is_some() {
+        for ep in eps {
+            rules.push(format!(
+                "{ip} saddr @{} goto {}",
+                affinity_set(&d.name, ep),
+                endpoint_chain(&d.name, ep)
+            ));
+        }
+    }
+    let mut slots = Vec::new();
+    for ep in eps {
+        for _ in 0..ep.weight.max(1) {
+            slots.push(endpoint_chain(&d.name, ep));
+        }
+    }
+    let entries: Vec<String> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{i} : goto {c}"))
+        .collect();
+    rules.push(format!(
+        "numgen random mod {} vmap {{ {} }}",
+        slots.len(),
+        entries.join(", ")
+    ));
+    rules
+}
+
+/// Renders one service port.
+pub fn service_fragment(family: Family, d: &DesiredServicePort, node: &DesiredNode) -> Fragment {
+    let ip = ip_kw(family);
+    let spn = &d.name;
+    let proto = d.protocol.as_str();
+    let mut f = Fragment::default();
+    let mut elem = |set: &'static str, key: String, value: Option<String>| {
+        f.elements.insert(Element { set, key, value });
+    };
+    let tuple = |addr: IpAddr, port: u16| format!("{} . {proto} . {port}", ip_literal(addr));
+
+    elem(CLUSTER_IPS, ip_literal(d.cluster_ip), None);
+
+    // Internal traffic.
+    let internal_chain = match d.internal_policy {
+        TrafficPolicy::Cluster => service_chain(spn),
+        TrafficPolicy::Local => local_chain(spn),
+    };
+    match d.internal_no_endpoints {
+        None => elem(
+            SERVICE_IPS,
+            tuple(d.cluster_ip, d.port),
+            Some(format!("goto {internal_chain}")),
+        ),
+        Some(v) => elem(
+            NO_ENDPOINT_SERVICES,
+            tuple(d.cluster_ip, d.port),
+            Some(verdict_value(v)),
+        ),
+    }
+
+    // External traffic.
+    let external_ips: Vec<IpAddr> = d
+        .external_ips
+        .iter()
+        .chain(&d.load_balancer_ips)
+        .copied()
+        .collect();
+    let mut external_rules = None;
+    if d.has_external() {
+        let target = match d.external_no_endpoints {
+            Some(NoEndpointsVerdict::Reject) => None,
+            _ => Some(format!("goto {}", external_chain(spn))),
+        };
+        for addr in &external_ips {
+            match &target {
+                Some(t) => elem(SERVICE_IPS, tuple(*addr, d.port), Some(t.clone())),
+                None => elem(
+                    NO_ENDPOINT_SERVICES,
+                    tuple(*addr, d.port),
+                    Some(verdict_value(NoEndpointsVerdict::Reject)),
+                ),
+            }
+        }
+        if let Some(np) = d.node_port {
+            match &target {
+                Some(t) => elem(
+                    SERVICE_NODEPORTS,
+                    format!("{proto} . {np}"),
+                    Some(t.clone()),
+                ),
+                None => elem(
+                    NO_ENDPOINT_NODEPORTS,
+                    format!("{proto} . {np}"),
+                    Some(verdict_value(NoEndpointsVerdict::Reject)),
+                ),
+            }
+        }
+        if !d.load_balancer_source_ranges.is_empty() {
+            let fw = firewall_chain(spn);
+            for addr in &d.load_balancer_ips {
+                elem(
+                    FIREWALL_IPS,
+                    tuple(*addr, d.port),
+                    Some(format!("goto {fw}")),
+                );
+            }
+            if !d.load_balancer_ips.is_empty() {
+                f.chains.insert(
+                    fw,
+                    vec![format!(
+                        "{ip} saddr != {} drop",
+                        nets(&d.load_balancer_source_ranges)
+                    )],
+                );
+            }
+        }
+        if target.is_some() {
+            let svc = service_chain(spn);
+            let mut rules = Vec::new();
+            match d.external_policy {
+                TrafficPolicy::Cluster => {
+                    rules.push(format!("jump {MARK_FOR_MASQUERADE}"));
+                    rules.push(format!("goto {svc}"));
+                }
+                TrafficPolicy::Local => {
+                    // Pods and the node itself reach the service through all endpoints
+                    // (upstream's short-circuit); node-sourced traffic is masqueraded.
+                    if !d.cluster_endpoints.is_empty() {
+                        if !node.cluster_cidrs.is_empty() {
+                            rules.push(format!(
+                                "{ip} saddr {} goto {svc}",
+                                nets(&node.cluster_cidrs)
+                            ));
+                        }
+                        rules.push(format!("fib saddr type local jump {MARK_FOR_MASQUERADE}"));
+                        rules.push(format!("fib saddr type local goto {svc}"));
+                    }
+                    if d.local_endpoints.is_empty() {
+                        rules.push("drop".into());
+                    } else {
+                        rules.push(format!("goto {}", local_chain(spn)));
+                    }
+                }
+            }
+            external_rules = Some(rules);
+        }
+    }
+    let external_used = external_rules.is_some();
+    if let Some(rules) = external_rules {
+        f.chains.insert(external_chain(spn), rules);
+    }
+
+    // Policy chains, only those something jumps to.
+    let cluster_used = !d.cluster_endpoints.is_empty()
+        && ((d.internal_policy == TrafficPolicy::Cluster && d.internal_no_endpoints.is_none())
+            || external_used);
+    let local_used = !d.local_endpoints.is_empty()
+        && ((d.internal_policy == TrafficPolicy::Local && d.internal_no_endpoints.is_none())
+            || (external_used && d.external_policy == TrafficPolicy::Local));
+    let mut endpoints: BTreeSet<&DesiredEndpoint> = BTreeSet::new();
+    if cluster_used {
+        let internal = d.internal_policy == TrafficPolicy::Cluster;
+        f.chains.insert(
+            service_chain(spn),
+            policy_chain(family, d, node, &d.cluster_endpoints, internal),
+        );
+        endpoints.extend(&d.cluster_endpoints);
+    }
+    if local_used {
+        let internal = d.internal_policy == TrafficPolicy::Local;
+        f.chains.insert(
+            local_chain(spn),
+            policy_chain(family, d, node, &d.local_endpoints, internal),
+        );
+        endpoints.extend(&d.local_endpoints);
+    }
+    for ep in endpoints {
+        let mut rules = vec![format!(
+            "{ip} saddr {} jump {MARK_FOR_MASQUERADE}",
+            ip_literal(ep.ip)
+        )];
+        if let Some(timeout) = d.affinity_timeout {
+            let set = affinity_set(spn, ep);
+            rules.push(format!("update @{set} {{ {ip} saddr }}"));
+            f.sets.insert(
+                set.clone(),
+                SetDef {
+                    name: set,
+                    kind: SetKind::Set,
+                    type_: family.addr_type().into(),
+                    flags: vec!["dynamic", "timeout"],
+                    timeout_seconds: Some(timeout),
+                    comment: None,
+                },
+            );
+        }
+        let dest = match ep.ip {
+            IpAddr::V4(a) => format!("{a}:{}", ep.port),
+            IpAddr::V6(a) => format!("[{a}]:{}", ep.port),
+        };
+        rules.push(format!("meta l4proto {proto} dnat to {dest}"));
+        f.chains.insert(endpoint_chain(spn, ep), rules);
+    }
+    f
+}

@@ -1,0 +1,200 @@
+//! An nft transaction as a value: a list of operations whose `Display` is the canonical text
+//! that `nft -f -` applies atomically (all or nothing).
+
+use std::fmt;
+
+/// Address family of a table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Family {
+    Ip,
+    Ip6,
+}
+
+impl Family {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ip => "ip",
+            Self::Ip6 => "ip6",
+        }
+    }
+    /// The address type of set keys (`ipv4_addr`, `ipv6_addr`).
+    pub fn addr_type(self) -> &'static str {
+        match self {
+            Self::Ip => "ipv4_addr",
+            Self::Ip6 => "ipv6_addr",
+        }
+    }
+}
+
+impl From<svcnet_proxy::IpFamily> for Family {
+    fn from(f: svcnet_proxy::IpFamily) -> Self {
+        match f {
+            svcnet_proxy::IpFamily::V4 => Self::Ip,
+            svcnet_proxy::IpFamily::V6 => Self::Ip6,
+        }
+    }
+}
+
+/// Hook of a base chain: `type <kind> hook <hook> priority <priority>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BaseChain {
+    pub kind: &'static str,
+    pub hook: &'static str,
+    pub priority: i32,
+}
+
+/// Whether a set declaration is a plain set or a map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetKind {
+    Set,
+    Map,
+}
+
+/// A set or map declaration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetDef {
+    pub name: String,
+    pub kind: SetKind,
+    /// The `type` clause, e.g. `ipv4_addr . inet_proto . inet_service : verdict`.
+    pub type_: String,
+    pub flags: Vec<&'static str>,
+    pub timeout_seconds: Option<u32>,
+    pub comment: Option<String>,
+}
+
+/// One operation of a transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    AddTable {
+        comment: Option<String>,
+    },
+    DeleteTable,
+    AddChain {
+        name: String,
+        base: Option<BaseChain>,
+    },
+    FlushChain(String),
+    DeleteChain(String),
+    AddRule {
+        chain: String,
+        rule: String,
+    },
+    AddSet(SetDef),
+    FlushSet {
+        name: String,
+        kind: SetKind,
+    },
+    DeleteSet {
+        name: String,
+        kind: SetKind,
+    },
+    AddElement {
+        set: String,
+        key: String,
+        value: Option<String>,
+    },
+    DeleteElement {
+        set: String,
+        key: String,
+    },
+}
+
+/// A transaction on one table.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transaction {
+    pub family: Family,
+    pub table: String,
+    pub ops: Vec<Op>,
+}
+
+impl Transaction {
+    pub fn new(family: Family, table: impl Into<String>) -> Self {
+        Self {
+            family,
+            table: table.into(),
+            ops: Vec::new(),
+        }
+    }
+    pub fn push(&mut self, op: Op) {
+        self.ops.push(op);
+    }
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+}
+
+fn kind_word(kind: SetKind) -> &'static str {
+    match kind {
+        SetKind::Set => "set",
+        SetKind::Map => "map",
+    }
+}
+
+impl fmt::Display for Transaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = format!("{} {}", self.family.as_str(), self.table);
+        for op in &self.ops {
+            match op {
+                Op::AddTable { comment: Some(c) } => {
+                    writeln!(f, "add table {t} {{ comment \"{c}\" ; }}")?
+                }
+                Op::AddTable { comment: None } => writeln!(f, "add table {t}")?,
+                Op::DeleteTable => writeln!(f, "delete table {t}")?,
+                Op::AddChain { name, base: None } => writeln!(f, "add chain {t} {name}")?,
+                Op::AddChain {
+                    name,
+                    base: Some(b),
+                } => writeln!(
+                    f,
+                    "add chain {t} {name} {{ type {} hook {} priority {} ; }}",
+                    b.kind, b.hook, b.priority
+                )?,
+                Op::FlushChain(name) => writeln!(f, "flush chain {t} {name}")?,
+                Op::DeleteChain(name) => writeln!(f, "delete chain {t} {name}")?,
+                Op::AddRule { chain, rule } => writeln!(f, "add rule {t} {chain} {rule}")?,
+                Op::AddSet(s) => {
+                    write!(
+                        f,
+                        "add {} {t} {} {{ type {} ;",
+                        kind_word(s.kind),
+                        s.name,
+                        s.type_
+                    )?;
+                    if !s.flags.is_empty() {
+                        write!(f, " flags {} ;", s.flags.join(","))?;
+                    }
+                    if let Some(to) = s.timeout_seconds {
+                        write!(f, " timeout {to}s ;")?;
+                    }
+                    if let Some(c) = &s.comment {
+                        write!(f, " comment \"{c}\" ;")?;
+                    }
+                    writeln!(f, " }}")?;
+                }
+                Op::FlushSet { name, kind } => {
+                    writeln!(f, "flush {} {t} {name}", kind_word(*kind))?
+                }
+                Op::DeleteSet { name, kind } => {
+                    writeln!(f, "delete {} {t} {name}", kind_word(*kind))?
+                }
+                Op::AddElement {
+                    set,
+                    key,
+                    value: Some(v),
+                } => writeln!(f, "add element {t} {set} {{ {key} : {v} }}")?,
+                Op::AddElement {
+                    set,
+                    key,
+                    value: None,
+                } => writeln!(f, "add element {t} {set} {{ {key} }}")?,
+                Op::DeleteElement { set, key } => {
+                    writeln!(f, "delete element {t} {set} {{ {key} }}")?
+                }
+            }
+        }
+        Ok(())
+    }
+}
