@@ -3,7 +3,9 @@
 //! (unknown-field) checks, all as functions on `serde_json::Value` that follow upstream
 //! `k8s.io/apimachinery` semantics.
 //!
-//! This crate never does I/O: no sockets, no files, no clock (callers pass `now`), no tokio.
+//! This crate never does I/O: no sockets, no files, no tokio. Only `table::to_table` reads the
+//! clock (for the AGE column); `table::to_table_at` takes `now` instead.
 
 pub mod patch;
 pub mod selector;
+pub mod table;
