@@ -6,8 +6,11 @@
 //! kubelet's service variables. It never writes to the API server.
 
 pub mod envvars;
+pub mod fake_upstream;
 pub mod fixtures;
+pub mod server;
 pub mod zone;
 
 pub use envvars::{ServiceEnv, service_env_vars};
+pub use server::{DnsError, DnsServer, ZoneHandle};
 pub use zone::{Objects, Outcome, PodMode, Response, Zone, ZoneConfig};

@@ -1,0 +1,365 @@
+//! Forwarding questions outside the cluster zone to upstream resolvers, with a cache that
+//! honours record TTLs and negative TTLs (RFC 2308: the SOA's minimum, bounded by its TTL).
+//!
+//! UDP first; a truncated UDP answer is retried over TCP. Upstreams are tried in order until one
+//! answers. The cache key is (lower-case name, type, class); entries age, so a cached answer is
+//! served with TTLs decremented by the time it spent in the cache.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::{DNSClass, Name, RData, RecordType};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpStream, UdpSocket};
+
+/// Longest time any answer is cached (CoreDNS `cache` default).
+const MAX_TTL: u32 = 3600;
+/// Longest time a negative answer is cached (CoreDNS `cache` default).
+const MAX_NEGATIVE_TTL: u32 = 1800;
+/// Entries kept before the cache drops expired ones (and then everything, if still full).
+const MAX_ENTRIES: usize = 10_000;
+
+/// Why forwarding failed; the client gets SERVFAIL (or REFUSED when there is no upstream).
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// No upstream is configured (or all were removed to avoid a loop).
+    #[error("no upstream resolver configured")]
+    NoUpstream,
+    /// Every upstream failed or timed out.
+    #[error("every upstream failed; last error: {0}")]
+    AllFailed(String),
+}
+
+/// An upstream answer as the client should see it.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    pub message: Message,
+    /// Whether it came from the cache.
+    pub cached: bool,
+}
+
+#[derive(Debug)]
+struct Entry {
+    message: Message,
+    stored: Instant,
+    ttl: u32,
+}
+
+type Key = (Name, RecordType, DNSClass);
+
+/// Upstream resolvers plus a shared answer cache.
+#[derive(Debug)]
+pub struct Forwarder {
+    upstreams: Vec<SocketAddr>,
+    timeout: Duration,
+    cache: Mutex<HashMap<Key, Entry>>,
+}
+
+impl Forwarder {
+    /// Forward to `upstreams`, dropping any equal to `own` (our listen address), so that a
+    /// resolv.conf naming this server never makes it forward to itself.
+    pub fn new(upstreams: Vec<SocketAddr>, own: Option<SocketAddr>, timeout: Duration) -> Self {
+        let upstreams = upstreams
+            .into_iter()
+            .filter(|u| match own {
+                Some(own) => !is_same_endpoint(*u, own),
+                None => true,
+            })
+            .collect();
+        Forwarder {
+            upstreams,
+            timeout,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The upstreams in use.
+    pub fn upstreams(&self) -> &[SocketAddr] {
+        &self.upstreams
+    }
+
+    /// Resolve `name`/`qtype`/`qclass` upstream, from the cache when fresh.
+    pub async fn resolve(
+        &self,
+        name: &Name,
+        qtype: RecordType,
+        qclass: DNSClass,
+    ) -> Result<Upstream, ForwardError> {
+        if self.upstreams.is_empty() {
+            return Err(ForwardError::NoUpstream);
+        }
+        let key = (name.to_lowercase(), qtype, qclass);
+        if let Some(message) = self.cached(&key) {
+            return Ok(Upstream {
+                message,
+                cached: true,
+            });
+        }
+        let mut last_error = String::from("no attempt");
+        for upstream in &self.upstreams {
+            match self.exchange(*upstream, name, qtype, qclass).await {
+                Ok(message) => {
+                    self.store(key, &message);
+                    return Ok(Upstream {
+                        message,
+                        cached: false,
+                    });
+                }
+                Err(e) => last_error = format!("{upstream}: {e}"),
+            }
+        }
+        Err(ForwardError::AllFailed(last_error))
+    }
+
+    fn cached(&self, key: &Key) -> Option<Message> {
+        let cache = self.cache.lock().ok()?;
+        let entry = cache.get(key)?;
+        let age = u32::try_from(entry.stored.elapsed().as_secs()).unwrap_or(u32::MAX);
+        if age >= entry.ttl {
+            return None;
+        }
+        let mut message = entry.message.clone();
+        for record in message
+            .answers
+            .iter_mut()
+            .chain(message.authorities.iter_mut())
+            .chain(message.additionals.iter_mut())
+        {
+            record.ttl = record.ttl.saturating_sub(age);
+        }
+        Some(message)
+    }
+
+    fn store(&self, key: Key, message: &Message) {
+        let Some(ttl) = cache_ttl(message) else {
+            return;
+        };
+        let Ok(mut cache) = self.cache.lock() else {
+            return;
+        };
+        if cache.len() >= MAX_ENTRIES {
+            cache.retain(|_, e| e.stored.elapsed() < Duration::from_secs(u64::from(e.ttl)));
+            if cache.len() >= MAX_ENTRIES {
+                cache.clear();
+            }
+        }
+        cache.insert(
+            key,
+            Entry {
+                message: message.clone(),
+                stored: Instant::now(),
+                ttl,
+            },
+        );
+    }
+
+    /// One question to one upstream: UDP, then TCP when truncated.
+    async fn exchange(
+        &self,
+        upstream: SocketAddr,
+        name: &Name,
+        qtype: RecordType,
+        qclass: DNSClass,
+    ) -> Result<Message, String> {
+        let id: u16 = rand::random();
+        let mut query = Message::new(id, MessageType::Query, OpCode::Query);
+        query.metadata.recursion_desired = true;
+        let mut q = Query::query(name.clone(), qtype);
+        q.set_query_class(qclass);
+        query.add_query(q);
+        let mut edns = Edns::new();
+        edns.set_max_payload(4096);
+        query.set_edns(edns);
+        let bytes = query.to_vec().map_err(|e| e.to_string())?;
+
+        let udp = tokio::time::timeout(self.timeout, udp_exchange(upstream, &bytes, id, name))
+            .await
+            .map_err(|_| "timed out over UDP".to_string())??;
+        if !udp.metadata.truncation {
+            return Ok(udp);
+        }
+        match tokio::time::timeout(self.timeout, tcp_exchange(upstream, &bytes, id)).await {
+            Ok(Ok(full)) => Ok(full),
+            // Keep the truncated answer (its TC bit tells the client) when TCP fails.
+            _ => Ok(udp),
+        }
+    }
+}
+
+async fn udp_exchange(
+    upstream: SocketAddr,
+    bytes: &[u8],
+    id: u16,
+    name: &Name,
+) -> Result<Message, String> {
+    let bind: SocketAddr = if upstream.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let socket = UdpSocket::bind(bind).await.map_err(|e| e.to_string())?;
+    socket.connect(upstream).await.map_err(|e| e.to_string())?;
+    socket.send(bytes).await.map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; 65535];
+    loop {
+        let n = socket.recv(&mut buf).await.map_err(|e| e.to_string())?;
+        // Ignore stray or spoofed datagrams: the ID and the question must match.
+        let Ok(message) = Message::from_vec(&buf[..n]) else {
+            continue;
+        };
+        let same_question = message.queries.first().map(|q| q.name() == name) == Some(true);
+        if message.metadata.id == id
+            && message.metadata.message_type == MessageType::Response
+            && same_question
+        {
+            return Ok(message);
+        }
+    }
+}
+
+async fn tcp_exchange(upstream: SocketAddr, bytes: &[u8], id: u16) -> Result<Message, String> {
+    let mut stream = TcpStream::connect(upstream)
+        .await
+        .map_err(|e| e.to_string())?;
+    let len = u16::try_from(bytes.len()).map_err(|e| e.to_string())?;
+    stream
+        .write_all(&len.to_be_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    stream.write_all(bytes).await.map_err(|e| e.to_string())?;
+    let mut len = [0u8; 2];
+    stream
+        .read_exact(&mut len)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; usize::from(u16::from_be_bytes(len))];
+    stream
+        .read_exact(&mut buf)
+        .await
+        .map_err(|e| e.to_string())?;
+    let message = Message::from_vec(&buf).map_err(|e| e.to_string())?;
+    if message.metadata.id != id {
+        return Err("TCP answer with a different ID".into());
+    }
+    Ok(message)
+}
+
+/// How long an upstream answer may be cached: the smallest answer TTL for positive answers;
+/// for NXDOMAIN and NODATA the SOA's min(TTL, minimum); nothing for failures, truncated
+/// answers, or negative answers without an SOA.
+pub(crate) fn cache_ttl(message: &Message) -> Option<u32> {
+    if message.metadata.truncation {
+        return None;
+    }
+    let rcode = message.metadata.response_code;
+    if rcode == ResponseCode::NoError && !message.answers.is_empty() {
+        let ttl = message.answers.iter().map(|r| r.ttl).min()?;
+        return (ttl > 0).then_some(ttl.min(MAX_TTL));
+    }
+    if rcode == ResponseCode::NoError || rcode == ResponseCode::NXDomain {
+        let ttl = message.authorities.iter().find_map(|r| match &r.data {
+            RData::SOA(soa) => Some(r.ttl.min(soa.minimum)),
+            _ => None,
+        })?;
+        return (ttl > 0).then_some(ttl.min(MAX_NEGATIVE_TTL));
+    }
+    None
+}
+
+/// Whether `upstream` would reach the server listening on `own`: same port, and the same
+/// address or `own` listening on every address.
+fn is_same_endpoint(upstream: SocketAddr, own: SocketAddr) -> bool {
+    if upstream.port() != own.port() {
+        return false;
+    }
+    upstream.ip() == own.ip() || own.ip().is_unspecified()
+}
+
+/// The nameservers of a resolv.conf text, port 53.
+pub fn parse_resolv_conf(text: &str) -> Vec<SocketAddr> {
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            (words.next()? == "nameserver").then_some(())?;
+            let ip: std::net::IpAddr = words.next()?.split('%').next()?.parse().ok()?;
+            Some(SocketAddr::new(ip, 53))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hickory_proto::rr::Record;
+    use hickory_proto::rr::rdata::{A, SOA};
+
+    #[test]
+    fn loops_to_ourselves_are_removed() {
+        let own: SocketAddr = "127.0.0.1:1053".parse().unwrap();
+        let f = Forwarder::new(
+            vec![
+                "127.0.0.1:1053".parse().unwrap(),
+                "127.0.0.2:1053".parse().unwrap(),
+                "127.0.0.1:53".parse().unwrap(),
+                "192.0.2.1:1053".parse().unwrap(),
+            ],
+            Some(own),
+            Duration::from_secs(1),
+        );
+        assert_eq!(
+            f.upstreams(),
+            &[
+                "127.0.0.2:1053".parse().unwrap(),
+                "127.0.0.1:53".parse().unwrap(),
+                "192.0.2.1:1053".parse().unwrap()
+            ]
+        );
+    }
+
+    #[test]
+    fn resolv_conf() {
+        let text = "# x\nsearch a.b\nnameserver 10.0.0.2\nnameserver fe80::1%eth0\noptions ndots:5\nnameserver bogus\n";
+        let parsed = parse_resolv_conf(text);
+        assert_eq!(
+            parsed,
+            vec![
+                "10.0.0.2:53".parse().unwrap(),
+                "[fe80::1]:53".parse().unwrap()
+            ]
+        );
+    }
+
+    #[test]
+    fn cache_ttls() {
+        let name = Name::from_ascii("example.org.").unwrap();
+        let mut positive = Message::response(1, OpCode::Query);
+        positive.add_answer(Record::from_rdata(
+            name.clone(),
+            300,
+            RData::A(A::new(192, 0, 2, 1)),
+        ));
+        positive.add_answer(Record::from_rdata(
+            name.clone(),
+            60,
+            RData::A(A::new(192, 0, 2, 2)),
+        ));
+        assert_eq!(cache_ttl(&positive), Some(60));
+
+        let soa = SOA::new(name.clone(), name.clone(), 1, 1, 1, 1, 20);
+        let mut negative = Message::response(1, OpCode::Query);
+        negative.metadata.response_code = ResponseCode::NXDomain;
+        negative.add_authority(Record::from_rdata(name.clone(), 900, RData::SOA(soa)));
+        assert_eq!(cache_ttl(&negative), Some(20));
+
+        let mut no_soa = Message::response(1, OpCode::Query);
+        no_soa.metadata.response_code = ResponseCode::NXDomain;
+        assert_eq!(cache_ttl(&no_soa), None);
+
+        let mut servfail = Message::response(1, OpCode::Query);
+        servfail.metadata.response_code = ResponseCode::ServFail;
+        assert_eq!(cache_ttl(&servfail), None);
+    }
+}

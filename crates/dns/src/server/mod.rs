@@ -1,0 +1,157 @@
+//! The DNS transport: UDP and TCP on one address (hickory-server), answering the cluster zone
+//! from the published snapshot and forwarding the rest.
+
+mod forward;
+mod handler;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hickory_server::Server;
+use tokio::net::{TcpListener, UdpSocket};
+
+pub use forward::{ForwardError, Forwarder, Upstream, parse_resolv_conf};
+pub use handler::{Handler, ZoneHandle};
+
+use crate::zone::ZoneConfig;
+
+/// How long an idle TCP connection is kept.
+const TCP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long one upstream gets to answer.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Errors starting or running the DNS server.
+#[derive(Debug, thiserror::Error)]
+pub enum DnsError {
+    /// The listen address could not be bound for UDP or TCP.
+    #[error("cannot listen on {addr} ({proto}): {source}")]
+    Bind {
+        addr: SocketAddr,
+        proto: &'static str,
+        source: std::io::Error,
+    },
+    /// The server's sockets stopped.
+    #[error("DNS server stopped: {0}")]
+    Serve(String),
+    /// The API server could not be watched.
+    #[error("watching {resource}: {message}")]
+    Watch {
+        resource: &'static str,
+        message: String,
+    },
+}
+
+impl DnsError {
+    /// Whether trying again later may succeed (a busy port or a lost API connection may clear).
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, DnsError::Bind { source, .. } if source.kind() == std::io::ErrorKind::AddrNotAvailable)
+    }
+}
+
+/// A running DNS server; the zone it serves is published through [`DnsServer::zone`].
+pub struct DnsServer {
+    server: Server<Handler>,
+    local_addr: SocketAddr,
+    zone: ZoneHandle,
+    upstreams: Vec<SocketAddr>,
+}
+
+impl DnsServer {
+    /// Listen on `listen` (UDP and TCP on the same port; port 0 picks a free one) and serve
+    /// `config`'s zone, SERVFAIL in it until a zone is published; forward the rest to
+    /// `upstreams` (minus this server itself).
+    pub async fn start(
+        listen: SocketAddr,
+        config: Arc<ZoneConfig>,
+        upstreams: Vec<SocketAddr>,
+    ) -> Result<DnsServer, DnsError> {
+        let (udp, tcp) = bind_pair(listen).await?;
+        let local_addr = udp.local_addr().map_err(|source| DnsError::Bind {
+            addr: listen,
+            proto: "udp",
+            source,
+        })?;
+        let forwarder = Arc::new(Forwarder::new(
+            upstreams,
+            Some(local_addr),
+            UPSTREAM_TIMEOUT,
+        ));
+        let upstreams = forwarder.upstreams().to_vec();
+        let zone = ZoneHandle::default();
+        let handler = Handler {
+            config,
+            zone: zone.clone(),
+            forwarder,
+        };
+        let mut server = Server::new(handler);
+        server.register_socket(udp);
+        server.register_listener(tcp, TCP_TIMEOUT, 64);
+        Ok(DnsServer {
+            server,
+            local_addr,
+            zone,
+            upstreams,
+        })
+    }
+
+    /// The bound address (UDP and TCP).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Where zone snapshots are published.
+    pub fn zone(&self) -> ZoneHandle {
+        self.zone.clone()
+    }
+
+    /// The upstreams actually used (loops to ourselves removed).
+    pub fn upstreams(&self) -> &[SocketAddr] {
+        &self.upstreams
+    }
+
+    /// Stop listening and wait for in-flight requests.
+    pub async fn shutdown(mut self) -> Result<(), DnsError> {
+        self.server
+            .shutdown_gracefully()
+            .await
+            .map_err(|e| DnsError::Serve(e.to_string()))
+    }
+}
+
+/// Bind UDP and TCP to the same address; with port 0, retry until both get the same port.
+async fn bind_pair(listen: SocketAddr) -> Result<(UdpSocket, TcpListener), DnsError> {
+    let mut last = None;
+    for _ in 0..if listen.port() == 0 { 32 } else { 1 } {
+        let udp = UdpSocket::bind(listen)
+            .await
+            .map_err(|source| DnsError::Bind {
+                addr: listen,
+                proto: "udp",
+                source,
+            })?;
+        let bound = udp.local_addr().map_err(|source| DnsError::Bind {
+            addr: listen,
+            proto: "udp",
+            source,
+        })?;
+        match TcpListener::bind(bound).await {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(source) => {
+                last = Some(DnsError::Bind {
+                    addr: bound,
+                    proto: "tcp",
+                    source,
+                })
+            }
+        }
+    }
+    Err(last.unwrap_or(DnsError::Serve("no bind attempt".into())))
+}
+
+/// The nameservers of the host's `/etc/resolv.conf` (empty when unreadable).
+pub fn host_upstreams() -> Vec<SocketAddr> {
+    std::fs::read_to_string("/etc/resolv.conf")
+        .map(|text| parse_resolv_conf(&text))
+        .unwrap_or_default()
+}
