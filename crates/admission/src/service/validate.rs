@@ -109,10 +109,12 @@ pub(crate) fn validate_service(svc: &Service, families: &[&str]) -> Vec<FieldErr
         if np == 0 {
             continue;
         }
-        if ty == "ClusterIP" {
+        // Upstream forbids it for ClusterIP; svcnet also for ExternalName,
+        // where a node port would be stored but never allocated.
+        if ty == "ClusterIP" || ty == "ExternalName" {
             errs.push(FieldError::forbidden(
                 format!("spec.ports[{i}].nodePort"),
-                "may not be used when `type` is 'ClusterIP'",
+                format!("may not be used when `type` is '{ty}'"),
             ));
             continue;
         }
@@ -436,16 +438,18 @@ fn validate_traffic_policies(spec: &ServiceSpec, ty: &str) -> Vec<FieldError> {
         ));
     }
     let itp = spec.internal_traffic_policy.as_deref();
-    if ty != "ExternalName" {
-        match itp {
-            None | Some("") => errs.push(FieldError::required("spec.internalTrafficPolicy", "")),
-            Some("Cluster" | "Local") => {}
-            Some(other) => errs.push(FieldError::not_supported(
-                "spec.internalTrafficPolicy",
-                other,
-                &["Cluster", "Local"],
-            )),
+    match itp {
+        // Only required for the types it is defaulted for: other types were
+        // never checked upstream, and stored objects must stay valid.
+        None if matches!(ty, "ClusterIP" | "NodePort" | "LoadBalancer") => {
+            errs.push(FieldError::required("spec.internalTrafficPolicy", ""))
         }
+        None | Some("Cluster" | "Local") => {}
+        Some(other) => errs.push(FieldError::not_supported(
+            "spec.internalTrafficPolicy",
+            other,
+            &["Cluster", "Local"],
+        )),
     }
     if let Some(td) = spec.traffic_distribution.as_deref()
         && !matches!(td, "PreferClose" | "PreferSameZone" | "PreferSameNode")
