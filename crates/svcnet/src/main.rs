@@ -25,6 +25,10 @@ enum Command {
     Dns(cmd::dns::Args),
     /// Print the service environment variables a pod created now in a namespace would get.
     Env(cmd::env::Args),
+    /// Remove every namespace, link, route and rule `svcnet up` created; the data dir survives.
+    Down(cmd::down::Args),
+    /// Run a command inside a pod's namespaces.
+    Exec(cmd::exec::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -43,6 +47,8 @@ fn main() -> std::process::ExitCode {
             Command::Proxy(args) => cmd::proxy::run(args).await,
             Command::Dns(args) => cmd::dns::run(args).await,
             Command::Env(args) => cmd::env::run(args).await,
+            Command::Down(args) => cmd::down::run(args).await,
+            Command::Exec(args) => cmd::exec::run(args).await,
         }
     });
     match result {

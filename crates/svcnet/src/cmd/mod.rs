@@ -1,6 +1,8 @@
 //! One module per subcommand.
 
 pub mod dns;
+pub mod down;
 pub mod env;
+pub mod exec;
 pub mod proxy;
 pub mod up;
