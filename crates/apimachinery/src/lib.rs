@@ -8,4 +8,5 @@
 
 pub mod patch;
 pub mod selector;
+pub mod strict;
 pub mod table;
