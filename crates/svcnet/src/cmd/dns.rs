@@ -1,9 +1,61 @@
-//! `svcnet dns`.
+//! `svcnet dns`: cluster DNS (CoreDNS's `kubernetes` plugin) against any API server.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use svcnet_dns::{DnsConfig, PodMode, ZoneConfig};
 
 /// Flags of `svcnet dns`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Kubeconfig of the API server to watch.
+    #[arg(long)]
+    pub kubeconfig: PathBuf,
+    /// UDP and TCP listen address.
+    #[arg(long, default_value = "127.0.0.1:1053")]
+    pub listen: SocketAddr,
+    /// The cluster domain.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// Upstream resolvers for names outside the cluster (repeatable); default: the
+    /// nameservers of /etc/resolv.conf.
+    #[arg(long = "upstream")]
+    pub upstreams: Vec<SocketAddr>,
+    /// TTL of every answer, in seconds.
+    #[arg(long, default_value_t = 30)]
+    pub ttl: u32,
+    /// Pod records: insecure, verified or disabled.
+    #[arg(long, default_value = "insecure")]
+    pub pods: PodMode,
+}
 
-pub async fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("svcnet dns is not built yet")
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let client = client_from_kubeconfig(&args.kubeconfig).await?;
+    let mut zone = ZoneConfig::new(&args.cluster_domain)?;
+    zone.ttl = args.ttl;
+    zone.pods = args.pods;
+    let config = DnsConfig {
+        listen: args.listen,
+        zone,
+        upstreams: (!args.upstreams.is_empty()).then_some(args.upstreams),
+        debounce: Duration::from_millis(5),
+    };
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    svcnet_dns::run(config, client, shutdown)
+        .await
+        .context("cluster DNS")
+}
+
+/// A kube client for the current context of a kubeconfig file.
+pub async fn client_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+    kube::Client::try_from(config).context("building the API client")
 }
