@@ -18,12 +18,18 @@ pub mod endpoints;
 pub mod endpointslice;
 pub mod mirroring;
 mod podutil;
+pub mod runtime;
 pub mod scheduler;
 mod selector;
 pub mod workloads;
 
 #[cfg(test)]
 mod fixtures;
+
+pub use runtime::{
+    ControllerError, ControllerOptions, run, run_deployments, run_endpoints, run_endpointslices,
+    run_mirroring, run_scheduler, run_statefulsets,
+};
 
 /// Label naming the service an EndpointSlice belongs to.
 pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";

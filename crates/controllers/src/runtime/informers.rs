@@ -1,0 +1,105 @@
+//! One watch and reflector store per resource kind, shared by every controller; each event is
+//! handed to [`Controllers`] to be mapped onto controller keys.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::{WatchStreamExt, reflector as reflect};
+use serde::de::DeserializeOwned;
+use tokio::task::JoinHandle;
+use tracing::warn;
+
+use super::reconcile::Controllers;
+
+/// Read handles on the shared caches.
+pub(crate) struct Informers {
+    pub services: Store<Service>,
+    pub pods: Store<Pod>,
+    pub nodes: Store<Node>,
+    pub slices: Store<EndpointSlice>,
+    pub endpoints: Store<Endpoints>,
+    pub deployments: Store<Deployment>,
+    pub statefulsets: Store<StatefulSet>,
+}
+
+type Writer<K> = reflector::store::Writer<K>;
+
+impl Informers {
+    /// Starts the watches. Handlers run on each watch's task, in event order.
+    pub fn start(
+        client: kube::Client,
+        controllers: Arc<Controllers>,
+    ) -> (Arc<Self>, Vec<JoinHandle<()>>) {
+        let (services, w_services) = reflector::store::<Service>();
+        let (pods, w_pods) = reflector::store::<Pod>();
+        let (nodes, w_nodes) = reflector::store::<Node>();
+        let (slices, w_slices) = reflector::store::<EndpointSlice>();
+        let (endpoints, w_endpoints) = reflector::store::<Endpoints>();
+        let (deployments, w_deployments) = reflector::store::<Deployment>();
+        let (statefulsets, w_statefulsets) = reflector::store::<StatefulSet>();
+        let inf = Arc::new(Self {
+            services,
+            pods,
+            nodes,
+            slices,
+            endpoints,
+            deployments,
+            statefulsets,
+        });
+        let need = controllers.needed_kinds();
+        let mut tasks = Vec::new();
+        macro_rules! watch {
+            ($writer:expr, $ty:ty, $name:literal, $method:ident) => {
+                if need.contains($name) {
+                    let c = Arc::clone(&controllers);
+                    let i = Arc::clone(&inf);
+                    tasks.push(spawn_watch::<$ty>(
+                        client.clone(),
+                        $writer,
+                        $name,
+                        move |o| c.$method(&i, o),
+                    ));
+                }
+            };
+        }
+        watch!(w_services, Service, "services", on_service);
+        watch!(w_pods, Pod, "pods", on_pod);
+        watch!(w_nodes, Node, "nodes", on_node);
+        watch!(w_slices, EndpointSlice, "endpointslices", on_slice);
+        watch!(w_endpoints, Endpoints, "endpoints", on_endpoints);
+        watch!(w_deployments, Deployment, "deployments", on_deployment);
+        watch!(w_statefulsets, StatefulSet, "statefulsets", on_statefulset);
+        (inf, tasks)
+    }
+}
+
+fn spawn_watch<K>(
+    client: kube::Client,
+    writer: Writer<K>,
+    what: &'static str,
+    handler: impl Fn(&K) + Send + 'static,
+) -> JoinHandle<()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let api: Api<K> = Api::all(client);
+    let stream =
+        reflect(writer, watcher::watcher(api, watcher::Config::default())).default_backoff();
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(Event::Apply(o) | Event::InitApply(o) | Event::Delete(o)) => handler(&o),
+                Ok(Event::Init | Event::InitDone) => {}
+                Err(e) => warn!(resource = what, error = %e, "watch failed; retrying"),
+            }
+        }
+    })
+}

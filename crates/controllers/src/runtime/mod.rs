@@ -1,0 +1,206 @@
+//! The controllers' I/O: shared reflectors, per-controller work queues, and the apply step.
+//!
+//! One watch per resource kind feeds a reflector store that every controller reads (the
+//! informer model of kube-controller-manager). Each watch event is mapped to the keys of the
+//! controllers it concerns (a pod change queues the services selecting it, now or before, its
+//! owning workload, and the scheduler if it is unbound). Each controller has one worker that
+//! takes keys from its coalescing queue, reads a snapshot from the stores, asks its pure module
+//! for a plan, and applies the plan through the API. Conflicts (409) and unmet expectations
+//! requeue the key shortly; other errors requeue with a longer delay. Every key is requeued
+//! every `resync_period`.
+
+mod informers;
+mod queue;
+mod reconcile;
+
+pub use reconcile::Kind;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+pub use queue::Key;
+
+use crate::workloads::WorkloadError;
+use informers::Informers;
+use reconcile::Controllers;
+
+/// How the controllers run.
+#[derive(Debug, Clone)]
+pub struct ControllerOptions {
+    /// The node the scheduler binds unscheduled pods to.
+    pub node_name: String,
+    /// Upstream's `--max-endpoints-per-slice`.
+    pub max_endpoints_per_slice: usize,
+    /// Every key is reconciled again this often, whatever the watches say.
+    pub resync_period: Duration,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        Self {
+            node_name: "svcnet-node".into(),
+            max_endpoints_per_slice: crate::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE,
+            resync_period: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Errors of the controllers' I/O boundary.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// An API call failed.
+    #[error("{action}: {source}")]
+    Api {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// A workload's spec cannot be acted on (fix the object; retried on its next change).
+    #[error(transparent)]
+    Workload(#[from] WorkloadError),
+    /// A watch or store failed for good.
+    #[error("{0}")]
+    Watch(String),
+}
+
+impl ControllerError {
+    pub(crate) fn api(action: impl Into<String>, source: kube::Error) -> Self {
+        Self::Api {
+            action: action.into(),
+            source,
+        }
+    }
+
+    /// The API answered 409 Conflict (a stale resourceVersion or a name taken).
+    pub fn is_conflict(&self) -> bool {
+        self.status_code() == Some(409)
+    }
+
+    fn status_code(&self) -> Option<u16> {
+        match self {
+            Self::Api {
+                source: kube::Error::Api(s),
+                ..
+            } => Some(s.code),
+            _ => None,
+        }
+    }
+
+    /// Worth retrying without any change to the objects involved.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::Api { .. } => !matches!(self.status_code(), Some(400 | 403 | 422)),
+            Self::Workload(_) => false,
+            Self::Watch(_) => true,
+        }
+    }
+}
+
+/// Runs every controller until `shutdown` completes.
+pub async fn run(
+    client: kube::Client,
+    opts: ControllerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ControllerError> {
+    run_kinds(client, opts, Kind::ALL, shutdown).await
+}
+
+/// Runs only the EndpointSlice controller.
+pub async fn run_endpointslices(
+    client: kube::Client,
+    opts: ControllerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ControllerError> {
+    run_kinds(client, opts, &[Kind::EndpointSlices], shutdown).await
+}
+
+/// Runs only the Endpoints controller.
+pub async fn run_endpoints(
+    client: kube::Client,
+    opts: ControllerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ControllerError> {
+    run_kinds(client, opts, &[Kind::Endpoints], shutdown).await
+}
+
+/// Runs only the EndpointSlice mirroring controller.
+pub async fn run_mirroring(
+    client: kube::Client,
+    opts: ControllerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ControllerError> {
+    run_kinds(client, opts, &[Kind::Mirroring], shutdown).await
+}
+
+/// Runs only the Deployment controller.
+pub async fn run_deployments(
+    client: kube::Client,
+    opts: ControllerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ControllerError> {
+    run_kinds(client, opts, &[Kind::Deployments], shutdown).await
+}
+
+/// Runs only the StatefulSet controller.
+pub async fn run_statefulsets(
+    client: kube::Client,
+    opts: ControllerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ControllerError> {
+    run_kinds(client, opts, &[Kind::StatefulSets], shutdown).await
+}
+
+/// Runs only the scheduler.
+pub async fn run_scheduler(
+    client: kube::Client,
+    opts: ControllerOptions,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ControllerError> {
+    run_kinds(client, opts, &[Kind::Scheduler], shutdown).await
+}
+
+/// Runs the given controllers, sharing one set of watches, until `shutdown` completes.
+pub async fn run_kinds(
+    client: kube::Client,
+    opts: ControllerOptions,
+    kinds: &[Kind],
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ControllerError> {
+    let controllers = Arc::new(Controllers::new(client.clone(), opts.clone(), kinds));
+    let (informers, watch_tasks) = Informers::start(client, Arc::clone(&controllers));
+    let mut tasks = watch_tasks;
+    for kind in kinds {
+        let c = Arc::clone(&controllers);
+        let inf = Arc::clone(&informers);
+        let kind = *kind;
+        tasks.push(tokio::spawn(async move { c.worker(kind, inf).await }));
+    }
+    {
+        let c = Arc::clone(&controllers);
+        let inf = Arc::clone(&informers);
+        let period = opts.resync_period;
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                c.resync_all(&inf);
+            }
+        }));
+    }
+    info!(controllers = ?kinds, node = %opts.node_name, "controllers started");
+    shutdown.await;
+    for t in &tasks {
+        t.abort();
+    }
+    for t in tasks {
+        if let Err(e) = t.await
+            && !e.is_cancelled()
+        {
+            warn!(error = %e, "controller task failed");
+        }
+    }
+    info!("controllers stopped");
+    Ok(())
+}

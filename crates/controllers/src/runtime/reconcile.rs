@@ -1,0 +1,670 @@
+//! Event → key mapping, the per-controller workers, and the apply step of every plan.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Binding, Endpoints, Node, ObjectReference, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::{debug, warn};
+
+use super::informers::Informers;
+use super::queue::{Expectations, Key, WorkQueue};
+use super::{ControllerError, ControllerOptions};
+use crate::endpoints::EndpointsPlan;
+use crate::endpointslice::{self, SlicePlan};
+use crate::workloads::PodPlan;
+use crate::{
+    ENDPOINTSLICE_CONTROLLER_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, MIRRORING_CONTROLLER_NAME,
+    mirroring, podutil, scheduler, selector, workloads,
+};
+
+/// The controllers this crate runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    EndpointSlices,
+    Endpoints,
+    Mirroring,
+    Deployments,
+    StatefulSets,
+    Scheduler,
+}
+
+impl Kind {
+    pub const ALL: &'static [Kind] = &[
+        Kind::EndpointSlices,
+        Kind::Endpoints,
+        Kind::Mirroring,
+        Kind::Deployments,
+        Kind::StatefulSets,
+        Kind::Scheduler,
+    ];
+
+    /// The resources (plural names) this controller reads.
+    fn reads(self) -> &'static [&'static str] {
+        match self {
+            Kind::EndpointSlices => &["services", "pods", "nodes", "endpointslices"],
+            Kind::Endpoints => &["services", "pods", "endpoints"],
+            Kind::Mirroring => &["services", "endpoints", "endpointslices"],
+            Kind::Deployments => &["deployments", "pods"],
+            Kind::StatefulSets => &["statefulsets", "pods"],
+            Kind::Scheduler => &["pods"],
+        }
+    }
+}
+
+const SHORT_RETRY: Duration = Duration::from_millis(200);
+const ERROR_RETRY: Duration = Duration::from_secs(2);
+const MISSING_NODE_RETRY: Duration = Duration::from_secs(5);
+
+pub(crate) struct Controllers {
+    client: kube::Client,
+    opts: ControllerOptions,
+    queues: HashMap<Kind, Arc<WorkQueue>>,
+    expectations: HashMap<Kind, Expectations>,
+    /// Services each pod matched when last seen, so a relabelled pod also updates the
+    /// services it left.
+    pod_services: Mutex<HashMap<Key, Vec<Key>>>,
+    /// Zone of each known node, so node heartbeats do not requeue every service.
+    node_zones: Mutex<HashMap<String, Option<String>>>,
+}
+
+fn key_of<K: Resource>(o: &K) -> Key {
+    Key::new(
+        o.meta().namespace.clone().unwrap_or_default(),
+        o.meta().name.clone().unwrap_or_default(),
+    )
+}
+
+fn get<K>(store: &kube::runtime::reflector::Store<K>, key: &Key) -> Option<Arc<K>>
+where
+    K: Resource<DynamicType = ()> + Clone,
+{
+    store.get(&ObjectRef::new(&key.name).within(&key.namespace))
+}
+
+impl Controllers {
+    pub fn new(client: kube::Client, opts: ControllerOptions, kinds: &[Kind]) -> Self {
+        let queues = kinds
+            .iter()
+            .map(|k| (*k, Arc::new(WorkQueue::default())))
+            .collect();
+        let expectations = kinds
+            .iter()
+            .map(|k| (*k, Expectations::new(Duration::from_secs(15))))
+            .collect();
+        Self {
+            client,
+            opts,
+            queues,
+            expectations,
+            pod_services: Mutex::new(HashMap::new()),
+            node_zones: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn needed_kinds(&self) -> BTreeSet<&'static str> {
+        self.queues
+            .keys()
+            .flat_map(|k| k.reads().iter().copied())
+            .collect()
+    }
+
+    fn enqueue(&self, kind: Kind, key: Key) {
+        if let Some(q) = self.queues.get(&kind) {
+            q.add(key);
+        }
+    }
+
+    fn enqueue_service(&self, key: &Key) {
+        self.enqueue(Kind::EndpointSlices, key.clone());
+        self.enqueue(Kind::Endpoints, key.clone());
+        self.enqueue(Kind::Mirroring, key.clone());
+    }
+
+    // ---- event handlers -------------------------------------------------------------
+
+    pub fn on_service(&self, _inf: &Informers, svc: &Service) {
+        self.enqueue_service(&key_of(svc));
+    }
+
+    pub fn on_pod(&self, inf: &Informers, pod: &Pod) {
+        let key = key_of(pod);
+        let now: Vec<Key> = inf
+            .services
+            .state()
+            .iter()
+            .filter(|s| s.metadata.namespace == pod.metadata.namespace)
+            .filter(|s| {
+                podutil::service_selector(s)
+                    .is_some_and(|sel| selector::map_matches(sel, pod.metadata.labels.as_ref()))
+            })
+            .map(|s| key_of(s.as_ref()))
+            .collect();
+        let before = {
+            let mut map = self.pod_services.lock().unwrap_or_else(|e| e.into_inner());
+            // The reflector has already applied the event: a pod missing from the store was
+            // deleted, and its entry goes with it.
+            if get(&inf.pods, &key).is_some() {
+                map.insert(key.clone(), now.clone()).unwrap_or_default()
+            } else {
+                map.remove(&key).unwrap_or_default()
+            }
+        };
+        for svc in now.iter().chain(before.iter()) {
+            self.enqueue(Kind::EndpointSlices, svc.clone());
+            self.enqueue(Kind::Endpoints, svc.clone());
+        }
+        for owner in pod
+            .owner_references()
+            .iter()
+            .filter(|o| o.controller == Some(true))
+        {
+            let k = Key::new(key.namespace.clone(), owner.name.clone());
+            match owner.kind.as_str() {
+                "Deployment" => self.enqueue(Kind::Deployments, k),
+                "StatefulSet" => self.enqueue(Kind::StatefulSets, k),
+                _ => {}
+            }
+        }
+        if pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_none_or(str::is_empty)
+        {
+            self.enqueue(Kind::Scheduler, key);
+        }
+    }
+
+    pub fn on_node(&self, inf: &Informers, node: &Node) {
+        let name = node.name_any();
+        let exists = get(&inf.nodes, &Key::new("", &name)).is_some();
+        let zone = endpointslice::node_zones([node]).remove(&name).flatten();
+        let changed = {
+            let mut map = self.node_zones.lock().unwrap_or_else(|e| e.into_inner());
+            if exists {
+                map.insert(name, zone.clone()) != Some(zone)
+            } else {
+                map.remove(&name).is_some()
+            }
+        };
+        if changed {
+            for svc in inf.services.state() {
+                self.enqueue(Kind::EndpointSlices, key_of(svc.as_ref()));
+            }
+        }
+    }
+
+    pub fn on_slice(&self, _inf: &Informers, slice: &EndpointSlice) {
+        let labels = slice.labels();
+        let Some(svc) = labels.get(LABEL_SERVICE_NAME) else {
+            return;
+        };
+        let key = Key::new(slice.namespace().unwrap_or_default(), svc.clone());
+        match labels.get(LABEL_MANAGED_BY).map(String::as_str) {
+            Some(ENDPOINTSLICE_CONTROLLER_NAME) => self.enqueue(Kind::EndpointSlices, key),
+            Some(MIRRORING_CONTROLLER_NAME) => self.enqueue(Kind::Mirroring, key),
+            _ => {}
+        }
+    }
+
+    pub fn on_endpoints(&self, _inf: &Informers, ep: &Endpoints) {
+        self.enqueue(Kind::Endpoints, key_of(ep));
+        self.enqueue(Kind::Mirroring, key_of(ep));
+    }
+
+    pub fn on_deployment(&self, _inf: &Informers, d: &Deployment) {
+        self.enqueue(Kind::Deployments, key_of(d));
+    }
+
+    pub fn on_statefulset(&self, _inf: &Informers, s: &StatefulSet) {
+        self.enqueue(Kind::StatefulSets, key_of(s));
+    }
+
+    pub fn resync_all(&self, inf: &Informers) {
+        for s in inf.services.state() {
+            self.enqueue_service(&key_of(s.as_ref()));
+        }
+        for e in inf.endpoints.state() {
+            self.enqueue(Kind::Mirroring, key_of(e.as_ref()));
+        }
+        for d in inf.deployments.state() {
+            self.enqueue(Kind::Deployments, key_of(d.as_ref()));
+        }
+        for s in inf.statefulsets.state() {
+            self.enqueue(Kind::StatefulSets, key_of(s.as_ref()));
+        }
+        for p in inf.pods.state() {
+            if p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_none_or(str::is_empty)
+            {
+                self.enqueue(Kind::Scheduler, key_of(p.as_ref()));
+            }
+        }
+    }
+
+    // ---- workers --------------------------------------------------------------------
+
+    pub async fn worker(self: Arc<Self>, kind: Kind, inf: Arc<Informers>) {
+        let Some(queue) = self.queues.get(&kind).cloned() else {
+            return;
+        };
+        for what in kind.reads() {
+            let ready = match *what {
+                "services" => inf.services.wait_until_ready().await,
+                "pods" => inf.pods.wait_until_ready().await,
+                "nodes" => inf.nodes.wait_until_ready().await,
+                "endpointslices" => inf.slices.wait_until_ready().await,
+                "endpoints" => inf.endpoints.wait_until_ready().await,
+                "deployments" => inf.deployments.wait_until_ready().await,
+                _ => inf.statefulsets.wait_until_ready().await,
+            };
+            if ready.is_err() {
+                warn!(?kind, resource = what, "store closed before it was ready");
+                return;
+            }
+        }
+        debug!(?kind, "caches synced");
+        loop {
+            let key = queue.next().await;
+            let result = match kind {
+                Kind::EndpointSlices => self.sync_endpointslices(&key, &inf).await,
+                Kind::Endpoints => self.sync_endpoints(&key, &inf).await,
+                Kind::Mirroring => self.sync_mirroring(&key, &inf).await,
+                Kind::Deployments => self.sync_deployment(&key, &inf).await,
+                Kind::StatefulSets => self.sync_statefulset(&key, &inf).await,
+                Kind::Scheduler => self.sync_scheduler(&key, &inf).await,
+            };
+            match result {
+                Ok(None) => {}
+                Ok(Some(delay)) => queue.add_after(key, delay),
+                Err(e) if e.is_conflict() => {
+                    debug!(?kind, %key, error = %e, "conflict; requeued");
+                    self.expectations[&kind].forget(&key);
+                    queue.add_after(key, SHORT_RETRY);
+                }
+                Err(e) if e.is_retryable() => {
+                    warn!(?kind, %key, error = %e, "sync failed; retrying");
+                    self.expectations[&kind].forget(&key);
+                    queue.add_after(key, ERROR_RETRY);
+                }
+                Err(e) => warn!(?kind, %key, error = %e, "sync failed"),
+            }
+        }
+    }
+
+    fn pods_in(inf: &Informers, ns: &str) -> Vec<Arc<Pod>> {
+        inf.pods
+            .state()
+            .into_iter()
+            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .collect()
+    }
+
+    fn slices_of(inf: &Informers, key: &Key, managed_by: &str) -> Vec<Arc<EndpointSlice>> {
+        inf.slices
+            .state()
+            .into_iter()
+            .filter(|s| s.metadata.namespace.as_deref() == Some(key.namespace.as_str()))
+            .filter(|s| {
+                let l = s.labels();
+                l.get(LABEL_SERVICE_NAME) == Some(&key.name)
+                    && l.get(LABEL_MANAGED_BY).map(String::as_str) == Some(managed_by)
+            })
+            .collect()
+    }
+
+    fn slice_present(inf: &Informers, ns: &str) -> impl Fn(&str) -> bool {
+        move |name| get(&inf.slices, &Key::new(ns, name)).is_some()
+    }
+
+    async fn sync_endpointslices(
+        &self,
+        key: &Key,
+        inf: &Informers,
+    ) -> Result<Option<Duration>, ControllerError> {
+        let exp = &self.expectations[&Kind::EndpointSlices];
+        if !exp.satisfied(key, Self::slice_present(inf, &key.namespace)) {
+            return Ok(Some(SHORT_RETRY));
+        }
+        let existing = Self::slices_of(inf, key, ENDPOINTSLICE_CONTROLLER_NAME);
+        let existing: Vec<&EndpointSlice> = existing.iter().map(AsRef::as_ref).collect();
+        let plan = match get(&inf.services, key) {
+            Some(svc) => {
+                let pods = Self::pods_in(inf, &key.namespace);
+                let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+                let nodes = inf.nodes.state();
+                let zones = endpointslice::node_zones(nodes.iter().map(AsRef::as_ref));
+                endpointslice::plan(
+                    &svc,
+                    &pods,
+                    &zones,
+                    &existing,
+                    self.opts.max_endpoints_per_slice,
+                )
+            }
+            None => endpointslice::plan_without_service(&existing),
+        };
+        let missing = !plan.missing_nodes.is_empty();
+        self.apply_slices(Kind::EndpointSlices, key, plan).await?;
+        Ok(missing.then_some(MISSING_NODE_RETRY))
+    }
+
+    async fn sync_mirroring(
+        &self,
+        key: &Key,
+        inf: &Informers,
+    ) -> Result<Option<Duration>, ControllerError> {
+        let exp = &self.expectations[&Kind::Mirroring];
+        if !exp.satisfied(key, Self::slice_present(inf, &key.namespace)) {
+            return Ok(Some(SHORT_RETRY));
+        }
+        let existing = Self::slices_of(inf, key, MIRRORING_CONTROLLER_NAME);
+        let existing: Vec<&EndpointSlice> = existing.iter().map(AsRef::as_ref).collect();
+        let ep = get(&inf.endpoints, key);
+        let svc = get(&inf.services, key);
+        let plan = mirroring::plan(ep.as_deref(), svc.as_deref(), &existing);
+        self.apply_slices(Kind::Mirroring, key, plan).await?;
+        Ok(None)
+    }
+
+    async fn apply_slices(
+        &self,
+        kind: Kind,
+        key: &Key,
+        plan: SlicePlan,
+    ) -> Result<(), ControllerError> {
+        if plan.is_empty() {
+            return Ok(());
+        }
+        debug!(?kind, %key, create = plan.create.len(), update = plan.update.len(), delete = plan.delete.len(), "applying slice plan");
+        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), &key.namespace);
+        let mut created = Vec::new();
+        let mut deleted = Vec::new();
+        let mut result = Ok(());
+        for s in &plan.create {
+            match api.create(&PostParams::default(), s).await {
+                Ok(o) => created.push(o.name_any()),
+                Err(e) => {
+                    result = Err(ControllerError::api(
+                        format!("create EndpointSlice for {key}"),
+                        e,
+                    ));
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            for s in &plan.update {
+                let name = s.name_any();
+                if let Err(e) = api.replace(&name, &PostParams::default(), s).await {
+                    result = Err(ControllerError::api(
+                        format!("update EndpointSlice {}/{name}", key.namespace),
+                        e,
+                    ));
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            for s in &plan.delete {
+                let name = s.name_any();
+                match delete_ignoring_missing(&api, &name).await {
+                    Ok(()) => deleted.push(name),
+                    Err(e) => {
+                        result = Err(ControllerError::api(
+                            format!("delete EndpointSlice {}/{name}", key.namespace),
+                            e,
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        self.expectations[&kind].expect(key, created, deleted);
+        result
+    }
+
+    async fn sync_endpoints(
+        &self,
+        key: &Key,
+        inf: &Informers,
+    ) -> Result<Option<Duration>, ControllerError> {
+        let existing = get(&inf.endpoints, key);
+        let plan = match get(&inf.services, key) {
+            Some(svc) => {
+                let pods = Self::pods_in(inf, &key.namespace);
+                let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+                crate::endpoints::plan(&svc, &pods, existing.as_deref())
+            }
+            None => crate::endpoints::plan_without_service(existing.as_deref()),
+        };
+        let api: Api<Endpoints> = Api::namespaced(self.client.clone(), &key.namespace);
+        match plan {
+            EndpointsPlan::Nothing => {}
+            EndpointsPlan::Create(ep) => {
+                api.create(&PostParams::default(), &ep)
+                    .await
+                    .map_err(|e| ControllerError::api(format!("create Endpoints {key}"), e))?;
+            }
+            EndpointsPlan::Update(ep) => {
+                api.replace(&key.name, &PostParams::default(), &ep)
+                    .await
+                    .map_err(|e| ControllerError::api(format!("update Endpoints {key}"), e))?;
+            }
+            EndpointsPlan::Delete { name, .. } => {
+                delete_ignoring_missing(&api, &name)
+                    .await
+                    .map_err(|e| ControllerError::api(format!("delete Endpoints {key}"), e))?;
+            }
+        }
+        Ok(None)
+    }
+
+    fn pod_present(inf: &Informers, ns: &str) -> impl Fn(&str) -> bool {
+        move |name| {
+            get(&inf.pods, &Key::new(ns, name)).is_some_and(|p| !podutil::is_terminating(&p))
+        }
+    }
+
+    async fn sync_deployment(
+        &self,
+        key: &Key,
+        inf: &Informers,
+    ) -> Result<Option<Duration>, ControllerError> {
+        let exp = &self.expectations[&Kind::Deployments];
+        if !exp.satisfied(key, Self::pod_present(inf, &key.namespace)) {
+            return Ok(Some(SHORT_RETRY));
+        }
+        let Some(d) = get(&inf.deployments, key) else {
+            exp.forget(key);
+            return Ok(None);
+        };
+        let pods = Self::pods_in(inf, &key.namespace);
+        let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+        let now = Timestamp::now();
+        let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
+        let plan = workloads::deployment::plan(&d, &pods, now)?;
+        self.apply_pods(Kind::Deployments, key, &plan).await?;
+        if let Some(status) = plan.status {
+            let mut obj = (*d).clone();
+            obj.status = Some(status);
+            write_status(
+                &Api::<Deployment>::namespaced(self.client.clone(), &key.namespace),
+                &obj,
+                key,
+            )
+            .await?;
+        }
+        Ok(None)
+    }
+
+    async fn sync_statefulset(
+        &self,
+        key: &Key,
+        inf: &Informers,
+    ) -> Result<Option<Duration>, ControllerError> {
+        let exp = &self.expectations[&Kind::StatefulSets];
+        if !exp.satisfied(key, Self::pod_present(inf, &key.namespace)) {
+            return Ok(Some(SHORT_RETRY));
+        }
+        let Some(s) = get(&inf.statefulsets, key) else {
+            exp.forget(key);
+            return Ok(None);
+        };
+        let pods = Self::pods_in(inf, &key.namespace);
+        let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+        let plan = workloads::statefulset::plan(&s, &pods)?;
+        self.apply_pods(Kind::StatefulSets, key, &plan).await?;
+        if let Some(status) = plan.status {
+            let mut obj = (*s).clone();
+            obj.status = Some(status);
+            write_status(
+                &Api::<StatefulSet>::namespaced(self.client.clone(), &key.namespace),
+                &obj,
+                key,
+            )
+            .await?;
+        }
+        Ok(None)
+    }
+
+    async fn apply_pods<S>(
+        &self,
+        kind: Kind,
+        key: &Key,
+        plan: &PodPlan<S>,
+    ) -> Result<(), ControllerError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+        let mut created = Vec::new();
+        let mut deleted = Vec::new();
+        let mut result = Ok(());
+        for p in &plan.create {
+            match api.create(&PostParams::default(), p).await {
+                Ok(o) => created.push(o.name_any()),
+                Err(e) => {
+                    result = Err(ControllerError::api(
+                        format!("create pod for {kind:?} {key}"),
+                        e,
+                    ));
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            for name in &plan.delete {
+                match delete_ignoring_missing(&api, name).await {
+                    Ok(()) => deleted.push(name.clone()),
+                    Err(e) => {
+                        result = Err(ControllerError::api(
+                            format!("delete pod {}/{name}", key.namespace),
+                            e,
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        self.expectations[&kind].expect(key, created, deleted);
+        result
+    }
+
+    async fn sync_scheduler(
+        &self,
+        key: &Key,
+        inf: &Informers,
+    ) -> Result<Option<Duration>, ControllerError> {
+        let Some(pod) = get(&inf.pods, key) else {
+            return Ok(None);
+        };
+        for b in scheduler::plan(&[pod.as_ref()], &self.opts.node_name) {
+            bind(&self.client, &b).await?;
+        }
+        Ok(None)
+    }
+}
+
+async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>
+where
+    K: Clone + DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn unsupported(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404 || s.code == 405)
+}
+
+/// Writes a workload's status through the `status` subresource; servers that do not serve it
+/// get a plain replace.
+async fn write_status<K>(api: &Api<K>, obj: &K, key: &Key) -> Result<(), ControllerError>
+where
+    K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    match api
+        .replace_status(&key.name, &PostParams::default(), obj)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if unsupported(&e) => api
+            .replace(&key.name, &PostParams::default(), obj)
+            .await
+            .map(|_| ())
+            .map_err(|e| ControllerError::api(format!("update status of {key}"), e)),
+        Err(e) => Err(ControllerError::api(format!("update status of {key}"), e)),
+    }
+}
+
+/// Binds through `pods/binding` like kube-scheduler; servers without that subresource get a
+/// merge patch of `spec.nodeName`.
+async fn bind(client: &kube::Client, b: &scheduler::Binding) -> Result<(), ControllerError> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), &b.namespace);
+    let binding = Binding {
+        metadata: ObjectMeta {
+            name: Some(b.name.clone()),
+            namespace: Some(b.namespace.clone()),
+            ..Default::default()
+        },
+        target: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(b.node.clone()),
+            ..Default::default()
+        },
+    };
+    let what = || format!("bind pod {}/{} to node {}", b.namespace, b.name, b.node);
+    match api
+        .create_subresource::<Binding, serde_json::Value>(
+            "binding",
+            &b.name,
+            &PostParams::default(),
+            &binding,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if unsupported(&e) => {
+            let patch = serde_json::json!({ "spec": { "nodeName": b.node } });
+            api.patch(&b.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| ControllerError::api(what(), e))
+        }
+        Err(e) => Err(ControllerError::api(what(), e)),
+    }
+}
