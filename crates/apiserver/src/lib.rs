@@ -1,1 +1,258 @@
-//! Kubernetes-compatible API server over the embedded store.
+//! A Kubernetes-compatible API server over the embedded store, driven by unmodified `kubectl`
+//! and kube-rs clients: discovery, OpenAPI v3 (enough for `kubectl apply` with validation on),
+//! get/list/watch/create/update/patch/delete with resourceVersion semantics, Status errors,
+//! Table output, garbage collection and namespace deletion, over HTTPS with client-certificate
+//! authentication.
+//!
+//! Entry points: [`start`] binds, bootstraps and serves, returning a [`RunningServer`];
+//! [`build_state`] + [`router`] give the same handlers in-process without TLS or auth (for
+//! tests that hand the router to `kube::Client::new`).
+//!
+//! **Architecture Invariant:** every write goes through one atomic store read-modify-write
+//! (`AppState::write`); service writes hold the service lock across admission (which allocates
+//! cluster IPs and node ports) and the store write, and a failed write rebuilds the allocators
+//! from the store. This crate never talks to the network beyond its own listener.
+//!
+//! Layout: `request` parses each HTTP request into a typed [`request::ApiRequest`];
+//! `handlers`/`watch` implement the verbs; `objects` owns metadata rules; `machinery` and
+//! `admission` are the seams to the pure crates; `gc` deletes orphans and empties terminating
+//! namespaces; `bootstrap` creates the default namespaces and the `kubernetes` service; `tls`
+//! makes the PKI and kubeconfig; `server` is the HTTPS front.
+
+mod admission;
+mod bootstrap;
+mod config;
+mod discovery;
+mod gc;
+mod handlers;
+mod machinery;
+mod objects;
+mod registry;
+pub mod request;
+mod server;
+mod state;
+mod status;
+mod tls;
+mod watch;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use svcnet_store::{RedbStore, StoreOptions};
+
+pub use config::ServerConfig;
+pub use registry::{RESOURCES, ResourceInfo};
+pub use state::{AppState, SharedState};
+pub use status::{ApiError, Cause};
+
+use request::ApiRequest;
+
+/// Why the server could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("store: {0}")]
+    Store(String),
+    #[error("certificates: {0}")]
+    Pki(String),
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("bootstrap objects: {0}")]
+    Bootstrap(String),
+    #[error("server task: {0}")]
+    Task(String),
+}
+
+impl ServerError {
+    /// Whether the listen address was taken (the caller may pick another).
+    pub fn is_addr_in_use(&self) -> bool {
+        matches!(self, ServerError::Io { source, .. } if source.kind() == std::io::ErrorKind::AddrInUse)
+    }
+}
+
+/// Opens the store in `cfg.data_dir`, rebuilds the allocators and creates the bootstrap
+/// objects. `addr` is where clients reach the server (for the `kubernetes` service).
+pub async fn build_state(cfg: ServerConfig, addr: SocketAddr) -> Result<SharedState, ServerError> {
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|source| ServerError::Io {
+        what: format!("creating {}", cfg.data_dir.display()),
+        source,
+    })?;
+    let path = cfg.data_dir.join("store.redb");
+    let options = StoreOptions {
+        history: cfg.watch_history,
+        durable: true,
+    };
+    let store = tokio::task::spawn_blocking(move || RedbStore::open(&path, options))
+        .await
+        .map_err(|e| ServerError::Task(e.to_string()))?
+        .map_err(|e| ServerError::Store(e.to_string()))?;
+    let state = AppState::new(Arc::new(store), cfg, addr).await?;
+    bootstrap::run(&state)
+        .await
+        .map_err(|e| ServerError::Bootstrap(e.to_string()))?;
+    Ok(state)
+}
+
+/// The API as an axum router, without TLS or authentication (the caller provides both, or
+/// uses it in-process).
+pub fn router(state: SharedState) -> Router {
+    Router::new().fallback(dispatch).with_state(state)
+}
+
+/// A started server. Dropping it does not stop it; call [`RunningServer::shutdown`].
+pub struct RunningServer {
+    addr: SocketAddr,
+    kubeconfig: PathBuf,
+    ca_pem: String,
+    state: SharedState,
+    task: tokio::task::JoinHandle<()>,
+    gc: tokio::task::JoinHandle<()>,
+}
+
+impl RunningServer {
+    /// The bound address (the real port when the config asked for port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+    /// `data_dir/kubeconfig`, for kubectl and kube-rs.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.kubeconfig
+    }
+    /// The cluster CA certificate (PEM).
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_pem
+    }
+    /// The shared handler state (for in-process use alongside the HTTPS server).
+    pub fn state(&self) -> SharedState {
+        self.state.clone()
+    }
+    /// Stops accepting, ends watches, drains requests, and closes the store.
+    pub async fn shutdown(self) -> Result<(), ServerError> {
+        self.state.shutdown.cancel();
+        self.wait().await
+    }
+    /// Waits until the server stops (after [`RunningServer::shutdown`] from elsewhere, or
+    /// a fatal error).
+    pub async fn wait(self) -> Result<(), ServerError> {
+        let r1 = self.task.await;
+        self.state.shutdown.cancel();
+        let r2 = self.gc.await;
+        drop(self.state);
+        r1.and(r2).map_err(|e| ServerError::Task(e.to_string()))
+    }
+    /// A token that stops the server when cancelled (for signal handlers).
+    pub fn shutdown_token(&self) -> tokio_util::sync::CancellationToken {
+        self.state.shutdown.clone()
+    }
+}
+
+/// Binds `cfg.listen`, prepares the data dir (store, PKI, kubeconfig) and starts serving.
+/// Returns once the listener is bound and the bootstrap objects exist.
+pub async fn start(cfg: ServerConfig) -> Result<RunningServer, ServerError> {
+    // Installing the process-wide provider is harmless if someone else already did.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|source| ServerError::Io {
+            what: format!("binding {}", cfg.listen),
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| ServerError::Io {
+        what: "reading the bound address".into(),
+        source,
+    })?;
+    let advertise = cfg.advertise_ip();
+    let data_dir = cfg.data_dir.clone();
+    let state = build_state(cfg, addr).await?;
+    let pki = tls::ensure_pki(&data_dir.join("pki"), &tls::serving_sans(addr, advertise))?;
+    let tls_config = tls::server_tls(&pki)?;
+    let host = if addr.ip().is_unspecified() {
+        advertise
+    } else {
+        addr.ip()
+    };
+    let url = format!("https://{}", SocketAddr::new(host, addr.port()));
+    let kubeconfig = tls::write_kubeconfig(&data_dir, &url, &pki)?;
+    let gc = tokio::spawn(gc::run(state.clone()));
+    let task = tokio::spawn(server::serve(
+        listener,
+        tls_config,
+        router(state.clone()),
+        state.shutdown.clone(),
+    ));
+    tracing::info!(
+        "API server listening on {url}; kubeconfig at {}",
+        kubeconfig.display()
+    );
+    Ok(RunningServer {
+        addr,
+        kubeconfig,
+        ca_pem: pki.ca_pem,
+        state,
+        task,
+        gc,
+    })
+}
+
+async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::TooLarge(limit)),
+        Err(e) => Err(ApiError::BadRequest(format!(
+            "reading the request body: {e}"
+        ))),
+    }
+}
+
+fn json(v: serde_json::Value) -> Response {
+    handlers::json_response(StatusCode::OK, &v, &[])
+}
+
+async fn dispatch(State(state): State<SharedState>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let parsed = match request::parse(&parts.method, &parts.uri) {
+        Ok(p) => p,
+        Err(e) => return e.into_response(),
+    };
+    let get_only = |v: serde_json::Value| {
+        if parts.method == Method::GET {
+            json(v)
+        } else {
+            ApiError::MethodNotAllowed(format!("{} is not allowed here", parts.method))
+                .into_response()
+        }
+    };
+    let result: Result<Response, ApiError> = match parsed {
+        ApiRequest::Probe => {
+            return ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], "ok").into_response();
+        }
+        ApiRequest::Version => Ok(get_only(discovery::version())),
+        ApiRequest::CoreVersions => Ok(get_only(discovery::core_versions(&state.addr.to_string()))),
+        ApiRequest::GroupList => Ok(get_only(discovery::group_list())),
+        ApiRequest::Group(g) => discovery::group(&g).map(get_only),
+        ApiRequest::ResourceList { group, version } => {
+            discovery::resource_list(&group, &version).map(get_only)
+        }
+        ApiRequest::OpenApiIndex => Ok(get_only(discovery::openapi_index())),
+        ApiRequest::OpenApiGroupVersion { group, version } => {
+            discovery::openapi_group_version(&group, &version).map(get_only)
+        }
+        ApiRequest::Resource(r) => match read_body(body, state.cfg.max_body_bytes).await {
+            Ok(bytes) => handlers::handle(state.clone(), r, parts.headers, bytes).await,
+            Err(e) => Err(e),
+        },
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}

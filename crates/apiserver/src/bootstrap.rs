@@ -1,0 +1,154 @@
+//! What exists from the start: the `default`, `kube-system`, `kube-public` and
+//! `kube-node-lease` namespaces, and the `default/kubernetes` service with Endpoints and an
+//! EndpointSlice pointing at this server. Written through the normal admission path, so the
+//! service's cluster IP is allocated like any other.
+
+use serde_json::{Value, json};
+use svcnet_store::Mutation;
+
+use crate::objects;
+use crate::registry::{self, ResourceInfo};
+use crate::state::SharedState;
+use crate::status::ApiError;
+
+fn res(group: &str, plural: &str) -> Result<&'static ResourceInfo, ApiError> {
+    let version = "v1";
+    registry::lookup(group, version, plural)
+        .ok_or_else(|| ApiError::Internal(format!("{plural} are not registered")))
+}
+
+/// Creates `obj` if absent, or brings its `fields` to the wanted values if it exists.
+async fn ensure(
+    state: &SharedState,
+    res: &'static ResourceInfo,
+    obj: Value,
+    fields: &'static [&'static str],
+) -> Result<(), ApiError> {
+    let ns = objects::meta_str(&obj, "namespace").map(str::to_string);
+    let name = objects::name_of(&obj).to_string();
+    let created = objects::prepare_create(res, ns.as_deref(), obj.clone())?;
+    let st = state.clone();
+    state
+        .write(
+            res,
+            &res.key(ns.as_deref(), &name),
+            false,
+            move |cur| match cur {
+                None => {
+                    let admitted = st
+                        .admission
+                        .admit_create(res.kind, created.clone())
+                        .map_err(|c| ApiError::invalid(res, objects::name_of(&created), c))?;
+                    Ok(Mutation::Put(admitted))
+                }
+                Some(cur) => {
+                    let mut next = cur.clone();
+                    for f in fields {
+                        if let Some(v) = obj.get(*f) {
+                            next[*f] = v.clone();
+                        }
+                    }
+                    if next == *cur {
+                        return Ok(Mutation::Keep);
+                    }
+                    let admitted = st
+                        .admission
+                        .admit_update(res.kind, cur, next)
+                        .map_err(|c| ApiError::invalid(res, objects::name_of(cur), c))?;
+                    Ok(Mutation::Put(admitted))
+                }
+            },
+        )
+        .await?;
+    Ok(())
+}
+
+pub async fn run(state: &SharedState) -> Result<(), ApiError> {
+    let namespaces = res("", "namespaces")?;
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        ensure(
+            state,
+            namespaces,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+            &[],
+        )
+        .await?;
+    }
+    let ip = state.cfg.advertise_ip().to_string();
+    let port = state.addr.port();
+    let cluster_ip = state
+        .cfg
+        .kubernetes_service_ip()
+        .ok_or_else(|| ApiError::Internal("no service CIDR configured".into()))?
+        .to_string();
+    ensure(
+        state,
+        res("", "services")?,
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"component": "apiserver", "provider": "kubernetes"}},
+            "spec": {
+                "type": "ClusterIP",
+                "clusterIP": cluster_ip,
+                "clusterIPs": [cluster_ip],
+                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": port}],
+                "sessionAffinity": "None",
+            },
+        }),
+        &[],
+    )
+    .await?;
+    // The service's target port follows the API port, which may change between starts.
+    let services = res("", "services")?;
+    state
+        .write(
+            services,
+            &services.key(Some("default"), "kubernetes"),
+            false,
+            move |cur| {
+                let Some(cur) = cur else {
+                    return Ok(Mutation::Keep);
+                };
+                if cur.pointer("/spec/ports/0/targetPort") == Some(&json!(port)) {
+                    return Ok(Mutation::Keep);
+                }
+                let mut next = cur.clone();
+                next["spec"]["ports"][0]["targetPort"] = json!(port);
+                Ok(Mutation::Put(next))
+            },
+        )
+        .await?;
+    ensure(
+        state,
+        res("", "endpoints")?,
+        json!({
+            "apiVersion": "v1", "kind": "Endpoints",
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+            "subsets": [{"addresses": [{"ip": ip}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
+        }),
+        &["subsets"],
+    )
+    .await?;
+    let family = if state.cfg.advertise_ip().is_ipv4() {
+        "IPv4"
+    } else {
+        "IPv6"
+    };
+    ensure(
+        state,
+        res("discovery.k8s.io", "endpointslices")?,
+        json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "kubernetes", "namespace": "default",
+                         "labels": {"kubernetes.io/service-name": "kubernetes"}},
+            "addressType": family,
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
+            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+        }),
+        &["endpoints", "ports", "addressType"],
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! [`ServerConfig`]: everything `start` needs, with Kubernetes' own defaults.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::ops::RangeInclusive;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+/// Configuration of the embedded API server.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Where the store (`store.redb`), the PKI (`pki/`) and the `kubeconfig` live.
+    pub data_dir: PathBuf,
+    /// Address to listen on. Port 0 picks a free port (see [`crate::RunningServer::addr`]).
+    pub listen: SocketAddr,
+    /// Address written into the `default/kubernetes` Endpoints/EndpointSlice and the kubeconfig.
+    /// `None`: the listen IP, or 127.0.0.1 when listening on an unspecified address.
+    pub advertise_address: Option<IpAddr>,
+    /// Service CIDRs (one per family). The first address of the first CIDR goes to the
+    /// `kubernetes` service.
+    pub service_cidrs: Vec<IpNet>,
+    /// NodePort range, inclusive.
+    pub node_port_range: RangeInclusive<u16>,
+    /// Pool for `LoadBalancer` ingress IPs. The default, 10.200.0.0/24, is a range svcnet owns
+    /// and routes only into its own namespaces; nothing outside the machine uses it.
+    pub lb_pool: Option<IpNet>,
+    /// Cluster DNS domain (`cluster.local`).
+    pub cluster_domain: String,
+    /// The cluster DNS service IP; reserved so automatic allocation never hands it out.
+    pub dns_service_ip: IpAddr,
+    /// How often watches that asked for bookmarks get one.
+    pub bookmark_interval: Duration,
+    /// Largest request body accepted (413 beyond).
+    pub max_body_bytes: usize,
+    /// How many store events the watch history keeps (older resourceVersions get 410).
+    pub watch_history: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            data_dir: PathBuf::from("svcnet-data"),
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 6443)),
+            advertise_address: None,
+            service_cidrs: vec![IpNet::V4(
+                ipnet::Ipv4Net::new(Ipv4Addr::new(10, 96, 0, 0), 12).unwrap_or_default(),
+            )],
+            node_port_range: 30000..=32767,
+            lb_pool: Some(IpNet::V4(
+                ipnet::Ipv4Net::new(Ipv4Addr::new(10, 200, 0, 0), 24).unwrap_or_default(),
+            )),
+            cluster_domain: "cluster.local".into(),
+            dns_service_ip: IpAddr::V4(Ipv4Addr::new(10, 96, 0, 10)),
+            bookmark_interval: Duration::from_secs(30),
+            max_body_bytes: 3 * 1024 * 1024,
+            watch_history: 10_000,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The address clients and the `kubernetes` service use to reach the server.
+    pub fn advertise_ip(&self) -> IpAddr {
+        if let Some(ip) = self.advertise_address {
+            return ip;
+        }
+        let ip = self.listen.ip();
+        if ip.is_unspecified() {
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        } else {
+            ip
+        }
+    }
+
+    /// The `kubernetes` service's cluster IP: the first host address of the first CIDR.
+    pub fn kubernetes_service_ip(&self) -> Option<IpAddr> {
+        let net = self.service_cidrs.first()?;
+        match net {
+            IpNet::V4(n) => Some(IpAddr::V4(Ipv4Addr::from(u32::from(n.network()) + 1))),
+            IpNet::V6(n) => Some(IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(n.network()) + 1,
+            ))),
+        }
+    }
+}

@@ -1,0 +1,558 @@
+//! Handlers of the verbs on resources: get, list, create, update, patch, delete.
+//! (Watch lives in `watch.rs`.)
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{Value, json};
+use svcnet_store::{Mutation, Outcome};
+
+use crate::machinery::{self, IncludeObject, Selectors};
+use crate::objects::{self, finalizers, is_terminating, meta_str, name_of};
+use crate::registry::{self, ResourceInfo};
+use crate::request::{FieldValidation, ResourceRequest, Subresource, Verb};
+use crate::state::SharedState;
+use crate::status::{ApiError, Cause};
+
+/// How the client wants objects rendered (from the Accept header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Object,
+    Table(IncludeObject),
+    Metadata,
+}
+
+pub fn format(headers: &HeaderMap, include: Option<IncludeObject>) -> Format {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    // The first acceptable media type wins, as in upstream's negotiation.
+    for part in accept.split(',') {
+        if part.contains("as=Table") {
+            return Format::Table(include.unwrap_or(IncludeObject::Metadata));
+        }
+        if part.contains("as=PartialObjectMetadata") {
+            return Format::Metadata;
+        }
+        if part.trim_start().starts_with("application/json") || part.contains("*/*") {
+            return Format::Object;
+        }
+    }
+    Format::Object
+}
+
+/// A JSON response with optional `Warning` headers.
+pub fn json_response(code: StatusCode, body: &Value, warnings: &[String]) -> Response {
+    let mut resp = (code, body.to_string()).into_response();
+    let h = resp.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::Value::String(w.clone()));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            h.append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
+pub async fn handle(
+    state: SharedState,
+    req: ResourceRequest,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    match req.verb {
+        Verb::Get => get(&state, &req, &headers).await,
+        Verb::List => list(&state, &req, &headers).await,
+        Verb::Watch => crate::watch::serve(state.clone(), req, &headers).await,
+        Verb::Create => create(&state, &req, &body).await,
+        Verb::Update => update(&state, &req, &body).await,
+        Verb::Patch => patch(&state, &req, &headers, &body).await,
+        Verb::Delete => delete(&state, &req, &body).await,
+        Verb::DeleteCollection => delete_collection(&state, &req, &body).await,
+    }
+}
+
+fn name(req: &ResourceRequest) -> Result<&str, ApiError> {
+    req.name
+        .as_deref()
+        .ok_or_else(|| ApiError::BadRequest("a resource name is required".into()))
+}
+
+fn key(req: &ResourceRequest, name: &str) -> String {
+    req.resource.key(req.namespace.as_deref(), name)
+}
+
+/// Renders one object as the client asked.
+fn render_one(res: &ResourceInfo, obj: Value, fmt: Format) -> Value {
+    match fmt {
+        Format::Object => obj,
+        Format::Metadata => objects::partial_metadata(&obj),
+        Format::Table(include) => {
+            let rv = meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
+            match machinery::to_table(res, std::slice::from_ref(&obj), include) {
+                Some(mut t) => {
+                    t["metadata"]["resourceVersion"] = json!(rv);
+                    t
+                }
+                None => obj,
+            }
+        }
+    }
+}
+
+async fn get(
+    state: &SharedState,
+    req: &ResourceRequest,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let res = req.resource;
+    let name = name(req)?;
+    let obj = state
+        .store
+        .get(&key(req, name))
+        .await?
+        .ok_or_else(|| ApiError::not_found(res, name))?;
+    if req.subresource == Some(Subresource::Scale) {
+        return Ok(json_response(StatusCode::OK, &objects::scale_of(&obj), &[]));
+    }
+    let fmt = format(headers, req.query.include_object);
+    Ok(json_response(
+        StatusCode::OK,
+        &render_one(res, obj, fmt),
+        &[],
+    ))
+}
+
+pub(crate) fn selectors(req: &ResourceRequest) -> Result<Selectors, ApiError> {
+    Selectors::parse(
+        req.resource,
+        req.query.label_selector.as_deref(),
+        req.query.field_selector.as_deref(),
+    )
+}
+
+async fn list(
+    state: &SharedState,
+    req: &ResourceRequest,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let res = req.resource;
+    let sel = selectors(req)?;
+    let list = state
+        .store
+        .list(&res.ns_prefix(req.namespace.as_deref()))
+        .await?;
+    let items: Vec<Value> = list.items.into_iter().filter(|o| sel.matches(o)).collect();
+    let rv = list.revision.to_string();
+    let body = match format(headers, req.query.include_object) {
+        Format::Table(include) => match machinery::to_table(res, &items, include) {
+            Some(mut t) => {
+                t["metadata"]["resourceVersion"] = json!(rv);
+                t
+            }
+            None => plain_list(res, items, &rv),
+        },
+        Format::Metadata => json!({
+            "kind": "PartialObjectMetadataList",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": {"resourceVersion": rv},
+            "items": items.iter().map(objects::partial_metadata).collect::<Vec<_>>(),
+        }),
+        Format::Object => plain_list(res, items, &rv),
+    };
+    Ok(json_response(StatusCode::OK, &body, &[]))
+}
+
+fn plain_list(res: &ResourceInfo, items: Vec<Value>, rv: &str) -> Value {
+    json!({
+        "kind": format!("{}List", res.kind),
+        "apiVersion": res.api_version(),
+        "metadata": {"resourceVersion": rv},
+        "items": items,
+    })
+}
+
+/// Unknown-field handling per `fieldValidation`: Strict refuses, Warn returns warnings.
+pub(crate) fn check_fields(
+    res: &ResourceInfo,
+    obj: &Value,
+    mode: FieldValidation,
+) -> Result<Vec<String>, ApiError> {
+    if mode == FieldValidation::Ignore {
+        return Ok(Vec::new());
+    }
+    let unknown = machinery::unknown_fields(res, obj);
+    if unknown.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list: Vec<String> = unknown
+        .iter()
+        .map(|f| format!("unknown field \"{f}\""))
+        .collect();
+    match mode {
+        FieldValidation::Strict => Err(ApiError::BadRequest(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            res.kind,
+            res.version,
+            res.kind,
+            list.join(", ")
+        ))),
+        _ => Ok(list),
+    }
+}
+
+fn invalid(res: &ResourceInfo, name: &str, causes: Vec<Cause>) -> ApiError {
+    ApiError::invalid(res, name, causes)
+}
+
+async fn namespace_accepts(state: &SharedState, req: &ResourceRequest) -> Result<(), ApiError> {
+    let (true, Some(ns)) = (req.resource.namespaced, req.namespace.as_deref()) else {
+        return Ok(());
+    };
+    let nsres = registry::lookup("", "v1", "namespaces")
+        .ok_or_else(|| ApiError::Internal("namespaces are not registered".into()))?;
+    match state.store.get(&nsres.key(None, ns)).await? {
+        None => Err(ApiError::not_found(nsres, ns)),
+        Some(n) if is_terminating(&n) => Err(ApiError::Forbidden(format!(
+            "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+            req.resource.qualified(),
+            "",
+        ))),
+        Some(_) => Ok(()),
+    }
+}
+
+async fn create(
+    state: &SharedState,
+    req: &ResourceRequest,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let res = req.resource;
+    let obj = objects::decode_body(res, body, res.kind)?;
+    let warnings = check_fields(res, &obj, req.query.field_validation)?;
+    let obj = objects::prepare_create(res, req.namespace.as_deref(), obj)?;
+    namespace_accepts(state, req).await?;
+    let name = name_of(&obj).to_string();
+    let st = state.clone();
+    let n = name.clone();
+    let outcome = state
+        .write(res, &key(req, &name), req.query.dry_run, move |cur| {
+            if cur.is_some() {
+                return Err(ApiError::already_exists(res, &n));
+            }
+            let admitted = st
+                .admission
+                .admit_create(res.kind, obj.clone())
+                .map_err(|c| invalid(res, &n, c))?;
+            Ok(Mutation::Put(admitted))
+        })
+        .await?;
+    match outcome {
+        Outcome::Written(o) => Ok(json_response(StatusCode::CREATED, &o, &warnings)),
+        other => Err(ApiError::Internal(format!(
+            "create of {name}: unexpected {other:?}"
+        ))),
+    }
+}
+
+/// What a prepared update becomes: a delete once a terminating object has no finalizers
+/// left, nothing when it changes nothing, otherwise a write.
+fn finish(cur: &Value, next: Value) -> Mutation {
+    if is_terminating(&next) && finalizers(&next).is_empty() {
+        return Mutation::Delete;
+    }
+    if objects::without_rv(&next) == objects::without_rv(cur) {
+        return Mutation::Keep;
+    }
+    Mutation::Put(next)
+}
+
+fn outcome_object(outcome: Outcome, res: &ResourceInfo, name: &str) -> Result<Value, ApiError> {
+    match outcome {
+        Outcome::Written(o) | Outcome::Deleted(o) | Outcome::Unchanged(Some(o)) => Ok(o),
+        Outcome::Unchanged(None) => Err(ApiError::not_found(res, name)),
+    }
+}
+
+fn expect_kind(req: &ResourceRequest) -> &'static str {
+    if req.subresource == Some(Subresource::Scale) {
+        "Scale"
+    } else {
+        req.resource.kind
+    }
+}
+
+async fn update(
+    state: &SharedState,
+    req: &ResourceRequest,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let res = req.resource;
+    let name = name(req)?.to_string();
+    let incoming = objects::decode_body(res, body, expect_kind(req))?;
+    let warnings = if req.subresource.is_none() {
+        check_fields(res, &incoming, req.query.field_validation)?
+    } else {
+        Vec::new()
+    };
+    let sub = req.subresource;
+    let st = state.clone();
+    let n = name.clone();
+    let outcome = state
+        .write(res, &key(req, &name), req.query.dry_run, move |cur| {
+            let cur = cur.ok_or_else(|| ApiError::not_found(res, &n))?;
+            let next = objects::prepare_update(res, sub, cur, incoming.clone())?;
+            let next = st
+                .admission
+                .admit_update(res.kind, cur, next)
+                .map_err(|c| invalid(res, &n, c))?;
+            Ok(finish(cur, next))
+        })
+        .await?;
+    let obj = outcome_object(outcome, res, &name)?;
+    let obj = if sub == Some(Subresource::Scale) {
+        objects::scale_of(&obj)
+    } else {
+        obj
+    };
+    Ok(json_response(StatusCode::OK, &obj, &warnings))
+}
+
+async fn patch(
+    state: &SharedState,
+    req: &ResourceRequest,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let res = req.resource;
+    let name = name(req)?.to_string();
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let body = body.to_vec();
+    let sub = req.subresource;
+    let mode = req.query.field_validation;
+    let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let warn_slot = warnings.clone();
+    let st = state.clone();
+    let n = name.clone();
+    let outcome = state
+        .write(res, &key(req, &name), req.query.dry_run, move |cur| {
+            let cur = cur.ok_or_else(|| ApiError::not_found(res, &n))?;
+            let view = if sub == Some(Subresource::Scale) {
+                objects::scale_of(cur)
+            } else {
+                cur.clone()
+            };
+            let patched = machinery::apply_patch(res, &view, &content_type, &body)?;
+            if !patched.is_object() {
+                return Err(ApiError::BadRequest(
+                    "the patch result is not an object".into(),
+                ));
+            }
+            if sub.is_none() {
+                let w = check_fields(res, &patched, mode)?;
+                if let Ok(mut slot) = warn_slot.lock() {
+                    *slot = w;
+                }
+            }
+            let next = objects::prepare_update(res, sub, cur, patched)?;
+            let next = st
+                .admission
+                .admit_update(res.kind, cur, next)
+                .map_err(|c| invalid(res, &n, c))?;
+            Ok(finish(cur, next))
+        })
+        .await?;
+    let obj = outcome_object(outcome, res, &name)?;
+    let obj = if sub == Some(Subresource::Scale) {
+        objects::scale_of(&obj)
+    } else {
+        obj
+    };
+    let warnings = warnings.lock().map(|w| w.clone()).unwrap_or_default();
+    Ok(json_response(StatusCode::OK, &obj, &warnings))
+}
+
+/// `DeleteOptions` fields the server honours.
+#[derive(Debug, Default)]
+struct DeleteOptions {
+    uid: Option<String>,
+    resource_version: Option<String>,
+    propagation: Option<String>,
+    dry_run: bool,
+}
+
+fn delete_options(req: &ResourceRequest, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    let mut opts = DeleteOptions {
+        propagation: req.query.propagation_policy.clone(),
+        dry_run: req.query.dry_run,
+        ..Default::default()
+    };
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(opts);
+    }
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?;
+    opts.uid = v
+        .pointer("/preconditions/uid")
+        .and_then(Value::as_str)
+        .map(Into::into);
+    opts.resource_version = v
+        .pointer("/preconditions/resourceVersion")
+        .and_then(Value::as_str)
+        .map(Into::into);
+    if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
+        opts.propagation = Some(p.into());
+    } else if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+        opts.propagation = Some("Orphan".into());
+    }
+    if v.get("dryRun")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().any(|x| x == "All"))
+    {
+        opts.dry_run = true;
+    }
+    Ok(opts)
+}
+
+const PROTECTED_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
+/// Deletes one object (or marks it terminating while finalizers remain).
+pub(crate) async fn delete_one(
+    state: &SharedState,
+    res: &'static ResourceInfo,
+    namespace: Option<&str>,
+    name: &str,
+    opts_uid: Option<String>,
+    opts_rv: Option<String>,
+    dry_run: bool,
+) -> Result<Outcome, ApiError> {
+    if res.kind == "Namespace" && PROTECTED_NAMESPACES.contains(&name) {
+        return Err(ApiError::Forbidden(format!(
+            "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
+        )));
+    }
+    let n = name.to_string();
+    let outcome = state
+        .write(res, &res.key(namespace, name), dry_run, move |cur| {
+            let cur = cur.ok_or_else(|| ApiError::not_found(res, &n))?;
+            let precondition = |what: &str, want: &str, have: &str| ApiError::Conflict {
+                resource: res.qualified(),
+                name: n.clone(),
+                detail: format!(
+                    "Precondition failed: {what} in precondition: {want}, {what} in object meta: {have}"
+                ),
+            };
+            if let Some(uid) = &opts_uid {
+                let have = meta_str(cur, "uid").unwrap_or("");
+                if uid != have {
+                    return Err(precondition("UID", uid, have));
+                }
+            }
+            if let Some(rv) = &opts_rv {
+                let have = meta_str(cur, "resourceVersion").unwrap_or("");
+                if rv != have {
+                    return Err(precondition("ResourceVersion", rv, have));
+                }
+            }
+            if res.kind == "Namespace" {
+                if is_terminating(cur) {
+                    return Ok(Mutation::Keep);
+                }
+                let mut next = cur.clone();
+                next["metadata"]["deletionTimestamp"] = json!(objects::now());
+                next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                next["status"] = json!({"phase": "Terminating"});
+                return Ok(Mutation::Put(next));
+            }
+            if !finalizers(cur).is_empty() {
+                if is_terminating(cur) {
+                    return Ok(Mutation::Keep);
+                }
+                let mut next = cur.clone();
+                next["metadata"]["deletionTimestamp"] = json!(objects::now());
+                next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                return Ok(Mutation::Put(next));
+            }
+            Ok(Mutation::Delete)
+        })
+        .await?;
+    if !dry_run {
+        state.gc.notify_one();
+    }
+    Ok(outcome)
+}
+
+async fn delete(
+    state: &SharedState,
+    req: &ResourceRequest,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let res = req.resource;
+    let name = name(req)?.to_string();
+    let opts = delete_options(req, body)?;
+    let outcome = delete_one(
+        state,
+        res,
+        req.namespace.as_deref(),
+        &name,
+        opts.uid.clone(),
+        opts.resource_version.clone(),
+        opts.dry_run,
+    )
+    .await?;
+    if let (Outcome::Deleted(obj), Some("Orphan"), false) =
+        (&outcome, opts.propagation.as_deref(), opts.dry_run)
+    {
+        crate::gc::orphan_dependents(state, obj).await;
+    }
+    let obj = outcome_object(outcome, res, &name)?;
+    Ok(json_response(StatusCode::OK, &obj, &[]))
+}
+
+async fn delete_collection(
+    state: &SharedState,
+    req: &ResourceRequest,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let res = req.resource;
+    let opts = delete_options(req, body)?;
+    let sel = selectors(req)?;
+    let list = state
+        .store
+        .list(&res.ns_prefix(req.namespace.as_deref()))
+        .await?;
+    let mut deleted = Vec::new();
+    for obj in list.items.iter().filter(|o| sel.matches(o)) {
+        let ns = meta_str(obj, "namespace").map(str::to_string);
+        match delete_one(
+            state,
+            res,
+            ns.as_deref(),
+            name_of(obj),
+            None,
+            None,
+            opts.dry_run,
+        )
+        .await
+        {
+            Ok(o) => deleted.push(outcome_object(o, res, name_of(obj))?),
+            Err(ApiError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let rv = state.store.current_revision()?.to_string();
+    Ok(json_response(
+        StatusCode::OK,
+        &plain_list(res, deleted, &rv),
+        &[],
+    ))
+}

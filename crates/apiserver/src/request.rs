@@ -1,0 +1,394 @@
+//! Parsing an HTTP request into a typed [`ApiRequest`] before anything is dispatched.
+
+use axum::http::{Method, Uri};
+
+use crate::registry::{self, ResourceInfo};
+use crate::status::ApiError;
+
+/// Every request the server understands.
+#[derive(Debug)]
+pub enum ApiRequest {
+    /// `/healthz`, `/livez`, `/readyz` (and their sub-checks).
+    Probe,
+    /// `/version`
+    Version,
+    /// `/api`
+    CoreVersions,
+    /// `/apis`
+    GroupList,
+    /// `/apis/{group}`
+    Group(String),
+    /// `/api/v1`, `/apis/{group}/{version}`
+    ResourceList { group: String, version: String },
+    /// `/openapi/v3`
+    OpenApiIndex,
+    /// `/openapi/v3/api/v1`, `/openapi/v3/apis/{group}/{version}`
+    OpenApiGroupVersion { group: String, version: String },
+    /// An operation on objects.
+    Resource(ResourceRequest),
+}
+
+/// A verb on a resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verb {
+    Get,
+    List,
+    Watch,
+    Create,
+    Update,
+    Patch,
+    Delete,
+    DeleteCollection,
+}
+
+/// A served subresource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subresource {
+    Status,
+    Scale,
+}
+
+/// How strictly unknown fields are treated (`fieldValidation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FieldValidation {
+    Ignore,
+    #[default]
+    Warn,
+    Strict,
+}
+
+/// The query parameters the server acts on.
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    pub resource_version: Option<String>,
+    pub timeout_seconds: Option<u64>,
+    pub allow_watch_bookmarks: bool,
+    pub send_initial_events: bool,
+    pub field_validation: FieldValidation,
+    pub dry_run: bool,
+    pub propagation_policy: Option<String>,
+    /// `includeObject` for Table output.
+    pub include_object: Option<crate::machinery::IncludeObject>,
+}
+
+/// An operation on one resource collection or object.
+#[derive(Debug)]
+pub struct ResourceRequest {
+    pub verb: Verb,
+    pub resource: &'static ResourceInfo,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<Subresource>,
+    pub query: Query,
+}
+
+fn not_found() -> ApiError {
+    ApiError::NoRoute
+}
+
+fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
+    let pairs: Vec<(String, String)> = match uri.query() {
+        None => Vec::new(),
+        Some(q) => serde_urlencoded_pairs(q)?,
+    };
+    let mut query = Query::default();
+    let truthy = |v: &str| v == "true" || v == "1";
+    for (k, v) in pairs {
+        match k.as_str() {
+            "labelSelector" if !v.is_empty() => query.label_selector = Some(v),
+            "fieldSelector" if !v.is_empty() => query.field_selector = Some(v),
+            "resourceVersion" => query.resource_version = Some(v),
+            "timeoutSeconds" => {
+                query.timeout_seconds =
+                    Some(v.parse().map_err(|_| {
+                        ApiError::BadRequest(format!("invalid timeoutSeconds {v:?}"))
+                    })?)
+            }
+            "allowWatchBookmarks" => query.allow_watch_bookmarks = truthy(&v),
+            "sendInitialEvents" => query.send_initial_events = truthy(&v),
+            "fieldValidation" => {
+                query.field_validation = match v.as_str() {
+                    "Strict" => FieldValidation::Strict,
+                    "Warn" | "" => FieldValidation::Warn,
+                    "Ignore" => FieldValidation::Ignore,
+                    other => {
+                        return Err(ApiError::BadRequest(format!(
+                            "fieldValidation must be one of Ignore, Warn, Strict; got {other:?}"
+                        )));
+                    }
+                }
+            }
+            "dryRun" => query.dry_run = v == "All",
+            "propagationPolicy" => query.propagation_policy = Some(v),
+            "includeObject" => {
+                use crate::machinery::IncludeObject;
+                query.include_object = Some(match v.as_str() {
+                    "None" => IncludeObject::None,
+                    "Object" => IncludeObject::Object,
+                    _ => IncludeObject::Metadata,
+                })
+            }
+            "watch" if truthy(&v) => {} // handled by the caller
+            _ => {}
+        }
+    }
+    Ok(query)
+}
+
+fn serde_urlencoded_pairs(q: &str) -> Result<Vec<(String, String)>, ApiError> {
+    let uri: Uri = format!("/?{q}")
+        .parse()
+        .map_err(|_| ApiError::BadRequest("malformed query string".into()))?;
+    axum::extract::Query::<Vec<(String, String)>>::try_from_uri(&uri)
+        .map(|q| q.0)
+        .map_err(|e| ApiError::BadRequest(format!("malformed query string: {e}")))
+}
+
+fn is_watch_param(uri: &Uri) -> bool {
+    uri.query()
+        .and_then(|q| serde_urlencoded_pairs(q).ok())
+        .is_some_and(|pairs| {
+            pairs
+                .iter()
+                .any(|(k, v)| k == "watch" && (v == "true" || v == "1"))
+        })
+}
+
+/// Parses a request line into an [`ApiRequest`].
+pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
+    let path = uri.path();
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match segs.as_slice() {
+        ["healthz" | "livez" | "readyz", ..] => return Ok(ApiRequest::Probe),
+        ["version"] => return Ok(ApiRequest::Version),
+        ["openapi", "v3"] => return Ok(ApiRequest::OpenApiIndex),
+        ["openapi", "v3", "api", "v1"] => {
+            return Ok(ApiRequest::OpenApiGroupVersion {
+                group: String::new(),
+                version: "v1".into(),
+            });
+        }
+        ["openapi", "v3", "apis", g, v] => {
+            return Ok(ApiRequest::OpenApiGroupVersion {
+                group: g.to_string(),
+                version: v.to_string(),
+            });
+        }
+        ["api"] => return Ok(ApiRequest::CoreVersions),
+        ["apis"] => return Ok(ApiRequest::GroupList),
+        ["api", "v1"] => {
+            return Ok(ApiRequest::ResourceList {
+                group: String::new(),
+                version: "v1".into(),
+            });
+        }
+        ["apis", g] => return Ok(ApiRequest::Group(g.to_string())),
+        ["apis", g, v] => {
+            return Ok(ApiRequest::ResourceList {
+                group: g.to_string(),
+                version: v.to_string(),
+            });
+        }
+        _ => {}
+    }
+    let (group, version, rest) = match segs.as_slice() {
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Err(not_found()),
+    };
+    let (legacy_watch, rest) = match rest {
+        ["watch", rest @ ..] => (true, rest),
+        _ => (false, rest),
+    };
+    // `namespaces/{ns}/{resource}...` unless `{resource}` is not a namespaced plural here (then
+    // it is the `namespaces` resource itself, e.g. `namespaces/{name}/status`).
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, plural, tail @ ..]
+            if registry::lookup(group, version, plural).is_some_and(|r| r.namespaced) =>
+        {
+            (Some(ns.to_string()), {
+                let mut v = vec![*plural];
+                v.extend_from_slice(tail);
+                v
+            })
+        }
+        other => (None, other.to_vec()),
+    };
+    let (plural, name, sub) = match rest.as_slice() {
+        [plural] => (*plural, None, None),
+        [plural, name] => (*plural, Some(name.to_string()), None),
+        [plural, name, sub] => (*plural, Some(name.to_string()), Some(*sub)),
+        _ => return Err(not_found()),
+    };
+    let resource = registry::lookup(group, version, plural).ok_or_else(not_found)?;
+    if namespace.is_some() && !resource.namespaced {
+        return Err(not_found());
+    }
+    let subresource = match sub {
+        None => None,
+        Some(s) if resource.subresources.contains(&s) => Some(match s {
+            "status" => Subresource::Status,
+            _ => Subresource::Scale,
+        }),
+        Some(_) => return Err(not_found()),
+    };
+    let watch = legacy_watch || is_watch_param(uri);
+    let verb = match (method.as_str(), &name) {
+        ("GET", _) if watch => Verb::Watch,
+        ("GET", Some(_)) => Verb::Get,
+        ("GET", None) => Verb::List,
+        ("POST", None) => Verb::Create,
+        ("PUT", Some(_)) => Verb::Update,
+        ("PATCH", Some(_)) => Verb::Patch,
+        ("DELETE", Some(_)) => Verb::Delete,
+        ("DELETE", None) => Verb::DeleteCollection,
+        (m, _) => {
+            return Err(ApiError::MethodNotAllowed(format!(
+                "the server does not allow this method on the requested resource ({m} {path})"
+            )));
+        }
+    };
+    if subresource.is_some() && !matches!(verb, Verb::Get | Verb::Update | Verb::Patch) {
+        return Err(ApiError::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource ({method} {path})"
+        )));
+    }
+    if resource.namespaced && namespace.is_none() && !matches!(verb, Verb::List | Verb::Watch) {
+        return Err(not_found());
+    }
+    let mut query = parse_query(uri)?;
+    // A watch on a single object (`/watch/.../{name}`) is a watch with a name field selector.
+    if verb == Verb::Watch
+        && let Some(n) = &name
+    {
+        let sel = format!("metadata.name={n}");
+        query.field_selector = Some(match query.field_selector.take() {
+            Some(existing) => format!("{existing},{sel}"),
+            None => sel,
+        });
+    }
+    Ok(ApiRequest::Resource(ResourceRequest {
+        verb,
+        resource,
+        namespace,
+        name: if verb == Verb::Watch { None } else { name },
+        subresource,
+        query,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(method: &str, uri: &str) -> Result<ApiRequest, ApiError> {
+        parse(&method.parse().unwrap(), &uri.parse().unwrap())
+    }
+
+    fn res(method: &str, uri: &str) -> ResourceRequest {
+        match p(method, uri) {
+            Ok(ApiRequest::Resource(r)) => r,
+            other => panic!("{uri}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_resource_paths() {
+        let r = res("GET", "/api/v1/namespaces/default/services/web");
+        assert_eq!((r.verb, r.resource.plural), (Verb::Get, "services"));
+        assert_eq!(
+            (r.namespace.as_deref(), r.name.as_deref()),
+            (Some("default"), Some("web"))
+        );
+
+        let r = res("GET", "/api/v1/namespaces/kube-system");
+        assert_eq!(
+            (r.verb, r.resource.plural, r.name.as_deref()),
+            (Verb::Get, "namespaces", Some("kube-system"))
+        );
+
+        let r = res("PUT", "/api/v1/namespaces/kube-system/status");
+        assert_eq!(
+            (r.verb, r.subresource),
+            (Verb::Update, Some(Subresource::Status))
+        );
+
+        let r = res(
+            "GET",
+            "/api/v1/pods?watch=true&resourceVersion=5&labelSelector=app%3Dweb",
+        );
+        assert_eq!((r.verb, r.namespace), (Verb::Watch, None));
+        assert_eq!(r.query.label_selector.as_deref(), Some("app=web"));
+        assert_eq!(r.query.resource_version.as_deref(), Some("5"));
+
+        let r = res("GET", "/apis/apps/v1/watch/namespaces/ns/deployments/d");
+        assert_eq!(r.verb, Verb::Watch);
+        assert_eq!(r.query.field_selector.as_deref(), Some("metadata.name=d"));
+
+        let r = res(
+            "PATCH",
+            "/apis/apps/v1/namespaces/ns/deployments/d/scale?fieldValidation=Strict",
+        );
+        assert_eq!(
+            (r.verb, r.subresource),
+            (Verb::Patch, Some(Subresource::Scale))
+        );
+        assert_eq!(r.query.field_validation, FieldValidation::Strict);
+
+        let r = res(
+            "DELETE",
+            "/apis/discovery.k8s.io/v1/namespaces/ns/endpointslices",
+        );
+        assert_eq!(r.verb, Verb::DeleteCollection);
+    }
+
+    #[test]
+    fn rejects_unknown_and_misplaced() {
+        assert!(matches!(
+            p("GET", "/api/v1/widgets"),
+            Err(ApiError::NoRoute)
+        ));
+        assert!(matches!(
+            p("GET", "/api/v1/namespaces/x/nodes/n"),
+            Err(ApiError::NoRoute)
+        ));
+        assert!(matches!(
+            p("GET", "/api/v1/namespaces/x/services/a/b/c"),
+            Err(ApiError::NoRoute)
+        ));
+        assert!(matches!(
+            p("GET", "/api/v1/namespaces/x/services/a/scale"),
+            Err(ApiError::NoRoute)
+        ));
+        assert!(matches!(
+            p("POST", "/api/v1/namespaces/x/services/a"),
+            Err(ApiError::MethodNotAllowed(_))
+        ));
+        assert!(matches!(
+            p("POST", "/api/v1/services"),
+            Err(ApiError::NoRoute)
+        ));
+        assert!(matches!(
+            p("GET", "/api/v1/pods?timeoutSeconds=x"),
+            Err(ApiError::BadRequest(_))
+        ));
+        assert!(matches!(p("GET", "/nope"), Err(ApiError::NoRoute)));
+    }
+
+    #[test]
+    fn parses_discovery() {
+        assert!(matches!(p("GET", "/api"), Ok(ApiRequest::CoreVersions)));
+        assert!(matches!(p("GET", "/apis"), Ok(ApiRequest::GroupList)));
+        assert!(matches!(
+            p("GET", "/apis/apps/v1"),
+            Ok(ApiRequest::ResourceList { .. })
+        ));
+        assert!(matches!(
+            p("GET", "/openapi/v3/apis/apps/v1"),
+            Ok(ApiRequest::OpenApiGroupVersion { .. })
+        ));
+        assert!(matches!(p("GET", "/readyz"), Ok(ApiRequest::Probe)));
+    }
+}

@@ -1,0 +1,134 @@
+//! State shared by every request handler.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use serde_json::Value;
+use svcnet_store::{Mutation, Outcome, Store, StoreError};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::admission::Admission;
+use crate::config::ServerConfig;
+use crate::registry::{self, ResourceInfo};
+use crate::status::ApiError;
+
+/// Everything handlers share. Build one with [`crate::AppState::new`].
+pub struct AppState {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) cfg: ServerConfig,
+    pub(crate) admission: Admission,
+    /// Serialises service writes, so admission's allocations and the store write that
+    /// persists them happen as one step.
+    pub(crate) service_lock: tokio::sync::Mutex<()>,
+    pub(crate) shutdown: CancellationToken,
+    /// Wakes the garbage collector (after deletes).
+    pub(crate) gc: Notify,
+    /// The address the server answers on (for discovery and the `kubernetes` service).
+    pub(crate) addr: SocketAddr,
+}
+
+/// The handle handlers receive.
+pub type SharedState = Arc<AppState>;
+
+impl AppState {
+    /// State over an opened store; the allocators are rebuilt from the stored services.
+    pub async fn new(
+        store: Arc<dyn Store>,
+        cfg: ServerConfig,
+        addr: SocketAddr,
+    ) -> Result<SharedState, crate::ServerError> {
+        let admission = Admission::new(&cfg).map_err(crate::ServerError::Config)?;
+        let state = Arc::new(AppState {
+            store,
+            cfg,
+            admission,
+            service_lock: tokio::sync::Mutex::new(()),
+            shutdown: CancellationToken::new(),
+            gc: Notify::new(),
+            addr,
+        });
+        let warnings = state
+            .rebuild_allocators()
+            .await
+            .map_err(|e| crate::ServerError::Store(e.to_string()))?;
+        for w in warnings {
+            tracing::warn!("allocator rebuild: {w}");
+        }
+        Ok(state)
+    }
+
+    pub(crate) async fn rebuild_allocators(&self) -> Result<Vec<String>, ApiError> {
+        let services = registry::lookup("", "v1", "services")
+            .ok_or_else(|| ApiError::Internal("services are not registered".into()))?;
+        let list = self.store.list(&services.prefix()).await?;
+        Ok(self.admission.rebuild(&list.items))
+    }
+
+    /// One atomic read-modify-write of `key`. Service writes hold the service lock, and any
+    /// failure (or a dry run) rebuilds the allocators from the store, so an allocation made by
+    /// admission is either persisted with its object or forgotten.
+    pub(crate) async fn write(
+        &self,
+        res: &ResourceInfo,
+        key: &str,
+        dry_run: bool,
+        mut f: impl FnMut(Option<&Value>) -> Result<Mutation, ApiError> + Send + 'static,
+    ) -> Result<Outcome, ApiError> {
+        let is_service = res.kind == "Service" && res.group.is_empty();
+        let _guard = if is_service {
+            Some(self.service_lock.lock().await)
+        } else {
+            None
+        };
+        let dry = std::sync::Arc::new(std::sync::Mutex::new(None::<Outcome>));
+        let dry_slot = dry.clone();
+        let result = self
+            .store
+            .guaranteed_update(
+                key,
+                Box::new(move |cur| {
+                    let m = f(cur).map_err(StoreError::aborted)?;
+                    if !dry_run {
+                        return Ok(m);
+                    }
+                    let outcome = match m {
+                        Mutation::Put(v) => Outcome::Written(v),
+                        Mutation::Delete => Outcome::Deleted(cur.cloned().unwrap_or_default()),
+                        Mutation::Keep => Outcome::Unchanged(cur.cloned()),
+                    };
+                    if let Ok(mut slot) = dry_slot.lock() {
+                        *slot = Some(outcome);
+                    }
+                    Ok(Mutation::Keep)
+                }),
+            )
+            .await;
+        let result = match result {
+            Ok(o) => Ok(o),
+            Err(e) => Err(match e.into_aborted::<ApiError>() {
+                Ok(api) => api,
+                Err(other) => ApiError::from(other),
+            }),
+        };
+        if is_service
+            && (result.is_err() || dry_run)
+            && let Err(e) = self.rebuild_allocators().await
+        {
+            tracing::error!("rebuilding allocators after a failed write: {e}");
+        }
+        if is_service
+            && !dry_run
+            && let Ok(Outcome::Deleted(svc)) = &result
+        {
+            self.admission.release(svc);
+        }
+        if dry_run && result.is_ok() {
+            let taken = dry.lock().ok().and_then(|mut s| s.take());
+            if let Some(o) = taken {
+                return Ok(o);
+            }
+        }
+        result
+    }
+}

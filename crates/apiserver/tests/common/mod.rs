@@ -1,0 +1,75 @@
+//! Shared test support: a server on a free port in a temporary data dir, and clients for it.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::Path;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use svcnet_apiserver::{RunningServer, ServerConfig};
+
+pub struct TestServer {
+    pub server: Option<RunningServer>,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn config(dir: &Path) -> ServerConfig {
+    ServerConfig {
+        data_dir: dir.to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        bookmark_interval: std::time::Duration::from_millis(300),
+        ..ServerConfig::default()
+    }
+}
+
+impl TestServer {
+    pub async fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let server = svcnet_apiserver::start(config(dir.path())).await.unwrap();
+        TestServer {
+            server: Some(server),
+            dir,
+        }
+    }
+
+    pub async fn start_with(f: impl FnOnce(&mut ServerConfig)) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path());
+        f(&mut cfg);
+        let server = svcnet_apiserver::start(cfg).await.unwrap();
+        TestServer {
+            server: Some(server),
+            dir,
+        }
+    }
+
+    pub fn server(&self) -> &RunningServer {
+        self.server.as_ref().unwrap()
+    }
+
+    pub async fn client(&self) -> kube::Client {
+        client_for(self.server().kubeconfig_path()).await
+    }
+
+    /// Stops the server and starts a new one on the same data dir.
+    pub async fn restart(&mut self) {
+        let old = self.server.take().unwrap();
+        old.shutdown().await.unwrap();
+        let server = svcnet_apiserver::start(config(self.dir.path()))
+            .await
+            .unwrap();
+        self.server = Some(server);
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(s) = self.server.take() {
+            s.shutdown().await.unwrap();
+        }
+    }
+}
+
+pub async fn client_for(kubeconfig: &Path) -> kube::Client {
+    let kc = Kubeconfig::read_from(kubeconfig).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(cfg).unwrap()
+}
