@@ -16,8 +16,12 @@
 //! the way a real API server does.
 
 mod alloc;
+mod apps;
 mod codec;
+mod endpoints;
 mod error;
+mod misc;
+mod pod;
 mod service;
 pub mod syntax;
 
@@ -27,7 +31,10 @@ pub use alloc::{
     AdmissionConfig, AllocError, Allocators, DEFAULT_DNS_IP, DEFAULT_LB_POOL, DEFAULT_SERVICE_CIDR,
     Protocol, family_of,
 };
+pub use endpoints::{MAX_SLICE_ADDRESSES, MAX_SLICE_ENDPOINTS, MAX_SLICE_PORTS};
 pub use error::{BadValue, ConfigError, FieldError, FieldErrorKind};
+pub use misc::NAMESPACE_NAME_LABEL;
+pub use pod::{default_pull_policy, qos_class};
 pub use service::SVCNET_LB_CLASS;
 pub use service::defaults::DEFAULT_CLIENT_IP_TIMEOUT;
 pub use service::validate::MAX_CLIENT_IP_TIMEOUT;
@@ -41,6 +48,15 @@ pub fn admit_create(
 ) -> Result<Value, Vec<FieldError>> {
     match kind {
         "Service" => service::admit_create(obj, allocs),
+        "Pod" => pod::admit_create(obj),
+        "Deployment" => apps::admit_deployment_create(obj),
+        "StatefulSet" => apps::admit_statefulset_create(obj),
+        "Endpoints" => endpoints::admit_endpoints(obj),
+        "EndpointSlice" => endpoints::admit_slice_create(obj),
+        "Namespace" => misc::admit_namespace_create(obj),
+        "Node" => misc::admit_node(obj),
+        "ConfigMap" => misc::admit_configmap(obj),
+        "Event" => misc::admit_event(obj),
         _ => Ok(obj),
     }
 }
@@ -57,6 +73,15 @@ pub fn admit_update(
 ) -> Result<Value, Vec<FieldError>> {
     match kind {
         "Service" => service::admit_update(old, new, allocs),
+        "Pod" => pod::admit_update(old, new),
+        "Deployment" => apps::admit_deployment_update(old, new),
+        "StatefulSet" => apps::admit_statefulset_update(old, new),
+        "Endpoints" => endpoints::admit_endpoints(new),
+        "EndpointSlice" => endpoints::admit_slice_update(old, new),
+        "Namespace" => misc::admit_namespace_update(old, new),
+        "Node" => misc::admit_node(new),
+        "ConfigMap" => misc::admit_configmap(new),
+        "Event" => misc::admit_event(new),
         _ => Ok(new),
     }
 }
@@ -66,6 +91,23 @@ pub fn admit_update(
 pub fn admit_status_update(kind: &str, old: &Value, new: Value) -> Result<Value, Vec<FieldError>> {
     match kind {
         "Service" => service::admit_status_update(old, new),
+        "Pod" => pod::admit_status_update(old, new),
+        "Node" | "Namespace" | "Deployment" | "StatefulSet" => Ok(keep_spec(old, new)),
         _ => Ok(new),
     }
+}
+
+/// The stored `spec` over the client's: what a status write may not change.
+fn keep_spec(old: &Value, mut new: Value) -> Value {
+    if let Value::Object(m) = &mut new {
+        match old.get("spec") {
+            Some(spec) => {
+                m.insert("spec".into(), spec.clone());
+            }
+            None => {
+                m.remove("spec");
+            }
+        }
+    }
+    new
 }

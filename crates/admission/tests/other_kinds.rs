@@ -1,0 +1,623 @@
+//! Pods, Deployments, StatefulSets, Endpoints, EndpointSlices, Namespaces,
+//! Nodes, ConfigMaps: defaulting snapshots and validation messages.
+//! Refresh snapshots with `UPDATE_EXPECT=1 cargo test -p svcnet-admission`.
+
+#![allow(clippy::unwrap_used)] // tests may unwrap (RULES.md)
+
+mod common;
+
+use common::*;
+use expect_test::{Expect, expect};
+use serde_json::{Value, json};
+use svcnet_admission::{admit_create, admit_status_update, admit_update};
+
+fn check(kind: &str, obj: Value, want: Expect) {
+    let got = admit_create(kind, obj, &mut allocs())
+        .unwrap_or_else(|e| panic!("refused: {:?}", messages(&e)));
+    want.assert_eq(&serde_json::to_string_pretty(&got).unwrap());
+}
+
+fn rejects(kind: &str, obj: Value, want: &[&str]) {
+    let errs = admit_create(kind, obj, &mut allocs()).expect_err("accepted");
+    assert_eq!(messages(&errs), want);
+}
+
+fn pod(name: &str, f: impl FnOnce(&mut Value)) -> Value {
+    let mut v = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": "web"}},
+        "spec": {"containers": [{"name": "web", "image": "nginx:1.25", "ports": [{"containerPort": 80, "name": "http"}]}]}
+    });
+    f(&mut v);
+    v
+}
+
+fn deployment(name: &str, f: impl FnOnce(&mut Value)) -> Value {
+    let mut v = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "app", "image": "nginx"}]}}
+        }
+    });
+    f(&mut v);
+    v
+}
+
+#[test]
+fn pod_defaults() {
+    check(
+        "Pod",
+        pod("web-0", |_| {}),
+        expect![[r#"
+        {
+          "apiVersion": "v1",
+          "kind": "Pod",
+          "metadata": {
+            "labels": {
+              "app": "web"
+            },
+            "name": "web-0",
+            "namespace": "default"
+          },
+          "spec": {
+            "containers": [
+              {
+                "image": "nginx:1.25",
+                "imagePullPolicy": "IfNotPresent",
+                "name": "web",
+                "ports": [
+                  {
+                    "containerPort": 80,
+                    "name": "http",
+                    "protocol": "TCP"
+                  }
+                ],
+                "resources": {},
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File"
+              }
+            ],
+            "dnsPolicy": "ClusterFirst",
+            "enableServiceLinks": true,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "priority": 0,
+            "restartPolicy": "Always",
+            "schedulerName": "default-scheduler",
+            "securityContext": {},
+            "terminationGracePeriodSeconds": 30,
+            "tolerations": [
+              {
+                "effect": "NoExecute",
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "tolerationSeconds": 300
+              },
+              {
+                "effect": "NoExecute",
+                "key": "node.kubernetes.io/unreachable",
+                "operator": "Exists",
+                "tolerationSeconds": 300
+              }
+            ]
+          },
+          "status": {
+            "phase": "Pending",
+            "qosClass": "BestEffort"
+          }
+        }"#]],
+    );
+}
+
+#[test]
+fn pod_qos_classes() {
+    let qos = |res: Value| {
+        let p = pod("p", |p| set(p, "spec.containers.0.resources", res));
+        let got = admit_create("Pod", p, &mut allocs()).unwrap();
+        str_at(&got, "/status/qosClass").to_string()
+    };
+    assert_eq!(qos(json!({})), "BestEffort");
+    assert_eq!(qos(json!({"requests": {"cpu": "100m"}})), "Burstable");
+    assert_eq!(
+        qos(json!({"limits": {"cpu": "1", "memory": "1Gi"}})),
+        "Guaranteed"
+    );
+}
+
+#[test]
+fn pod_validation() {
+    rejects(
+        "Pod",
+        pod("p", |p| set(p, "spec.containers", json!([]))),
+        &["spec.containers: Required value"],
+    );
+    rejects(
+        "Pod",
+        pod("p", |p| {
+            set(
+                p,
+                "spec.containers",
+                json!([{"name": "a", "image": "x"}, {"name": "a", "image": "y"}]),
+            )
+        }),
+        &["spec.containers[1].name: Duplicate value: \"a\""],
+    );
+    rejects(
+        "Pod",
+        pod("p", |p| set(p, "spec.containers.0.image", json!(""))),
+        &["spec.containers[0].image: Required value"],
+    );
+    rejects(
+        "Pod",
+        pod("p", |p| {
+            set(p, "spec.containers.0.ports.0.containerPort", json!(0))
+        }),
+        &[
+            "spec.containers[0].ports[0].containerPort: Invalid value: 0: must be between 1 and 65535, inclusive",
+        ],
+    );
+    rejects(
+        "Pod",
+        pod("p", |p| set(p, "spec.hostname", json!("Web_0"))),
+        &[
+            "spec.hostname: Invalid value: \"Web_0\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')",
+        ],
+    );
+    rejects(
+        "Pod",
+        pod("p", |p| set(p, "spec.subdomain", json!("a.b"))),
+        &["spec.subdomain: Invalid value: \"a.b\": must not contain dots"],
+    );
+    rejects(
+        "Pod",
+        pod("P", |_| {}),
+        &[
+            "metadata.name: Invalid value: \"P\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')",
+        ],
+    );
+}
+
+#[test]
+fn pod_updates() {
+    let mut a = allocs();
+    let stored = admit_create("Pod", pod("p", |_| {}), &mut a).unwrap();
+    // The image may change, and a node may be bound once.
+    let mut new = stored.clone();
+    set(&mut new, "spec.containers.0.image", json!("nginx:1.26"));
+    set(&mut new, "spec.nodeName", json!("node-1"));
+    let bound = admit_update("Pod", &stored, new, &mut a).unwrap();
+    assert_eq!(str_at(&bound, "/spec/nodeName"), "node-1");
+    let mut new = bound.clone();
+    set(&mut new, "spec.nodeName", json!("node-2"));
+    set(&mut new, "spec.restartPolicy", json!("Never"));
+    let errs = admit_update("Pod", &bound, new, &mut a).unwrap_err();
+    assert_eq!(
+        messages(&errs),
+        [
+            "spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)\n  changed: spec.nodeName, spec.restartPolicy"
+        ]
+    );
+    // Status writes keep the spec and take the status.
+    let mut st = bound.clone();
+    set(&mut st, "spec.containers.0.image", json!("evil"));
+    set(
+        &mut st,
+        "status",
+        json!({"phase": "Running", "podIP": "10.244.0.5", "podIPs": [{"ip": "10.244.0.5"}]}),
+    );
+    let got = admit_status_update("Pod", &bound, st).unwrap();
+    assert_eq!(str_at(&got, "/spec/containers/0/image"), "nginx:1.26");
+    assert_eq!(str_at(&got, "/status/podIP"), "10.244.0.5");
+    let mut st = bound.clone();
+    set(&mut st, "status", json!({"phase": "Sleeping"}));
+    assert_eq!(
+        messages(&admit_status_update("Pod", &bound, st).unwrap_err()),
+        [
+            "status.phase: Unsupported value: \"Sleeping\": supported values: \"Failed\", \"Pending\", \"Running\", \"Succeeded\", \"Unknown\""
+        ]
+    );
+}
+
+#[test]
+fn deployment_defaults() {
+    check(
+        "Deployment",
+        deployment("myapp", |_| {}),
+        expect![[r#"
+        {
+          "apiVersion": "apps/v1",
+          "kind": "Deployment",
+          "metadata": {
+            "generation": 1,
+            "name": "myapp",
+            "namespace": "default"
+          },
+          "spec": {
+            "progressDeadlineSeconds": 600,
+            "replicas": 1,
+            "revisionHistoryLimit": 10,
+            "selector": {
+              "matchLabels": {
+                "app": "myapp"
+              }
+            },
+            "strategy": {
+              "rollingUpdate": {
+                "maxSurge": "25%",
+                "maxUnavailable": "25%"
+              },
+              "type": "RollingUpdate"
+            },
+            "template": {
+              "metadata": {
+                "labels": {
+                  "app": "myapp"
+                }
+              },
+              "spec": {
+                "containers": [
+                  {
+                    "image": "nginx",
+                    "imagePullPolicy": "Always",
+                    "name": "app",
+                    "resources": {},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File"
+                  }
+                ],
+                "dnsPolicy": "ClusterFirst",
+                "restartPolicy": "Always",
+                "schedulerName": "default-scheduler",
+                "securityContext": {},
+                "terminationGracePeriodSeconds": 30
+              }
+            }
+          },
+          "status": {}
+        }"#]],
+    );
+}
+
+#[test]
+fn deployment_validation() {
+    rejects(
+        "Deployment",
+        deployment("d", |d| {
+            set(d, "spec.template.metadata.labels", json!({"app": "other"}))
+        }),
+        &[
+            "spec.template.metadata.labels: Invalid value: {\"app\":\"other\"}: `selector` does not match template `labels`",
+        ],
+    );
+    rejects(
+        "Deployment",
+        deployment("d", |d| {
+            d["spec"].as_object_mut().unwrap().remove("selector");
+        }),
+        &["spec.selector: Required value"],
+    );
+    rejects(
+        "Deployment",
+        deployment("d", |d| set(d, "spec.replicas", json!(-1))),
+        &["spec.replicas: Invalid value: -1: must be greater than or equal to 0"],
+    );
+    rejects(
+        "Deployment",
+        deployment("d", |d| {
+            set(
+                d,
+                "spec.strategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "0%"}}),
+            )
+        }),
+        &[
+            "spec.strategy.rollingUpdate.maxUnavailable: Invalid value: 0: may not be 0 when `maxSurge` is 0",
+        ],
+    );
+    rejects(
+        "Deployment",
+        deployment("d", |d| {
+            set(d, "spec.template.spec.restartPolicy", json!("Never"))
+        }),
+        &[
+            "spec.template.spec.restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"",
+        ],
+    );
+    let mut a = allocs();
+    let stored = admit_create("Deployment", deployment("d", |_| {}), &mut a).unwrap();
+    assert_eq!(int_at(&stored, "/metadata/generation"), 1);
+    // Scaling bumps the generation; changing the selector is refused.
+    let mut scaled = stored.clone();
+    set(&mut scaled, "spec.replicas", json!(3));
+    let scaled = admit_update("Deployment", &stored, scaled, &mut a).unwrap();
+    assert_eq!(int_at(&scaled, "/metadata/generation"), 2);
+    let relabel = deployment("d", |d| {
+        set(d, "spec.selector.matchLabels", json!({"app": "x"}));
+        set(d, "spec.template.metadata.labels", json!({"app": "x"}));
+    });
+    assert_eq!(
+        messages(&admit_update("Deployment", &stored, relabel, &mut a).unwrap_err()),
+        [
+            "spec.selector: Invalid value: \"{\\\"matchLabels\\\":{\\\"app\\\":\\\"x\\\"}}\": field is immutable"
+        ]
+    );
+}
+
+#[test]
+fn statefulset_defaults_and_updates() {
+    let sts = json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {
+            "serviceName": "nginx", "replicas": 2,
+            "selector": {"matchLabels": {"app": "nginx"}},
+            "template": {"metadata": {"labels": {"app": "nginx"}}, "spec": {"containers": [{"name": "nginx", "image": "nginx:1.25"}]}}
+        }
+    });
+    check(
+        "StatefulSet",
+        sts.clone(),
+        expect![[r#"
+        {
+          "apiVersion": "apps/v1",
+          "kind": "StatefulSet",
+          "metadata": {
+            "generation": 1,
+            "name": "web",
+            "namespace": "default"
+          },
+          "spec": {
+            "persistentVolumeClaimRetentionPolicy": {
+              "whenDeleted": "Retain",
+              "whenScaled": "Retain"
+            },
+            "podManagementPolicy": "OrderedReady",
+            "replicas": 2,
+            "revisionHistoryLimit": 10,
+            "selector": {
+              "matchLabels": {
+                "app": "nginx"
+              }
+            },
+            "serviceName": "nginx",
+            "template": {
+              "metadata": {
+                "labels": {
+                  "app": "nginx"
+                }
+              },
+              "spec": {
+                "containers": [
+                  {
+                    "image": "nginx:1.25",
+                    "imagePullPolicy": "IfNotPresent",
+                    "name": "nginx",
+                    "resources": {},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File"
+                  }
+                ],
+                "dnsPolicy": "ClusterFirst",
+                "restartPolicy": "Always",
+                "schedulerName": "default-scheduler",
+                "securityContext": {},
+                "terminationGracePeriodSeconds": 30
+              }
+            },
+            "updateStrategy": {
+              "rollingUpdate": {
+                "partition": 0
+              },
+              "type": "RollingUpdate"
+            }
+          },
+          "status": {
+            "replicas": 0
+          }
+        }"#]],
+    );
+    let mut a = allocs();
+    let stored = admit_create("StatefulSet", sts, &mut a).unwrap();
+    let mut renamed = stored.clone();
+    set(&mut renamed, "spec.serviceName", json!("other"));
+    assert_eq!(
+        messages(&admit_update("StatefulSet", &stored, renamed, &mut a).unwrap_err()),
+        [
+            "spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden"
+        ]
+    );
+    let mut bad = stored.clone();
+    set(&mut bad, "spec.podManagementPolicy", json!("Random"));
+    assert_eq!(
+        messages(&admit_update("StatefulSet", &stored, bad, &mut a).unwrap_err()),
+        [
+            "spec.podManagementPolicy: Unsupported value: \"Random\": supported values: \"OrderedReady\", \"Parallel\"",
+            "spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
+        ]
+    );
+}
+
+#[test]
+fn endpoints() {
+    let ep = |f: &dyn Fn(&mut Value)| {
+        let mut v = json!({
+            "apiVersion": "v1", "kind": "Endpoints",
+            "metadata": {"name": "mysql", "namespace": "default"},
+            "subsets": [{"addresses": [{"ip": "192.168.1.10"}], "ports": [{"port": 3306}]}]
+        });
+        f(&mut v);
+        v
+    };
+    let got = admit_create("Endpoints", ep(&|_| {}), &mut allocs()).unwrap();
+    assert_eq!(str_at(&got, "/subsets/0/ports/0/protocol"), "TCP");
+    rejects(
+        "Endpoints",
+        ep(&|v| set(v, "subsets.0.addresses.0.ip", json!("127.0.0.1"))),
+        &[
+            "subsets[0].addresses[0].ip: Invalid value: \"127.0.0.1\": may not be in the loopback range (127.0.0.0/8, ::1/128)",
+        ],
+    );
+    rejects(
+        "Endpoints",
+        ep(&|v| {
+            set(
+                v,
+                "subsets.0.notReadyAddresses",
+                json!([{"ip": "169.254.1.1"}]),
+            )
+        }),
+        &[
+            "subsets[0].notReadyAddresses[0].ip: Invalid value: \"169.254.1.1\": may not be in the link-local range (169.254.0.0/16, fe80::/10)",
+        ],
+    );
+    rejects(
+        "Endpoints",
+        ep(&|v| {
+            set(
+                v,
+                "subsets.0.ports",
+                json!([{"port": 0, "name": "a"}, {"port": 1}]),
+            )
+        }),
+        &[
+            "subsets[0].ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive",
+            "subsets[0].ports[1].name: Required value",
+        ],
+    );
+}
+
+#[test]
+fn endpoint_slices() {
+    let slice = |f: &dyn Fn(&mut Value)| {
+        let mut v = json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-abc", "namespace": "default", "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": ["10.244.0.5"], "conditions": {"ready": true}}],
+            "ports": [{"port": 80}]
+        });
+        f(&mut v);
+        v
+    };
+    let got = admit_create("EndpointSlice", slice(&|_| {}), &mut allocs()).unwrap();
+    assert_eq!(
+        got["ports"],
+        json!([{"name": "", "port": 80, "protocol": "TCP"}])
+    );
+    rejects(
+        "EndpointSlice",
+        slice(&|v| set(v, "addressType", json!(""))),
+        &["addressType: Required value"],
+    );
+    rejects(
+        "EndpointSlice",
+        slice(&|v| set(v, "addressType", json!("IPX"))),
+        &[
+            "addressType: Unsupported value: \"IPX\": supported values: \"FQDN\", \"IPv4\", \"IPv6\"",
+        ],
+    );
+    rejects(
+        "EndpointSlice",
+        slice(&|v| set(v, "endpoints.0.addresses", json!(["fd00::1"]))),
+        &["endpoints[0].addresses[0]: Invalid value: \"fd00::1\": must be a valid IPv4 address"],
+    );
+    rejects(
+        "EndpointSlice",
+        slice(&|v| set(v, "endpoints.0.addresses", json!([]))),
+        &["endpoints[0].addresses: Required value: must contain at least 1 address"],
+    );
+    let many: Vec<Value> = (0..1001)
+        .map(|i| json!({"addresses": [format!("10.1.{}.{}", i / 250, i % 250 + 1)]}))
+        .collect();
+    rejects(
+        "EndpointSlice",
+        slice(&|v| set(v, "endpoints", Value::Array(many.clone()))),
+        &["endpoints: Too many: 1001: must have at most 1000 items"],
+    );
+    let addrs: Vec<String> = (0..101).map(|i| format!("10.2.0.{}", i + 1)).collect();
+    rejects(
+        "EndpointSlice",
+        slice(&|v| set(v, "endpoints.0.addresses", json!(addrs))),
+        &["endpoints[0].addresses: Too many: 101: must have at most 100 items"],
+    );
+    let ports: Vec<Value> = (0..101)
+        .map(|i| json!({"name": format!("p{i}"), "port": 1000 + i}))
+        .collect();
+    rejects(
+        "EndpointSlice",
+        slice(&|v| set(v, "ports", Value::Array(ports.clone()))),
+        &["ports: Too many: 101: must have at most 100 items"],
+    );
+    let got = admit_create(
+        "EndpointSlice",
+        slice(&|v| {
+            set(v, "addressType", json!("FQDN"));
+            set(v, "endpoints.0.addresses", json!(["db.example.com"]));
+        }),
+        &mut allocs(),
+    );
+    assert!(got.is_ok());
+    let mut a = allocs();
+    let stored = admit_create("EndpointSlice", slice(&|_| {}), &mut a).unwrap();
+    let v6 = slice(&|v| {
+        set(v, "addressType", json!("IPv6"));
+        set(v, "endpoints.0.addresses", json!(["fd00::5"]));
+    });
+    assert_eq!(
+        messages(&admit_update("EndpointSlice", &stored, v6, &mut a).unwrap_err()),
+        ["addressType: Invalid value: \"IPv6\": field is immutable"]
+    );
+}
+
+#[test]
+fn namespaces_nodes_configmaps() {
+    check(
+        "Namespace",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}),
+        expect![[r#"
+        {
+          "apiVersion": "v1",
+          "kind": "Namespace",
+          "metadata": {
+            "labels": {
+              "kubernetes.io/metadata.name": "team-a"
+            },
+            "name": "team-a"
+          },
+          "spec": {
+            "finalizers": [
+              "kubernetes"
+            ]
+          },
+          "status": {
+            "phase": "Active"
+          }
+        }"#]],
+    );
+    rejects(
+        "Namespace",
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a.b"}}),
+        &["metadata.name: Invalid value: \"a.b\": must not contain dots"],
+    );
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1.example"}});
+    assert!(admit_create("Node", node, &mut allocs()).is_ok());
+    rejects(
+        "Node",
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "namespace": "default"}}),
+        &["metadata.namespace: Forbidden: not allowed on this type"],
+    );
+    rejects(
+        "ConfigMap",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"}, "data": {"a b": "x"}}),
+        &[
+            "data[a b]: Invalid value: \"a b\": a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+        ],
+    );
+    // Unknown kinds pass through untouched.
+    let obj = json!({"kind": "Widget", "anything": [1, 2]});
+    assert_eq!(
+        admit_create("Widget", obj.clone(), &mut allocs()).unwrap(),
+        obj
+    );
+}
