@@ -12,6 +12,8 @@ mod schema;
 mod strategic;
 
 #[cfg(test)]
+mod kubectl_tests;
+#[cfg(test)]
 mod tests;
 
 use serde_json::Value;
