@@ -10,6 +10,7 @@
 //! Hooks and priorities are documented in README.md as a contract for other software.
 
 pub mod apply;
+pub mod conntrack;
 pub mod fake;
 pub mod names;
 pub mod plan;

@@ -1,0 +1,194 @@
+//! Process sandboxes: start a program inside a named network namespace, with a private mount
+//! namespace (files bind-mounted over `/etc/resolv.conf`, `/etc/hosts`), its own UTS namespace
+//! (hostname) and its own session (so the whole process group can be signalled).
+//!
+//! This is how the node agent runs a pod's containers and how `svcnet exec` enters a pod. The
+//! namespace switching happens in the forked child between `fork` and `exec` (`pre_exec`), so
+//! no thread of the caller ever changes namespace. Everything the child needs is prepared
+//! before the fork (the namespace file is opened, paths are turned into C strings), because
+//! allocating after `fork` in a multi-threaded process is not safe.
+
+use std::ffi::{CString, OsString};
+use std::fs::File;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nix::mount::{MsFlags, mount};
+use nix::sched::{CloneFlags, setns, unshare};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use crate::{NETNS_RUN_DIR, NetnsError};
+
+/// Where and how a program runs: a builder, applied to a [`Command`] with [`Sandbox::apply`].
+#[derive(Debug, Clone, Default)]
+pub struct Sandbox {
+    netns: Option<String>,
+    binds: Vec<(PathBuf, PathBuf)>,
+    hostname: Option<String>,
+    die_with_parent: bool,
+}
+
+impl Sandbox {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs the program in the named network namespace (`/run/netns/<name>`).
+    pub fn netns(mut self, name: &str) -> Self {
+        self.netns = Some(name.to_string());
+        self
+    }
+
+    /// Bind-mounts `source` over `target` in a private mount namespace of the program.
+    pub fn bind(mut self, source: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Self {
+        self.binds.push((source.into(), target.into()));
+        self
+    }
+
+    /// Gives the program its own UTS namespace with this hostname.
+    pub fn hostname(mut self, name: &str) -> Self {
+        self.hostname = Some(name.to_string());
+        self
+    }
+
+    /// Kills the program (SIGKILL) when the thread that started it exits, so a crashed agent
+    /// leaves no orphan containers behind.
+    pub fn die_with_parent(mut self) -> Self {
+        self.die_with_parent = true;
+        self
+    }
+
+    /// Prepares `cmd` to start inside this sandbox, in a new session (its pid is its process
+    /// group id, see [`signal_group`]). Fails if the namespace or a bind source is missing.
+    pub fn apply(&self, cmd: &mut Command) -> Result<(), NetnsError> {
+        let label = self
+            .netns
+            .clone()
+            .unwrap_or_else(|| "(current)".to_string());
+        let io_err = |action, source| NetnsError::Io {
+            name: label.clone(),
+            action,
+            source,
+        };
+        let netns_file = match &self.netns {
+            Some(name) => Some(
+                File::open(Path::new(NETNS_RUN_DIR).join(name)).map_err(|e| io_err("open", e))?,
+            ),
+            None => None,
+        };
+        let mut binds = Vec::new();
+        for (source, target) in &self.binds {
+            if !source.exists() {
+                return Err(io_err(
+                    "bind source",
+                    io::Error::new(io::ErrorKind::NotFound, source.display().to_string()),
+                ));
+            }
+            binds.push((
+                c_path(source).map_err(|e| io_err("bind source", e))?,
+                c_path(target).map_err(|e| io_err("bind target", e))?,
+            ));
+        }
+        let root = c_path(Path::new("/")).map_err(|e| io_err("root", e))?;
+        let hostname: Option<OsString> = self.hostname.as_ref().map(OsString::from);
+        let die_with_parent = self.die_with_parent;
+        let private_mounts = !binds.is_empty();
+        let closure = move || -> io::Result<()> {
+            if die_with_parent {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+            }
+            nix::unistd::setsid().map_err(io::Error::from)?;
+            if let Some(file) = &netns_file {
+                setns(file, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
+            }
+            let mut flags = CloneFlags::empty();
+            if private_mounts {
+                flags |= CloneFlags::CLONE_NEWNS;
+            }
+            if hostname.is_some() {
+                flags |= CloneFlags::CLONE_NEWUTS;
+            }
+            if !flags.is_empty() {
+                unshare(flags).map_err(io::Error::from)?;
+            }
+            if private_mounts {
+                // Keep our bind mounts from propagating back into the host's mount namespace.
+                mount(
+                    None::<&std::ffi::CStr>,
+                    root.as_c_str(),
+                    None::<&std::ffi::CStr>,
+                    MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                    None::<&std::ffi::CStr>,
+                )
+                .map_err(io::Error::from)?;
+                for (source, target) in &binds {
+                    mount(
+                        Some(source.as_c_str()),
+                        target.as_c_str(),
+                        None::<&std::ffi::CStr>,
+                        MsFlags::MS_BIND,
+                        None::<&std::ffi::CStr>,
+                    )
+                    .map_err(io::Error::from)?;
+                }
+            }
+            if let Some(name) = &hostname {
+                nix::unistd::sethostname(name).map_err(io::Error::from)?;
+            }
+            Ok(())
+        };
+        // SAFETY: the closure only makes system calls (prctl, setsid, setns, unshare, mount,
+        // sethostname) on values prepared before the fork; it does not allocate or take locks.
+        #[allow(unsafe_code)]
+        unsafe {
+            cmd.pre_exec(closure);
+        }
+        Ok(())
+    }
+}
+
+fn c_path(path: &Path) -> io::Result<CString> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+}
+
+/// Sends SIGTERM (`force == false`) or SIGKILL to the process group `pgid` (a sandboxed
+/// program's pid). A group that no longer exists is not an error.
+pub fn signal_group(pgid: u32, force: bool) -> io::Result<()> {
+    let pid = i32::try_from(pgid).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    if pid <= 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("refusing to signal process group {pid}"),
+        ));
+    }
+    let signal = if force {
+        Signal::SIGKILL
+    } else {
+        Signal::SIGTERM
+    };
+    match killpg(Pid::from_raw(pid), signal) {
+        Ok(()) | Err(nix::Error::ESRCH) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Sends SIGKILL to one process (leftovers found by `ip netns pids`). A process that no longer
+/// exists is not an error.
+pub fn kill_process(pid: u32) -> io::Result<()> {
+    let pid = i32::try_from(pid).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    if pid <= 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("refusing to kill process {pid}"),
+        ));
+    }
+    match nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL) {
+        Ok(()) | Err(nix::Error::ESRCH) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
