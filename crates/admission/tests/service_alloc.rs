@@ -411,3 +411,51 @@ fn rebuild_restores_exactly_and_warns_about_conflicts() {
     );
     assert_eq!(fresh, a);
 }
+
+#[test]
+fn status_writes_keep_the_spec_and_never_allocate() {
+    let mut a = allocs();
+    let stored = create(
+        &mut a,
+        service("default", "lb", |s| {
+            set(s, "spec.type", json!("LoadBalancer"));
+            set(s, "spec.loadBalancerClass", json!("example.com/lb"));
+        }),
+    );
+    let before = a.clone();
+    let mut new = stored.clone();
+    set(&mut new, "spec.clusterIP", json!("10.96.0.77"));
+    set(
+        &mut new,
+        "status",
+        json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.10", "ipMode": "Proxy"}]}}),
+    );
+    let got = svcnet_admission::admit_status_update("Service", &stored, new).unwrap();
+    assert_eq!(got["spec"], stored["spec"]);
+    assert_eq!(
+        str_at(&got, "/status/loadBalancer/ingress/0/ip"),
+        "192.0.2.10"
+    );
+    assert_eq!(a, before);
+    let mut bad = stored.clone();
+    set(
+        &mut bad,
+        "status",
+        json!({"loadBalancer": {"ingress": [{"ip": "not-an-ip"}]}}),
+    );
+    assert_eq!(
+        messages(&svcnet_admission::admit_status_update("Service", &stored, bad).unwrap_err()),
+        [
+            "status.loadBalancer.ingress[0].ip: Invalid value: \"not-an-ip\": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"
+        ]
+    );
+    // A main-resource update never takes the client's status.
+    let mut spoof = stored.clone();
+    set(
+        &mut spoof,
+        "status",
+        json!({"loadBalancer": {"ingress": [{"ip": "192.0.2.99"}]}}),
+    );
+    let got = admit_update("Service", &stored, spoof, &mut a).unwrap();
+    assert_eq!(got["status"], stored["status"]);
+}
