@@ -18,11 +18,15 @@ fn res(group: &str, plural: &str) -> Result<&'static ResourceInfo, ApiError> {
 }
 
 /// Creates `obj` if absent, or brings its `fields` to the wanted values if it exists.
+/// The `kubernetes` Endpoints and EndpointSlice skip admission (`admit: false`): like
+/// upstream's endpoint reconciler they are the server's own record of itself, and on a single
+/// machine that address is loopback, which validation refuses for user-written endpoints.
 async fn ensure(
     state: &SharedState,
     res: &'static ResourceInfo,
     obj: Value,
     fields: &'static [&'static str],
+    admit: bool,
 ) -> Result<(), ApiError> {
     let ns = objects::meta_str(&obj, "namespace").map(str::to_string);
     let name = objects::name_of(&obj).to_string();
@@ -34,11 +38,13 @@ async fn ensure(
             &res.key(ns.as_deref(), &name),
             false,
             move |cur| match cur {
+                None if !admit => Ok(Mutation::Put(created.clone())),
                 None => {
-                    let admitted = st
-                        .admission
-                        .admit_create(res.kind, created.clone())
-                        .map_err(|c| ApiError::invalid(res, objects::name_of(&created), c))?;
+                    let admitted = st.admission.admit_create(
+                        res,
+                        objects::name_of(&created),
+                        created.clone(),
+                    )?;
                     Ok(Mutation::Put(admitted))
                 }
                 Some(cur) => {
@@ -51,10 +57,9 @@ async fn ensure(
                     if next == *cur {
                         return Ok(Mutation::Keep);
                     }
-                    let admitted = st
-                        .admission
-                        .admit_update(res.kind, cur, next)
-                        .map_err(|c| ApiError::invalid(res, objects::name_of(cur), c))?;
+                    let admitted =
+                        st.admission
+                            .admit_update(res, objects::name_of(cur), cur, next, false)?;
                     Ok(Mutation::Put(admitted))
                 }
             },
@@ -71,6 +76,7 @@ pub async fn run(state: &SharedState) -> Result<(), ApiError> {
             namespaces,
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
             &[],
+            true,
         )
         .await?;
     }
@@ -97,6 +103,7 @@ pub async fn run(state: &SharedState) -> Result<(), ApiError> {
             },
         }),
         &[],
+        true,
     )
     .await?;
     // The service's target port follows the API port, which may change between starts.
@@ -129,6 +136,7 @@ pub async fn run(state: &SharedState) -> Result<(), ApiError> {
             "subsets": [{"addresses": [{"ip": ip}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
         }),
         &["subsets"],
+        false,
     )
     .await?;
     let family = if state.cfg.advertise_ip().is_ipv4() {
@@ -148,6 +156,7 @@ pub async fn run(state: &SharedState) -> Result<(), ApiError> {
             "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
         }),
         &["endpoints", "ports", "addressType"],
+        false,
     )
     .await?;
     Ok(())

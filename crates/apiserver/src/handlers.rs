@@ -12,7 +12,7 @@ use crate::objects::{self, finalizers, is_terminating, meta_str, name_of};
 use crate::registry::{self, ResourceInfo};
 use crate::request::{FieldValidation, ResourceRequest, Subresource, Verb};
 use crate::state::SharedState;
-use crate::status::{ApiError, Cause};
+use crate::status::ApiError;
 
 /// How the client wants objects rendered (from the Accept header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +65,17 @@ pub async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    if matches!(req.verb, Verb::Create | Verb::Update) {
+        let ct = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json");
+        if ct.contains("protobuf") || ct.contains("cbor") {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "the body of the request was in an unknown format ({ct}): this server accepts only application/json (protobuf bodies are not supported; use `kubectl apply -f` with a manifest)"
+            )));
+        }
+    }
     match req.verb {
         Verb::Get => get(&state, &req, &headers).await,
         Verb::List => list(&state, &req, &headers).await,
@@ -186,7 +197,7 @@ pub(crate) fn check_fields(
     if mode == FieldValidation::Ignore {
         return Ok(Vec::new());
     }
-    let unknown = machinery::unknown_fields(res, obj);
+    let unknown = machinery::unknown_fields(res, obj)?;
     if unknown.is_empty() {
         return Ok(Vec::new());
     }
@@ -204,10 +215,6 @@ pub(crate) fn check_fields(
         ))),
         _ => Ok(list),
     }
-}
-
-fn invalid(res: &ResourceInfo, name: &str, causes: Vec<Cause>) -> ApiError {
-    ApiError::invalid(res, name, causes)
 }
 
 async fn namespace_accepts(state: &SharedState, req: &ResourceRequest) -> Result<(), ApiError> {
@@ -245,10 +252,7 @@ async fn create(
             if cur.is_some() {
                 return Err(ApiError::already_exists(res, &n));
             }
-            let admitted = st
-                .admission
-                .admit_create(res.kind, obj.clone())
-                .map_err(|c| invalid(res, &n, c))?;
+            let admitted = st.admission.admit_create(res, &n, obj.clone())?;
             Ok(Mutation::Put(admitted))
         })
         .await?;
@@ -307,10 +311,8 @@ async fn update(
         .write(res, &key(req, &name), req.query.dry_run, move |cur| {
             let cur = cur.ok_or_else(|| ApiError::not_found(res, &n))?;
             let next = objects::prepare_update(res, sub, cur, incoming.clone())?;
-            let next = st
-                .admission
-                .admit_update(res.kind, cur, next)
-                .map_err(|c| invalid(res, &n, c))?;
+            let status = sub == Some(Subresource::Status);
+            let next = st.admission.admit_update(res, &n, cur, next, status)?;
             Ok(finish(cur, next))
         })
         .await?;
@@ -351,7 +353,12 @@ async fn patch(
             } else {
                 cur.clone()
             };
-            let patched = machinery::apply_patch(res, &view, &content_type, &body)?;
+            let kind = if sub == Some(Subresource::Scale) {
+                "Scale"
+            } else {
+                res.kind
+            };
+            let patched = machinery::apply_patch(res, kind, &view, &content_type, &body)?;
             if !patched.is_object() {
                 return Err(ApiError::BadRequest(
                     "the patch result is not an object".into(),
@@ -364,10 +371,8 @@ async fn patch(
                 }
             }
             let next = objects::prepare_update(res, sub, cur, patched)?;
-            let next = st
-                .admission
-                .admit_update(res.kind, cur, next)
-                .map_err(|c| invalid(res, &n, c))?;
+            let status = sub == Some(Subresource::Status);
+            let next = st.admission.admit_update(res, &n, cur, next, status)?;
             Ok(finish(cur, next))
         })
         .await?;

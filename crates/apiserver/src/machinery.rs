@@ -1,99 +1,34 @@
-//! The API server's single seam to the pure API machinery (selectors, patches, Table output,
-//! strict field checks). Fallback implementations until `svcnet-apimachinery` lands.
+//! The API server's single seam to `svcnet-apimachinery`: selectors, patches, Table output
+//! and strict field checks, with their errors turned into API errors.
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+use svcnet_apimachinery::patch::{self, PatchError, PatchType};
+use svcnet_apimachinery::selector::{FieldSelector, LabelSelector, field_value};
+use svcnet_apimachinery::{strict, table};
+
+pub use svcnet_apimachinery::table::IncludeObject;
 
 use crate::registry::ResourceInfo;
 use crate::status::ApiError;
 
-/// Which object a Table row carries (`includeObject`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IncludeObject {
-    None,
-    Metadata,
-    Object,
+/// The kind name the pure crates know this resource by, or `None` for resources they do not
+/// model (`events.k8s.io` Events share the kind name `Event` with core Events but not its
+/// schema, so they must not be decoded as core Events).
+pub fn typed_kind(res: &ResourceInfo) -> Option<&'static str> {
+    match res.group {
+        "" | "apps" | "discovery.k8s.io" => Some(res.kind),
+        _ => None,
+    }
 }
 
 /// Label and field selectors of a request, parsed once.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Selectors {
-    labels: Vec<(String, Op, String)>,
-    fields: Vec<(String, Op, String)>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Op {
-    Eq,
-    Ne,
-    Exists,
-    NotExists,
-}
-
-fn parse_terms(s: &str, what: &str) -> Result<Vec<(String, Op, String)>, ApiError> {
-    let mut out = Vec::new();
-    for term in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-        let parsed = if let Some((k, v)) = term.split_once("!=") {
-            (k.trim().to_string(), Op::Ne, v.trim().to_string())
-        } else if let Some((k, v)) = term.split_once("==") {
-            (k.trim().to_string(), Op::Eq, v.trim().to_string())
-        } else if let Some((k, v)) = term.split_once('=') {
-            (k.trim().to_string(), Op::Eq, v.trim().to_string())
-        } else if let Some(k) = term.strip_prefix('!') {
-            (k.trim().to_string(), Op::NotExists, String::new())
-        } else {
-            (term.to_string(), Op::Exists, String::new())
-        };
-        if parsed.0.is_empty() {
-            return Err(ApiError::BadRequest(format!(
-                "unable to parse requirement: invalid {what} selector {s:?}"
-            )));
-        }
-        out.push(parsed);
-    }
-    Ok(out)
-}
-
-/// Field names a field selector may use on this kind.
-fn supported_field(kind: &str, field: &str) -> bool {
-    matches!(field, "metadata.name" | "metadata.namespace")
-        || match kind {
-            "Pod" => matches!(
-                field,
-                "spec.nodeName"
-                    | "spec.restartPolicy"
-                    | "spec.schedulerName"
-                    | "spec.serviceAccountName"
-                    | "spec.hostNetwork"
-                    | "status.phase"
-                    | "status.podIP"
-                    | "status.nominatedNodeName"
-            ),
-            "Event" => {
-                field.starts_with("involvedObject.")
-                    || matches!(field, "reason" | "source" | "type" | "reportingComponent")
-            }
-            "Node" => field == "spec.unschedulable",
-            "Namespace" => field == "status.phase",
-            "Service" => matches!(field, "spec.clusterIP" | "spec.type"),
-            _ => false,
-        }
-}
-
-/// The string value of a dotted field path (missing fields read as empty, as upstream).
-pub fn field_value(obj: &Value, path: &str) -> Option<String> {
-    let mut cur = obj;
-    for part in path.split('.') {
-        cur = cur.get(part)?;
-    }
-    Some(match cur {
-        Value::String(s) => s.clone(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    })
+    kind: &'static str,
+    labels: LabelSelector,
+    fields: FieldSelector,
 }
 
 impl Selectors {
@@ -103,26 +38,23 @@ impl Selectors {
         field: Option<&str>,
     ) -> Result<Self, ApiError> {
         let labels = match label {
-            Some(s) => parse_terms(s, "label")?,
-            None => Vec::new(),
+            Some(s) => LabelSelector::parse(s).map_err(|e| ApiError::BadRequest(e.to_string()))?,
+            None => LabelSelector::everything(),
         };
         let fields = match field {
-            Some(s) => parse_terms(s, "field")?,
-            None => Vec::new(),
+            Some(s) => FieldSelector::parse(s).map_err(|e| ApiError::BadRequest(e.to_string()))?,
+            None => FieldSelector::everything(),
         };
-        for (f, op, _) in &fields {
-            if !matches!(op, Op::Eq | Op::Ne) {
-                return Err(ApiError::BadRequest(format!(
-                    "invalid field selector: {f:?} needs an operator"
-                )));
-            }
-            if !supported_field(res.kind, f) {
-                return Err(ApiError::BadRequest(format!(
-                    "field label not supported: {f}"
-                )));
-            }
+        if let Some(f) = fields.unsupported_field(res.kind) {
+            return Err(ApiError::BadRequest(format!(
+                "field label not supported: {f}"
+            )));
         }
-        Ok(Selectors { labels, fields })
+        Ok(Selectors {
+            kind: res.kind,
+            labels,
+            fields,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -130,87 +62,66 @@ impl Selectors {
     }
 
     pub fn matches(&self, obj: &Value) -> bool {
-        let labels: BTreeMap<String, String> = obj
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object)
-            .map(|m| {
-                m.iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect()
-            })
-            .unwrap_or_default();
-        let label_ok = self.labels.iter().all(|(k, op, v)| match op {
-            Op::Eq => labels.get(k) == Some(v),
-            Op::Ne => labels.get(k) != Some(v),
-            Op::Exists => labels.contains_key(k),
-            Op::NotExists => !labels.contains_key(k),
-        });
-        label_ok
-            && self.fields.iter().all(|(f, op, v)| {
-                let actual = field_value(obj, f).unwrap_or_default();
-                match op {
-                    Op::Eq => &actual == v,
-                    _ => &actual != v,
-                }
-            })
+        if !self.labels.is_empty() {
+            let labels: BTreeMap<String, String> = obj
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if !self.labels.matches(&labels) {
+                return false;
+            }
+        }
+        self.fields.is_empty() || self.fields.matches(|f| field_value(self.kind, obj, f))
     }
 }
 
-/// Applies a PATCH body of the given content type to `original`.
+/// Applies a PATCH body of the given content type to `original` (an object of `kind`).
 pub fn apply_patch(
     res: &ResourceInfo,
+    kind: &str,
     original: &Value,
     content_type: &str,
     body: &[u8],
 ) -> Result<Value, ApiError> {
-    let bad = |e: &dyn std::fmt::Display| ApiError::BadRequest(format!("invalid patch: {e}"));
-    let ct = content_type.split(';').next().unwrap_or("").trim();
-    let _ = res;
-    match ct {
-        "application/json-patch+json" => {
-            let patch: json_patch::Patch = serde_json::from_slice(body).map_err(|e| bad(&e))?;
-            let mut out = original.clone();
-            json_patch::patch(&mut out, &patch).map_err(|e| ApiError::Invalid {
-                kind: res.kind.into(),
-                group: res.group.into(),
-                name: String::new(),
-                message: format!(
-                    "the server rejected our request due to an error in our request: {e}"
-                ),
-                causes: Vec::new(),
-            })?;
-            Ok(out)
-        }
-        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
-            let patch: Value = serde_json::from_slice(body).map_err(|e| bad(&e))?;
-            let mut out = original.clone();
-            json_patch::merge(&mut out, &strip_directives(patch));
-            Ok(out)
-        }
-        other => Err(ApiError::UnsupportedMediaType(format!(
-            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {other:?})"
-        ))),
-    }
+    let patch_type = patch_type(content_type)?;
+    patch::apply(kind, original, patch_type, body).map_err(|e| match e {
+        PatchError::Malformed(m) => ApiError::BadRequest(m),
+        other => ApiError::Invalid {
+            kind: res.kind.into(),
+            group: res.group.into(),
+            name: String::new(),
+            message: other.to_string(),
+            causes: Vec::new(),
+        },
+    })
 }
 
-fn strip_directives(v: Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.into_iter()
-                .filter(|(k, _)| !k.starts_with('$'))
-                .map(|(k, v)| (k, strip_directives(v)))
-                .collect(),
-        ),
-        other => other,
-    }
+/// The patch type of a Content-Type, or 415.
+pub fn patch_type(content_type: &str) -> Result<PatchType, ApiError> {
+    PatchType::from_content_type(content_type).ok_or_else(|| {
+        let accepted: Vec<&str> = PatchType::ALL.iter().map(|p| p.content_type()).collect();
+        ApiError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: {}",
+            accepted.join(", ")
+        ))
+    })
 }
 
-/// A `meta.k8s.io/v1` Table of the items, or `None` when the kind has no table printer.
-pub fn to_table(_res: &ResourceInfo, _items: &[Value], _include: IncludeObject) -> Option<Value> {
-    None
+/// A `meta.k8s.io/v1` Table of the items (without `metadata.resourceVersion`).
+pub fn to_table(res: &ResourceInfo, items: &[Value], include: IncludeObject) -> Option<Value> {
+    Some(table::to_table(res.kind, items, include))
 }
 
-/// Dotted paths of fields the kind does not define.
-pub fn unknown_fields(_res: &ResourceInfo, _obj: &Value) -> Vec<String> {
-    Vec::new()
+/// Dotted paths of fields the kind does not define; 400 when the object does not even decode
+/// into its type (a wrong type for a known field).
+pub fn unknown_fields(res: &ResourceInfo, obj: &Value) -> Result<Vec<String>, ApiError> {
+    let Some(kind) = typed_kind(res) else {
+        return Ok(Vec::new());
+    };
+    strict::check(kind, obj).map_err(|e| ApiError::BadRequest(e.to_string()))
 }

@@ -123,12 +123,7 @@ fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
             "dryRun" => query.dry_run = v == "All",
             "propagationPolicy" => query.propagation_policy = Some(v),
             "includeObject" => {
-                use crate::machinery::IncludeObject;
-                query.include_object = Some(match v.as_str() {
-                    "None" => IncludeObject::None,
-                    "Object" => IncludeObject::Object,
-                    _ => IncludeObject::Metadata,
-                })
+                query.include_object = crate::machinery::IncludeObject::parse(&v);
             }
             "watch" if truthy(&v) => {} // handled by the caller
             _ => {}

@@ -1,0 +1,212 @@
+//! End to end with the real kubectl 1.33: apply (with its default strict validation), get in
+//! every output format, label, scale, delete, and the error messages of bad manifests.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
+
+struct Kubectl<'a> {
+    kubeconfig: &'a Path,
+}
+
+struct Out {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+impl Kubectl<'_> {
+    fn run(&self, args: &[&str]) -> Out {
+        let out = Command::new(KUBECTL)
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig)
+            .env("HOME", self.kubeconfig.parent().unwrap())
+            .output()
+            .expect("kubectl runs");
+        Out {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(o.ok, "kubectl {args:?} failed:\n{}\n{}", o.stdout, o.stderr);
+        o.stdout
+    }
+
+    fn fails(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(!o.ok, "kubectl {args:?} should fail:\n{}", o.stdout);
+        o.stderr
+    }
+}
+
+const APP: &str = r#"
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: nginx:1.7.9
+        ports:
+        - {name: http, containerPort: 80}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+spec:
+  selector: {app: web}
+  ports:
+  - {name: http, port: 80, targetPort: http}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web-np
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports:
+  - {port: 8080, targetPort: 80}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_drives_the_server() {
+    if !Path::new(KUBECTL).exists() {
+        panic!("{KUBECTL} is missing: the end-to-end test needs kubectl 1.33");
+    }
+    let ts = common::TestServer::start().await;
+    let dir = ts.dir.path().to_path_buf();
+    let kubeconfig = ts.server().kubeconfig_path().to_path_buf();
+    let manifest = dir.join("app.yaml");
+    std::fs::write(&manifest, APP).unwrap();
+
+    tokio::task::spawn_blocking(move || {
+        let k = Kubectl {
+            kubeconfig: &kubeconfig,
+        };
+        // Server version drives kubectl's behaviour; it must look like 1.33.
+        assert!(k.ok(&["version", "-o", "json"]).contains("\"gitVersion\": \"v1.33"));
+
+        // apply with validation on (kubectl's default), twice: the second is a no-op.
+        let out = k.ok(&["apply", "-f", &manifest.to_string_lossy()]);
+        assert!(out.contains("deployment.apps/web created"), "{out}");
+        assert!(out.contains("service/web created"), "{out}");
+        let out = k.ok(&["apply", "-f", &manifest.to_string_lossy()]);
+        assert!(out.contains("service/web unchanged"), "{out}");
+        assert!(out.contains("deployment.apps/web unchanged"), "{out}");
+
+        // Table output with upstream's columns.
+        let out = k.ok(&["get", "svc"]);
+        let header = out.lines().next().unwrap();
+        for col in ["NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "AGE"] {
+            assert!(header.contains(col), "{out}");
+        }
+        let web = out.lines().find(|l| l.starts_with("web ")).unwrap();
+        assert!(web.contains("ClusterIP") && web.contains("80/TCP"), "{out}");
+        let np = out.lines().find(|l| l.starts_with("web-np ")).unwrap();
+        assert!(np.contains("NodePort") && np.contains("8080:3"), "{out}");
+        let out = k.ok(&["get", "svc", "web", "-o", "wide"]);
+        assert!(out.contains("SELECTOR") && out.contains("app=web"), "{out}");
+
+        // The allocated cluster IP is in the service CIDR and not a reserved address.
+        let ip = k.ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+        assert!(ip.starts_with("10.9") && ip != "10.96.0.1" && ip != "10.96.0.10", "{ip}");
+        let svc: serde_json::Value = serde_json::from_str(&k.ok(&["get", "svc", "web", "-o", "json"])).unwrap();
+        assert_eq!(svc["spec"]["ports"][0]["targetPort"], "http");
+        assert_eq!(svc["spec"]["sessionAffinity"], "None");
+        let yaml = k.ok(&["get", "deploy", "web", "-o", "yaml"]);
+        assert!(yaml.contains("replicas: 2") && yaml.contains("kind: Deployment"), "{yaml}");
+
+        // The kubernetes service exists from the start.
+        let out = k.ok(&["get", "svc", "kubernetes", "-o", "jsonpath={.spec.clusterIP}"]);
+        assert_eq!(out, "10.96.0.1");
+        let out = k.ok(&["get", "endpoints", "kubernetes"]);
+        assert!(out.contains("127.0.0.1:"), "{out}");
+
+        // label, label selectors, scale, get all, describe.
+        assert!(k.ok(&["label", "svc", "web", "tier=front"]).contains("service/web labeled"));
+        let out = k.ok(&["get", "svc", "-l", "tier=front", "-o", "name"]);
+        assert_eq!(out.trim(), "service/web");
+        let out = k.ok(&["get", "svc", "-l", "tier!=front", "-o", "name"]);
+        assert!(!out.contains("service/web\n") && out.contains("service/web-np"), "{out}");
+        assert!(k.ok(&["scale", "deployment", "web", "--replicas=3"]).contains("scaled"));
+        assert_eq!(k.ok(&["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]), "3");
+        let out = k.ok(&["get", "all"]);
+        assert!(out.contains("service/web") && out.contains("deployment.apps/web"), "{out}");
+        let out = k.ok(&["describe", "svc", "web"]);
+        assert!(out.contains("Selector:") && out.contains("app=web"), "{out}");
+        let out = k.ok(&["get", "svc", "--field-selector", "metadata.name=web-np", "-o", "name"]);
+        assert_eq!(out.trim(), "service/web-np");
+
+        // Bad manifests: invalid fields (422 with causes), unknown fields (strict validation).
+        let bad = dir.join("bad.yaml");
+        std::fs::write(
+            &bad,
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: broken\nspec:\n  ports:\n  - {name: http, port: 0}\n  - {name: http, port: 8080}\n",
+        )
+        .unwrap();
+        let err = k.fails(&["apply", "-f", &bad.to_string_lossy()]);
+        assert!(err.contains("The Service \"broken\" is invalid"), "{err}");
+        assert!(err.contains("spec.ports[0].port: Invalid value: 0"), "{err}");
+        assert!(err.contains("spec.ports[1].name: Duplicate value: \"http\""), "{err}");
+        let unknown = dir.join("unknown.yaml");
+        std::fs::write(
+            &unknown,
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: odd\nspec:\n  bogus: 1\n  ports:\n  - {port: 80}\n",
+        )
+        .unwrap();
+        let err = k.fails(&["apply", "-f", &unknown.to_string_lossy()]);
+        assert!(err.contains("unknown field \"spec.bogus\""), "{err}");
+        let err = k.fails(&["get", "svc", "nope"]);
+        assert!(err.contains("services \"nope\" not found"), "{err}");
+        let err = k.fails(&["get", "widgets"]);
+        assert!(err.contains("the server doesn't have a resource type \"widgets\""), "{err}");
+
+        // Patch the status subresource, as tests of controllers do.
+        k.ok(&["patch", "deploy", "web", "--subresource=status", "--type=merge", "-p", r#"{"status":{"replicas":3}}"#]);
+        assert_eq!(k.ok(&["get", "deploy", "web", "-o", "jsonpath={.status.replicas}"]), "3");
+
+        // Delete (kubectl waits for the object to disappear through a watch).
+        let out = k.ok(&["delete", "-f", &manifest.to_string_lossy()]);
+        assert!(out.contains("service \"web\" deleted"), "{out}");
+        let err = k.fails(&["get", "svc", "web"]);
+        assert!(err.contains("not found"), "{err}");
+        // Namespaces: create, fill, delete (contents go with it).
+        // (Applied from a file: `kubectl create namespace` sends protobuf, which this server
+        // does not decode; it answers 415 with a message saying so.)
+        let err = k.fails(&["create", "namespace", "scratch"]);
+        assert!(err.contains("protobuf"), "{err}");
+        let ns = dir.join("ns.yaml");
+        std::fs::write(
+            &ns,
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: scratch\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: tmp\n  namespace: scratch\nspec:\n  ports:\n  - {port: 80}\n",
+        )
+        .unwrap();
+        k.ok(&["apply", "-f", &ns.to_string_lossy()]);
+        assert!(k.ok(&["-n", "scratch", "get", "svc", "-o", "name"]).contains("service/tmp"));
+        let out = k.ok(&["delete", "namespace", "scratch", "--timeout=30s"]);
+        assert!(out.contains("namespace \"scratch\" deleted"), "{out}");
+        let err = k.fails(&["get", "ns", "scratch"]);
+        assert!(err.contains("not found"), "{err}");
+    })
+    .await
+    .unwrap();
+    ts.stop().await;
+}
