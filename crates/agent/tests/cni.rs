@@ -1,0 +1,237 @@
+//! The CNI plugin against the real kernel (root): ADD/DEL/CHECK through the CNI calling
+//! convention, the result and error formats, IPAM persistence, and real traffic pod ↔ pod,
+//! host → pod and across nodes.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use svcnet_agent::cni::{self, Invocation, NetConf};
+use svcnet_agent::test_support::Slot;
+use svcnet_agent::topology::{NodeTopology, Topology};
+use svcnet_netns::NetNs;
+use svcnet_netns::test_support::{serve_tcp, tcp_ask};
+
+fn netconf(node: &NodeTopology, data: &Path) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "svcnet",
+        "type": "svcnet-bridge",
+        "bridge": "cni0",
+        "nodeNetns": node.netns,
+        "dataDir": data,
+        "ipam": {"type": "svcnet-host-local", "subnet": node.pod_cidr, "gateway": node.gateway},
+    })
+}
+
+fn call(command: &str, id: &str, netns: &str, conf: &Value) -> (Value, i32) {
+    let env: BTreeMap<String, String> = [
+        ("CNI_COMMAND", command.to_string()),
+        ("CNI_CONTAINERID", id.to_string()),
+        ("CNI_NETNS", format!("/run/netns/{netns}")),
+        ("CNI_IFNAME", "eth0".to_string()),
+        ("CNI_PATH", "/opt/cni/bin".to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let (out, code) = cni::invoke(&env, conf.to_string().as_bytes());
+    let v = if out.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&out).unwrap()
+    };
+    (v, code)
+}
+
+fn ip_of(result: &Value) -> Ipv4Addr {
+    result["ips"][0]["address"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn add_check_del_with_real_traffic_and_persistent_ipam() {
+    let slot = Slot::acquire().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let config = slot.config(1, data.path().to_path_buf());
+    let prefix = config.prefix.clone();
+    let topo = Topology::create(config).unwrap();
+    let node = topo.nodes()[0].clone();
+    let conf = netconf(&node, data.path());
+    let pod_a = NetNs::create(&format!("{prefix}-pod-a")).unwrap();
+    let pod_b = NetNs::create(&format!("{prefix}-pod-b")).unwrap();
+
+    let (a, code) = call("ADD", "ctr-a", pod_a.name(), &conf);
+    assert_eq!(code, 0, "{a}");
+    // The SPEC's result shape.
+    assert_eq!(a["cniVersion"], "1.0.0");
+    assert_eq!(
+        a["interfaces"][0]["name"],
+        cni::host_veth_name("ctr-a", "eth0")
+    );
+    assert!(a["interfaces"][0].get("sandbox").is_none());
+    assert_eq!(a["interfaces"][1]["name"], "eth0");
+    assert_eq!(
+        a["interfaces"][1]["sandbox"],
+        format!("/run/netns/{}", pod_a.name())
+    );
+    assert_eq!(a["interfaces"][1]["mac"].as_str().unwrap().len(), 17);
+    assert_eq!(a["ips"][0]["interface"], 1);
+    assert_eq!(a["ips"][0]["gateway"], node.gateway.to_string());
+    assert_eq!(
+        a["routes"],
+        json!([{"dst": "0.0.0.0/0", "gw": node.gateway.to_string()}])
+    );
+    let ip_a = ip_of(&a);
+    assert!(node.pod_cidr.contains(&ip_a) && ip_a != node.gateway);
+    let lo = pod_a.exec(&["ip", "-br", "link", "show", "lo"]).unwrap();
+    assert!(lo.contains("UP") || lo.contains("UNKNOWN"), "{lo}");
+
+    let (b, code) = call("ADD", "ctr-b", pod_b.name(), &conf);
+    assert_eq!(code, 0, "{b}");
+    let ip_b = ip_of(&b);
+    assert_ne!(ip_a, ip_b);
+
+    // CHECK passes, with and without prevResult.
+    assert_eq!(
+        call("CHECK", "ctr-a", pod_a.name(), &conf),
+        (Value::Null, 0)
+    );
+    let mut with_prev = conf.clone();
+    with_prev["prevResult"] = a.clone();
+    assert_eq!(
+        call("CHECK", "ctr-a", pod_a.name(), &with_prev),
+        (Value::Null, 0)
+    );
+
+    // Pod a ↔ pod b on one bridge, the client address preserved; host → pod through the node.
+    let _srv = serve_tcp(&pod_b, 8080, "b").unwrap();
+    let to_b = SocketAddr::new(IpAddr::V4(ip_b), 8080);
+    let reply = pod_a
+        .run(move || tcp_ask(to_b, Duration::from_secs(2)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (reply.identity.as_str(), reply.client),
+        ("b", IpAddr::V4(ip_a))
+    );
+    let reply = tcp_ask(to_b, Duration::from_secs(2)).unwrap();
+    assert_eq!(
+        (reply.identity.as_str(), reply.client),
+        ("b", IpAddr::V4(topo.host_ip()))
+    );
+
+    // CHECK notices a missing default route.
+    pod_a.exec(&["ip", "route", "del", "default"]).unwrap();
+    let (err, code) = call("CHECK", "ctr-a", pod_a.name(), &conf);
+    assert_eq!(code, 1);
+    assert_eq!(err["code"], 101, "{err}");
+    assert_eq!(err["cniVersion"], "1.0.0");
+    assert!(
+        err["msg"].as_str().unwrap().contains("default route"),
+        "{err}"
+    );
+
+    // DEL is idempotent and releases the address; the veth is gone from the node.
+    assert_eq!(call("DEL", "ctr-a", pod_a.name(), &conf), (Value::Null, 0));
+    assert_eq!(call("DEL", "ctr-a", pod_a.name(), &conf), (Value::Null, 0));
+    assert_eq!(
+        call("DEL", "never-added", "", &conf),
+        (Value::Null, 0),
+        "DEL without a namespace"
+    );
+    let node_links = svcnet_agent::ip::link_names(Some(&node.netns)).unwrap();
+    assert!(
+        !node_links.contains(&cni::host_veth_name("ctr-a", "eth0")),
+        "{node_links:?}"
+    );
+    let (err, _) = call("CHECK", "ctr-a", pod_a.name(), &conf);
+    assert_eq!(err["code"], 101);
+
+    // A "restart": a fresh IPAM over the same data dir keeps b's address and never reuses it;
+    // ADD again for b (same container) returns the same address.
+    let conf_typed: NetConf = serde_json::from_value(conf.clone()).unwrap();
+    let ipam = cni::Ipam::open(data.path(), "svcnet", &conf_typed.ipam).unwrap();
+    assert_eq!(ipam.find("ctr-b", "eth0").unwrap(), Some(ip_b));
+    let pod_c = NetNs::create(&format!("{prefix}-pod-c")).unwrap();
+    let (c, code) = call("ADD", "ctr-c", pod_c.name(), &conf);
+    assert_eq!(code, 0, "{c}");
+    assert_ne!(ip_of(&c), ip_b);
+    let again = cni::add(&conf_typed, &Invocation::new("ctr-b", pod_b.name())).unwrap();
+    assert_eq!(again.pod_ip(), Some(ip_b));
+    assert_eq!(ipam.allocations().unwrap().len(), 2);
+    drop(_srv);
+    topo.destroy().unwrap();
+}
+
+#[test]
+fn errors_use_the_cni_error_format() {
+    let data = tempfile::tempdir().unwrap();
+    let conf = json!({"cniVersion": "9.9.9", "name": "svcnet", "type": "x", "dataDir": data.path(),
+                      "ipam": {"subnet": "10.1.0.0/24", "gateway": "10.1.0.1"}});
+    let (err, code) = call("ADD", "c", "nope", &conf);
+    assert_eq!(code, 1);
+    assert_eq!(err["code"], 1, "{err}");
+    assert_eq!(err["cniVersion"], "9.9.9");
+    let mut conf = conf;
+    conf["cniVersion"] = json!("1.0.0");
+    let (err, _) = call("ADD", "c", "svcnet-no-such-netns", &conf);
+    assert_eq!(err["code"], 3, "{err}");
+    let env: BTreeMap<String, String> = [("CNI_COMMAND".to_string(), "ADD".to_string())].into();
+    let (out, code) = cni::invoke(&env, b"{not json");
+    let err: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!((err["code"].as_u64(), code), (Some(6), 1), "{err}");
+    let env: BTreeMap<String, String> = [("CNI_COMMAND".to_string(), "VERSION".to_string())].into();
+    let (out, code) = cni::invoke(&env, b"{}");
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["supportedVersions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("1.0.0"))
+    );
+}
+
+#[test]
+fn pods_on_two_nodes_reach_each_other_via_host_gw() {
+    let slot = Slot::acquire().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let config = slot.config(2, data.path().to_path_buf());
+    let prefix = config.prefix.clone();
+    let topo = Topology::create(config).unwrap();
+    let (n1, n2) = (topo.nodes()[0].clone(), topo.nodes()[1].clone());
+    let p1 = NetNs::create(&format!("{prefix}-pod-1")).unwrap();
+    let p2 = NetNs::create(&format!("{prefix}-pod-2")).unwrap();
+    let c1: NetConf = serde_json::from_value(netconf(&n1, data.path())).unwrap();
+    let c2: NetConf = serde_json::from_value(netconf(&n2, data.path())).unwrap();
+    let r1 = cni::add(&c1, &Invocation::new("one", p1.name())).unwrap();
+    let r2 = cni::add(&c2, &Invocation::new("two", p2.name())).unwrap();
+    let (ip1, ip2) = (r1.pod_ip().unwrap(), r2.pod_ip().unwrap());
+    assert!(n1.pod_cidr.contains(&ip1) && n2.pod_cidr.contains(&ip2));
+    let _srv = serve_tcp(&p2, 9000, "two").unwrap();
+    let to2 = SocketAddr::new(IpAddr::V4(ip2), 9000);
+    let reply = p1
+        .run(move || tcp_ask(to2, Duration::from_secs(2)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (reply.identity.as_str(), reply.client),
+        ("two", IpAddr::V4(ip1)),
+        "no NAT between nodes"
+    );
+    cni::del(&c1, &Invocation::new("one", p1.name())).unwrap();
+    cni::del(&c2, &Invocation::new("two", p2.name())).unwrap();
+    drop(_srv);
+    topo.destroy().unwrap();
+}
