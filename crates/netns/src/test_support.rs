@@ -48,6 +48,7 @@ impl Lab {
     pub fn new() -> Result<Self, NetnsError> {
         let prefix = unique_name("s");
         let node = NetNs::create(&format!("{prefix}n"))?;
+        no_dad(&node)?;
         node.exec(&["sysctl", "-qw", "net.ipv4.ip_forward=1"])?;
         node.exec(&["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"])?;
         Ok(Self {
@@ -67,6 +68,7 @@ impl Lab {
     pub fn add_pod(&mut self) -> Result<&Pod, NetnsError> {
         let i = self.pods.len() + 1;
         let ns = NetNs::create(&format!("{}p{i}", self.prefix))?;
+        no_dad(&ns)?;
         let host_link = format!("{}p{i}", self.prefix);
         let (v4, v6) = (
             Ipv4Addr::new(10, 244, i as u8, 2),
@@ -151,6 +153,7 @@ impl Lab {
     pub fn external(&mut self) -> Result<&NetNs, NetnsError> {
         if self.external.is_none() {
             let ns = NetNs::create(&format!("{}x", self.prefix))?;
+            no_dad(&ns)?;
             self.link(
                 &ns,
                 &format!("{}x", self.prefix),
@@ -238,6 +241,19 @@ impl Drop for Server {
             let _ = h.join();
         }
     }
+}
+
+/// Turns off IPv6 duplicate address detection in a fresh namespace: while link-local
+/// addresses are tentative (about a second) neighbour discovery cannot run and the first
+/// IPv6 packets are lost.
+fn no_dad(ns: &NetNs) -> Result<(), NetnsError> {
+    ns.exec(&[
+        "sysctl",
+        "-qw",
+        "net.ipv6.conf.all.accept_dad=0",
+        "net.ipv6.conf.default.accept_dad=0",
+    ])?;
+    Ok(())
 }
 
 fn peer_ip(addr: SocketAddr) -> IpAddr {
