@@ -80,6 +80,30 @@ impl Informers {
     }
 }
 
+impl Informers {
+    /// Waits, one store after the other, until every store in `kinds` has listed once.
+    /// (Concurrent waits on one store from several tasks were seen to hang.)
+    pub async fn wait_ready(
+        &self,
+        kinds: &std::collections::BTreeSet<&'static str>,
+    ) -> Result<(), String> {
+        for what in kinds {
+            let ready = match *what {
+                "services" => self.services.wait_until_ready().await,
+                "pods" => self.pods.wait_until_ready().await,
+                "nodes" => self.nodes.wait_until_ready().await,
+                "endpointslices" => self.slices.wait_until_ready().await,
+                "endpoints" => self.endpoints.wait_until_ready().await,
+                "deployments" => self.deployments.wait_until_ready().await,
+                _ => self.statefulsets.wait_until_ready().await,
+            };
+            ready.map_err(|_| format!("the {what} watch ended before its first list"))?;
+            tracing::debug!(resource = what, "cache synced");
+        }
+        Ok(())
+    }
+}
+
 fn spawn_watch<K>(
     client: kube::Client,
     writer: Writer<K>,

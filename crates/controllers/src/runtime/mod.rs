@@ -169,9 +169,24 @@ pub async fn run_kinds(
     kinds: &[Kind],
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ControllerError> {
+    let mut shutdown = std::pin::pin!(shutdown);
     let controllers = Arc::new(Controllers::new(client.clone(), opts.clone(), kinds));
     let (informers, watch_tasks) = Informers::start(client, Arc::clone(&controllers));
     let mut tasks = watch_tasks;
+    let needed = controllers.needed_kinds();
+    let synced = tokio::select! {
+        r = informers.wait_ready(&needed) => Some(r),
+        () = &mut shutdown => None,
+    };
+    if !matches!(synced, Some(Ok(()))) {
+        for t in &tasks {
+            t.abort();
+        }
+        return match synced {
+            Some(Err(e)) => Err(ControllerError::Watch(e)),
+            _ => Ok(()),
+        };
+    }
     for kind in kinds {
         let c = Arc::clone(&controllers);
         let inf = Arc::clone(&informers);
@@ -190,7 +205,7 @@ pub async fn run_kinds(
         }));
     }
     info!(controllers = ?kinds, node = %opts.node_name, "controllers started");
-    shutdown.await;
+    shutdown.as_mut().await;
     for t in &tasks {
         t.abort();
     }

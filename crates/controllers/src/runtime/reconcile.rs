@@ -260,22 +260,7 @@ impl Controllers {
         let Some(queue) = self.queues.get(&kind).cloned() else {
             return;
         };
-        for what in kind.reads() {
-            let ready = match *what {
-                "services" => inf.services.wait_until_ready().await,
-                "pods" => inf.pods.wait_until_ready().await,
-                "nodes" => inf.nodes.wait_until_ready().await,
-                "endpointslices" => inf.slices.wait_until_ready().await,
-                "endpoints" => inf.endpoints.wait_until_ready().await,
-                "deployments" => inf.deployments.wait_until_ready().await,
-                _ => inf.statefulsets.wait_until_ready().await,
-            };
-            if ready.is_err() {
-                warn!(?kind, resource = what, "store closed before it was ready");
-                return;
-            }
-        }
-        debug!(?kind, "caches synced");
+        debug!(?kind, "worker started");
         loop {
             let key = queue.next().await;
             let result = match kind {
