@@ -1,0 +1,397 @@
+//! Applying payloads to the kernel with `iptables-restore --noflush` / `ip6tables-restore`
+//! (each table's section is one atomic commit), on the back end the host uses (`nft` or
+//! `legacy`), optionally inside a named network namespace (`ip netns exec`). Also the hook
+//! rules (`-C`/`-I`), the canary check, listing svcnet's chains and `--cleanup`. The only I/O
+//! in this crate.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use crate::names::{CANARY, PREFIX};
+use crate::payload::{Family, Hook, Payload, Table, split_args};
+use crate::plan::{KernelChains, Plan};
+
+/// Why an apply failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// An iptables (or `ip`) binary is missing.
+    #[error("{program} not found; install it (Debian/Ubuntu: `apt-get install {package}`)")]
+    NotInstalled {
+        program: String,
+        package: &'static str,
+    },
+    /// The kernel or the tool rejected the command; for a restore, the failing table and
+    /// those after it are unchanged.
+    #[error("{program} failed (exit {status}): {stderr}")]
+    Rejected {
+        program: String,
+        status: i32,
+        stderr: String,
+    },
+    #[error("running {program}: {source}")]
+    Io {
+        program: String,
+        source: std::io::Error,
+    },
+}
+
+impl ApplyError {
+    /// Whether retrying (with a full sync) may help; a missing binary will not fix itself.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, Self::NotInstalled { .. })
+    }
+}
+
+/// The iptables back end: the nf_tables-based tools or the legacy x_tables ones. Rules
+/// written with one are invisible to the other's tools, so svcnet uses the one the host
+/// already uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Backend {
+    Nft,
+    Legacy,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 2] = [Backend::Nft, Backend::Legacy];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Nft => "nft",
+            Self::Legacy => "legacy",
+        }
+    }
+
+    /// The tool name, e.g. `ip6tables-legacy-restore`; `suffix` is "", "-save" or "-restore".
+    pub fn program(self, family: Family, suffix: &str) -> String {
+        format!("{}-{}{suffix}", family.command(), self.as_str())
+    }
+}
+
+/// Kubelet's hint chains: their presence in one back end says which one the host uses.
+const HINT_CHAINS: [&str; 2] = ["KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"];
+
+/// Picks the back end from both back ends' `*-save` output, as kube-proxy's image does
+/// (`iptables-wrapper`): a kubelet hint chain decides; else the legacy back end wins if it
+/// holds at least 10 rules or more rules than the nft one; otherwise nft.
+pub fn choose_backend(legacy_save: &str, nft_save: &str) -> Backend {
+    let has_hint = |save: &str| {
+        save.lines()
+            .any(|l| HINT_CHAINS.iter().any(|h| l.starts_with(&format!(":{h} "))))
+    };
+    if has_hint(nft_save) {
+        return Backend::Nft;
+    }
+    if has_hint(legacy_save) {
+        return Backend::Legacy;
+    }
+    let rules = |save: &str| save.lines().filter(|l| l.starts_with('-')).count();
+    let (legacy, nft) = (rules(legacy_save), rules(nft_save));
+    if legacy >= 10 || legacy > nft {
+        Backend::Legacy
+    } else {
+        Backend::Nft
+    }
+}
+
+/// Parses `iptables-save` output into svcnet's chains per table.
+pub fn parse_save_chains(save: &str) -> KernelChains {
+    let mut out = KernelChains::new();
+    let mut table = None;
+    for line in save.lines() {
+        if let Some(name) = line.strip_prefix('*') {
+            table = Table::ALL.into_iter().find(|t| t.as_str() == name.trim());
+        } else if let (Some(t), Some(decl)) = (table, line.strip_prefix(':'))
+            && let Some(name) = decl.split_whitespace().next()
+            && name.starts_with(PREFIX)
+        {
+            out.entry(t).or_default().insert(name.to_string());
+        }
+    }
+    out
+}
+
+/// The restore text removing everything svcnet installed, from `iptables-save` output: the
+/// jumps from built-in chains to svcnet's chains, then every svcnet chain. `None` when there is
+/// nothing to remove.
+pub fn cleanup_text(save: &str) -> Option<String> {
+    let chains = parse_save_chains(save);
+    let mut jumps: Vec<(Table, String)> = Vec::new();
+    let mut table = None;
+    for line in save.lines() {
+        if let Some(name) = line.strip_prefix('*') {
+            table = Table::ALL.into_iter().find(|t| t.as_str() == name.trim());
+        } else if let (Some(t), Some(rest)) = (table, line.strip_prefix("-A ")) {
+            let args = split_args(rest);
+            let chain = args.first().map(String::as_str).unwrap_or_default();
+            let target = crate::payload::Rule::new(chain, args[1.min(args.len())..].to_vec());
+            if !chain.starts_with(PREFIX) && target.target().is_some_and(|t| t.starts_with(PREFIX))
+            {
+                jumps.push((t, rest.to_string()));
+            }
+        }
+    }
+    if chains.is_empty() && jumps.is_empty() {
+        return None;
+    }
+    let mut text = String::new();
+    for table in Table::ALL {
+        let ours = chains.get(&table).cloned().unwrap_or_default();
+        let hooks: Vec<&String> = jumps
+            .iter()
+            .filter(|(t, _)| *t == table)
+            .map(|(_, r)| r)
+            .collect();
+        if ours.is_empty() && hooks.is_empty() {
+            continue;
+        }
+        text.push_str(&format!("*{table}\n"));
+        for c in &ours {
+            text.push_str(&format!(":{c} - [0:0]\n"));
+        }
+        for r in hooks {
+            text.push_str(&format!("-D {r}\n"));
+        }
+        for c in &ours {
+            text.push_str(&format!("-X {c}\n"));
+        }
+        text.push_str("COMMIT\n");
+    }
+    Some(text)
+}
+
+/// Runs the iptables tools of one back end, in the current or a named network namespace.
+#[derive(Clone, Debug)]
+pub struct IptablesExecutor {
+    netns: Option<String>,
+    backend: Backend,
+}
+
+impl IptablesExecutor {
+    pub fn new(netns: Option<String>, backend: Backend) -> Self {
+        Self { netns, backend }
+    }
+
+    /// An executor on the back end the host (or namespace) already uses.
+    pub fn detect(netns: Option<String>) -> Result<Self, ApplyError> {
+        let probe = Self::new(netns.clone(), Backend::Nft);
+        let save = |backend: Backend| {
+            Family::ALL
+                .iter()
+                .map(|f| {
+                    probe
+                        .run(&backend.program(*f, "-save"), &[], None)
+                        .unwrap_or_default()
+                })
+                .collect::<String>()
+        };
+        // Both tool sets must be runnable to compare; a missing nft one means legacy only.
+        probe.run(&Backend::Nft.program(Family::V4, ""), &["--version"], None)?;
+        let backend = choose_backend(&save(Backend::Legacy), &save(Backend::Nft));
+        Ok(Self::new(netns, backend))
+    }
+
+    pub fn netns(&self) -> Option<&str> {
+        self.netns.as_deref()
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    fn command(&self, program: &str) -> Command {
+        match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, program]);
+                c
+            }
+            None => Command::new(program),
+        }
+    }
+
+    fn run(&self, program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, ApplyError> {
+        let mut cmd = self.command(program);
+        cmd.args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                let (program, package) = if self.netns.is_some() {
+                    ("ip".to_string(), "iproute2")
+                } else {
+                    (program.to_string(), "iptables")
+                };
+                ApplyError::NotInstalled { program, package }
+            }
+            _ => ApplyError::Io {
+                program: program.to_string(),
+                source: e,
+            },
+        })?;
+        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            pipe.write_all(text.as_bytes())
+                .map_err(|e| ApplyError::Io {
+                    program: program.to_string(),
+                    source: e,
+                })?;
+        }
+        let out = child.wait_with_output().map_err(|e| ApplyError::Io {
+            program: program.to_string(),
+            source: e,
+        })?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            if stderr.contains(&format!("exec of \"{program}\" failed")) {
+                return Err(ApplyError::NotInstalled {
+                    program: program.to_string(),
+                    package: "iptables",
+                });
+            }
+            return Err(ApplyError::Rejected {
+                program: program.to_string(),
+                status: out.status.code().unwrap_or(-1),
+                stderr,
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `iptables-restore -w 5 --noflush` of a payload. An empty payload is a no-op.
+    pub fn restore(&self, payload: &Payload) -> Result<(), ApplyError> {
+        if payload.is_empty() {
+            return Ok(());
+        }
+        self.restore_text(payload.family, &payload.to_string())
+    }
+
+    fn restore_text(&self, family: Family, text: &str) -> Result<(), ApplyError> {
+        let program = self.backend.program(family, "-restore");
+        self.run(&program, &["-w", "5", "--noflush"], Some(text))
+            .map(|_| ())
+    }
+
+    fn iptables(&self, family: Family, args: &[&str]) -> Result<String, ApplyError> {
+        self.run(&self.backend.program(family, ""), args, None)
+    }
+
+    /// Ensures each hook (`-C`, else `-I <chain> 1`); inserting in reverse order leaves a fresh
+    /// built-in chain in the listed order. Returns how many were added.
+    pub fn ensure_hooks(&self, family: Family, hooks: &[Hook]) -> Result<usize, ApplyError> {
+        let mut added = 0;
+        for h in hooks.iter().rev() {
+            let spec: Vec<&str> = h.rule.args.iter().map(String::as_str).collect();
+            let mut check = vec!["-w", "5", "-t", h.table.as_str(), "-C", h.chain];
+            check.extend(&spec);
+            match self.iptables(family, &check) {
+                Ok(_) => continue,
+                Err(ApplyError::Rejected { .. }) => {}
+                Err(e) => return Err(e),
+            }
+            let mut insert = vec!["-w", "5", "-t", h.table.as_str(), "-I", h.chain, "1"];
+            insert.extend(&spec);
+            self.iptables(family, &insert)?;
+            added += 1;
+        }
+        Ok(added)
+    }
+
+    /// Applies a plan: the restore, then (full syncs) the hooks into the built-in chains.
+    pub fn apply(&self, plan: &Plan) -> Result<(), ApplyError> {
+        self.restore(&plan.payload)?;
+        if !plan.hooks.is_empty() {
+            self.ensure_hooks(plan.payload.family, &plan.hooks)?;
+        }
+        Ok(())
+    }
+
+    /// `iptables-save` of every table.
+    pub fn save(&self, family: Family) -> Result<String, ApplyError> {
+        self.run(&self.backend.program(family, "-save"), &[], None)
+    }
+
+    /// svcnet's chains present in the kernel (costly with many rules: only when the kernel
+    /// state is unknown).
+    pub fn kernel_chains(&self, family: Family) -> Result<KernelChains, ApplyError> {
+        Ok(parse_save_chains(&self.save(family)?))
+    }
+
+    /// Whether the canary chains still exist in mangle, nat and filter; when one is gone,
+    /// someone flushed the tables and a full resync is due.
+    pub fn canary_present(&self, family: Family) -> Result<bool, ApplyError> {
+        for table in Table::ALL {
+            match self.iptables(family, &["-w", "5", "-t", table.as_str(), "-S", CANARY]) {
+                Ok(_) => {}
+                Err(ApplyError::Rejected { .. }) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Removes everything svcnet installed in this back end and family (`--cleanup`, and
+    /// when switching modes). `Ok(false)` when there was nothing.
+    pub fn cleanup(&self, family: Family) -> Result<bool, ApplyError> {
+        match cleanup_text(&self.save(family)?) {
+            Some(text) => self.restore_text(family, &text).map(|_| true),
+            None => Ok(false),
+        }
+    }
+}
+
+/// Removes svcnet's iptables rules from both back ends and both families (as `svcnet proxy
+/// --cleanup` and a switch to another mode do). Back ends whose tools are missing are skipped.
+/// Returns the (back end, family) pairs that had something to remove.
+pub fn cleanup_all(netns: Option<&str>) -> Result<BTreeSet<(Backend, Family)>, ApplyError> {
+    let mut cleaned = BTreeSet::new();
+    for backend in Backend::ALL {
+        let exec = IptablesExecutor::new(netns.map(str::to_string), backend);
+        for family in Family::ALL {
+            match exec.cleanup(family) {
+                Ok(true) => {
+                    cleaned.insert((backend, family));
+                }
+                Ok(false) | Err(ApplyError::NotInstalled { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(cleaned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_choice_follows_kube_proxy_wrapper() {
+        let rules = |n: usize| "*filter\n".to_string() + &"-A INPUT -j ACCEPT\n".repeat(n);
+        assert_eq!(choose_backend("", ""), Backend::Nft);
+        assert_eq!(choose_backend(&rules(3), &rules(1)), Backend::Legacy);
+        assert_eq!(choose_backend(&rules(1), &rules(3)), Backend::Nft);
+        assert_eq!(choose_backend(&rules(12), &rules(30)), Backend::Legacy);
+        let hint = "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\n";
+        assert_eq!(choose_backend(&rules(12), hint), Backend::Nft);
+        assert_eq!(choose_backend(hint, &rules(5)), Backend::Legacy);
+    }
+
+    #[test]
+    fn cleanup_removes_hooks_and_chains_only() {
+        let save = "*nat\n:PREROUTING ACCEPT [0:0]\n:SVCNET-SERVICES - [0:0]\n:OTHER - [0:0]\n\
+            -A PREROUTING -m comment --comment \"svcnet service portals\" -j SVCNET-SERVICES\n\
+            -A PREROUTING -j OTHER\n-A SVCNET-SERVICES -j RETURN\nCOMMIT\n*filter\n:INPUT ACCEPT [0:0]\nCOMMIT\n";
+        assert_eq!(
+            cleanup_text(save).unwrap(),
+            "*nat\n:SVCNET-SERVICES - [0:0]\n-D PREROUTING -m comment --comment \"svcnet service portals\" -j SVCNET-SERVICES\n-X SVCNET-SERVICES\nCOMMIT\n"
+        );
+        assert_eq!(
+            cleanup_text("*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n"),
+            None
+        );
+    }
+}

@@ -1,0 +1,280 @@
+//! From desired state to restore payloads: full syncs (every svcnet chain declared and
+//! rewritten, stale chains deleted) and partial syncs (the shared chains plus only the changed
+//! services' chains), as kube-proxy's `MinimizeIPTablesRestore` does.
+//!
+//! With `--noflush`, a chain the payload does not mention keeps its rules, so a partial sync
+//! leaves unchanged services' chains alone. The shared chains (`SVCNET-SERVICES`, …) are
+//! always rewritten in full: their rules are one per frontend, in one linear chain — the
+//! scaling cost of this design that the seeds describe.
+//!
+//! The [`Renderer`] remembers what was last applied successfully. A plan is computed without
+//! changing that memory; only [`Renderer::commit`] after a successful apply does. So a failed
+//! apply leaves the memory at the previous state; the caller then [`Renderer::invalidate`]s
+//! and the next sync is full.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use svcnet_proxy::{
+    DesiredFamily, DesiredNode, DesiredServicePort, NamespacedName, ServicePortName,
+};
+
+use crate::names::{CANARY, PREFIX};
+use crate::payload::{Family, Hook, Payload, Rule, Table};
+use crate::render::{Fragment, base_chains, base_rules, hooks, service_fragment, tail_rules};
+
+/// svcnet's chains found in the kernel, per table (from `iptables-save`), so a full sync with
+/// unknown kernel state (the first one, or after a failure) deletes stale ones.
+pub type KernelChains = BTreeMap<Table, BTreeSet<String>>;
+
+/// A computed sync: the payload, the hooks to ensure first, and what to remember once applied.
+#[derive(Debug)]
+pub struct Plan {
+    pub payload: Payload,
+    /// Jumps from built-in chains to ensure before the restore (full syncs only).
+    pub hooks: Vec<Hook>,
+    update: Update,
+}
+
+#[derive(Debug)]
+enum Update {
+    Full {
+        node: DesiredNode,
+        fragments: BTreeMap<ServicePortName, Fragment>,
+    },
+    Partial {
+        fragments: BTreeMap<ServicePortName, Option<Fragment>>,
+    },
+}
+
+impl Plan {
+    pub fn is_full(&self) -> bool {
+        matches!(self.update, Update::Full { .. })
+    }
+}
+
+/// The iptables dataplane's memory of one family.
+#[derive(Debug)]
+pub struct Renderer {
+    family: Family,
+    node: Option<DesiredNode>,
+    applied: BTreeMap<ServicePortName, Fragment>,
+}
+
+impl Renderer {
+    pub fn new(family: Family) -> Self {
+        Self {
+            family,
+            node: None,
+            applied: BTreeMap::new(),
+        }
+    }
+
+    pub fn family(&self) -> Family {
+        self.family
+    }
+
+    /// Whether a full sync has been committed (partial syncs need one first).
+    pub fn has_applied(&self) -> bool {
+        self.node.is_some()
+    }
+
+    /// Number of service ports currently programmed.
+    pub fn service_ports(&self) -> usize {
+        self.applied.len()
+    }
+
+    /// Plans a full sync of `desired`. `kernel` lists svcnet chains present in the kernel
+    /// (read when the kernel state is unknown); chains there or in memory that the desired
+    /// state no longer has are deleted.
+    pub fn plan_full(&self, desired: &DesiredFamily, kernel: Option<&KernelChains>) -> Plan {
+        let fragments: BTreeMap<ServicePortName, Fragment> = desired
+            .services
+            .iter()
+            .map(|(k, d)| (k.clone(), service_fragment(d, &desired.node)))
+            .collect();
+        let mut payload = Payload::new(self.family);
+        shared_chains(&mut payload, self.family, &desired.node, &fragments, true);
+        let mut wanted: BTreeSet<&str> = base_chains().iter().map(|(_, c)| *c).collect();
+        for f in fragments.values() {
+            wanted.extend(f.chains.keys().map(String::as_str));
+            write_chains(&mut payload, f.chains.iter());
+        }
+        let mut stale: BTreeMap<Table, BTreeSet<String>> = BTreeMap::new();
+        for f in self.applied.values() {
+            for c in f.chains.keys().filter(|c| !wanted.contains(c.as_str())) {
+                stale.entry(Table::Nat).or_default().insert(c.clone());
+            }
+        }
+        for (table, chains) in kernel.into_iter().flatten() {
+            for c in chains {
+                if c.starts_with(PREFIX) && !wanted.contains(c.as_str()) {
+                    stale.entry(*table).or_default().insert(c.clone());
+                }
+            }
+        }
+        for (table, chains) in stale {
+            let t = payload.table(table);
+            for c in chains {
+                t.chains.push(c.clone());
+                t.deletes.push(c);
+            }
+        }
+        Plan {
+            payload,
+            hooks: hooks(),
+            update: Update::Full {
+                node: desired.node.clone(),
+                fragments,
+            },
+        }
+    }
+
+    /// Plans a partial sync: `changes` maps each changed service to all of its desired ports
+    /// in this family (empty when the service is gone). Returns `None` when no full sync has
+    /// been committed yet or the node settings changed, because a full sync is needed then.
+    pub fn plan_partial(
+        &self,
+        node: &DesiredNode,
+        changes: &BTreeMap<NamespacedName, Vec<DesiredServicePort>>,
+    ) -> Option<Plan> {
+        if self.node.as_ref() != Some(node) {
+            return None;
+        }
+        let mut updates: BTreeMap<ServicePortName, Option<Fragment>> = BTreeMap::new();
+        for (svc, ports) in changes {
+            for spn in self.applied.keys().filter(|k| &k.service == svc) {
+                updates.insert(spn.clone(), None);
+            }
+            for d in ports {
+                updates.insert(d.name.clone(), Some(service_fragment(d, node)));
+            }
+        }
+        // The shared chains are rendered from every service: the unchanged ones' memory
+        // plus the changed ones' new fragments.
+        let mut merged: BTreeMap<&ServicePortName, &Fragment> = self.applied.iter().collect();
+        for (k, f) in &updates {
+            match f {
+                Some(f) => merged.insert(k, f),
+                None => merged.remove(k),
+            };
+        }
+        let mut payload = Payload::new(self.family);
+        let merged_owned: Vec<&Fragment> = merged.values().copied().collect();
+        shared_chains_from(&mut payload, self.family, node, &merged_owned, false);
+        let empty = Fragment::default();
+        let mut deletes = Vec::new();
+        for (spn, new) in &updates {
+            let old = self.applied.get(spn).unwrap_or(&empty);
+            let new = new.as_ref().unwrap_or(&empty);
+            let changed = new
+                .chains
+                .iter()
+                .filter(|(c, rules)| old.chains.get(*c) != Some(rules));
+            write_chains(&mut payload, changed);
+            deletes.extend(
+                old.chains
+                    .keys()
+                    .filter(|c| !new.chains.contains_key(*c))
+                    .cloned(),
+            );
+        }
+        let nat = payload.table(Table::Nat);
+        for c in deletes {
+            nat.chains.push(c.clone());
+            nat.deletes.push(c);
+        }
+        Some(Plan {
+            payload,
+            hooks: Vec::new(),
+            update: Update::Partial { fragments: updates },
+        })
+    }
+
+    /// Records that `plan` was applied successfully.
+    pub fn commit(&mut self, plan: Plan) {
+        match plan.update {
+            Update::Full { node, fragments } => {
+                self.node = Some(node);
+                self.applied = fragments;
+            }
+            Update::Partial { fragments } => {
+                for (k, f) in fragments {
+                    match f {
+                        Some(f) => self.applied.insert(k, f),
+                        None => self.applied.remove(&k),
+                    };
+                }
+            }
+        }
+    }
+
+    /// Forgets what was applied, so the next sync is a full one (after a failed apply).
+    pub fn invalidate(&mut self) {
+        self.node = None;
+    }
+}
+
+fn shared_chains(
+    payload: &mut Payload,
+    family: Family,
+    node: &DesiredNode,
+    fragments: &BTreeMap<ServicePortName, Fragment>,
+    full: bool,
+) {
+    let list: Vec<&Fragment> = fragments.values().collect();
+    shared_chains_from(payload, family, node, &list, full);
+}
+
+/// Declares the shared chains (the canaries only on full syncs, so a partial sync never
+/// re-creates a canary someone removed) and writes their rules: fixed ones first, then each
+/// service's in service order, then the rules that must come last.
+fn shared_chains_from(
+    payload: &mut Payload,
+    family: Family,
+    node: &DesiredNode,
+    fragments: &[&Fragment],
+    full: bool,
+) {
+    let chains = base_chains();
+    for (table, chain) in &chains {
+        if full || *chain != CANARY {
+            payload.table(*table).chains.push(chain.to_string());
+        }
+    }
+    let mut by_chain: BTreeMap<(Table, &str), Vec<Rule>> = BTreeMap::new();
+    let base = base_rules(node);
+    let tail = tail_rules(family, node);
+    let services = fragments.iter().flat_map(|f| f.shared.iter());
+    for (table, rule) in base.iter().chain(services).chain(tail.iter()) {
+        by_chain
+            .entry((*table, chain_key(&chains, &rule.chain)))
+            .or_default()
+            .push(rule.clone());
+    }
+    for (table, chain) in &chains {
+        if let Some(rules) = by_chain.remove(&(*table, *chain)) {
+            payload.table(*table).rules.extend(rules);
+        }
+    }
+}
+
+fn chain_key(chains: &[(Table, &'static str)], name: &str) -> &'static str {
+    chains
+        .iter()
+        .map(|(_, c)| *c)
+        .find(|c| *c == name)
+        .unwrap_or("")
+}
+
+fn write_chains<'a>(
+    payload: &mut Payload,
+    chains: impl Iterator<Item = (&'a String, &'a Vec<Rule>)>,
+) {
+    let nat = payload.table(Table::Nat);
+    let mut rules = Vec::new();
+    for (name, r) in chains {
+        nat.chains.push(name.clone());
+        rules.extend(r.iter().cloned());
+    }
+    nat.rules.extend(rules);
+}
