@@ -1,0 +1,354 @@
+//! Scenarios S6 and S7 of `shared/notes/performance.md`, side by side with unbound in one run:
+//!
+//! `cargo bench -p svcnet-dns --bench dns` (needs `dnsperf` and `unbound` from Debian; the
+//! peer is skipped with a note when missing). `SVCNET_BENCH_SECS` sets each dnsperf run's length
+//! (default 5). Everything runs on 127.0.0.1.
+//!
+//! Loads 10,000 services in 100 namespaces (100 headless ones with 100 endpoints each, the rest
+//! with 4 endpoints each: 49,600 endpoints), then measures zone rebuild time, query throughput
+//! and latency for five query mixes against svcnet and unbound (same names as `local-data`, one
+//! thread each), the change→answer latency, and resident memory.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query};
+use hickory_proto::rr::{Name, RData, RecordType};
+use svcnet_dns::fixtures::*;
+use svcnet_dns::{DnsServer, Objects, Zone, ZoneConfig};
+
+const NAMESPACES: usize = 100;
+const PER_NAMESPACE: usize = 100;
+
+fn cluster_ip_of(ns: usize, svc: usize) -> String {
+    let n = ns * PER_NAMESPACE + svc;
+    format!("10.96.{}.{}", n / 250, 1 + n % 250)
+}
+
+fn objects() -> Objects {
+    let mut o = Objects::default();
+    for ns in 0..NAMESPACES {
+        let nsn = format!("ns-{ns}");
+        o.namespaces.push(namespace(&nsn));
+        for svc in 0..PER_NAMESPACE {
+            let name = format!("svc-{svc}");
+            let ports = [("http", "TCP", 80)];
+            let (service, eps) = if svc == 0 {
+                (headless(&nsn, &name, &ports), 100)
+            } else {
+                (
+                    cluster_ip(&nsn, &name, &[&cluster_ip_of(ns, svc)], &ports),
+                    4,
+                )
+            };
+            o.services.push(service);
+            let mut s = slice(&nsn, &name, &format!("{name}-1"), &[("http", "TCP", 8080)]);
+            for e in 0..eps {
+                let n = (ns * PER_NAMESPACE + svc) * 4 + e;
+                s = s.ep(
+                    &format!("10.{}.{}.{}", 128 + n / 62500, (n / 250) % 250, 1 + n % 250),
+                    None,
+                    true,
+                );
+            }
+            o.endpoint_slices.push(s);
+        }
+    }
+    o
+}
+
+fn rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+/// The query mixes: (scenario name, dnsperf input).
+fn scenarios() -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let pick = |i: usize| (i * 7919 % NAMESPACES, 1 + i * 104729 % (PER_NAMESPACE - 1));
+    let mut a = String::new();
+    let mut srv = String::new();
+    let mut nx = String::new();
+    let mut search = String::new();
+    let mut headless = String::new();
+    for i in 0..1000 {
+        let (ns, svc) = pick(i);
+        writeln!(a, "svc-{svc}.ns-{ns}.svc.cluster.local A").unwrap();
+        writeln!(srv, "_http._tcp.svc-{svc}.ns-{ns}.svc.cluster.local SRV").unwrap();
+        writeln!(nx, "nosuch-{i}.ns-{ns}.svc.cluster.local A").unwrap();
+        writeln!(headless, "svc-0.ns-{ns}.svc.cluster.local A").unwrap();
+        // A pod in ns-{own} resolving "svc-{svc}.ns-{ns}" with ndots:5 and the cluster search
+        // path: <name>.ns-own.svc.<zone>, <name>.svc.<zone> (hit)... and for an external
+        // name the three cluster suffixes miss before the absolute name: here 4 misses + 1 hit.
+        let own = (ns + 1) % NAMESPACES;
+        writeln!(search, "svc-{svc}.ns-{ns}.ns-{own}.svc.cluster.local A").unwrap();
+        writeln!(search, "svc-{svc}.ns-{ns}.svc.cluster.local A").unwrap();
+        writeln!(search, "www.example-{i}.com.ns-{own}.svc.cluster.local A").unwrap();
+        writeln!(search, "www.example-{i}.com.svc.cluster.local A").unwrap();
+        writeln!(search, "www.example-{i}.com.cluster.local A").unwrap();
+    }
+    out.push(("service-A", a));
+    out.push(("headless-A-100", headless));
+    out.push(("SRV", srv));
+    out.push(("NXDOMAIN", nx));
+    out.push(("search-5-step", search));
+    out
+}
+
+fn unbound_conf(dir: &std::path::Path, port: u16, objects: &Objects) -> String {
+    let mut c = String::new();
+    writeln!(c, "server:\n  interface: 127.0.0.1\n  port: {port}\n  do-daemonize: no\n  num-threads: 1\n  username: \"\"\n  chroot: \"\"\n  directory: \"{}\"\n  pidfile: \"\"\n  use-syslog: no\n  logfile: \"\"\n  verbosity: 0\n  access-control: 127.0.0.0/8 allow\n  do-ip6: no\n  local-zone: \"cluster.local.\" static\n  local-data: \"cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 30\"", dir.display()).unwrap();
+    for (i, svc) in objects.services.iter().enumerate() {
+        let ns = svc.metadata.namespace.as_deref().unwrap();
+        let name = svc.metadata.name.as_deref().unwrap();
+        let fqdn = format!("{name}.{ns}.svc.cluster.local.");
+        let slice = &objects.endpoint_slices[i];
+        let ip = svc.spec.as_ref().unwrap().cluster_ip.as_deref().unwrap();
+        if ip == "None" {
+            for ep in &slice.endpoints {
+                writeln!(c, "  local-data: \"{fqdn} 30 IN A {}\"", ep.addresses[0]).unwrap();
+                writeln!(
+                    c,
+                    "  local-data: \"_http._tcp.{fqdn} 30 IN SRV 0 1 8080 {}.{fqdn}\"",
+                    ep.addresses[0].replace('.', "-")
+                )
+                .unwrap();
+            }
+        } else {
+            writeln!(c, "  local-data: \"{fqdn} 30 IN A {ip}\"").unwrap();
+            writeln!(
+                c,
+                "  local-data: \"_http._tcp.{fqdn} 30 IN SRV 0 100 80 {fqdn}\""
+            )
+            .unwrap();
+        }
+    }
+    writeln!(c, "remote-control:\n  control-enable: no").unwrap();
+    c
+}
+
+struct Perf {
+    qps: f64,
+    avg_ms: f64,
+    stddev_ms: f64,
+    lost: String,
+}
+
+fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64) -> Option<Perf> {
+    let out = Command::new("dnsperf")
+        .args(["-s", &addr.ip().to_string(), "-p", &addr.port().to_string()])
+        .args([
+            "-d",
+            input.to_str()?,
+            "-l",
+            &secs.to_string(),
+            "-c",
+            "4",
+            "-q",
+            "64",
+            "-e",
+        ])
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |key: &str| -> Option<String> {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(key).map(|v| v.trim().to_string()))
+    };
+    let num = |s: String| s.split_whitespace().next()?.parse::<f64>().ok();
+    Some(Perf {
+        qps: num(field("Queries per second:")?)?,
+        avg_ms: num(field("Average Latency (s):")?)? * 1000.0,
+        stddev_ms: num(field("Latency StdDev (s):")?)? * 1000.0,
+        lost: field("Queries lost:")?,
+    })
+}
+
+fn free_port() -> u16 {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn query_a(addr: SocketAddr, name: &Name) -> Option<String> {
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.ok()?;
+    let mut m = Message::new(rand_id(), MessageType::Query, OpCode::Query);
+    m.add_query(Query::query(name.clone(), RecordType::A));
+    sock.send_to(&m.to_vec().ok()?, addr).await.ok()?;
+    let mut buf = [0u8; 4096];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(1), sock.recv_from(&mut buf))
+        .await
+        .ok()?
+        .ok()?;
+    let r = Message::from_vec(&buf[..n]).ok()?;
+    r.answers.iter().find_map(|a| match &a.data {
+        RData::A(ip) => Some(ip.to_string()),
+        _ => None,
+    })
+}
+
+fn rand_id() -> u16 {
+    (Instant::now().elapsed().subsec_nanos() & 0xffff) as u16 ^ 0x5a5a
+}
+
+fn main() {
+    let secs: u64 = std::env::var("SVCNET_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let rss_start = rss_mb();
+    let objects = objects();
+    let endpoints: usize = objects
+        .endpoint_slices
+        .iter()
+        .map(|s| s.endpoints.len())
+        .sum();
+    let config = Arc::new(ZoneConfig::new("cluster.local").unwrap());
+
+    // Zone rebuild time.
+    let mut times = Vec::new();
+    for _ in 0..7 {
+        let t = Instant::now();
+        let zone = Zone::build(config.clone(), &objects, 1);
+        times.push(t.elapsed());
+        assert_eq!(zone.service_count(), NAMESPACES * PER_NAMESPACE);
+    }
+    times.sort();
+    println!(
+        "S7 N={} endpoints={endpoints} subject=svcnet zone_rebuild_ms_median={:.1} min={:.1} max={:.1}",
+        objects.services.len(),
+        times[3].as_secs_f64() * 1e3,
+        times[0].as_secs_f64() * 1e3,
+        times[6].as_secs_f64() * 1e3
+    );
+
+    let server = rt
+        .block_on(DnsServer::start(
+            "127.0.0.1:0".parse().unwrap(),
+            config.clone(),
+            vec![],
+        ))
+        .unwrap();
+    server
+        .zone()
+        .publish(Zone::build(config.clone(), &objects, 1));
+    let ours = server.local_addr();
+    let rss_loaded = rss_mb();
+
+    let dir = tempfile::tempdir().unwrap();
+    let have_dnsperf = Command::new("dnsperf")
+        .arg("-h")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    let unbound_port = free_port();
+    let mut unbound = if have_dnsperf {
+        let conf = dir.path().join("unbound.conf");
+        std::fs::write(&conf, unbound_conf(dir.path(), unbound_port, &objects)).unwrap();
+        Command::new("unbound")
+            .args(["-d", "-c", conf.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()
+    } else {
+        None
+    };
+    let peer: SocketAddr = ([127, 0, 0, 1], unbound_port).into();
+    if unbound.is_some() {
+        // Wait for unbound to load its local data.
+        let probe = Name::from_ascii("svc-1.ns-1.svc.cluster.local.").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while rt.block_on(query_a(peer, &probe)).is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    if have_dnsperf {
+        for (name, input) in scenarios() {
+            let path = dir.path().join(format!("{name}.txt"));
+            std::fs::write(&path, input).unwrap();
+            let mine = dnsperf(ours, &path, secs);
+            let theirs = unbound.as_ref().and_then(|_| dnsperf(peer, &path, secs));
+            if let Some(m) = &mine {
+                println!(
+                    "S6 scenario={name} subject=svcnet qps={:.0} avg_ms={:.3} stddev_ms={:.3} lost={}",
+                    m.qps, m.avg_ms, m.stddev_ms, m.lost
+                );
+            }
+            if let Some(t) = &theirs {
+                println!(
+                    "S6 scenario={name} subject=unbound qps={:.0} avg_ms={:.3} stddev_ms={:.3} lost={}",
+                    t.qps, t.avg_ms, t.stddev_ms, t.lost
+                );
+            }
+            if let (Some(m), Some(t)) = (&mine, &theirs) {
+                println!(
+                    "S6 scenario={name} ratio_svcnet_over_unbound={:.2}",
+                    m.qps / t.qps
+                );
+            }
+        }
+    } else {
+        println!("S6 skipped: dnsperf not installed (apt-get install dnsperf unbound)");
+    }
+    if let Some(mut child) = unbound.take() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    // S7: a Service change → its answer changes (full rebuild + publish + a UDP query).
+    let name = Name::from_ascii("svc-5.ns-5.svc.cluster.local.").unwrap();
+    let index = 5 * PER_NAMESPACE + 5;
+    let mut latencies = Vec::new();
+    let mut current = objects.clone();
+    for round in 0..40u32 {
+        let ip = format!("10.97.{}.{}", round / 200, 1 + round % 200);
+        current.services[index] = cluster_ip("ns-5", "svc-5", &[&ip], &[("http", "TCP", 80)]);
+        let t = Instant::now();
+        // As the watcher does: snapshot the stores, build, publish.
+        let snapshot = current.clone();
+        server
+            .zone()
+            .publish(Zone::build(config.clone(), &snapshot, 2));
+        loop {
+            if rt.block_on(query_a(ours, &name)).as_deref() == Some(ip.as_str()) {
+                break;
+            }
+        }
+        latencies.push(t.elapsed());
+    }
+    latencies.sort();
+    let pct = |p: f64| latencies[((latencies.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1e3;
+    println!(
+        "S7 N={} subject=svcnet change_to_answer_ms p50={:.1} p99={:.1}",
+        objects.services.len(),
+        pct(0.5),
+        pct(0.99)
+    );
+    let services_and_endpoints = objects.services.len() + endpoints;
+    println!(
+        "S6 memory subject=svcnet rss_mb_before_load={rss_start:.1} rss_mb_loaded={rss_loaded:.1} coredns_formula_mb={:.1}",
+        49.0 + 0.86 * services_and_endpoints as f64 / 1024.0 * 1.0
+    );
+    rt.block_on(server.shutdown()).unwrap();
+}

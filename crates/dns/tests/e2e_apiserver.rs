@@ -1,0 +1,192 @@
+//! End to end: the embedded API server, objects written through kube-rs, and `dig` answers
+//! that follow the watch within a bounded time.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::api::{DeleteParams, PostParams};
+use svcnet_dns::fixtures::*;
+use svcnet_dns::{DnsConfig, ZoneConfig};
+
+/// How long an answer may take to follow a write (generous for a loaded CI machine; the
+/// benchmark measures the real figure).
+const BOUND: Duration = Duration::from_secs(5);
+
+async fn dig_short(addr: SocketAddr, name: &str, qtype: &str) -> String {
+    let out = tokio::process::Command::new("dig")
+        .arg(format!("@{}", addr.ip()))
+        .args([
+            "-p",
+            &addr.port().to_string(),
+            name,
+            qtype,
+            "+short",
+            "+tries=1",
+            "+time=2",
+        ])
+        .output()
+        .await
+        .expect("dig");
+    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines.join(" ")
+}
+
+async fn status(addr: SocketAddr, name: &str) -> String {
+    let out = tokio::process::Command::new("dig")
+        .arg(format!("@{}", addr.ip()))
+        .args([
+            "-p",
+            &addr.port().to_string(),
+            name,
+            "A",
+            "+tries=1",
+            "+time=2",
+        ])
+        .output()
+        .await
+        .expect("dig");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.split("status: ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .unwrap_or("?")
+        .to_string()
+}
+
+/// Poll until `check` holds; returns how long it took.
+async fn until<F, Fut>(what: &str, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < BOUND, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    start.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_follow_the_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = svcnet_apiserver::start(svcnet_apiserver::ServerConfig {
+        data_dir: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let kubeconfig = kube::config::Kubeconfig::read_from(api.kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+
+    let mut dns_config = DnsConfig::new("127.0.0.1:0".parse().unwrap());
+    dns_config.zone = ZoneConfig::new("cluster.local").unwrap();
+    dns_config.upstreams = Some(vec![]);
+    let dns = svcnet_dns::start(dns_config, client.clone()).await.unwrap();
+    tokio::time::timeout(BOUND, dns.wait_synced())
+        .await
+        .expect("first sync");
+    let addr = dns.local_addr();
+
+    // The API server's own service.
+    let kubernetes = dig_short(addr, "kubernetes.default.svc.cluster.local", "A").await;
+    assert_eq!(kubernetes, "10.96.0.1");
+
+    // A ClusterIP service: the allocated IP appears.
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let mut myapp = (*cluster_ip("default", "myapp", &[], &[("http", "TCP", 80)])).clone();
+    if let Some(spec) = myapp.spec.as_mut() {
+        spec.cluster_ip = None;
+        spec.cluster_ips = None;
+    }
+    let created = services
+        .create(&PostParams::default(), &myapp)
+        .await
+        .unwrap();
+    let ip = created.spec.unwrap().cluster_ip.unwrap();
+    let took = until("myapp's A record", || async {
+        dig_short(addr, "myapp.default.svc.cluster.local", "A").await == ip
+    })
+    .await;
+    eprintln!("service create → answer: {took:?}");
+
+    // A headless service with StatefulSet-style endpoints written as an EndpointSlice.
+    services
+        .create(
+            &PostParams::default(),
+            &headless("default", "nginx", &[("web", "TCP", 80)]),
+        )
+        .await
+        .unwrap();
+    let slices: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    let slice = slice("default", "nginx", "nginx-abc", &[("web", "TCP", 80)])
+        .ep("10.244.1.10", Some("web-0"), true)
+        .ep("10.244.1.11", Some("web-1"), true)
+        .ep("10.244.1.12", Some("web-2"), false);
+    slices.create(&PostParams::default(), &slice).await.unwrap();
+    until("web-0.nginx", || async {
+        dig_short(addr, "web-0.nginx.default.svc.cluster.local", "A").await == "10.244.1.10"
+    })
+    .await;
+    assert_eq!(
+        dig_short(addr, "nginx.default.svc.cluster.local", "A").await,
+        "10.244.1.10 10.244.1.11"
+    );
+    assert_eq!(
+        status(addr, "web-2.nginx.default.svc.cluster.local").await,
+        "NXDOMAIN"
+    );
+
+    // publishNotReadyAddresses publishes the unready one too.
+    let mut peers =
+        (*headless("default", "peers", &[("peer", "TCP", 2380)]).publish_not_ready()).clone();
+    peers.metadata.namespace = Some("default".into());
+    services
+        .create(&PostParams::default(), &peers)
+        .await
+        .unwrap();
+    slices
+        .create(
+            &PostParams::default(),
+            &slice_of("peers", "peers-abc")
+                .ep("10.244.2.1", Some("etcd-0"), true)
+                .ep("10.244.2.2", Some("etcd-1"), false),
+        )
+        .await
+        .unwrap();
+    until("peers with the unready member", || async {
+        dig_short(addr, "peers.default.svc.cluster.local", "A").await == "10.244.2.1 10.244.2.2"
+    })
+    .await;
+
+    // Deleting the service removes its names.
+    services
+        .delete("myapp", &DeleteParams::default())
+        .await
+        .unwrap();
+    let took = until("myapp NXDOMAIN", || async {
+        status(addr, "myapp.default.svc.cluster.local").await == "NXDOMAIN"
+    })
+    .await;
+    eprintln!("service delete → NXDOMAIN: {took:?}");
+
+    dns.shutdown().await.unwrap();
+    api.shutdown().await.unwrap();
+}
+
+fn slice_of(svc: &str, name: &str) -> std::sync::Arc<EndpointSlice> {
+    slice("default", svc, name, &[("peer", "TCP", 2380)])
+}
