@@ -1,0 +1,302 @@
+//! End to end: the real `svcnet up` binary driven by the real `kubectl`, through the seeds' manifests.
+#![allow(clippy::unwrap_used)] // test helpers: a failure here is a test failure
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
+
+/// A running `svcnet up` in a temporary data dir; killed (and waited for) on drop.
+struct Up {
+    child: Child,
+    data_dir: tempfile::TempDir,
+    api: std::net::SocketAddr,
+}
+
+impl Up {
+    fn start(extra: &[&str]) -> Up {
+        let data_dir = tempfile::tempdir().unwrap();
+        let api = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+            .arg("up")
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .arg("--api-listen")
+            .arg(api.to_string())
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let up = Up {
+            child,
+            data_dir,
+            api,
+        };
+        up.wait_ready();
+        up
+    }
+
+    fn kubeconfig(&self) -> PathBuf {
+        self.data_dir.path().join("kubeconfig")
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.kubeconfig().exists() {
+                let out = self.kubectl(&["get", "--raw", "/readyz"]);
+                if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok" {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "svcnet up did not become ready at {}",
+                self.api
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(KUBECTL)
+            .env("KUBECONFIG", self.kubeconfig())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs kubectl and returns stdout, failing the test with stderr when it fails.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn wait_for(what: &str, mut check: impl FnMut() -> Option<String>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A pod on a node no agent runs (kwok style), so the test sets its status by hand.
+fn kwok_pod(name: &str) -> String {
+    format!(
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}","namespace":"default",
+        "labels":{{"app":"myapp","release":"stabel"}}}},
+        "spec":{{"nodeName":"kwok-node","containers":[{{"name":"myapp","image":"nginx:1.7.9",
+        "ports":[{{"name":"http","containerPort":80}}]}}]}}}}"#
+    )
+    .replace('\n', "")
+}
+
+fn ready_status(ip: &str) -> String {
+    format!(
+        r#"{{"status":{{"phase":"Running","podIP":"{ip}","podIPs":[{{"ip":"{ip}"}}],
+        "conditions":[{{"type":"Ready","status":"True"}}]}}}}"#
+    )
+    .replace('\n', "")
+}
+
+#[test]
+fn up_serves_the_seed_walkthrough_to_kubectl() {
+    let up = Up::start(&["--disable", "proxy,dns,agent"]);
+    let out = up.ok(&["apply", "-f", &example("myapp.yaml")]);
+    for line in [
+        "deployment.apps/myapp-deploy created",
+        "service/myapp created",
+        "service/myapp-headless created",
+        "service/myapp-loadbalance created",
+        "service/my-service-1 created",
+    ] {
+        assert!(out.contains(line), "apply output lacks {line:?}: {out}");
+    }
+
+    let svc = up.ok(&["get", "svc"]);
+    let row = |name: &str| -> Vec<String> {
+        svc.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no row for {name} in:\n{svc}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(
+        row("kubernetes")[..5],
+        ["kubernetes", "ClusterIP", "10.96.0.1", "<none>", "443/TCP"]
+    );
+    let myapp = row("myapp");
+    assert_eq!(myapp[1], "ClusterIP");
+    assert!(
+        myapp[2].starts_with("10.9") && myapp[2] != "10.96.0.1",
+        "cluster IP {myapp:?}"
+    );
+    assert_eq!(myapp[4], "80/TCP");
+    assert_eq!(row("myapp-headless")[1..3], ["ClusterIP", "None"]);
+    let lb = row("myapp-loadbalance");
+    assert_eq!(lb[1], "LoadBalancer");
+    assert!(
+        lb[3].starts_with("10.200.0."),
+        "LB ingress IP from the pool: {lb:?}"
+    );
+    assert!(
+        lb[4].starts_with("8765:3") && lb[4].ends_with("/TCP"),
+        "node port: {lb:?}"
+    );
+    assert_eq!(
+        row("my-service-1")[1..4],
+        ["ExternalName", "<none>", "www.baidu.com"]
+    );
+
+    // The Deployment's pods are bound to the local node; endpoints come from pods with IPs.
+    wait_for("3 deployment pods", || {
+        let pods = up.ok(&["get", "pods", "-l", "app=myapp", "-o", "name"]);
+        (pods.lines().count() == 3).then_some(pods)
+    });
+    // As with kwok, the pods live on a node that exists but runs no agent.
+    let node = up.data_dir.path().join("kwok-node.json");
+    std::fs::write(
+        &node,
+        r#"{"apiVersion":"v1","kind":"Node","metadata":{"name":"kwok-node"}}"#,
+    )
+    .unwrap();
+    up.ok(&["create", "-f", node.to_str().unwrap()]);
+    for (name, ip) in [("kwok-a", "10.244.9.11"), ("kwok-b", "10.244.9.12")] {
+        let manifest = kwok_pod(name);
+        let file = up.data_dir.path().join(format!("{name}.json"));
+        std::fs::write(&file, manifest).unwrap();
+        up.ok(&["create", "-f", file.to_str().unwrap()]);
+        up.ok(&[
+            "patch",
+            "pod",
+            name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &ready_status(ip),
+        ]);
+    }
+    let endpoints = wait_for("ready endpoints of myapp", || {
+        let ep = up.ok(&["get", "endpoints", "myapp"]);
+        (ep.contains("10.244.9.11:80") && ep.contains("10.244.9.12:80")).then_some(ep)
+    });
+    assert!(endpoints.starts_with("NAME"), "{endpoints}");
+    wait_for("ready endpoint slice of myapp", || {
+        let slices = up.ok(&[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=myapp",
+        ]);
+        (slices.contains("IPv4") && slices.contains("10.244.9.11,10.244.9.12")).then_some(slices)
+    });
+
+    // The seeds re-apply myapp as a NodePort service: the cluster IP stays, a node port appears.
+    up.ok(&["apply", "-f", &example("myapp-nodeport.yaml")]);
+    let svc = up.ok(&["get", "svc", "myapp", "--no-headers"]);
+    let cols: Vec<&str> = svc.split_whitespace().collect();
+    assert_eq!(cols[1], "NodePort");
+    assert_eq!(cols[2], myapp[2], "cluster IP kept across apply");
+    assert!(
+        cols[4].starts_with("80:3") && cols[4].ends_with("/TCP"),
+        "{svc}"
+    );
+
+    // A bad manifest is refused with upstream's field messages, and nothing is created.
+    let bad = up.kubectl(&["apply", "-f", &example("bad-service.yaml")]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains(r#"The Service "broken" is invalid"#), "{err}");
+    assert!(
+        err.contains(
+            "spec.ports[0].port: Invalid value: 0: must be between 1 and 65535, inclusive"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains(r#"spec.ports[1].name: Duplicate value: "http""#),
+        "{err}"
+    );
+    assert!(!up.kubectl(&["get", "svc", "broken"]).status.success());
+
+    // Deleting the service removes its endpoints and slices.
+    up.ok(&["delete", "svc", "myapp"]);
+    wait_for("myapp slices removed", || {
+        let slices = up.ok(&[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=myapp",
+            "-o",
+            "name",
+        ]);
+        slices.trim().is_empty().then_some(slices)
+    });
+}
+
+#[test]
+fn up_keeps_objects_and_allocations_across_restarts() {
+    let mut up = Up::start(&["--disable", "proxy,dns,agent"]);
+    up.ok(&["apply", "-f", &example("myapp.yaml")]);
+    let before = up.ok(&["get", "svc", "-o", "custom-columns=NAME:.metadata.name,IP:.spec.clusterIP,NP:.spec.ports[*].nodePort,LB:.status.loadBalancer.ingress[*].ip"]);
+    let _ = up.child.kill();
+    let _ = up.child.wait();
+    // Start again on the same data dir and port.
+    let child = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+        .args(["up", "--disable", "proxy,dns,agent", "--data-dir"])
+        .arg(up.data_dir.path())
+        .arg("--api-listen")
+        .arg(up.api.to_string())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    up.child = child;
+    up.wait_ready();
+    let after = up.ok(&["get", "svc", "-o", "custom-columns=NAME:.metadata.name,IP:.spec.clusterIP,NP:.spec.ports[*].nodePort,LB:.status.loadBalancer.ingress[*].ip"]);
+    assert_eq!(before, after);
+    // A new service never reuses an allocated IP.
+    let fresh = up.data_dir.path().join("fresh.json");
+    std::fs::write(
+        &fresh,
+        r#"{"apiVersion":"v1","kind":"Service","metadata":{"name":"fresh"},"spec":{"ports":[{"port":80}]}}"#,
+    )
+    .unwrap();
+    up.ok(&["apply", "-f", fresh.to_str().unwrap()]);
+    let fresh = up.ok(&["get", "svc", "fresh", "-o", "jsonpath={.spec.clusterIP}"]);
+    assert!(
+        !before.contains(&format!(" {fresh} ")),
+        "{fresh} reused in\n{before}"
+    );
+}
