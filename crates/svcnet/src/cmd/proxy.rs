@@ -1,9 +1,121 @@
-//! `svcnet proxy`.
+//! `svcnet proxy`: the node proxy (kube-proxy's job) for one node against any API server.
 
-/// Flags of `svcnet proxy`.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use ipnet::IpNet;
+use svcnet_proxyd::{ProxyConfig, ProxyMode};
+
+/// Flags of `svcnet proxy` (in the spirit of kube-proxy's).
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Kubeconfig of the API server; without it, in-cluster config or $KUBECONFIG.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Name of this node (endpoint locality, topology hints, traffic policies).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: Option<String>,
+    /// Dataplane: nftables (iptables and userspace come with their own issues).
+    #[arg(long, default_value = "nftables")]
+    pub mode: ProxyMode,
+    /// Program this named network namespace instead of the current one.
+    #[arg(long)]
+    pub netns: Option<String>,
+    /// Minimum time between syncs; changes in between are batched (e.g. 1s, 500ms).
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    pub min_sync_period: Duration,
+    /// Period of the full resync that repairs drift.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub sync_period: Duration,
+    /// Masquerade all traffic to cluster IPs.
+    #[arg(long)]
+    pub masquerade_all: bool,
+    /// Pod CIDRs (comma-separated): traffic from outside them to a cluster IP is masqueraded.
+    #[arg(long, value_delimiter = ',')]
+    pub cluster_cidr: Vec<IpNet>,
+    /// Service CIDRs: traffic to unallocated IPs inside them is dropped.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10.96.0.0/12,fd00:10:96::/112"
+    )]
+    pub service_cidr: Vec<IpNet>,
+    /// CIDRs of node addresses that accept node-port traffic (default: every local address).
+    #[arg(long, value_delimiter = ',')]
+    pub nodeport_addresses: Vec<IpNet>,
+    /// Address of /healthz and /livez ("" disables).
+    #[arg(long, default_value = "0.0.0.0:10256", value_parser = parse_bind)]
+    pub healthz_bind_address: Option<SocketAddr>,
+    /// Address of /metrics ("" disables).
+    #[arg(long, default_value = "127.0.0.1:10249", value_parser = parse_bind)]
+    pub metrics_bind_address: Option<SocketAddr>,
+    /// Remove everything svcnet's proxy installed (its nft tables) and exit.
+    #[arg(long)]
+    pub cleanup: bool,
+}
 
-pub async fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("svcnet proxy is not built yet")
+fn parse_bind(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|_| format!("{s:?} is not an address:port"))
+}
+
+/// Parses `1500ms`, `1s`, `2m`, `1h` (or plain seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let bad = || format!("{s:?} is not a duration (like 500ms, 1s, 2m)");
+    let (num, unit) = s.split_at(
+        s.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(s.len()),
+    );
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(bad()),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|_| bad())
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    if args.cleanup {
+        let n = svcnet_proxyd::cleanup(args.netns.as_deref(), svcnet_nft::names::TABLE)?;
+        eprintln!("removed {n} svcnet nft table(s)");
+        return Ok(());
+    }
+    let node_name = args
+        .node_name
+        .context("--node-name (or $NODE_NAME) is required")?;
+    let client = match &args.kubeconfig {
+        Some(path) => super::dns::client_from_kubeconfig(path).await?,
+        None => kube::Client::try_default()
+            .await
+            .context("no --kubeconfig and no in-cluster/$KUBECONFIG config")?,
+    };
+    let cfg = ProxyConfig {
+        node_name,
+        mode: args.mode,
+        netns: args.netns,
+        min_sync_period: args.min_sync_period,
+        sync_period: args.sync_period,
+        masquerade_all: args.masquerade_all,
+        cluster_cidrs: args.cluster_cidr,
+        service_cidrs: args.service_cidr,
+        nodeport_addresses: args.nodeport_addresses,
+        healthz_bind: args.healthz_bind_address,
+        metrics_bind: args.metrics_bind_address,
+        ..Default::default()
+    };
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    svcnet_proxyd::run(cfg, client, shutdown)
+        .await
+        .context("node proxy")
 }
