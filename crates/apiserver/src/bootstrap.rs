@@ -57,6 +57,9 @@ async fn ensure(
                     if next == *cur {
                         return Ok(Mutation::Keep);
                     }
+                    if !admit {
+                        return Ok(Mutation::Put(next));
+                    }
                     let admitted =
                         st.admission
                             .admit_update(res, objects::name_of(cur), cur, next, false)?;

@@ -207,13 +207,28 @@ pub async fn start(cfg: ServerConfig) -> Result<RunningServer, ServerError> {
 }
 
 async fn read_body(body: Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
-    match http_body_util::Limited::new(body, limit).collect().await {
-        Ok(c) => Ok(c.to_bytes()),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(ApiError::TooLarge(limit)),
-        Err(e) => Err(ApiError::BadRequest(format!(
-            "reading the request body: {e}"
-        ))),
+    // Bodies over the limit are read on (and discarded, up to a bound) before the 413 is sent,
+    // so that a client still writing its body sees the Status instead of a reset connection.
+    const DISCARD_BOUND: usize = 64 << 20;
+    let mut body = body;
+    let mut buf = bytes::BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| ApiError::BadRequest(format!("reading the request body: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            seen += data.len();
+            if seen <= limit {
+                buf.extend_from_slice(&data);
+            } else if seen > DISCARD_BOUND {
+                break;
+            }
+        }
     }
+    if seen > limit {
+        return Err(ApiError::TooLarge(limit));
+    }
+    Ok(buf.freeze())
 }
 
 fn json(v: serde_json::Value) -> Response {
@@ -224,7 +239,11 @@ async fn dispatch(State(state): State<SharedState>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
     let parsed = match request::parse(&parts.method, &parts.uri) {
         Ok(p) => p,
-        Err(e) => return e.into_response(),
+        Err(e) => {
+            // Read the body first, so the client is not reset while it is still sending.
+            let _ = read_body(body, state.cfg.max_body_bytes).await;
+            return e.into_response();
+        }
     };
     let get_only = |v: serde_json::Value| {
         if parts.method == Method::GET {
