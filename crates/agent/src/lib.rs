@@ -18,7 +18,10 @@
 pub mod cni;
 pub mod ip;
 pub mod routes;
+pub mod runtime;
 pub mod test_support;
+pub mod testserver;
 pub mod topology;
 
+pub use runtime::{AgentConfig, AgentError, run};
 pub use topology::{NodeTopology, Topology, TopologyConfig, TopologyError};

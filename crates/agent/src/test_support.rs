@@ -49,7 +49,7 @@ impl Slot {
     }
 
     /// A topology config in this slot: underlay 198.18.<slot>.0/24 (RFC 2544 benchmarking
-    /// space), pod CIDR 10.<160+slot>.0.0/16, service CIDR 10.<200+slot>.0.0/16, LB pool
+    /// space), pod CIDR 10.<160+slot>.0.0/16, service CIDR 10.<224+slot>.0.0/16, LB pool
     /// 198.19.<slot>.0/28. None of these is svcnet up's default.
     pub fn config(&self, nodes: usize, data_dir: PathBuf) -> TopologyConfig {
         let i = self.index;
@@ -59,7 +59,7 @@ impl Slot {
             nodes,
             underlay: net(198, 18, i, 24),
             pod_cidr: net(10, 160 + i, 0, 16),
-            service_cidrs: vec![net(10, 200 + i, 0, 16)],
+            service_cidrs: vec![net(10, 224 + i, 0, 16)],
             lb_pool: Some(net(198, 19, i, 28)),
             data_dir,
         }

@@ -1,0 +1,261 @@
+//! The agent loop: watches the pods bound to one node (`fieldSelector=spec.nodeName=<node>`)
+//! and runs one [`pod::PodWorker`] task per pod, which owns everything about that pod
+//! (sandbox, processes, probes, status). Watch events are forwarded to the worker; a relist
+//! that no longer contains a pod counts as its deletion.
+//!
+//! Files, under `<data_dir>/agent/<node>/`: `ipam/` (the CNI plugin's allocations) and
+//! `pods/<ns>_<name>/` per pod: `pod.json` (the record `svcnet exec` reads), `resolv.conf`,
+//! `hosts`, and `logs/<container>/<restartCount>.log` (stdout and stderr).
+
+pub mod pod;
+pub mod probe;
+pub mod process;
+pub mod spec;
+pub mod status;
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use ipnet::Ipv4Net;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+use tokio::sync::mpsc;
+
+use crate::cni::{self, Invocation, IpamConf, NetConf};
+use crate::topology::{NodeTopology, POD_BRIDGE, Topology};
+
+/// How the agent runs on one node.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub node_name: String,
+    /// The node's network namespace, holding the `cni0` bridge.
+    pub node_netns: String,
+    /// The node's InternalIP (`status.hostIP` of its pods).
+    pub node_ip: Ipv4Addr,
+    pub pod_cidr: Ipv4Net,
+    pub gateway: Ipv4Addr,
+    /// Pod namespaces are named `<prefix>-pod-<uid>` (so `svcnet down` finds them).
+    pub netns_prefix: String,
+    /// The root data dir (the agent uses `<data_dir>/agent/<node>/`).
+    pub data_dir: PathBuf,
+    /// `nameserver` lines of ClusterFirst pods (default 10.96.0.10).
+    pub cluster_dns: Vec<String>,
+    pub cluster_domain: String,
+    /// The program that runs the built-in test server, started with `SVCNET_TESTSERVER` set
+    /// (default: this executable, which must call [`crate::testserver::run_if_requested`]).
+    pub test_server: PathBuf,
+    /// First restart back-off (the kubelet's 10 s), doubled per restart up to `max_backoff`.
+    pub backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl AgentConfig {
+    /// The config for one node of a topology, with Kubernetes' defaults.
+    pub fn for_node(topology: &Topology, node: &NodeTopology, data_dir: &Path) -> Self {
+        Self {
+            node_name: node.name.clone(),
+            node_netns: node.netns.clone(),
+            node_ip: node.internal_ip,
+            pod_cidr: node.pod_cidr,
+            gateway: node.gateway,
+            netns_prefix: topology.config().prefix.clone(),
+            data_dir: data_dir.to_path_buf(),
+            cluster_dns: vec!["10.96.0.10".into()],
+            cluster_domain: "cluster.local".into(),
+            test_server: std::env::current_exe()
+                .unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
+            backoff: Duration::from_secs(10),
+            max_backoff: Duration::from_secs(300),
+        }
+    }
+
+    /// `<data_dir>/agent/<node>`.
+    pub fn node_dir(&self) -> PathBuf {
+        self.data_dir.join("agent").join(&self.node_name)
+    }
+
+    pub fn pods_dir(&self) -> PathBuf {
+        self.node_dir().join("pods")
+    }
+
+    /// The CNI network configuration for this node's pods.
+    pub fn netconf(&self) -> NetConf {
+        NetConf {
+            cni_version: "1.0.0".into(),
+            name: "svcnet".into(),
+            plugin_type: "svcnet-bridge".into(),
+            bridge: POD_BRIDGE.into(),
+            node_netns: Some(self.node_netns.clone()),
+            data_dir: self.node_dir(),
+            ipam: IpamConf {
+                ipam_type: "svcnet-host-local".into(),
+                subnet: self.pod_cidr,
+                gateway: self.gateway,
+                range_start: None,
+                range_end: None,
+            },
+            prev_result: None,
+        }
+    }
+
+    /// The network namespace name of the pod with this uid.
+    pub fn pod_netns(&self, uid: &str) -> String {
+        format!("{}-pod-{uid}", self.netns_prefix)
+    }
+}
+
+/// Why the agent stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("agent {node}: {what}: {source}")]
+    Io {
+        node: String,
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("agent {node}: releasing the previous run's pods: {source}")]
+    Cni { node: String, source: cni::CniError },
+}
+
+/// Runs the agent for `cfg.node_name` until `shutdown` resolves. On shutdown every pod's
+/// processes are stopped (SIGTERM, grace period, SIGKILL) and their namespaces and addresses
+/// released; the pod objects are left alone (the next run restarts them).
+pub async fn run(
+    client: Client,
+    cfg: AgentConfig,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), AgentError> {
+    let cfg = Arc::new(cfg);
+    let prev = cfg.clone();
+    tokio::task::spawn_blocking(move || release_previous(&prev))
+        .await
+        .map_err(|e| AgentError::Io {
+            node: cfg.node_name.clone(),
+            what: "cleanup task".into(),
+            source: std::io::Error::other(e),
+        })??;
+    let api: Api<Pod> = Api::all(client.clone());
+    let wc = watcher::Config::default().fields(&format!("spec.nodeName={}", cfg.node_name));
+    let mut events = watcher::watcher(api, wc).default_backoff().boxed();
+    let mut workers: HashMap<
+        String,
+        (
+            mpsc::UnboundedSender<pod::PodEvent>,
+            tokio::task::JoinHandle<()>,
+        ),
+    > = HashMap::new();
+    let mut relist: Option<HashSet<String>> = None;
+    tokio::pin!(shutdown);
+    tracing::info!(node = %cfg.node_name, "agent started");
+    loop {
+        let event = tokio::select! {
+            () = &mut shutdown => break,
+            ev = events.next() => ev,
+        };
+        workers.retain(|_, (_, handle)| !handle.is_finished());
+        match event {
+            None => break,
+            Some(Err(e)) => tracing::warn!(node = %cfg.node_name, "pod watch: {e}"),
+            Some(Ok(Event::Init)) => relist = Some(HashSet::new()),
+            Some(Ok(Event::InitApply(p) | Event::Apply(p))) => {
+                let Some(uid) = p.metadata.uid.clone() else {
+                    continue;
+                };
+                if let Some(seen) = relist.as_mut() {
+                    seen.insert(uid.clone());
+                }
+                match workers.get(&uid) {
+                    Some((tx, _)) => {
+                        let _ = tx.send(pod::PodEvent::Update(Box::new(p)));
+                    }
+                    None => {
+                        let (tx, rx) = mpsc::unbounded_channel();
+                        let worker = pod::PodWorker::new(client.clone(), cfg.clone(), p);
+                        workers.insert(uid, (tx, tokio::spawn(worker.run(rx))));
+                    }
+                }
+            }
+            Some(Ok(Event::Delete(p))) => {
+                if let Some((tx, _)) = p.metadata.uid.as_ref().and_then(|u| workers.get(u)) {
+                    let _ = tx.send(pod::PodEvent::Deleted);
+                }
+            }
+            Some(Ok(Event::InitDone)) => {
+                if let Some(seen) = relist.take() {
+                    for (uid, (tx, _)) in &workers {
+                        if !seen.contains(uid) {
+                            let _ = tx.send(pod::PodEvent::Deleted);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    tracing::info!(node = %cfg.node_name, pods = workers.len(), "agent stopping");
+    for (tx, _) in workers.values() {
+        let _ = tx.send(pod::PodEvent::Shutdown);
+    }
+    for (_, (_, handle)) in workers {
+        let _ = handle.await;
+    }
+    Ok(())
+}
+
+/// Releases everything a previous run of this node's agent left: processes, namespaces,
+/// addresses and pod directories (pods are started afresh).
+fn release_previous(cfg: &AgentConfig) -> Result<(), AgentError> {
+    let conf = cfg.netconf();
+    let io = |what: &str, source| AgentError::Io {
+        node: cfg.node_name.clone(),
+        what: what.to_string(),
+        source,
+    };
+    let ipam = cni::Ipam::open(&conf.data_dir, &conf.name, &conf.ipam).map_err(|source| {
+        AgentError::Cni {
+            node: cfg.node_name.clone(),
+            source,
+        }
+    })?;
+    let allocations = ipam.allocations().map_err(|source| AgentError::Cni {
+        node: cfg.node_name.clone(),
+        source,
+    })?;
+    for (_, uid, ifname) in allocations {
+        let netns = cfg.pod_netns(&uid);
+        pod::remove_netns(&netns);
+        let inv = Invocation {
+            container_id: uid,
+            netns: String::new(),
+            ifname,
+        };
+        cni::del(&conf, &inv).map_err(|source| AgentError::Cni {
+            node: cfg.node_name.clone(),
+            source,
+        })?;
+    }
+    // Namespaces created before their CNI ADD finished hold no address; the records name them.
+    for entry in std::fs::read_dir(cfg.pods_dir())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let record = std::fs::read(entry.path().join("pod.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<pod::PodRecord>(&b).ok());
+        if let Some(record) = record {
+            pod::remove_netns(&record.sandbox.netns);
+        }
+    }
+    match std::fs::remove_dir_all(cfg.pods_dir()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io("remove old pod directories", e)),
+    }
+}

@@ -1,0 +1,79 @@
+//! Starting a container's process inside the pod's sandbox: the pod's network namespace, a
+//! private mount namespace with the pod's `/etc/resolv.conf` and `/etc/hosts`, its own UTS
+//! namespace (hostname), a new session (so the whole process group can be signalled), stdout
+//! and stderr appended to a log file, and SIGKILL if the agent dies.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+use svcnet_netns::sandbox::Sandbox;
+
+/// Everything needed to start a process in a pod (also what `svcnet exec` reads back from
+/// the pod record).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PodSandbox {
+    pub netns: String,
+    pub resolv_conf: PathBuf,
+    pub hosts: PathBuf,
+    pub hostname: String,
+}
+
+impl PodSandbox {
+    /// A `Command` for `argv` in this sandbox with exactly `env` (nothing inherited).
+    pub fn command(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        die_with_parent: bool,
+    ) -> std::io::Result<Command> {
+        let (program, args) = argv.split_first().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command")
+        })?;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .current_dir("/");
+        let mut sandbox = Sandbox::new()
+            .netns(&self.netns)
+            .bind(&self.resolv_conf, "/etc/resolv.conf")
+            .bind(&self.hosts, "/etc/hosts")
+            .hostname(&self.hostname);
+        if die_with_parent {
+            sandbox = sandbox.die_with_parent();
+        }
+        sandbox
+            .apply(&mut cmd)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        Ok(cmd)
+    }
+}
+
+/// Starts a container process with its output appended to `log`. Call from an async task (not
+/// `spawn_blocking`): the child is killed when the thread that started it exits.
+pub fn spawn(
+    sandbox: &PodSandbox,
+    argv: &[String],
+    env: &[(String, String)],
+    log: &Path,
+) -> std::io::Result<tokio::process::Child> {
+    if let Some(dir) = log.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let out = std::fs::File::options()
+        .create(true)
+        .append(true)
+        .open(log)?;
+    let err = out.try_clone()?;
+    let mut cmd = sandbox.command(argv, env, true)?;
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    tokio::process::Command::from(cmd).spawn()
+}
+
+/// Sends SIGTERM (or SIGKILL when `force`) to a container's process group.
+pub fn signal(pgid: u32, force: bool) {
+    if let Err(e) = svcnet_netns::sandbox::signal_group(pgid, force) {
+        tracing::warn!(pgid, force, "signal: {e}");
+    }
+}

@@ -1,0 +1,446 @@
+//! What a container gets, computed purely from the pod, the node and the services: its
+//! environment (as the kubelet builds it), its command line (or the built-in test server),
+//! `/etc/resolv.conf` per `dnsPolicy`/`dnsConfig`, and `/etc/hosts`.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+
+use k8s_openapi::api::core::v1::{Container, Pod, Service};
+
+/// The environment variable that makes the svcnet binary run the built-in test server.
+pub const TESTSERVER_ENV: &str = "SVCNET_TESTSERVER";
+/// The pod name and IP the test server reports.
+pub const TESTSERVER_POD_ENV: &str = "SVCNET_TESTSERVER_POD";
+pub const TESTSERVER_IP_ENV: &str = "SVCNET_TESTSERVER_IP";
+
+const BASE_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What the agent knows about the running pod when it starts a container.
+#[derive(Debug, Clone)]
+pub struct PodContext<'a> {
+    pub pod: &'a Pod,
+    pub pod_ip: Ipv4Addr,
+    pub host_ip: Ipv4Addr,
+    pub node_name: &'a str,
+}
+
+/// A problem with the pod spec, naming the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pod {pod}: {field}: {message}")]
+pub struct SpecError {
+    pub pod: String,
+    pub field: String,
+    pub message: String,
+}
+
+fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or("default"),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// The container's environment, in order: a base PATH/HOME, the service-link variables,
+/// `HOSTNAME`, then the declared `env` (which wins), with `$(VAR)` references expanded.
+pub fn container_env(
+    ctx: &PodContext<'_>,
+    container: &Container,
+    services: &[Service],
+) -> Result<Vec<(String, String)>, SpecError> {
+    let pod = ctx.pod;
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let spec = pod.spec.as_ref();
+    let links = spec.and_then(|s| s.enable_service_links).unwrap_or(true);
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), BASE_PATH.into()),
+        ("HOME".into(), "/root".into()),
+    ];
+    for var in svcnet_dns::service_env_vars(ns, services, links) {
+        env.push((var.name, var.value));
+    }
+    env.push(("HOSTNAME".into(), hostname(pod)));
+    let mut declared: BTreeMap<String, String> = BTreeMap::new();
+    for (i, var) in container.env.iter().flatten().enumerate() {
+        let field = |f: &str| format!("spec.containers[{}].env[{i}].{f}", container.name);
+        let value = if let Some(from) = &var.value_from {
+            let Some(field_ref) = &from.field_ref else {
+                return Err(SpecError { pod: pod_key(pod), field: field("valueFrom"), message: "only fieldRef is supported (no configMapKeyRef/secretKeyRef/resourceFieldRef)".into() });
+            };
+            field_value(ctx, &field_ref.field_path).ok_or_else(|| SpecError {
+                pod: pod_key(pod),
+                field: field("valueFrom.fieldRef.fieldPath"),
+                message: format!("unsupported field path {:?}", field_ref.field_path),
+            })?
+        } else {
+            let lookup = |name: &str| {
+                declared.get(name).cloned().or_else(|| {
+                    env.iter()
+                        .rev()
+                        .find(|(k, _)| k == name)
+                        .map(|(_, v)| v.clone())
+                })
+            };
+            expand(var.value.as_deref().unwrap_or(""), lookup)
+        };
+        declared.insert(var.name.clone(), value.clone());
+        env.retain(|(k, _)| k != &var.name);
+        env.push((var.name.clone(), value));
+    }
+    Ok(env)
+}
+
+/// The value of a `fieldRef` path, as the kubelet's downward API gives it.
+pub fn field_value(ctx: &PodContext<'_>, path: &str) -> Option<String> {
+    let m = &ctx.pod.metadata;
+    let spec = ctx.pod.spec.as_ref();
+    Some(match path {
+        "metadata.name" => m.name.clone().unwrap_or_default(),
+        "metadata.namespace" => m.namespace.clone().unwrap_or_else(|| "default".into()),
+        "metadata.uid" => m.uid.clone().unwrap_or_default(),
+        "spec.nodeName" => ctx.node_name.to_string(),
+        "spec.serviceAccountName" => spec
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_else(|| "default".into()),
+        "status.podIP" | "status.podIPs" => ctx.pod_ip.to_string(),
+        "status.hostIP" | "status.hostIPs" => ctx.host_ip.to_string(),
+        _ => {
+            let (map, key) = if let Some(rest) = path.strip_prefix("metadata.labels['") {
+                (m.labels.as_ref(), rest.strip_suffix("']")?)
+            } else if let Some(rest) = path.strip_prefix("metadata.annotations['") {
+                (m.annotations.as_ref(), rest.strip_suffix("']")?)
+            } else {
+                return None;
+            };
+            map.and_then(|m| m.get(key)).cloned().unwrap_or_default()
+        }
+    })
+}
+
+/// Kubernetes' `$(VAR)` expansion: known references are replaced, `$$` escapes `$`, unknown
+/// references stay as written.
+pub fn expand(input: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    let mut out = String::new();
+    let mut rest = input;
+    while let Some(pos) = rest.find('$') {
+        out.push_str(&rest[..pos]);
+        let after = &rest[pos + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('(')
+            && let Some(end) = inner.find(')')
+        {
+            let name = &inner[..end];
+            match lookup(name) {
+                Some(v) => out.push_str(&v),
+                None => out.push_str(&format!("$({name})")),
+            }
+            rest = &inner[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The pod's hostname: `spec.hostname`, else its name.
+pub fn hostname(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.hostname.clone())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| pod.metadata.name.clone().unwrap_or_default())
+}
+
+/// How a container runs: its own command, or the built-in test server on its ports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Launch {
+    Command(Vec<String>),
+    /// `ports` as `tcp:80,udp:53`.
+    TestServer {
+        ports: String,
+    },
+}
+
+pub fn launch(container: &Container, env: &[(String, String)]) -> Launch {
+    let lookup = |name: &str| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    match container.command.as_ref().filter(|c| !c.is_empty()) {
+        Some(command) => Launch::Command(
+            command
+                .iter()
+                .chain(container.args.iter().flatten())
+                .map(|a| expand(a, lookup))
+                .collect(),
+        ),
+        None => {
+            let ports: Vec<String> = container
+                .ports
+                .iter()
+                .flatten()
+                .filter_map(|p| match p.protocol.as_deref().unwrap_or("TCP") {
+                    "TCP" => Some(format!("tcp:{}", p.container_port)),
+                    "UDP" => Some(format!("udp:{}", p.container_port)),
+                    _ => None,
+                })
+                .collect();
+            Launch::TestServer {
+                ports: ports.join(","),
+            }
+        }
+    }
+}
+
+/// Nameservers, search domains and options (name, value).
+type ResolvParts = (Vec<String>, Vec<String>, Vec<(String, Option<String>)>);
+
+/// `/etc/resolv.conf` per `dnsPolicy` and `dnsConfig` (`host` is the host's own resolv.conf,
+/// used by `dnsPolicy: Default`).
+pub fn resolv_conf(pod: &Pod, cluster_dns: &[String], zone: &str, host: &str) -> String {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let spec = pod.spec.as_ref();
+    let policy = spec
+        .and_then(|s| s.dns_policy.as_deref())
+        .unwrap_or("ClusterFirst");
+    let (mut servers, mut search, mut options): ResolvParts = match policy {
+        "None" => (vec![], vec![], vec![]),
+        "Default" => {
+            let mut s = (vec![], vec![], vec![]);
+            for line in host.lines() {
+                let mut words = line.split_whitespace();
+                match words.next() {
+                    Some("nameserver") => s.0.extend(words.next().map(str::to_string)),
+                    Some("search") | Some("domain") => s.1.extend(words.map(str::to_string)),
+                    Some("options") => s.2.extend(words.map(parse_option)),
+                    _ => {}
+                }
+            }
+            s
+        }
+        _ => (
+            cluster_dns.to_vec(),
+            vec![
+                format!("{ns}.svc.{zone}"),
+                format!("svc.{zone}"),
+                zone.to_string(),
+            ],
+            vec![("ndots".into(), Some("5".into()))],
+        ),
+    };
+    if let Some(cfg) = spec.and_then(|s| s.dns_config.as_ref()) {
+        servers.extend(cfg.nameservers.iter().flatten().cloned());
+        search.extend(cfg.searches.iter().flatten().cloned());
+        for opt in cfg.options.iter().flatten() {
+            let Some(name) = opt.name.clone() else {
+                continue;
+            };
+            options.retain(|(n, _)| n != &name);
+            options.push((name, opt.value.clone()));
+        }
+    }
+    servers.dedup();
+    servers.truncate(3);
+    search.dedup();
+    search.truncate(32);
+    let mut out = String::new();
+    for s in &servers {
+        out.push_str(&format!("nameserver {s}\n"));
+    }
+    if !search.is_empty() {
+        out.push_str(&format!("search {}\n", search.join(" ")));
+    }
+    if !options.is_empty() {
+        let opts: Vec<String> = options
+            .iter()
+            .map(|(n, v)| v.as_ref().map_or_else(|| n.clone(), |v| format!("{n}:{v}")))
+            .collect();
+        out.push_str(&format!("options {}\n", opts.join(" ")));
+    }
+    out
+}
+
+fn parse_option(word: &str) -> (String, Option<String>) {
+    match word.split_once(':') {
+        Some((n, v)) => (n.to_string(), Some(v.to_string())),
+        None => (word.to_string(), None),
+    }
+}
+
+/// `/etc/hosts` as the kubelet writes it: localhost lines, the pod's own address with its
+/// hostname (and `<hostname>.<subdomain>.<ns>.svc.<zone>` when `subdomain` is set), and
+/// `hostAliases`.
+pub fn hosts_file(pod: &Pod, pod_ip: Ipv4Addr, zone: &str) -> String {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let spec = pod.spec.as_ref();
+    let host = hostname(pod);
+    let mut out = String::from(
+        "# Kubernetes-managed hosts file (svcnet).\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n",
+    );
+    match spec
+        .and_then(|s| s.subdomain.as_deref())
+        .filter(|s| !s.is_empty())
+    {
+        Some(sub) => out.push_str(&format!("{pod_ip}\t{host}.{sub}.{ns}.svc.{zone}\t{host}\n")),
+        None => out.push_str(&format!("{pod_ip}\t{host}\n")),
+    }
+    for alias in spec
+        .and_then(|s| s.host_aliases.as_ref())
+        .into_iter()
+        .flatten()
+    {
+        let names = alias.hostnames.clone().unwrap_or_default();
+        if !names.is_empty() {
+            out.push_str(&format!(
+                "\n# Entries added by HostAliases.\n{}\t{}\n",
+                alias.ip,
+                names.join("\t")
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::expect;
+    use serde_json::json;
+
+    fn pod(spec: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "web-0", "namespace": "shop", "uid": "u-1", "labels": {"app": "web"}},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn svc(name: &str, ip: &str, port: i32) -> Service {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": "shop"},
+            "spec": {"clusterIP": ip, "ports": [{"port": port, "protocol": "TCP"}]}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn env_has_service_links_hostname_field_refs_and_expansion() {
+        let p = pod(json!({"containers": [{"name": "c", "env": [
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            {"name": "APP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+            {"name": "URL", "value": "http://$(MY_APP_SERVICE_HOST):$(MY_APP_SERVICE_PORT)/$(POD)/$$(x)/$(NOPE)"},
+            {"name": "HOSTNAME", "value": "override"}]}]}));
+        let ctx = PodContext {
+            pod: &p,
+            pod_ip: "10.244.1.7".parse().unwrap(),
+            host_ip: "172.30.0.2".parse().unwrap(),
+            node_name: "node1",
+        };
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        let env = container_env(&ctx, c, &[svc("my-app", "192.168.10.12", 8080)]).unwrap();
+        let text: String = env
+            .iter()
+            .filter(|(k, _)| k != "PATH")
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect();
+        expect![[r#"
+            HOME=/root
+            MY_APP_SERVICE_HOST=192.168.10.12
+            MY_APP_SERVICE_PORT=8080
+            MY_APP_PORT=tcp://192.168.10.12:8080
+            MY_APP_PORT_8080_TCP=tcp://192.168.10.12:8080
+            MY_APP_PORT_8080_TCP_PROTO=tcp
+            MY_APP_PORT_8080_TCP_PORT=8080
+            MY_APP_PORT_8080_TCP_ADDR=192.168.10.12
+            POD=web-0
+            IP=10.244.1.7
+            NODE=node1
+            APP=web
+            URL=http://192.168.10.12:8080/web-0/$(x)/$(NOPE)
+            HOSTNAME=override
+        "#]]
+        .assert_eq(&text);
+    }
+
+    #[test]
+    fn unsupported_value_from_names_the_field() {
+        let p = pod(
+            json!({"containers": [{"name": "c", "env": [{"name": "S", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]}]}),
+        );
+        let ctx = PodContext {
+            pod: &p,
+            pod_ip: "10.0.0.1".parse().unwrap(),
+            host_ip: "10.0.0.2".parse().unwrap(),
+            node_name: "n",
+        };
+        let err = container_env(&ctx, &p.spec.as_ref().unwrap().containers[0], &[]).unwrap_err();
+        assert_eq!(err.field, "spec.containers[c].env[0].valueFrom");
+    }
+
+    #[test]
+    fn launch_command_or_test_server() {
+        let p = pod(json!({"containers": [
+            {"name": "a", "command": ["sh", "-c"], "args": ["echo $(X)"]},
+            {"name": "b", "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}, {"containerPort": 9, "protocol": "SCTP"}]}]}));
+        let cs = &p.spec.as_ref().unwrap().containers;
+        let env = vec![("X".to_string(), "1".to_string())];
+        assert_eq!(
+            launch(&cs[0], &env),
+            Launch::Command(vec!["sh".into(), "-c".into(), "echo 1".into()])
+        );
+        assert_eq!(
+            launch(&cs[1], &env),
+            Launch::TestServer {
+                ports: "tcp:80,udp:53".into()
+            }
+        );
+    }
+
+    #[test]
+    fn resolv_conf_per_policy() {
+        let dns = vec!["10.96.0.10".to_string()];
+        let host = "nameserver 192.0.2.53\nsearch corp.example\noptions edns0\n";
+        let first = pod(
+            json!({"containers": [], "dnsConfig": {"options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}], "searches": ["x.example"]}}),
+        );
+        expect![[r#"
+            nameserver 10.96.0.10
+            search shop.svc.cluster.local svc.cluster.local cluster.local x.example
+            options ndots:2 edns0
+        "#]]
+        .assert_eq(&resolv_conf(&first, &dns, "cluster.local", host));
+        let default = pod(json!({"containers": [], "dnsPolicy": "Default"}));
+        expect![[r#"
+            nameserver 192.0.2.53
+            search corp.example
+            options edns0
+        "#]]
+        .assert_eq(&resolv_conf(&default, &dns, "cluster.local", host));
+        let none = pod(
+            json!({"containers": [], "dnsPolicy": "None", "dnsConfig": {"nameservers": ["1.2.3.4"]}}),
+        );
+        assert_eq!(
+            resolv_conf(&none, &dns, "cluster.local", host),
+            "nameserver 1.2.3.4\n"
+        );
+    }
+
+    #[test]
+    fn hosts_file_has_fqdn_with_subdomain() {
+        let p = pod(
+            json!({"containers": [], "hostname": "web-0", "subdomain": "nginx", "hostAliases": [{"ip": "10.1.1.1", "hostnames": ["db"]}]}),
+        );
+        let text = hosts_file(&p, "10.244.1.9".parse().unwrap(), "cluster.local");
+        assert!(
+            text.contains("10.244.1.9\tweb-0.nginx.shop.svc.cluster.local\tweb-0\n"),
+            "{text}"
+        );
+        assert!(text.contains("10.1.1.1\tdb\n"), "{text}");
+    }
+}

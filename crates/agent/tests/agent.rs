@@ -1,0 +1,404 @@
+//! The agent against the real API server (in-process, over HTTPS with kube-rs) and the real
+//! kernel: pods get namespaces, addresses, the test server, env vars, resolv.conf and hosts;
+//! readiness probes drive Ready; crashing containers restart; deletion sends SIGTERM, waits
+//! the grace period, SIGKILLs, and releases the namespace and the address.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client};
+use serde_json::json;
+use svcnet_agent::runtime::pod::PodRecord;
+use svcnet_agent::test_support::Slot;
+use svcnet_agent::topology::Topology;
+use svcnet_agent::{AgentConfig, ip};
+
+struct Env {
+    _server: svcnet_apiserver::RunningServer,
+    client: Client,
+    topo: Option<Topology>,
+    cfg: AgentConfig,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    agent: Option<tokio::task::JoinHandle<()>>,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
+    _slot: Slot,
+}
+
+async fn client_for(kubeconfig: &Path) -> Client {
+    let kc = Kubeconfig::read_from(kubeconfig).unwrap();
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    Client::try_from(cfg).unwrap()
+}
+
+impl Env {
+    async fn start() -> Env {
+        let slot = Slot::acquire().unwrap();
+        let api_dir = tempfile::tempdir().unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let server = svcnet_apiserver::start(svcnet_apiserver::ServerConfig {
+            data_dir: api_dir.path().to_path_buf(),
+            listen: "127.0.0.1:0".parse().unwrap(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let client = client_for(server.kubeconfig_path()).await;
+        let tcfg = slot.config(1, data.path().to_path_buf());
+        let topo = tokio::task::spawn_blocking(move || Topology::create(tcfg))
+            .await
+            .unwrap()
+            .unwrap();
+        let mut cfg = AgentConfig::for_node(&topo, &topo.nodes()[0], data.path());
+        cfg.test_server = env!("CARGO_BIN_EXE_svcnet-testserver").into();
+        cfg.backoff = Duration::from_millis(200);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let agent = tokio::spawn(svcnet_agent::run(client.clone(), cfg.clone(), async move {
+            let _ = rx.await;
+        }));
+        let agent = tokio::spawn(async move { agent.await.unwrap().unwrap() });
+        Env {
+            _server: server,
+            client,
+            topo: Some(topo),
+            cfg,
+            stop: Some(tx),
+            agent: Some(agent),
+            _dirs: (api_dir, data),
+            _slot: slot,
+        }
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), "default")
+    }
+
+    async fn create(&self, name: &str, spec: serde_json::Value) -> Pod {
+        let mut spec = spec;
+        spec["nodeName"] = json!(self.cfg.node_name);
+        let pod: Pod = serde_json::from_value(
+            json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec}),
+        )
+        .unwrap();
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap()
+    }
+
+    /// Polls the pod until `f` holds (10 s at most).
+    async fn wait_for(&self, name: &str, what: &str, f: impl Fn(&Pod) -> bool) -> Pod {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let pod = self.pods().get_opt(name).await.unwrap();
+            if let Some(p) = &pod
+                && f(p)
+            {
+                return p.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "pod {name}: timed out waiting for {what}: {:#?}",
+                pod.and_then(|p| p.status)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn record(&self, name: &str) -> PodRecord {
+        let path = self
+            .cfg
+            .pods_dir()
+            .join(format!("default_{name}"))
+            .join("pod.json");
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    /// Runs a command inside a pod as `svcnet exec` does.
+    fn exec(&self, name: &str, argv: &[&str]) -> String {
+        let rec = self.record(name);
+        let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let out = rec
+            .sandbox
+            .command(&argv, &rec.containers[0].1, false)
+            .unwrap()
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{argv:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(20), self.agent.take().unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let prefix = format!("{}-pod-", self.cfg.netns_prefix);
+        assert!(
+            !ip::netns_list()
+                .unwrap()
+                .iter()
+                .any(|n| n.starts_with(&prefix)),
+            "agent shutdown leaves no pod namespace"
+        );
+        let topo = self.topo.take().unwrap();
+        tokio::task::spawn_blocking(move || topo.destroy())
+            .await
+            .unwrap()
+            .unwrap();
+    }
+}
+
+fn ready(p: &Pod) -> bool {
+    p.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn pod_ip(p: &Pod) -> IpAddr {
+    p.status
+        .as_ref()
+        .unwrap()
+        .pod_ip
+        .as_ref()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn http_get(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_run_serve_probe_restart_and_terminate() {
+    let env = Env::start().await;
+    let node = env.topo.as_ref().unwrap().nodes()[0].clone();
+    let host_ip = env.topo.as_ref().unwrap().host_ip();
+    let marker = std::env::temp_dir().join(format!("svcnet-ready-{}", env.cfg.netns_prefix));
+    let termfile = std::env::temp_dir().join(format!("svcnet-term-{}", env.cfg.netns_prefix));
+    let _ = std::fs::remove_file(&marker);
+
+    env.create(
+        "web",
+        json!({"hostname": "web-0", "subdomain": "nginx", "containers": [{"name": "nginx", "image": "nginx",
+            "ports": [{"containerPort": 80}, {"containerPort": 53, "protocol": "UDP"}],
+            "readinessProbe": {"httpGet": {"port": 80, "path": "/"}, "periodSeconds": 1}}]}),
+    )
+    .await;
+    env.create(
+        "client",
+        json!({"terminationGracePeriodSeconds": 5, "containers": [{"name": "sh", "image": "busybox",
+            "command": ["sh", "-c", format!("trap 'echo $MY_POD > {}; exit 0' TERM; while true; do sleep 0.1; done", termfile.display())],
+            "env": [{"name": "MY_POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+            "readinessProbe": {"exec": {"command": ["test", "-f", marker.display().to_string()]}, "periodSeconds": 1, "failureThreshold": 1}}]}),
+    )
+    .await;
+    env.create("crash", json!({"containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "echo boom; exit 3"]}]})).await;
+
+    // The test server answers from the host with the pod's name, IP and the client address.
+    let web = env.wait_for("web", "Ready", ready).await;
+    let web_ip = pod_ip(&web);
+    let st = web.status.as_ref().unwrap();
+    assert_eq!(st.phase.as_deref(), Some("Running"));
+    assert_eq!(
+        st.host_ip.as_deref(),
+        Some(node.internal_ip.to_string().as_str())
+    );
+    assert!(node.pod_cidr.contains(&match web_ip {
+        IpAddr::V4(v4) => v4,
+        IpAddr::V6(_) => panic!(),
+    }));
+    let cs = &st.container_statuses.as_ref().unwrap()[0];
+    assert!(cs.ready && cs.state.as_ref().unwrap().running.is_some());
+    let body = http_get(SocketAddr::new(web_ip, 80));
+    assert!(body.starts_with("HTTP/1.1 200 OK"), "{body}");
+    assert!(
+        body.contains(&format!("pod=web ip={web_ip} client={host_ip}:")),
+        "{body}"
+    );
+    let udp = UdpSocket::bind("0.0.0.0:0").unwrap();
+    udp.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    udp.send_to(b"hi", SocketAddr::new(web_ip, 53)).unwrap();
+    let mut buf = [0u8; 256];
+    let (n, _) = udp.recv_from(&mut buf).unwrap();
+    let line = String::from_utf8_lossy(&buf[..n]).to_string();
+    assert!(
+        line.starts_with(&format!("pod=web ip={web_ip} client={host_ip}:")),
+        "{line}"
+    );
+    let hosts = env.exec("web", &["cat", "/etc/hosts"]);
+    assert!(
+        hosts.contains(&format!(
+            "{web_ip}\tweb-0.nginx.default.svc.cluster.local\tweb-0"
+        )),
+        "{hosts}"
+    );
+    assert_eq!(env.exec("web", &["hostname"]).trim(), "web-0");
+
+    // The client pod: not ready until its exec probe passes; pod-to-pod traffic; DNS config;
+    // environment with service links and the downward API.
+    let client = env
+        .wait_for("client", "Running", |p| {
+            p.status.as_ref().and_then(|s| s.pod_ip.as_ref()).is_some()
+        })
+        .await;
+    let client_ip = pod_ip(&client);
+    assert!(!ready(&client));
+    let out = env.exec(
+        "client",
+        &[
+            "curl",
+            "-s",
+            "--max-time",
+            "3",
+            &format!("http://{web_ip}/"),
+        ],
+    );
+    assert_eq!(
+        out,
+        format!(
+            "pod=web ip={web_ip} client={client_ip}:{}",
+            out.rsplit(':').next().unwrap()
+        )
+    );
+    assert!(out.contains(&format!("client={client_ip}:")), "{out}");
+    let resolv = env.exec("client", &["cat", "/etc/resolv.conf"]);
+    assert_eq!(
+        resolv,
+        "nameserver 10.96.0.10\nsearch default.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n"
+    );
+    let printed = env.exec("client", &["env"]);
+    for want in [
+        "HOSTNAME=client",
+        "MY_POD=client",
+        "KUBERNETES_SERVICE_HOST=",
+        "KUBERNETES_PORT_443_TCP_PROTO=tcp",
+    ] {
+        assert!(printed.contains(want), "{want} missing from\n{printed}");
+    }
+    assert!(
+        std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default() != resolv,
+        "the host's resolv.conf is untouched"
+    );
+    std::fs::write(&marker, "").unwrap();
+    env.wait_for("client", "Ready after the probe passes", ready)
+        .await;
+    std::fs::remove_file(&marker).unwrap();
+    env.wait_for("client", "not Ready after the probe fails", |p| !ready(p))
+        .await;
+
+    // A crashing container restarts with back-off and reports its last state.
+    let crash = env
+        .wait_for("crash", "two restarts", |p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|c| c[0].restart_count >= 2)
+        })
+        .await;
+    let cs = &crash
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(
+        cs.last_state
+            .as_ref()
+            .unwrap()
+            .terminated
+            .as_ref()
+            .unwrap()
+            .exit_code,
+        3
+    );
+    assert_eq!(
+        crash.status.as_ref().unwrap().phase.as_deref(),
+        Some("Running")
+    );
+    let log =
+        std::fs::read_to_string(env.cfg.pods_dir().join("default_crash/logs/c/0.log")).unwrap();
+    assert_eq!(log, "boom\n");
+
+    // Deletion: SIGTERM reaches the process (its trap runs), then the namespace and the
+    // address are released and the pod object is gone.
+    let uid = client.metadata.uid.clone().unwrap();
+    let netns = env.cfg.pod_netns(&uid);
+    assert!(ip::netns_list().unwrap().contains(&netns));
+    let started = Instant::now();
+    env.pods()
+        .delete("client", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ip::netns_list().unwrap().contains(&netns) {
+        assert!(Instant::now() < deadline, "namespace {netns} still there");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the process obeyed SIGTERM; no need to wait the 5 s grace period"
+    );
+    assert_eq!(std::fs::read_to_string(&termfile).unwrap().trim(), "client");
+    let ipam =
+        svcnet_agent::cni::Ipam::open(&env.cfg.node_dir(), "svcnet", &env.cfg.netconf().ipam)
+            .unwrap();
+    assert_eq!(ipam.find(&uid, "eth0").unwrap(), None, "address released");
+    assert!(env.pods().get_opt("client").await.unwrap().is_none());
+    let _ = std::fs::remove_file(&termfile);
+
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_ignoring_sigterm_is_killed_after_the_grace_period() {
+    let env = Env::start().await;
+    env.create(
+        "stubborn",
+        json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "busybox",
+            "command": ["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"]}]}),
+    )
+    .await;
+    let pod = env.wait_for("stubborn", "Ready", ready).await;
+    let netns = env.cfg.pod_netns(pod.metadata.uid.as_deref().unwrap());
+    let started = Instant::now();
+    env.pods()
+        .delete("stubborn", &DeleteParams::default())
+        .await
+        .unwrap();
+    while ip::netns_list().unwrap().contains(&netns) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "namespace {netns} still there"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(5),
+        "killed after the 1 s grace period, took {took:?}"
+    );
+    env.stop().await;
+}
