@@ -8,19 +8,22 @@
 //! filter table rejects or drops traffic to frontends without endpoints. [`render`] builds
 //! per-service [`render::Fragment`]s; [`plan`] turns desired state into full or partial
 //! [`Payload`]s (values whose `Display` is the restore text); [`apply`] feeds them to
-//! `iptables-restore --noflush` (the only I/O here, on either back end); [`fake`] applies the
+//! `iptables-restore --noflush` (the only I/O here, on either back end); [`dataplane`] makes
+//! kube-proxy's full-or-partial decision (canary included) per family; [`fake`] applies the
 //! same values in memory and rejects dangling references. This crate never reads API objects
 //! and never decides policy: every decision comes from the proxy core (`svcnet-proxy`).
 //! Hooks, chains and the mark are documented in README.md.
 
 pub mod apply;
+pub mod dataplane;
 pub mod fake;
 pub mod names;
 pub mod payload;
 pub mod plan;
 pub mod render;
 
-pub use apply::{ApplyError, Backend, IptablesExecutor};
+pub use apply::{ApplyError, Backend, IptablesExecutor, cleanup_all};
+pub use dataplane::{IptablesDataplane, SyncError, SyncReport};
 pub use fake::{FakeError, FakeIptables};
 pub use payload::{Family, Hook, Payload, Table};
 pub use plan::{KernelChains, Plan, Renderer};

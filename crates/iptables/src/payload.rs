@@ -255,6 +255,24 @@ pub fn split_args(line: &str) -> Vec<String> {
     out
 }
 
+impl From<Family> for svcnet_proxy::IpFamily {
+    fn from(f: Family) -> Self {
+        match f {
+            Family::V4 => Self::V4,
+            Family::V6 => Self::V6,
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::V4 => "IPv4",
+            Self::V6 => "IPv6",
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

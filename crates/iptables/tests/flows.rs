@@ -71,7 +71,7 @@ fn check(fake: &FakeIptables, c: &Case, env: &Env) {
             "{}: {got:?}",
             c.name
         ),
-        Expect::Spread(pods, masq) => {
+        Expect::Spread(pods, masq) | Expect::Sticky(pods, masq) => {
             let mut shares: BTreeMap<String, f64> = BTreeMap::new();
             for (v, p) in &got {
                 let Verdict::Accept {

@@ -154,6 +154,9 @@ pub enum Masq {
 pub enum Expect {
     /// Each listed backend pod gets an equal share; masquerade as given.
     Spread(&'static [usize], Masq),
+    /// ClientIP affinity: the first connection is spread like `Spread`; every later one from
+    /// the same client goes to the endpoint the first one reached.
+    Sticky(&'static [usize], Masq),
     /// Refused at once (TCP RST / ICMP unreachable).
     Reject,
     /// Silently dropped.
@@ -211,10 +214,10 @@ pub fn cases() -> Vec<Case> {
             Spread(&[1, 2, 3], Masq::Hairpin),
         ),
         case(
-            "affinity service, first connection",
+            "affinity service sticks after its first pick",
             Pod(CLIENT_POD),
             "10.96.0.11:80",
-            Spread(&[1, 2], Masq::No),
+            Sticky(&[1, 2], Masq::No),
         ),
         case(
             "node port from outside",

@@ -1,0 +1,326 @@
+//! The packet-flow table against the REAL kernel, on both iptables back ends: a node namespace
+//! running svcnet's rules (applied with `ip netns exec <node> iptables-restore --noflush`),
+//! backend pod namespaces with echo servers that report who answered and which client address
+//! they saw, a client pod and an external client. Only namespaces this test creates are
+//! touched; everything is removed on drop. Needs root (skipped otherwise).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use common::*;
+use svcnet_iptables::{Backend, Family, IptablesDataplane, IptablesExecutor};
+use svcnet_netns::NetNs;
+use svcnet_netns::test_support::{Lab, Server, serve_udp, tcp_ask, udp_ask};
+use svcnet_proxy::fixtures::*;
+use svcnet_proxy::{ChangeSet, NamespacedName, ProxyState};
+
+fn root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+struct World {
+    lab: Lab,
+    ext: NetNs,
+    _udp: Vec<Server>,
+    dp: IptablesDataplane,
+}
+
+fn setup(backend: Backend, state: &ProxyState) -> World {
+    let mut lab = Lab::new().unwrap();
+    for _ in 0..CLIENT_POD {
+        lab.add_pod().unwrap();
+    }
+    lab.external().unwrap();
+    let mut udp = Vec::new();
+    for i in 0..BACKENDS {
+        lab.serve_tcp(i, TCP_PORT, &format!("p{}", i + 1)).unwrap();
+        if i < 2 {
+            udp.push(serve_udp(&lab.pod(i).ns, UDP_PORT, &format!("p{}", i + 1)).unwrap());
+        }
+    }
+    // Frontend ranges are routed onward (towards the external namespace, which does not
+    // forward), so packets no rule DNATs reach the FORWARD hook as on a real node.
+    for net in ["10.96.0.0/12", "203.0.113.0/24", "198.51.100.0/24"] {
+        lab.node
+            .exec(&["ip", "route", "add", net, "via", &EXTERNAL_IP.to_string()])
+            .unwrap();
+    }
+    let exec = IptablesExecutor::new(Some(lab.node.name().to_string()), backend);
+    let mut dp = IptablesDataplane::new(exec);
+    for r in dp.sync(state, &ChangeSet::default(), true) {
+        let r = r.unwrap();
+        assert!(r.full);
+    }
+    let ext = NetNs::open(&format!("{}x", lab.prefix())).unwrap();
+    World {
+        lab,
+        ext,
+        _udp: udp,
+        dp,
+    }
+}
+
+fn client_ns(w: &World, c: Client) -> &NetNs {
+    match c {
+        Client::Pod(i) => &w.lab.pod(i - 1).ns,
+        Client::External => &w.ext,
+    }
+}
+
+/// Runs one case with real connections and checks it.
+fn run_case(w: &World, c: &Case) {
+    let addr = SocketAddr::new(IpAddr::V4(c.to.0), c.to.1);
+    let ns = client_ns(w, c.from);
+    match &c.expect {
+        Expect::Spread(pods, masq) | Expect::Sticky(pods, masq) => {
+            let trials = 24 * pods.len();
+            let replies = ns
+                .run(|| {
+                    (0..trials)
+                        .map(|_| match c.proto {
+                            Proto::Tcp => tcp_ask(addr, Duration::from_secs(2)),
+                            Proto::Udp => udp_ask(addr, Duration::from_secs(2)),
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap();
+            let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
+            for r in replies {
+                let r = r.unwrap_or_else(|e| panic!("{}: {e}", c.name));
+                let pod: usize = r.identity.trim_start_matches('p').parse().unwrap();
+                assert!(
+                    pods.contains(&pod),
+                    "{}: answered by unexpected p{pod}",
+                    c.name
+                );
+                let masqueraded = match masq {
+                    Masq::No => false,
+                    Masq::Yes => true,
+                    Masq::Hairpin => Client::Pod(pod) == c.from,
+                };
+                let want: IpAddr = if masqueraded {
+                    node_ip_towards(pod).into()
+                } else {
+                    c.from.ip()
+                };
+                assert_eq!(r.client, want, "{}: client address seen by p{pod}", c.name);
+                *counts.entry(pod).or_default() += 1;
+            }
+            if let Expect::Sticky(..) = c.expect {
+                assert_eq!(counts.len(), 1, "{}: affinity broken: {counts:?}", c.name);
+                return;
+            }
+            // Each endpoint's share is 1/n: with 24 trials per endpoint, fewer than 6 hits
+            // has a probability below 1e-5 for a fair split.
+            for pod in pods.iter() {
+                let n = counts.get(pod).copied().unwrap_or(0);
+                assert!(n >= 6, "{}: p{pod} got {n} of {trials}: {counts:?}", c.name);
+            }
+        }
+        Expect::Reject => {
+            let (res, took) = ns
+                .run(|| {
+                    let t = Instant::now();
+                    (
+                        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3)),
+                        t.elapsed(),
+                    )
+                })
+                .unwrap();
+            let e = res.err().unwrap_or_else(|| panic!("{}: connected", c.name));
+            assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{}: {e}", c.name);
+            assert!(
+                took < Duration::from_millis(500),
+                "{}: refused after {took:?}",
+                c.name
+            );
+        }
+        Expect::Drop => {
+            let res = ns
+                .run(|| std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(400)))
+                .unwrap();
+            let e = res.err().unwrap_or_else(|| panic!("{}: connected", c.name));
+            assert_eq!(e.kind(), ErrorKind::TimedOut, "{}: {e}", c.name);
+        }
+    }
+}
+
+fn flow_table(backend: Backend) {
+    if !root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let w = setup(backend, &world());
+    for c in cases() {
+        run_case(&w, &c);
+    }
+    // svcnet wrote only through the chosen back end.
+    let other = match backend {
+        Backend::Nft => Backend::Legacy,
+        Backend::Legacy => Backend::Nft,
+    };
+    let save = w
+        .lab
+        .node
+        .exec(&[&other.program(Family::V4, "-save")])
+        .unwrap();
+    assert!(!save.contains("SVCNET-"), "{save}");
+}
+
+#[test]
+fn flow_table_iptables_nft() {
+    flow_table(Backend::Nft);
+}
+
+#[test]
+fn flow_table_iptables_legacy() {
+    flow_table(Backend::Legacy);
+}
+
+/// Affinity sticks to one endpoint per client.
+#[test]
+fn affinity_sticks() {
+    if !root() {
+        return;
+    }
+    let w = setup(Backend::Nft, &world());
+    let addr: SocketAddr = "10.96.0.11:80".parse().unwrap();
+    for c in [Client::Pod(CLIENT_POD), Client::External] {
+        let ids: Vec<String> = client_ns(&w, c)
+            .run(|| {
+                (0..20)
+                    .map(|_| tcp_ask(addr, Duration::from_secs(2)).unwrap().identity)
+                    .collect()
+            })
+            .unwrap();
+        assert!(ids.iter().all(|i| *i == ids[0]), "{c:?}: {ids:?}");
+    }
+}
+
+/// Partial syncs in the kernel: scale, empty, delete, add; then someone flushes the tables and
+/// the canary makes the next sync full, which restores service.
+#[test]
+fn partial_syncs_and_canary_in_the_kernel() {
+    if !root() {
+        return;
+    }
+    let mut state = world();
+    state.take_changes();
+    let mut w = setup(Backend::Nft, &state);
+    let sync = |w: &mut World, state: &mut ProxyState| {
+        let changes = state.take_changes();
+        let reports: Vec<_> =
+            w.dp.sync(state, &changes, false)
+                .into_iter()
+                .map(Result::unwrap)
+                .collect();
+        reports
+            .into_iter()
+            .find(|r| r.family == Family::V4)
+            .unwrap()
+    };
+    let web = cases().into_iter().next().unwrap();
+    // web loses p3.
+    state.update_slice(&slice("default", "web-1", "web", |b| {
+        b.port("http", "TCP", TCP_PORT as i32)
+            .endpoint(&pod_ip(1).to_string(), NODE, |_| {})
+            .endpoint(&pod_ip(2).to_string(), "n2", |_| {});
+    }));
+    assert!(!sync(&mut w, &mut state).full);
+    run_case(
+        &w,
+        &Case {
+            expect: Expect::Spread(&[1, 2], Masq::No),
+            ..web.clone()
+        },
+    );
+    // A new service appears.
+    state
+        .update_service(&service("default", "new", |b| {
+            b.cluster_ip(&["10.96.0.30"]).port("", "TCP", 80);
+        }))
+        .unwrap();
+    state.update_slice(&slice("default", "new-1", "new", |b| {
+        b.port("", "TCP", TCP_PORT as i32)
+            .endpoint(&pod_ip(3).to_string(), "n2", |_| {});
+    }));
+    assert!(!sync(&mut w, &mut state).full);
+    let new = Case {
+        name: "new service",
+        to: ("10.96.0.30".parse().unwrap(), 80),
+        expect: Expect::Spread(&[3], Masq::No),
+        ..web.clone()
+    };
+    run_case(&w, &new);
+    // web is deleted: refused.
+    state.delete_service(&NamespacedName::new("default", "web"));
+    assert!(!sync(&mut w, &mut state).full);
+    run_case(
+        &w,
+        &Case {
+            expect: Expect::Reject,
+            ..web.clone()
+        },
+    );
+    // Someone flushes and deletes every chain of every table.
+    for t in ["mangle", "nat", "filter"] {
+        w.lab.node.exec(&["iptables-nft", "-t", t, "-F"]).unwrap();
+        w.lab.node.exec(&["iptables-nft", "-t", t, "-X"]).unwrap();
+    }
+    let r = sync(&mut w, &mut state);
+    assert!(
+        r.full && r.full_reason == Some("canary chain missing"),
+        "{r:?}"
+    );
+    run_case(&w, &new);
+    run_case(
+        &w,
+        &Case {
+            expect: Expect::Reject,
+            ..web
+        },
+    );
+    // Cleanup removes every svcnet chain and hook, in both families and back ends.
+    let cleaned = svcnet_iptables::cleanup_all(Some(w.lab.node.name())).unwrap();
+    assert!(cleaned.contains(&(Backend::Nft, Family::V4)), "{cleaned:?}");
+    for prog in ["iptables-nft-save", "ip6tables-nft-save"] {
+        let save = w.lab.node.exec(&[prog]).unwrap();
+        assert!(!save.contains("SVCNET"), "{save}");
+    }
+    assert!(
+        svcnet_iptables::cleanup_all(Some(w.lab.node.name()))
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// The back end is detected as kube-proxy's wrapper does: a fresh namespace uses nft; one
+/// whose rules live in the legacy back end uses legacy.
+#[test]
+fn backend_detection() {
+    if !root() {
+        return;
+    }
+    let ns = NetNs::create(&svcnet_netns::unique_name("sbd")).unwrap();
+    let exec = IptablesExecutor::detect(Some(ns.name().to_string())).unwrap();
+    assert_eq!(exec.backend(), Backend::Nft);
+    for i in 0..3 {
+        ns.exec(&[
+            "iptables-legacy",
+            "-A",
+            "INPUT",
+            "-s",
+            &format!("10.9.9.{i}"),
+            "-j",
+            "ACCEPT",
+        ])
+        .unwrap();
+    }
+    let exec = IptablesExecutor::detect(Some(ns.name().to_string())).unwrap();
+    assert_eq!(exec.backend(), Backend::Legacy);
+}
