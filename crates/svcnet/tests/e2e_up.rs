@@ -92,6 +92,11 @@ fn free_port() -> std::net::SocketAddr {
     listener.local_addr().unwrap()
 }
 
+fn free_udp_port() -> std::net::SocketAddr {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.local_addr().unwrap()
+}
+
 fn example(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../examples")
@@ -132,7 +137,17 @@ fn ready_status(ip: &str) -> String {
 
 #[test]
 fn up_serves_the_seed_walkthrough_to_kubectl() {
-    let up = Up::start(&["--disable", "proxy,dns,agent"]);
+    let dns = free_udp_port();
+    // The upstream is a closed loopback port: no test query ever leaves the machine.
+    let upstream = free_udp_port();
+    let up = Up::start(&[
+        "--disable",
+        "proxy,agent",
+        "--dns-listen",
+        &dns.to_string(),
+        "--dns-upstream",
+        &upstream.to_string(),
+    ]);
     let out = up.ok(&["apply", "-f", &example("myapp.yaml")]);
     for line in [
         "deployment.apps/myapp-deploy created",
@@ -178,6 +193,61 @@ fn up_serves_the_seed_walkthrough_to_kubectl() {
     assert_eq!(
         row("my-service-1")[1..4],
         ["ExternalName", "<none>", "www.baidu.com"]
+    );
+
+    // Cluster DNS follows: the seeds' names resolve through `dig`.
+    let dig = |name: &str, qtype: &str| -> String {
+        let out = Command::new("dig")
+            .args([
+                "+short",
+                "+time=2",
+                "+tries=1",
+                "-p",
+                &dns.port().to_string(),
+                "@127.0.0.1",
+                name,
+                qtype,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(dig("myapp.default.svc.cluster.local", "A"), myapp[2]);
+    assert_eq!(
+        dig("kube-dns.kube-system.svc.cluster.local", "A"),
+        "10.96.0.10"
+    );
+    assert_eq!(
+        dig("kubernetes.default.svc.cluster.local", "A"),
+        "10.96.0.1"
+    );
+    let cname = Command::new("dig")
+        .args([
+            "+noall",
+            "+answer",
+            "+time=2",
+            "+tries=1",
+            "-p",
+            &dns.port().to_string(),
+            "@127.0.0.1",
+        ])
+        .arg("my-service-1.default.svc.cluster.local")
+        .output()
+        .unwrap();
+    let cname: Vec<String> = String::from_utf8_lossy(&cname.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        cname[..5],
+        [
+            "my-service-1.default.svc.cluster.local.",
+            "30",
+            "IN",
+            "CNAME",
+            "www.baidu.com."
+        ],
+        "the CNAME comes first; the upstream is closed, so nothing follows it"
     );
 
     // The Deployment's pods are bound to the local node; endpoints come from pods with IPs.

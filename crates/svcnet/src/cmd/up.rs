@@ -76,6 +76,12 @@ pub struct Args {
     /// Name of the Node this machine registers as.
     #[arg(long)]
     pub node_name: Option<String>,
+    /// UDP and TCP address cluster DNS listens on.
+    #[arg(long, default_value = "127.0.0.1:1053")]
+    pub dns_listen: SocketAddr,
+    /// Upstream resolvers for names outside the cluster (repeatable); default: /etc/resolv.conf's.
+    #[arg(long = "dns-upstream")]
+    pub dns_upstreams: Vec<SocketAddr>,
     /// Components not to start (comma-separated).
     #[arg(long, value_delimiter = ',', value_enum)]
     pub disable: Vec<Component>,
@@ -89,6 +95,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Some(name) => name.clone(),
         None => default_node_name(),
     };
+    let dns_service_ip = nth_address(&args.service_cidr, 10)?;
     let config = svcnet_apiserver::ServerConfig {
         data_dir: args.data_dir.clone(),
         listen: args.api_listen,
@@ -96,6 +103,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         node_port_range: args.node_port_range.0.clone(),
         lb_pool: Some(args.lb_pool),
         cluster_domain: args.cluster_domain.clone(),
+        dns_service_ip,
         ..Default::default()
     };
     let server = svcnet_apiserver::start(config)
@@ -118,6 +126,33 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             svcnet_controllers::run(client, opts, stop)
                 .await
                 .context("controllers")
+        });
+    }
+
+    if !disabled.contains(&Component::Dns) {
+        ensure_kube_dns_service(&client, dns_service_ip).await?;
+        let mut zone = svcnet_dns::ZoneConfig::new(&args.cluster_domain)
+            .with_context(|| format!("--cluster-domain {:?}", args.cluster_domain))?;
+        zone.reverse_cidrs = args
+            .service_cidr
+            .iter()
+            .copied()
+            .chain([args.pod_cidr])
+            .collect();
+        let config = svcnet_dns::DnsConfig {
+            listen: args.dns_listen,
+            zone,
+            upstreams: (!args.dns_upstreams.is_empty()).then(|| args.dns_upstreams.clone()),
+            debounce: std::time::Duration::from_millis(5),
+        };
+        let dns = svcnet_dns::start(config, client.clone())
+            .await
+            .with_context(|| format!("cannot start cluster DNS on {}", args.dns_listen))?;
+        println!("cluster DNS: {} (udp and tcp)", dns.local_addr());
+        let stop = stopped(stop_rx.clone());
+        tasks.spawn(async move {
+            stop.await;
+            dns.shutdown().await.context("cluster DNS")
         });
     }
 
@@ -157,6 +192,47 @@ async fn client_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::
         .await
         .context("invalid kubeconfig")?;
     kube::Client::try_from(config).context("cannot build an API client")
+}
+
+/// Creates `kube-system/kube-dns` (cluster IP: the tenth address of the service CIDR, 10.96.0.10 by
+/// default, port 53 over UDP and TCP) unless it exists,
+/// so that pods find cluster DNS through the proxy like any other Service.
+async fn ensure_kube_dns_service(
+    client: &kube::Client,
+    ip: std::net::IpAddr,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Service;
+    let services: kube::Api<Service> = kube::Api::namespaced(client.clone(), "kube-system");
+    if services
+        .get_opt("kube-dns")
+        .await
+        .context("cannot read kube-system/kube-dns")?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let service: Service = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "kube-dns",
+            "namespace": "kube-system",
+            "labels": { "k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS" },
+        },
+        "spec": {
+            "clusterIP": ip.to_string(),
+            "ports": [
+                { "name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53 },
+                { "name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53 },
+            ],
+        },
+    }))
+    .context("kube-dns service object")?;
+    services
+        .create(&Default::default(), &service)
+        .await
+        .context("cannot create kube-system/kube-dns")?;
+    Ok(())
 }
 
 /// Registers (or refreshes) the Node object for this machine: Ready, its addresses and pod CIDR.
@@ -222,6 +298,22 @@ async fn register_node(
         .await
         .with_context(|| format!("cannot update the status of node {name}"))?;
     Ok(())
+}
+
+/// The `n`th address of the first service CIDR (kubeadm's convention puts cluster DNS at the tenth).
+fn nth_address(cidrs: &[ipnet::IpNet], n: u32) -> anyhow::Result<std::net::IpAddr> {
+    let cidr = cidrs
+        .first()
+        .context("--service-cidr needs at least one CIDR")?;
+    let ip = match cidr.network() {
+        std::net::IpAddr::V4(net) => std::net::IpAddr::V4((u32::from(net) + n).into()),
+        std::net::IpAddr::V6(net) => std::net::IpAddr::V6((u128::from(net) + u128::from(n)).into()),
+    };
+    anyhow::ensure!(
+        cidr.contains(&ip),
+        "--service-cidr {cidr} is too small to hold the DNS service IP"
+    );
+    Ok(ip)
 }
 
 fn default_node_name() -> String {
