@@ -32,6 +32,9 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    // The node agent re-executes this binary to run the built-in test server inside pods; that
+    // mode is chosen by the environment and never returns.
+    svcnet_agent::testserver::run_if_requested();
     let cli = Cli::parse();
     init_logging();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
