@@ -13,10 +13,16 @@ fn every_workspace_crate_is_in_the_code_map() {
         .filter_map(|line| line.strip_prefix("\"crates/"))
         .filter_map(|rest| rest.strip_suffix("\","))
         .collect();
-    assert!(members.len() >= 5, "could not read the members list: {members:?}");
+    assert!(
+        members.len() >= 5,
+        "could not read the members list: {members:?}"
+    );
     let missing: Vec<&&str> = members
         .iter()
         .filter(|crate_dir| !architecture.contains(&format!("### `crates/{crate_dir}`")))
         .collect();
-    assert!(missing.is_empty(), "crates missing from ARCHITECTURE.md: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "crates missing from ARCHITECTURE.md: {missing:?}"
+    );
 }
