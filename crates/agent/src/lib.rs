@@ -16,6 +16,7 @@
 //! CIDRs, and never gives a namespace a default route out of the machine.
 
 pub mod cni;
+pub mod exec;
 pub mod ip;
 pub mod routes;
 pub mod runtime;

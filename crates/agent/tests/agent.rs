@@ -367,6 +367,11 @@ async fn pods_run_serve_probe_restart_and_terminate() {
             .unwrap();
     assert_eq!(ipam.find(&uid, "eth0").unwrap(), None, "address released");
     assert!(env.pods().get_opt("client").await.unwrap().is_none());
+    let gone = svcnet_agent::exec::find_pod(&env.cfg.data_dir, "default", "client").unwrap_err();
+    assert!(
+        gone.to_string().contains("not running on this machine"),
+        "{gone}"
+    );
     let _ = std::fs::remove_file(&termfile);
 
     env.stop().await;

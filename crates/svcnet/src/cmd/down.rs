@@ -1,9 +1,41 @@
-//! `svcnet down`.
+//! `svcnet down`: removes every namespace, link and route `svcnet up` created (also after a
+//! crash or `kill -9`: it reads `<data-dir>/topology.json` and finds `<prefix>-*` namespaces and
+//! `<prefix>0`/`<prefix>n<i>` links by name), killing the processes left inside them. The
+//! data dir (API objects, allocations, logs) survives; `svcnet up` again restarts the pods.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
 
 /// Flags of `svcnet down`.
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The data dir of `svcnet up`.
+    #[arg(long, default_value = "svcnet-data", env = "SVCNET_DATA_DIR")]
+    pub data_dir: PathBuf,
+    /// The name prefix `svcnet up` used for namespaces and links.
+    #[arg(long, default_value = "svcnet")]
+    pub prefix: String,
+}
 
-pub async fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("svcnet down is not built yet")
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let (dir, prefix) = (args.data_dir.clone(), args.prefix.clone());
+    let report =
+        tokio::task::spawn_blocking(move || svcnet_agent::topology::cleanup(&dir, &prefix))
+            .await
+            .context("cleanup task")?
+            .with_context(|| {
+                format!(
+                    "removing svcnet's namespaces and links (prefix {:?})",
+                    args.prefix
+                )
+            })?;
+    println!("svcnet down: {report}");
+    for ns in &report.namespaces {
+        println!("  namespace {ns}");
+    }
+    for link in &report.links {
+        println!("  link {link}");
+    }
+    Ok(())
 }

@@ -1,0 +1,123 @@
+//! Entering a running pod from outside the agent (`svcnet exec`): the agent's pod record in
+//! the data dir names the pod's network namespace, its resolv.conf/hosts and each container's
+//! environment; the command runs in the same kind of sandbox as the containers (pod network
+//! namespace, private mount namespace with the pod's files, the pod's hostname).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::runtime::pod::PodRecord;
+
+/// Why a pod cannot be entered.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("pod {namespace}/{name} is not running on this machine (no record under {}/agent/*/pods; is `svcnet up` running with this --data-dir?)", dir.display())]
+    NotFound {
+        namespace: String,
+        name: String,
+        dir: PathBuf,
+    },
+    #[error("pod {namespace}/{name}: its record {}: {message}", path.display())]
+    BadRecord {
+        namespace: String,
+        name: String,
+        path: PathBuf,
+        message: String,
+    },
+    #[error("pod {namespace}/{name} has no container {container:?} (containers: {})", available.join(", "))]
+    NoContainer {
+        namespace: String,
+        name: String,
+        container: String,
+        available: Vec<String>,
+    },
+    #[error(
+        "pod {namespace}/{name}: its network namespace {netns} is gone (the pod is being deleted or the agent stopped)"
+    )]
+    NoSandbox {
+        namespace: String,
+        name: String,
+        netns: String,
+    },
+    #[error("{0}")]
+    Spawn(std::io::Error),
+}
+
+/// Finds the record of pod `namespace/name` on any node of the data dir.
+pub fn find_pod(data_dir: &Path, namespace: &str, name: &str) -> Result<PodRecord, ExecError> {
+    let agent_dir = data_dir.join("agent");
+    let entries = std::fs::read_dir(&agent_dir)
+        .into_iter()
+        .flatten()
+        .flatten();
+    for node in entries {
+        let path = node
+            .path()
+            .join("pods")
+            .join(format!("{namespace}_{name}"))
+            .join("pod.json");
+        let Ok(bytes) = std::fs::read(&path) else {
+            continue;
+        };
+        return serde_json::from_slice(&bytes).map_err(|e| ExecError::BadRecord {
+            namespace: namespace.into(),
+            name: name.into(),
+            path,
+            message: e.to_string(),
+        });
+    }
+    Err(ExecError::NotFound {
+        namespace: namespace.into(),
+        name: name.into(),
+        dir: data_dir.to_path_buf(),
+    })
+}
+
+/// The command `argv` inside the pod, with the environment of `container` (default: the
+/// first). stdio is inherited.
+pub fn exec_command(
+    record: &PodRecord,
+    container: Option<&str>,
+    argv: &[String],
+) -> Result<Command, ExecError> {
+    let (namespace, name) = (record.namespace.clone(), record.name.clone());
+    let env = match container {
+        Some(c) => record
+            .containers
+            .iter()
+            .find(|(n, _)| n == c)
+            .map(|(_, e)| e.clone())
+            .ok_or_else(|| ExecError::NoContainer {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                container: c.into(),
+                available: record.containers.iter().map(|(n, _)| n.clone()).collect(),
+            })?,
+        None => record
+            .containers
+            .first()
+            .map(|(_, e)| e.clone())
+            .unwrap_or_default(),
+    };
+    let mut env = env;
+    if !env.iter().any(|(k, _)| k == "PATH") {
+        env.push((
+            "PATH".into(),
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+        ));
+    }
+    if !Path::new(svcnet_netns::NETNS_RUN_DIR)
+        .join(&record.sandbox.netns)
+        .exists()
+    {
+        return Err(ExecError::NoSandbox {
+            namespace,
+            name,
+            netns: record.sandbox.netns.clone(),
+        });
+    }
+    record
+        .sandbox
+        .command(argv, &env, false)
+        .map_err(ExecError::Spawn)
+}
