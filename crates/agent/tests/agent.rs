@@ -407,3 +407,37 @@ async fn a_process_ignoring_sigterm_is_killed_after_the_grace_period() {
     );
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_liveness_probe_restarts_the_container() {
+    let env = Env::start().await;
+    // Nothing listens on port 1: every liveness check fails and the container is restarted.
+    env.create(
+        "dead",
+        json!({"terminationGracePeriodSeconds": 1, "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "300"],
+            "livenessProbe": {"tcpSocket": {"port": 1}, "periodSeconds": 1, "failureThreshold": 1}}]}),
+    )
+    .await;
+    let pod = env
+        .wait_for("dead", "a restart", |p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .is_some_and(|c| c[0].restart_count >= 1)
+        })
+        .await;
+    let cs = &pod
+        .status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0];
+    let last = cs.last_state.as_ref().unwrap().terminated.as_ref().unwrap();
+    assert_eq!(
+        (last.exit_code, last.signal),
+        (143, Some(15)),
+        "SIGTERM ended it: {last:?}"
+    );
+    env.stop().await;
+}
