@@ -11,7 +11,7 @@ use crate::runtime::pod::PodRecord;
 /// Why a pod cannot be entered.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
-    #[error("pod {namespace}/{name} is not running on this machine (no record under {}/agent/*/pods; is `svcnet up` running with this --data-dir?)", dir.display())]
+    #[error("pod {namespace}/{name} is not running on this machine (no record under {}/agent/*/pods/<ns>_<name>_<uid>; is `svcnet up` running with this --data-dir?)", dir.display())]
     NotFound {
         namespace: String,
         name: String,
@@ -43,30 +43,31 @@ pub enum ExecError {
     Spawn(std::io::Error),
 }
 
-/// Finds the record of pod `namespace/name` on any node of the data dir.
+/// Finds the record of pod `namespace/name` on any node of the data dir (the running one when
+/// a terminating pod of the same name is still there).
 pub fn find_pod(data_dir: &Path, namespace: &str, name: &str) -> Result<PodRecord, ExecError> {
-    let agent_dir = data_dir.join("agent");
-    let entries = std::fs::read_dir(&agent_dir)
-        .into_iter()
-        .flatten()
-        .flatten();
-    for node in entries {
-        let path = node
-            .path()
-            .join("pods")
-            .join(format!("{namespace}_{name}"))
-            .join("pod.json");
+    let mut fallback = None;
+    for dir in crate::logs::find_pod_dirs(data_dir, namespace, name) {
+        let path = dir.join("pod.json");
         let Ok(bytes) = std::fs::read(&path) else {
             continue;
         };
-        return serde_json::from_slice(&bytes).map_err(|e| ExecError::BadRecord {
-            namespace: namespace.into(),
-            name: name.into(),
-            path,
-            message: e.to_string(),
-        });
+        let record: PodRecord =
+            serde_json::from_slice(&bytes).map_err(|e| ExecError::BadRecord {
+                namespace: namespace.into(),
+                name: name.into(),
+                path,
+                message: e.to_string(),
+            })?;
+        if Path::new(svcnet_netns::NETNS_RUN_DIR)
+            .join(&record.sandbox.netns)
+            .exists()
+        {
+            return Ok(record);
+        }
+        fallback.get_or_insert(record);
     }
-    Err(ExecError::NotFound {
+    fallback.ok_or_else(|| ExecError::NotFound {
         namespace: namespace.into(),
         name: name.into(),
         dir: data_dir.to_path_buf(),

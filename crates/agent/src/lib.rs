@@ -11,6 +11,8 @@
 //! - [`testserver::run_if_requested`] must be called first thing in the binary's `main`: the
 //!   agent re-executes the binary (`/proc/self/exe`) to run the built-in test server.
 //! - [`exec::exec_command`] builds the command `svcnet exec` runs inside a pod.
+//! - [`logs::find_log`] finds a container's captured stdout/stderr (for a `pods/log`
+//!   subresource: `kubectl logs [-c C] [--previous]`).
 //!
 //! It never touches the host's networking beyond the bridge, veths and routes for svcnet's own
 //! CIDRs, and never gives a namespace a default route out of the machine.
@@ -18,6 +20,7 @@
 pub mod cni;
 pub mod exec;
 pub mod ip;
+pub mod logs;
 pub mod routes;
 pub mod runtime;
 pub mod test_support;

@@ -114,11 +114,8 @@ impl Env {
     }
 
     fn record(&self, name: &str) -> PodRecord {
-        let path = self
-            .cfg
-            .pods_dir()
-            .join(format!("default_{name}"))
-            .join("pod.json");
+        let dirs = svcnet_agent::logs::find_pod_dirs(&self.cfg.data_dir, "default", name);
+        let path = dirs[0].join("pod.json");
         serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
     }
 
@@ -338,9 +335,12 @@ async fn pods_run_serve_probe_restart_and_terminate() {
         crash.status.as_ref().unwrap().phase.as_deref(),
         Some("Running")
     );
-    let log =
-        std::fs::read_to_string(env.cfg.pods_dir().join("default_crash/logs/c/0.log")).unwrap();
-    assert_eq!(log, "boom\n");
+    // What `kubectl logs crash` and `kubectl logs crash --previous` would serve.
+    let data = &env.cfg.data_dir;
+    let current = svcnet_agent::logs::find_log(data, "default", "crash", None, false).unwrap();
+    let previous = svcnet_agent::logs::find_log(data, "default", "crash", None, true).unwrap();
+    assert_ne!(current, previous);
+    assert_eq!(std::fs::read_to_string(previous).unwrap(), "boom\n");
 
     // Deletion: SIGTERM reaches the process (its trap runs), then the namespace and the
     // address are released and the pod object is gone.

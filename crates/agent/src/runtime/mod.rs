@@ -4,7 +4,7 @@
 //! that no longer contains a pod counts as its deletion.
 //!
 //! Files, under `<data_dir>/agent/<node>/`: `ipam/` (the CNI plugin's allocations) and
-//! `pods/<ns>_<name>/` per pod: `pod.json` (the record `svcnet exec` reads), `resolv.conf`,
+//! `pods/<ns>_<name>_<uid>/` per pod (see [`crate::logs`]): `pod.json` (the record `svcnet exec` reads), `resolv.conf`,
 //! `hosts`, and `logs/<container>/<restartCount>.log` (stdout and stderr).
 
 pub mod pod;

@@ -134,7 +134,7 @@ impl PodWorker {
             .unwrap_or_else(|| "default".into());
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let dir = cfg.pods_dir().join(format!("{ns}_{name}"));
+        let dir = crate::logs::pod_dir(&cfg.pods_dir(), &ns, &name, &uid);
         let sandbox = PodSandbox {
             netns: cfg.pod_netns(&uid),
             resolv_conf: dir.join("resolv.conf"),
