@@ -45,6 +45,9 @@ pub struct CoreConfig {
     /// Addresses that accept node-port traffic (`--nodeport-addresses`); empty means every
     /// local address of the node except loopback.
     pub nodeport_addresses: Vec<IpNet>,
+    /// Proxy-wide load-balancing algorithm (`--scheduler`) for services without the
+    /// `svcnet.io/lb-algorithm` annotation; `None` leaves the dataplane's default.
+    pub scheduler: Option<svcnet_lb::Algorithm>,
 }
 
 impl Default for CoreConfig {
@@ -61,6 +64,7 @@ impl Default for CoreConfig {
                 )),
             ],
             nodeport_addresses: Vec::new(),
+            scheduler: None,
         }
     }
 }
@@ -125,6 +129,10 @@ pub struct DesiredServicePort {
     pub external_no_endpoints: Option<NoEndpointsVerdict>,
     pub cluster_ip_masquerade: ClusterIpMasquerade,
     pub masquerade_external: bool,
+    /// Load-balancing algorithm requested for this service: its annotation, else
+    /// `--scheduler`; `None` means the dataplane's default. Each dataplane resolves it with
+    /// `svcnet_lb::resolve` and reports when it must fall back.
+    pub lb_algorithm: Option<svcnet_lb::Algorithm>,
 }
 
 impl DesiredServicePort {
@@ -172,6 +180,8 @@ pub struct DesiredNode {
     pub service_cidrs: Vec<IpNet>,
     pub nodeport_addresses: Vec<IpNet>,
     pub masquerade_all: bool,
+    /// `--scheduler`, see [`CoreConfig::scheduler`].
+    pub scheduler: Option<svcnet_lb::Algorithm>,
 }
 
 impl DesiredNode {
@@ -188,6 +198,7 @@ impl DesiredNode {
             service_cidrs: pick(&config.service_cidrs),
             nodeport_addresses: pick(&config.nodeport_addresses),
             masquerade_all: config.masquerade_all,
+            scheduler: config.scheduler,
         }
     }
 }
@@ -293,6 +304,7 @@ pub fn desired_service_ports(
                 external_no_endpoints: None,
                 cluster_ip_masquerade,
                 masquerade_external: info.external_policy == TrafficPolicy::Cluster,
+                lb_algorithm: info.lb_algorithm.or(node_state.scheduler),
             };
             d.internal_no_endpoints = verdict(d.internal_endpoints().is_empty());
             d.external_no_endpoints = if d.has_external() {

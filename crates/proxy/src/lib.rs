@@ -11,6 +11,7 @@
 //! trackers), [`desired`] (the output types and their semantics), [`state`] (observed world
 //! and change sets), [`fixtures`] (builders for tests).
 
+pub mod algorithm;
 pub mod categorize;
 pub mod desired;
 pub mod endpoints;
@@ -28,3 +29,4 @@ pub use desired::{
 pub use names::{IpFamily, NamespacedName, Protocol, ServicePortName};
 pub use service::{ServiceError, ServiceInfo, TrafficPolicy};
 pub use state::{ChangeSet, ProxyState, ServiceChange, StaleConntrack};
+pub use svcnet_lb::Algorithm;

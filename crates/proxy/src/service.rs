@@ -58,6 +58,9 @@ pub struct ServiceInfo {
     pub internal_policy: TrafficPolicy,
     pub external_policy: TrafficPolicy,
     pub health_check_node_port: Option<u16>,
+    /// The `svcnet.io/lb-algorithm` annotation; `None` when absent or not an algorithm (see
+    /// [`crate::algorithm`]).
+    pub lb_algorithm: Option<svcnet_lb::Algorithm>,
 }
 
 fn err(service: &NamespacedName, field: &str, message: impl Into<String>) -> ServiceError {
@@ -270,5 +273,6 @@ pub fn service_info(svc: &Service) -> Result<Option<ServiceInfo>, ServiceError> 
         internal_policy,
         external_policy,
         health_check_node_port,
+        lb_algorithm: crate::algorithm::annotated_algorithm(svc).ok().flatten(),
     }))
 }
