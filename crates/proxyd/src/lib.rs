@@ -98,6 +98,7 @@ impl ProxyConfig {
             cluster_cidrs: self.cluster_cidrs.clone(),
             service_cidrs: self.service_cidrs.clone(),
             nodeport_addresses: self.nodeport_addresses.clone(),
+            ..CoreConfig::default()
         }
     }
 }
