@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use svcnet_store::Mutation;
 
-use crate::handlers::delete_one;
+use crate::deletion::{DeleteOptions, delete_one};
 use crate::objects::{is_terminating, meta_str, name_of};
 use crate::registry::{self, ResourceInfo};
 use crate::state::SharedState;
@@ -86,8 +86,12 @@ async fn sweep(state: &SharedState) -> Result<usize, ApiError> {
         if is_terminating(obj) {
             continue; // already waiting for its finalizers
         }
-        let uid = meta_str(obj, "uid").map(str::to_string);
-        match delete_one(state, res, ns, name_of(obj), uid, None, false).await {
+        // The same path as a client's DELETE: pods bound to a node terminate gracefully.
+        let opts = DeleteOptions {
+            uid: meta_str(obj, "uid").map(str::to_string),
+            ..Default::default()
+        };
+        match delete_one(state, res, ns, name_of(obj), &opts).await {
             Ok(_) => deleted += 1,
             Err(ApiError::NotFound { .. } | ApiError::Conflict { .. }) => {}
             Err(e) => tracing::warn!("deleting {} {}: {e}", res.qualified(), name_of(obj)),

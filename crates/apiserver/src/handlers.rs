@@ -7,6 +7,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 use svcnet_store::{Mutation, Outcome};
 
+use crate::deletion::{DeleteOptions, delete_one, delete_options};
 use crate::machinery::{self, IncludeObject, Selectors};
 use crate::objects::{self, finalizers, is_terminating, meta_str, name_of};
 use crate::registry::{self, ResourceInfo};
@@ -264,10 +265,16 @@ async fn create(
     }
 }
 
-/// What a prepared update becomes: a delete once a terminating object has no finalizers
-/// left, nothing when it changes nothing, otherwise a write.
+/// What a prepared update becomes: a delete once an object marked for immediate deletion
+/// (grace 0) has no finalizers left, nothing when it changes nothing, otherwise a write. A pod
+/// in its grace period stays until the node agent confirms (upstream's
+/// `shouldDeleteDuringUpdate`).
 fn finish(cur: &Value, next: Value) -> Mutation {
-    if is_terminating(&next) && finalizers(&next).is_empty() {
+    let grace = next
+        .pointer("/metadata/deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if is_terminating(&next) && grace == 0 && finalizers(&next).is_empty() {
         return Mutation::Delete;
     }
     if objects::without_rv(&next) == objects::without_rv(cur) {
@@ -386,116 +393,6 @@ async fn patch(
     Ok(json_response(StatusCode::OK, &obj, &warnings))
 }
 
-/// `DeleteOptions` fields the server honours.
-#[derive(Debug, Default)]
-struct DeleteOptions {
-    uid: Option<String>,
-    resource_version: Option<String>,
-    propagation: Option<String>,
-    dry_run: bool,
-}
-
-fn delete_options(req: &ResourceRequest, body: &[u8]) -> Result<DeleteOptions, ApiError> {
-    let mut opts = DeleteOptions {
-        propagation: req.query.propagation_policy.clone(),
-        dry_run: req.query.dry_run,
-        ..Default::default()
-    };
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(opts);
-    }
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?;
-    opts.uid = v
-        .pointer("/preconditions/uid")
-        .and_then(Value::as_str)
-        .map(Into::into);
-    opts.resource_version = v
-        .pointer("/preconditions/resourceVersion")
-        .and_then(Value::as_str)
-        .map(Into::into);
-    if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
-        opts.propagation = Some(p.into());
-    } else if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
-        opts.propagation = Some("Orphan".into());
-    }
-    if v.get("dryRun")
-        .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|x| x == "All"))
-    {
-        opts.dry_run = true;
-    }
-    Ok(opts)
-}
-
-const PROTECTED_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
-
-/// Deletes one object (or marks it terminating while finalizers remain).
-pub(crate) async fn delete_one(
-    state: &SharedState,
-    res: &'static ResourceInfo,
-    namespace: Option<&str>,
-    name: &str,
-    opts_uid: Option<String>,
-    opts_rv: Option<String>,
-    dry_run: bool,
-) -> Result<Outcome, ApiError> {
-    if res.kind == "Namespace" && PROTECTED_NAMESPACES.contains(&name) {
-        return Err(ApiError::Forbidden(format!(
-            "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
-        )));
-    }
-    let n = name.to_string();
-    let outcome = state
-        .write(res, &res.key(namespace, name), dry_run, move |cur| {
-            let cur = cur.ok_or_else(|| ApiError::not_found(res, &n))?;
-            let precondition = |what: &str, want: &str, have: &str| ApiError::Conflict {
-                resource: res.qualified(),
-                name: n.clone(),
-                detail: format!(
-                    "Precondition failed: {what} in precondition: {want}, {what} in object meta: {have}"
-                ),
-            };
-            if let Some(uid) = &opts_uid {
-                let have = meta_str(cur, "uid").unwrap_or("");
-                if uid != have {
-                    return Err(precondition("UID", uid, have));
-                }
-            }
-            if let Some(rv) = &opts_rv {
-                let have = meta_str(cur, "resourceVersion").unwrap_or("");
-                if rv != have {
-                    return Err(precondition("ResourceVersion", rv, have));
-                }
-            }
-            if res.kind == "Namespace" {
-                if is_terminating(cur) {
-                    return Ok(Mutation::Keep);
-                }
-                let mut next = cur.clone();
-                next["metadata"]["deletionTimestamp"] = json!(objects::now());
-                next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-                next["status"] = json!({"phase": "Terminating"});
-                return Ok(Mutation::Put(next));
-            }
-            if !finalizers(cur).is_empty() {
-                if is_terminating(cur) {
-                    return Ok(Mutation::Keep);
-                }
-                let mut next = cur.clone();
-                next["metadata"]["deletionTimestamp"] = json!(objects::now());
-                next["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-                return Ok(Mutation::Put(next));
-            }
-            Ok(Mutation::Delete)
-        })
-        .await?;
-    if !dry_run {
-        state.gc.notify_one();
-    }
-    Ok(outcome)
-}
-
 async fn delete(
     state: &SharedState,
     req: &ResourceRequest,
@@ -504,16 +401,7 @@ async fn delete(
     let res = req.resource;
     let name = name(req)?.to_string();
     let opts = delete_options(req, body)?;
-    let outcome = delete_one(
-        state,
-        res,
-        req.namespace.as_deref(),
-        &name,
-        opts.uid.clone(),
-        opts.resource_version.clone(),
-        opts.dry_run,
-    )
-    .await?;
+    let outcome = delete_one(state, res, req.namespace.as_deref(), &name, &opts).await?;
     if let (Outcome::Deleted(obj), Some("Orphan"), false) =
         (&outcome, opts.propagation.as_deref(), opts.dry_run)
     {
@@ -538,17 +426,12 @@ async fn delete_collection(
     let mut deleted = Vec::new();
     for obj in list.items.iter().filter(|o| sel.matches(o)) {
         let ns = meta_str(obj, "namespace").map(str::to_string);
-        match delete_one(
-            state,
-            res,
-            ns.as_deref(),
-            name_of(obj),
-            None,
-            None,
-            opts.dry_run,
-        )
-        .await
-        {
+        let each = DeleteOptions {
+            uid: None,
+            resource_version: None,
+            ..opts.clone()
+        };
+        match delete_one(state, res, ns.as_deref(), name_of(obj), &each).await {
             Ok(o) => deleted.push(outcome_object(o, res, name_of(obj))?),
             Err(ApiError::NotFound { .. }) => {}
             Err(e) => return Err(e),

@@ -15,13 +15,15 @@
 //!
 //! Layout: `request` parses each HTTP request into a typed [`request::ApiRequest`];
 //! `handlers`/`watch` implement the verbs; `objects` owns metadata rules; `machinery` and
-//! `admission` are the seams to the pure crates; `gc` deletes orphans and empties terminating
+//! `admission` are the seams to the pure crates; `deletion` decides what a DELETE does
+//! (finalizers, graceful pod deletion); `gc` deletes orphans and empties terminating
 //! namespaces; `bootstrap` creates the default namespaces and the `kubernetes` service; `tls`
 //! makes the PKI and kubeconfig; `server` is the HTTPS front.
 
 mod admission;
 mod bootstrap;
 mod config;
+mod deletion;
 mod discovery;
 mod gc;
 mod handlers;

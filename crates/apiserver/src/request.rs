@@ -69,6 +69,8 @@ pub struct Query {
     pub field_validation: FieldValidation,
     pub dry_run: bool,
     pub propagation_policy: Option<String>,
+    /// `gracePeriodSeconds` of a DELETE.
+    pub grace_period_seconds: Option<i64>,
     /// `includeObject` for Table output.
     pub include_object: Option<crate::machinery::IncludeObject>,
 }
@@ -122,6 +124,11 @@ fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
             }
             "dryRun" => query.dry_run = v == "All",
             "propagationPolicy" => query.propagation_policy = Some(v),
+            "gracePeriodSeconds" => {
+                query.grace_period_seconds = Some(v.parse().map_err(|_| {
+                    ApiError::BadRequest(format!("invalid gracePeriodSeconds {v:?}"))
+                })?)
+            }
             "includeObject" => {
                 query.include_object = crate::machinery::IncludeObject::parse(&v);
             }
