@@ -112,11 +112,7 @@ impl Renderer {
                 for f in fragments.values() {
                     push_fragment(&mut tx.ops, f, false);
                 }
-                for f in fragments.values() {
-                    for e in &f.elements {
-                        tx.push(add_element(e));
-                    }
-                }
+                push_elements(&mut tx.ops, &fragments);
             }
             FullMode::Reassert => {
                 tx.push(Op::AddTable { comment });
@@ -143,11 +139,7 @@ impl Renderer {
                 for f in fragments.values() {
                     push_fragment(&mut tx.ops, f, true);
                 }
-                for f in fragments.values() {
-                    for e in &f.elements {
-                        tx.push(add_element(e));
-                    }
-                }
+                push_elements(&mut tx.ops, &fragments);
                 for c in stale_chains {
                     tx.push(Op::DeleteChain(c.clone()));
                 }
@@ -278,6 +270,18 @@ impl Renderer {
     /// Forgets what was applied, so the next sync is a full one (after a failed apply).
     pub fn invalidate(&mut self) {
         self.node = None;
+    }
+}
+
+/// All elements of all fragments, grouped by set so `Display` can batch them into one
+/// `add element` command per set (nft parses one big command far faster than many small ones).
+fn push_elements(ops: &mut Vec<Op>, fragments: &BTreeMap<ServicePortName, Fragment>) {
+    let mut by_set: BTreeMap<&str, Vec<&Element>> = BTreeMap::new();
+    for e in fragments.values().flat_map(|f| &f.elements) {
+        by_set.entry(e.set).or_default().push(e);
+    }
+    for e in by_set.into_values().flatten() {
+        ops.push(add_element(e));
     }
 }
 

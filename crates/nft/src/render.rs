@@ -72,6 +72,10 @@ fn hook(kind: &'static str, hook: &'static str, priority: i32) -> Option<BaseCha
     })
 }
 
+/// Up to this many endpoints a service chain picks one with a `numgen` cascade; above it, with
+/// one `numgen random mod N vmap` lookup (O(1) per new connection for large services).
+pub const CASCADE_MAX: usize = 8;
+
 /// Match for destinations that accept node-port traffic: any local address except loopback,
 /// narrowed to `--nodeport-addresses` when given.
 fn nodeport_daddr(family: Family, node: &DesiredNode) -> String {
@@ -313,16 +317,30 @@ fn policy_chain(
             slots.push(endpoint_chain(&d.name, ep));
         }
     }
-    let entries: Vec<String> = slots
-        .iter()
-        .enumerate()
-        .map(|(i, c)| format!("{i} : goto {c}"))
-        .collect();
-    rules.push(format!(
-        "numgen random mod {} vmap {{ {} }}",
-        slots.len(),
-        entries.join(", ")
-    ));
+    if slots.len() <= CASCADE_MAX {
+        // A cascade: rule i is taken with probability 1/(n-i), so each endpoint gets 1/n.
+        // It avoids one anonymous verdict map per service: the kernel allocates anonymous set
+        // names by scanning the table's sets, which makes loading N such maps O(N²).
+        let n = slots.len();
+        for (i, c) in slots.iter().enumerate() {
+            if i + 1 == n {
+                rules.push(format!("goto {c}"));
+            } else {
+                rules.push(format!("numgen random mod {} == 0 goto {c}", n - i));
+            }
+        }
+    } else {
+        let entries: Vec<String> = slots
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{i} : goto {c}"))
+            .collect();
+        rules.push(format!(
+            "numgen random mod {} vmap {{ {} }}",
+            slots.len(),
+            entries.join(", ")
+        ));
+    }
     rules
 }
 

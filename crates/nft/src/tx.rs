@@ -134,67 +134,83 @@ fn kind_word(kind: SetKind) -> &'static str {
 }
 
 impl fmt::Display for Transaction {
+    /// One command per line, except that consecutive `add element` operations on the same set
+    /// are batched into one command (same effect, much faster for nft to parse).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = format!("{} {}", self.family.as_str(), self.table);
-        for op in &self.ops {
-            match op {
-                Op::AddTable { comment: Some(c) } => {
-                    writeln!(f, "add table {t} {{ comment \"{c}\" ; }}")?
-                }
-                Op::AddTable { comment: None } => writeln!(f, "add table {t}")?,
-                Op::DeleteTable => writeln!(f, "delete table {t}")?,
-                Op::AddChain { name, base: None } => writeln!(f, "add chain {t} {name}")?,
-                Op::AddChain {
-                    name,
-                    base: Some(b),
-                } => writeln!(
-                    f,
-                    "add chain {t} {name} {{ type {} hook {} priority {} ; }}",
-                    b.kind, b.hook, b.priority
-                )?,
-                Op::FlushChain(name) => writeln!(f, "flush chain {t} {name}")?,
-                Op::DeleteChain(name) => writeln!(f, "delete chain {t} {name}")?,
-                Op::AddRule { chain, rule } => writeln!(f, "add rule {t} {chain} {rule}")?,
-                Op::AddSet(s) => {
-                    write!(
-                        f,
-                        "add {} {t} {} {{ type {} ;",
-                        kind_word(s.kind),
-                        s.name,
-                        s.type_
-                    )?;
-                    if !s.flags.is_empty() {
-                        write!(f, " flags {} ;", s.flags.join(","))?;
+        let mut i = 0;
+        while i < self.ops.len() {
+            if let Op::AddElement { set, .. } = &self.ops[i] {
+                let mut items = Vec::new();
+                while let Some(Op::AddElement { set: s, key, value }) = self.ops.get(i) {
+                    if s != set {
+                        break;
                     }
-                    if let Some(to) = s.timeout_seconds {
-                        write!(f, " timeout {to}s ;")?;
-                    }
-                    if let Some(c) = &s.comment {
-                        write!(f, " comment \"{c}\" ;")?;
-                    }
-                    writeln!(f, " }}")?;
+                    items.push(match value {
+                        Some(v) => format!("{key} : {v}"),
+                        None => key.clone(),
+                    });
+                    i += 1;
                 }
-                Op::FlushSet { name, kind } => {
-                    writeln!(f, "flush {} {t} {name}", kind_word(*kind))?
-                }
-                Op::DeleteSet { name, kind } => {
-                    writeln!(f, "delete {} {t} {name}", kind_word(*kind))?
-                }
-                Op::AddElement {
-                    set,
-                    key,
-                    value: Some(v),
-                } => writeln!(f, "add element {t} {set} {{ {key} : {v} }}")?,
-                Op::AddElement {
-                    set,
-                    key,
-                    value: None,
-                } => writeln!(f, "add element {t} {set} {{ {key} }}")?,
-                Op::DeleteElement { set, key } => {
-                    writeln!(f, "delete element {t} {set} {{ {key} }}")?
-                }
+                writeln!(f, "add element {t} {set} {{ {} }}", items.join(", "))?;
+                continue;
             }
+            write_op(f, &t, &self.ops[i])?;
+            i += 1;
         }
         Ok(())
     }
+}
+
+fn write_op(f: &mut fmt::Formatter<'_>, t: &str, op: &Op) -> fmt::Result {
+    match op {
+        Op::AddTable { comment: Some(c) } => writeln!(f, "add table {t} {{ comment \"{c}\" ; }}")?,
+        Op::AddTable { comment: None } => writeln!(f, "add table {t}")?,
+        Op::DeleteTable => writeln!(f, "delete table {t}")?,
+        Op::AddChain { name, base: None } => writeln!(f, "add chain {t} {name}")?,
+        Op::AddChain {
+            name,
+            base: Some(b),
+        } => writeln!(
+            f,
+            "add chain {t} {name} {{ type {} hook {} priority {} ; }}",
+            b.kind, b.hook, b.priority
+        )?,
+        Op::FlushChain(name) => writeln!(f, "flush chain {t} {name}")?,
+        Op::DeleteChain(name) => writeln!(f, "delete chain {t} {name}")?,
+        Op::AddRule { chain, rule } => writeln!(f, "add rule {t} {chain} {rule}")?,
+        Op::AddSet(s) => {
+            write!(
+                f,
+                "add {} {t} {} {{ type {} ;",
+                kind_word(s.kind),
+                s.name,
+                s.type_
+            )?;
+            if !s.flags.is_empty() {
+                write!(f, " flags {} ;", s.flags.join(","))?;
+            }
+            if let Some(to) = s.timeout_seconds {
+                write!(f, " timeout {to}s ;")?;
+            }
+            if let Some(c) = &s.comment {
+                write!(f, " comment \"{c}\" ;")?;
+            }
+            writeln!(f, " }}")?;
+        }
+        Op::FlushSet { name, kind } => writeln!(f, "flush {} {t} {name}", kind_word(*kind))?,
+        Op::DeleteSet { name, kind } => writeln!(f, "delete {} {t} {name}", kind_word(*kind))?,
+        Op::AddElement {
+            set,
+            key,
+            value: Some(v),
+        } => writeln!(f, "add element {t} {set} {{ {key} : {v} }}")?,
+        Op::AddElement {
+            set,
+            key,
+            value: None,
+        } => writeln!(f, "add element {t} {set} {{ {key} }}")?,
+        Op::DeleteElement { set, key } => writeln!(f, "delete element {t} {set} {{ {key} }}")?,
+    }
+    Ok(())
 }

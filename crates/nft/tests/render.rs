@@ -122,7 +122,8 @@ fn full_ruleset_cluster_ip() {
         add rule ip svcnet endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080 ip saddr 10.244.1.2 jump mark-for-masquerade
         add rule ip svcnet endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080 meta l4proto tcp dnat to 10.244.1.2:8080
         add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-        add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 vmap { 0 : goto endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080, 1 : goto endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080 }
+        add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 == 0 goto endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080
+        add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http goto endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080
         add element ip svcnet cluster-ips { 10.96.0.10 }
         add element ip svcnet service-ips { 10.96.0.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http }
     "#]]
@@ -193,7 +194,7 @@ fn full_ruleset_every_frontend_kind() {
         add rule ip svcnet endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 meta l4proto udp dnat to 10.244.1.3:5353
         add rule ip svcnet service-2YY5BS5C-kube-system/dns/udp/dns ip daddr 10.96.0.10 udp dport 53 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
         add rule ip svcnet service-2YY5BS5C-kube-system/dns/udp/dns ip saddr @affinity-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 goto endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353
-        add rule ip svcnet service-2YY5BS5C-kube-system/dns/udp/dns numgen random mod 1 vmap { 0 : goto endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 }
+        add rule ip svcnet service-2YY5BS5C-kube-system/dns/udp/dns goto endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353
         add chain ip svcnet endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443
         add chain ip svcnet endpoint-XIJUXMDY-shop/lb/tcp/https__10.244.2.5/8443
         add chain ip svcnet external-2ECW3NZX-shop/lb/tcp/https
@@ -209,21 +210,15 @@ fn full_ruleset_every_frontend_kind() {
         add rule ip svcnet external-2ECW3NZX-shop/lb/tcp/https fib saddr type local goto service-2ECW3NZX-shop/lb/tcp/https
         add rule ip svcnet external-2ECW3NZX-shop/lb/tcp/https goto local-2ECW3NZX-shop/lb/tcp/https
         add rule ip svcnet firewall-2ECW3NZX-shop/lb/tcp/https ip saddr != { 192.168.50.0/24 } drop
-        add rule ip svcnet local-2ECW3NZX-shop/lb/tcp/https numgen random mod 1 vmap { 0 : goto endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443 }
+        add rule ip svcnet local-2ECW3NZX-shop/lb/tcp/https goto endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443
         add rule ip svcnet service-2ECW3NZX-shop/lb/tcp/https ip daddr 10.96.0.20 tcp dport 443 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-        add rule ip svcnet service-2ECW3NZX-shop/lb/tcp/https numgen random mod 2 vmap { 0 : goto endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443, 1 : goto endpoint-XIJUXMDY-shop/lb/tcp/https__10.244.2.5/8443 }
-        add element ip svcnet cluster-ips { 10.96.0.30 }
-        add element ip svcnet no-endpoint-nodeports { tcp . 30080 : goto reject-chain }
-        add element ip svcnet no-endpoint-services { 10.96.0.30 . tcp . 80 : goto reject-chain }
-        add element ip svcnet cluster-ips { 10.96.0.40 }
-        add element ip svcnet no-endpoint-services { 10.96.0.40 . tcp . 80 : drop }
-        add element ip svcnet cluster-ips { 10.96.0.10 }
-        add element ip svcnet service-ips { 10.96.0.10 . udp . 53 : goto service-2YY5BS5C-kube-system/dns/udp/dns }
-        add element ip svcnet cluster-ips { 10.96.0.20 }
+        add rule ip svcnet service-2ECW3NZX-shop/lb/tcp/https numgen random mod 2 == 0 goto endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443
+        add rule ip svcnet service-2ECW3NZX-shop/lb/tcp/https goto endpoint-XIJUXMDY-shop/lb/tcp/https__10.244.2.5/8443
+        add element ip svcnet cluster-ips { 10.96.0.30, 10.96.0.40, 10.96.0.10, 10.96.0.20 }
         add element ip svcnet firewall-ips { 203.0.113.7 . tcp . 443 : goto firewall-2ECW3NZX-shop/lb/tcp/https }
-        add element ip svcnet service-ips { 10.96.0.20 . tcp . 443 : goto service-2ECW3NZX-shop/lb/tcp/https }
-        add element ip svcnet service-ips { 198.51.100.9 . tcp . 443 : goto external-2ECW3NZX-shop/lb/tcp/https }
-        add element ip svcnet service-ips { 203.0.113.7 . tcp . 443 : goto external-2ECW3NZX-shop/lb/tcp/https }
+        add element ip svcnet no-endpoint-nodeports { tcp . 30080 : goto reject-chain }
+        add element ip svcnet no-endpoint-services { 10.96.0.30 . tcp . 80 : goto reject-chain, 10.96.0.40 . tcp . 80 : drop }
+        add element ip svcnet service-ips { 10.96.0.10 . udp . 53 : goto service-2YY5BS5C-kube-system/dns/udp/dns, 10.96.0.20 . tcp . 443 : goto service-2ECW3NZX-shop/lb/tcp/https, 198.51.100.9 . tcp . 443 : goto external-2ECW3NZX-shop/lb/tcp/https, 203.0.113.7 . tcp . 443 : goto external-2ECW3NZX-shop/lb/tcp/https }
         add element ip svcnet service-nodeports { tcp . 30443 : goto external-2ECW3NZX-shop/lb/tcp/https }
     "#]]
     .assert_eq(&services_part(&text));
@@ -247,13 +242,15 @@ fn partial_syncs_touch_only_what_changed() {
         &mut r,
         &mut fake,
         expect![[r#"
-        add chain ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080
-        flush chain ip svcnet service-SUSTUHLJ-default/web/tcp/http
-        add rule ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080 ip saddr 10.244.3.2 jump mark-for-masquerade
-        add rule ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080 meta l4proto tcp dnat to 10.244.3.2:8080
-        add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-        add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http numgen random mod 3 vmap { 0 : goto endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080, 1 : goto endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080, 2 : goto endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080 }
-    "#]],
+            add chain ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080
+            flush chain ip svcnet service-SUSTUHLJ-default/web/tcp/http
+            add rule ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080 ip saddr 10.244.3.2 jump mark-for-masquerade
+            add rule ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080 meta l4proto tcp dnat to 10.244.3.2:8080
+            add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
+            add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http numgen random mod 3 == 0 goto endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080
+            add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 == 0 goto endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080
+            add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http goto endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080
+        "#]],
     );
 
     // A second service appears.
@@ -395,7 +392,7 @@ fn ipv6_renders_in_its_own_table() {
         add chain ip6 svcnet service-KYX2TYW5-default/v6/tcp/
         add rule ip6 svcnet endpoint-77OXVDJC-default/v6/tcp/__fd00.244.1..2/8080 ip6 saddr fd00:244:1::2 jump mark-for-masquerade
         add rule ip6 svcnet endpoint-77OXVDJC-default/v6/tcp/__fd00.244.1..2/8080 meta l4proto tcp dnat to [fd00:244:1::2]:8080
-        add rule ip6 svcnet service-KYX2TYW5-default/v6/tcp/ numgen random mod 1 vmap { 0 : goto endpoint-77OXVDJC-default/v6/tcp/__fd00.244.1..2/8080 }
+        add rule ip6 svcnet service-KYX2TYW5-default/v6/tcp/ goto endpoint-77OXVDJC-default/v6/tcp/__fd00.244.1..2/8080
         add element ip6 svcnet cluster-ips { fd00:10:96::10 }
         add element ip6 svcnet service-ips { fd00:10:96::10 . tcp . 80 : goto service-KYX2TYW5-default/v6/tcp/ }
     "#]].assert_eq(text.split_once(marker).unwrap().1);
