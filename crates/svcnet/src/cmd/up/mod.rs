@@ -1,8 +1,15 @@
 //! `svcnet up`: the whole system on this machine.
 //!
-//! Starts the API server over the embedded store, registers this machine as a Node, and runs the
-//! controllers, cluster DNS and (with node namespaces) the proxy in-process. Each component can be
-//! switched off with `--disable`. Ctrl-C stops everything cleanly; state in the data dir survives.
+//! Starts the API server over the embedded store, creates one network namespace per node (the
+//! agent's topology: a host bridge, node namespaces, routes for svcnet's CIDRs into them), registers
+//! the nodes, and runs the controllers, cluster DNS, and on every node the proxy and the agent,
+//! all in-process. Each component can be switched off with `--disable`; without the agent there
+//! are no node namespaces, so the proxy does not run either and this machine registers as the one
+//! node. Ctrl-C (or SIGTERM) stops everything and removes every namespace, link and route; state in
+//! the data dir survives.
+
+mod cluster;
+mod objects;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -10,6 +17,11 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use anyhow::Context as _;
+use ipnet::{IpNet, Ipv4Net};
+
+use crate::cmd::kubeconfig::client_from_kubeconfig;
+use cluster::ClusterConfig;
+use objects::NodeSpec;
 
 /// Components of `svcnet up` that `--disable` can switch off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -52,7 +64,7 @@ impl FromStr for PortRange {
 /// Flags of `svcnet up`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Directory holding the store, certificates and the kubeconfig; survives restarts.
+    /// Directory holding the store, certificates, the kubeconfig, IP allocations and pod logs.
     #[arg(long, default_value = "./svcnet-data")]
     pub data_dir: PathBuf,
     /// Address the Kubernetes API server listens on (HTTPS).
@@ -60,23 +72,35 @@ pub struct Args {
     pub api_listen: SocketAddr,
     /// Service CIDR(s) cluster IPs are allocated from; comma-separated for dual-stack.
     #[arg(long, value_delimiter = ',', default_value = "10.96.0.0/12")]
-    pub service_cidr: Vec<ipnet::IpNet>,
+    pub service_cidr: Vec<IpNet>,
     /// Range node ports are allocated from.
     #[arg(long, default_value = "30000-32767")]
     pub node_port_range: PortRange,
-    /// Pool that LoadBalancer services get their ingress IP from (a range svcnet owns).
+    /// Pool that LoadBalancer services get their ingress IP from (a range svcnet owns and routes).
     #[arg(long, default_value = "10.200.0.0/24")]
-    pub lb_pool: ipnet::IpNet,
+    pub lb_pool: IpNet,
     /// The cluster's DNS domain.
     #[arg(long, default_value = "cluster.local")]
     pub cluster_domain: String,
-    /// The pod network; this node owns its first /24.
-    #[arg(long, default_value = "10.244.0.0/24")]
-    pub pod_cidr: ipnet::IpNet,
-    /// Name of the Node this machine registers as.
+    /// The pod network; node i owns its i-th /24.
+    #[arg(long, default_value = "10.244.0.0/16")]
+    pub pod_cidr: Ipv4Net,
+    /// Number of nodes (network namespaces), each with its own proxy and agent.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=16))]
+    pub nodes: u8,
+    /// The nodes' underlay: the host bridge gets .1, node i gets .(i+1) as its InternalIP.
+    #[arg(long, default_value = "172.30.0.0/24")]
+    pub underlay: Ipv4Net,
+    /// Prefix of every namespace and link svcnet creates (at most 11 characters).
+    #[arg(long, default_value = "svcnet")]
+    pub prefix: String,
+    /// The proxy's dataplane on every node.
+    #[arg(long, default_value = "nftables")]
+    pub proxy_mode: svcnet_proxyd::ProxyMode,
+    /// Name of the Node this machine registers as when the agent is disabled.
     #[arg(long)]
     pub node_name: Option<String>,
-    /// UDP and TCP address cluster DNS listens on.
+    /// UDP and TCP address cluster DNS listens on for the host.
     #[arg(long, default_value = "127.0.0.1:1053")]
     pub dns_listen: SocketAddr,
     /// Upstream resolvers for names outside the cluster (repeatable); default: /etc/resolv.conf's.
@@ -89,13 +113,22 @@ pub struct Args {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let disabled: BTreeSet<Component> = args.disable.iter().copied().collect();
+    let with_agent = !disabled.contains(&Component::Agent);
+    let with_proxy = with_agent && !disabled.contains(&Component::Proxy);
+    if !with_agent && !disabled.contains(&Component::Proxy) {
+        tracing::warn!(
+            "the proxy programs the node namespaces the agent creates; with the agent disabled it does not run"
+        );
+    }
+    if with_agent {
+        cluster::check_prerequisites(
+            with_proxy && args.proxy_mode != svcnet_proxyd::ProxyMode::Iptables,
+            with_proxy && args.proxy_mode == svcnet_proxyd::ProxyMode::Iptables,
+        )?;
+    }
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create the data dir {}", args.data_dir.display()))?;
-    let node_name = match &args.node_name {
-        Some(name) => name.clone(),
-        None => default_node_name(),
-    };
-    let dns_service_ip = nth_address(&args.service_cidr, 10)?;
+    let dns_service_ip = objects::nth_address(&args.service_cidr, 10)?;
     let config = svcnet_apiserver::ServerConfig {
         data_dir: args.data_dir.clone(),
         listen: args.api_listen,
@@ -111,13 +144,41 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("cannot start the API server")?;
     let kubeconfig = server.kubeconfig_path().to_path_buf();
     let client = client_from_kubeconfig(&kubeconfig).await?;
-    register_node(&client, &node_name, &args.pod_cidr).await?;
+
+    let cluster_config = ClusterConfig {
+        prefix: args.prefix.clone(),
+        nodes: usize::from(args.nodes),
+        underlay: args.underlay,
+        pod_cidr: args.pod_cidr,
+        service_cidrs: args.service_cidr.clone(),
+        lb_pool: args.lb_pool,
+    };
+    // Dropping the topology removes every namespace, link and route it made, on every path out.
+    let topology = if with_agent {
+        Some(cluster::create_topology(&cluster_config, &args.data_dir).await?)
+    } else {
+        None
+    };
+    let nodes: Vec<NodeSpec> = match &topology {
+        Some(topology) => cluster::node_specs(topology),
+        None => vec![NodeSpec {
+            name: args
+                .node_name
+                .clone()
+                .unwrap_or_else(objects::default_node_name),
+            internal_ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            pod_cidr: first_subnet(args.pod_cidr).into(),
+        }],
+    };
+    for node in &nodes {
+        objects::register_node(&client, node).await?;
+    }
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     if !disabled.contains(&Component::Controllers) {
         let opts = svcnet_controllers::ControllerOptions {
-            node_name: node_name.clone(),
+            node_name: nodes[0].name.clone(),
             ..Default::default()
         };
         let client = client.clone();
@@ -130,210 +191,132 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
 
     if !disabled.contains(&Component::Dns) {
-        ensure_kube_dns_service(&client, dns_service_ip).await?;
-        let mut zone = svcnet_dns::ZoneConfig::new(&args.cluster_domain)
-            .with_context(|| format!("--cluster-domain {:?}", args.cluster_domain))?;
-        zone.reverse_cidrs = args
-            .service_cidr
-            .iter()
-            .copied()
-            .chain([args.pod_cidr])
-            .collect();
-        let config = svcnet_dns::DnsConfig {
-            listen: args.dns_listen,
-            zone,
-            upstreams: (!args.dns_upstreams.is_empty()).then(|| args.dns_upstreams.clone()),
-            debounce: std::time::Duration::from_millis(5),
-        };
-        let dns = svcnet_dns::start(config, client.clone())
-            .await
-            .with_context(|| format!("cannot start cluster DNS on {}", args.dns_listen))?;
-        println!("cluster DNS: {} (udp and tcp)", dns.local_addr());
-        let stop = stopped(stop_rx.clone());
-        tasks.spawn(async move {
-            stop.await;
-            dns.shutdown().await.context("cluster DNS")
-        });
+        // One server for the host user, and with node namespaces one more on the host's bridge
+        // address: that one is kube-dns's endpoint, reached by pods through the proxy.
+        let pod_facing = topology
+            .as_ref()
+            .map(|t| SocketAddr::new(t.host_ip().into(), 53));
+        objects::ensure_kube_dns(&client, dns_service_ip, pod_facing).await?;
+        for listen in std::iter::once(args.dns_listen).chain(pod_facing) {
+            let dns = start_dns(&args, listen, &client).await?;
+            println!("cluster DNS: {} (udp and tcp)", dns.local_addr());
+            let stop = stopped(stop_rx.clone());
+            tasks.spawn(async move {
+                stop.await;
+                dns.shutdown().await.context("cluster DNS")
+            });
+        }
+    }
+
+    if let Some(topology) = &topology {
+        for node in topology.nodes() {
+            if with_proxy {
+                let cfg = cluster::proxy_config(node, &cluster_config, args.proxy_mode);
+                let client = client.clone();
+                let stop = stopped(stop_rx.clone());
+                let name = node.name.clone();
+                tasks.spawn(async move {
+                    svcnet_proxyd::run(cfg, client, stop)
+                        .await
+                        .with_context(|| format!("proxy on {name}"))
+                });
+            }
+            let cfg = cluster::agent_config(
+                topology,
+                node,
+                &args.data_dir,
+                dns_service_ip,
+                &args.cluster_domain,
+            );
+            let client = client.clone();
+            let stop = stopped(stop_rx.clone());
+            let name = node.name.clone();
+            tasks.spawn(async move {
+                svcnet_agent::run(client, cfg, stop)
+                    .await
+                    .with_context(|| format!("agent on {name}"))
+            });
+            println!(
+                "node {}: InternalIP {}, pods {}, namespace {}",
+                node.name, node.internal_ip, node.pod_cidr, node.netns
+            );
+        }
     }
 
     println!("svcnet is ready: API server https://{}", server.addr());
     println!("kubeconfig: {}", kubeconfig.display());
     println!("  export KUBECONFIG={}", kubeconfig.display());
-    tokio::select! {
-        res = tokio::signal::ctrl_c() => res.context("cannot wait for Ctrl-C")?,
-        Some(res) = tasks.join_next() => {
-            let _ = stop_tx.send(true);
-            let _ = server.shutdown().await;
-            return match res {
-                Ok(Ok(())) => Err(anyhow::anyhow!("a component stopped unexpectedly")),
-                Ok(Err(err)) => Err(err),
-                Err(err) => Err(anyhow::anyhow!("a component panicked: {err}")),
-            };
-        }
-    }
+    let outcome = tokio::select! {
+        res = shutdown_signal() => res,
+        Some(res) = tasks.join_next() => match res {
+            Ok(Ok(())) => Err(anyhow::anyhow!("a component stopped unexpectedly")),
+            Ok(Err(err)) => Err(err),
+            Err(err) => Err(anyhow::anyhow!("a component panicked: {err}")),
+        },
+    };
     println!("stopping");
     let _ = stop_tx.send(true);
-    while tasks.join_next().await.is_some() {}
+    // The agents stop their pods and release their namespaces before the topology goes.
+    while let Some(res) = tasks.join_next().await {
+        match res {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => tracing::warn!("while stopping: {err:#}"),
+            Err(err) => tracing::warn!("while stopping: {err}"),
+        }
+    }
+    if let Some(topology) = topology {
+        let report = tokio::task::spawn_blocking(move || topology.destroy())
+            .await
+            .context("topology task")?
+            .context("cannot remove the node namespaces")?;
+        println!("removed: {report}");
+    }
     server
         .shutdown()
         .await
         .context("API server did not stop cleanly")?;
-    Ok(())
+    outcome
+}
+
+async fn start_dns(
+    args: &Args,
+    listen: SocketAddr,
+    client: &kube::Client,
+) -> anyhow::Result<svcnet_dns::RunningDns> {
+    let mut zone = svcnet_dns::ZoneConfig::new(&args.cluster_domain)
+        .with_context(|| format!("--cluster-domain {:?}", args.cluster_domain))?;
+    zone.reverse_cidrs = args
+        .service_cidr
+        .iter()
+        .copied()
+        .chain([IpNet::V4(args.pod_cidr)])
+        .collect();
+    let config = svcnet_dns::DnsConfig {
+        listen,
+        zone,
+        upstreams: (!args.dns_upstreams.is_empty()).then(|| args.dns_upstreams.clone()),
+        debounce: std::time::Duration::from_millis(5),
+    };
+    svcnet_dns::start(config, client.clone())
+        .await
+        .with_context(|| format!("cannot start cluster DNS on {listen}"))
+}
+
+/// The first /24 of the pod CIDR: the one node's pods when there is no topology.
+fn first_subnet(pod_cidr: Ipv4Net) -> Ipv4Net {
+    Ipv4Net::new(pod_cidr.network(), pod_cidr.prefix_len().max(24)).unwrap_or(pod_cidr)
+}
+
+/// Ctrl-C or SIGTERM.
+async fn shutdown_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        res = tokio::signal::ctrl_c() => res.context("cannot wait for Ctrl-C"),
+        _ = term.recv() => Ok(()),
+    }
 }
 
 async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
-}
-
-async fn client_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path)
-        .with_context(|| format!("cannot read the kubeconfig {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .context("invalid kubeconfig")?;
-    kube::Client::try_from(config).context("cannot build an API client")
-}
-
-/// Creates `kube-system/kube-dns` (cluster IP: the tenth address of the service CIDR, 10.96.0.10 by
-/// default, port 53 over UDP and TCP) unless it exists,
-/// so that pods find cluster DNS through the proxy like any other Service.
-async fn ensure_kube_dns_service(
-    client: &kube::Client,
-    ip: std::net::IpAddr,
-) -> anyhow::Result<()> {
-    use k8s_openapi::api::core::v1::Service;
-    let services: kube::Api<Service> = kube::Api::namespaced(client.clone(), "kube-system");
-    if services
-        .get_opt("kube-dns")
-        .await
-        .context("cannot read kube-system/kube-dns")?
-        .is_some()
-    {
-        return Ok(());
-    }
-    let service: Service = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": "kube-dns",
-            "namespace": "kube-system",
-            "labels": { "k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS" },
-        },
-        "spec": {
-            "clusterIP": ip.to_string(),
-            "ports": [
-                { "name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53 },
-                { "name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53 },
-            ],
-        },
-    }))
-    .context("kube-dns service object")?;
-    services
-        .create(&Default::default(), &service)
-        .await
-        .context("cannot create kube-system/kube-dns")?;
-    Ok(())
-}
-
-/// Registers (or refreshes) the Node object for this machine: Ready, its addresses and pod CIDR.
-async fn register_node(
-    client: &kube::Client,
-    name: &str,
-    pod_cidr: &ipnet::IpNet,
-) -> anyhow::Result<()> {
-    use k8s_openapi::api::core::v1::Node;
-    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let node: Node = serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "labels": {
-                "kubernetes.io/hostname": name,
-                "kubernetes.io/os": "linux",
-                "kubernetes.io/arch": std::env::consts::ARCH,
-                "node-role.kubernetes.io/control-plane": "",
-            },
-        },
-        "spec": { "podCIDR": pod_cidr.to_string(), "podCIDRs": [pod_cidr.to_string()] },
-    }))
-    .context("node object")?;
-    let existing = nodes
-        .get_opt(name)
-        .await
-        .with_context(|| format!("cannot read node {name}"))?;
-    let mut current = match existing {
-        Some(node) => node,
-        None => nodes
-            .create(&Default::default(), &node)
-            .await
-            .with_context(|| format!("cannot register node {name}"))?,
-    };
-    let status = serde_json::json!({
-        "conditions": [{
-            "type": "Ready",
-            "status": "True",
-            "reason": "SvcnetReady",
-            "message": "svcnet node is ready",
-            "lastHeartbeatTime": now.to_string(),
-            "lastTransitionTime": now.to_string(),
-        }],
-        "addresses": [
-            { "type": "InternalIP", "address": "127.0.0.1" },
-            { "type": "Hostname", "address": name },
-        ],
-        "nodeInfo": {
-            "architecture": std::env::consts::ARCH,
-            "operatingSystem": "linux",
-            "kubeletVersion": concat!("svcnet-", env!("CARGO_PKG_VERSION")),
-            "kubeProxyVersion": concat!("svcnet-", env!("CARGO_PKG_VERSION")),
-            "containerRuntimeVersion": "svcnet://process",
-            "kernelVersion": "", "osImage": "", "machineID": "", "systemUUID": "", "bootID": "",
-        },
-    });
-    current.status = Some(serde_json::from_value(status).context("node status")?);
-    nodes
-        .replace_status(name, &Default::default(), &current)
-        .await
-        .with_context(|| format!("cannot update the status of node {name}"))?;
-    Ok(())
-}
-
-/// The `n`th address of the first service CIDR (kubeadm's convention puts cluster DNS at the tenth).
-fn nth_address(cidrs: &[ipnet::IpNet], n: u32) -> anyhow::Result<std::net::IpAddr> {
-    let cidr = cidrs
-        .first()
-        .context("--service-cidr needs at least one CIDR")?;
-    let ip = match cidr.network() {
-        std::net::IpAddr::V4(net) => std::net::IpAddr::V4((u32::from(net) + n).into()),
-        std::net::IpAddr::V6(net) => std::net::IpAddr::V6((u128::from(net) + u128::from(n)).into()),
-    };
-    anyhow::ensure!(
-        cidr.contains(&ip),
-        "--service-cidr {cidr} is too small to hold the DNS service IP"
-    );
-    Ok(ip)
-}
-
-fn default_node_name() -> String {
-    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let name: String = raw
-        .trim()
-        .to_ascii_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect();
-    let name = name.trim_matches(|c| c == '-' || c == '.').to_string();
-    if name.is_empty() {
-        "svcnet-node".to_string()
-    } else {
-        name
-    }
 }

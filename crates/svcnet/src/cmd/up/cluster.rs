@@ -1,0 +1,140 @@
+//! The embedded cluster's nodes: one network namespace per node (the agent's topology), and on
+//! each node the proxy programming that namespace and the agent running its pods.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::Context as _;
+use ipnet::{IpNet, Ipv4Net};
+use svcnet_agent::{AgentConfig, Topology, TopologyConfig};
+
+use super::objects::NodeSpec;
+
+/// What the node namespaces are built from.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub prefix: String,
+    pub nodes: usize,
+    pub underlay: Ipv4Net,
+    pub pod_cidr: Ipv4Net,
+    pub service_cidrs: Vec<IpNet>,
+    pub lb_pool: IpNet,
+}
+
+/// Fails with what is missing and how to install it, before anything is created.
+pub fn check_prerequisites(need_nft: bool, need_iptables: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        nix_is_root(),
+        "the node agent and the proxy create network namespaces and need root: run `svcnet up` \
+         as root, or `svcnet up --disable agent,proxy` for the control plane and DNS alone"
+    );
+    let mut missing = Vec::new();
+    let mut tools = vec![("ip", "iproute2")];
+    if need_nft {
+        tools.push(("nft", "nftables"));
+    }
+    if need_iptables {
+        tools.push(("iptables-restore", "iptables"));
+    }
+    for (tool, package) in tools {
+        let found = Command::new(tool).arg("-V").output().is_ok();
+        if !found {
+            missing.push((tool, package));
+        }
+    }
+    if !missing.is_empty() {
+        let tools: Vec<&str> = missing.iter().map(|(t, _)| *t).collect();
+        let packages: Vec<&str> = missing.iter().map(|(_, p)| *p).collect();
+        anyhow::bail!(
+            "svcnet up needs {} on the PATH; install with: apt-get install -y {}",
+            tools.join(", "),
+            packages.join(" ")
+        );
+    }
+    Ok(())
+}
+
+fn nix_is_root() -> bool {
+    // SAFETY-free check: the effective uid from /proc, so this crate needs no libc.
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|uids| uids.split_whitespace().nth(1).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Creates the node namespaces, bridge and routes (blocking work, off the async threads).
+pub async fn create_topology(cfg: &ClusterConfig, data_dir: &Path) -> anyhow::Result<Topology> {
+    let service_cidrs: Vec<Ipv4Net> = cfg
+        .service_cidrs
+        .iter()
+        .filter_map(|c| match c {
+            IpNet::V4(v4) => Some(*v4),
+            IpNet::V6(_) => None,
+        })
+        .collect();
+    let lb_pool = match cfg.lb_pool {
+        IpNet::V4(v4) => Some(v4),
+        IpNet::V6(_) => None,
+    };
+    let config = TopologyConfig {
+        prefix: cfg.prefix.clone(),
+        nodes: cfg.nodes,
+        underlay: cfg.underlay,
+        pod_cidr: cfg.pod_cidr,
+        service_cidrs,
+        lb_pool,
+        data_dir: data_dir.to_path_buf(),
+    };
+    tokio::task::spawn_blocking(move || Topology::create(config))
+        .await
+        .context("topology task")?
+        .context("cannot create the node namespaces")
+}
+
+/// The Node objects of a topology.
+pub fn node_specs(topology: &Topology) -> Vec<NodeSpec> {
+    topology
+        .nodes()
+        .iter()
+        .map(|node| NodeSpec {
+            name: node.name.clone(),
+            internal_ip: node.internal_ip.into(),
+            pod_cidr: node.pod_cidr.into(),
+        })
+        .collect()
+}
+
+/// The proxy's configuration for one node of the topology.
+pub fn proxy_config(
+    node: &svcnet_agent::NodeTopology,
+    cfg: &ClusterConfig,
+    mode: svcnet_proxyd::ProxyMode,
+) -> svcnet_proxyd::ProxyConfig {
+    svcnet_proxyd::ProxyConfig {
+        node_name: node.name.clone(),
+        mode,
+        netns: Some(node.netns.clone()),
+        cluster_cidrs: vec![IpNet::V4(cfg.pod_cidr)],
+        service_cidrs: cfg.service_cidrs.clone(),
+        ..Default::default()
+    }
+}
+
+/// The agent's configuration for one node of the topology.
+pub fn agent_config(
+    topology: &Topology,
+    node: &svcnet_agent::NodeTopology,
+    data_dir: &Path,
+    dns_ip: std::net::IpAddr,
+    cluster_domain: &str,
+) -> AgentConfig {
+    let mut cfg = AgentConfig::for_node(topology, node, data_dir);
+    cfg.cluster_dns = vec![dns_ip.to_string()];
+    cfg.cluster_domain = cluster_domain.to_string();
+    cfg
+}

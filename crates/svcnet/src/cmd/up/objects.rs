@@ -1,0 +1,214 @@
+//! The API objects `svcnet up` owns: the Node objects of its nodes and cluster DNS's Service.
+
+use std::net::IpAddr;
+
+use anyhow::Context as _;
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
+
+/// A node `svcnet up` registers.
+#[derive(Debug, Clone)]
+pub struct NodeSpec {
+    pub name: String,
+    pub internal_ip: IpAddr,
+    pub pod_cidr: ipnet::IpNet,
+}
+
+/// Creates `kube-system/kube-dns` (cluster IP `ip`, port 53 over UDP and TCP) unless it exists, so
+/// that pods find cluster DNS through the proxy like any other Service. It has no selector: when
+/// `endpoint` is given (the address pods reach the DNS server at), its Endpoints are written by
+/// hand, and the mirroring controller turns them into EndpointSlices.
+pub async fn ensure_kube_dns(
+    client: &kube::Client,
+    ip: IpAddr,
+    endpoint: Option<std::net::SocketAddr>,
+) -> anyhow::Result<()> {
+    let services: kube::Api<Service> = kube::Api::namespaced(client.clone(), "kube-system");
+    let exists = services
+        .get_opt("kube-dns")
+        .await
+        .context("cannot read kube-system/kube-dns")?
+        .is_some();
+    if !exists {
+        let service: Service = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": "kube-dns",
+                "namespace": "kube-system",
+                "labels": { "k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS" },
+            },
+            "spec": {
+                "clusterIP": ip.to_string(),
+                "ports": [
+                    { "name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53 },
+                    { "name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53 },
+                ],
+            },
+        }))
+        .context("kube-dns service object")?;
+        services
+            .create(&Default::default(), &service)
+            .await
+            .context("cannot create kube-system/kube-dns")?;
+    }
+    let Some(endpoint) = endpoint else {
+        return Ok(());
+    };
+    let endpoints: kube::Api<Endpoints> = kube::Api::namespaced(client.clone(), "kube-system");
+    let mut desired: Endpoints = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": { "name": "kube-dns", "namespace": "kube-system", "labels": { "k8s-app": "kube-dns" } },
+        "subsets": [{
+            "addresses": [{ "ip": endpoint.ip().to_string() }],
+            "ports": [
+                { "name": "dns", "port": endpoint.port(), "protocol": "UDP" },
+                { "name": "dns-tcp", "port": endpoint.port(), "protocol": "TCP" },
+            ],
+        }],
+    }))
+    .context("kube-dns endpoints object")?;
+    match endpoints
+        .get_opt("kube-dns")
+        .await
+        .context("cannot read kube-system/kube-dns endpoints")?
+    {
+        Some(current) if current.subsets == desired.subsets => {}
+        Some(current) => {
+            desired.metadata.resource_version = current.metadata.resource_version;
+            endpoints
+                .replace("kube-dns", &Default::default(), &desired)
+                .await
+                .context("cannot update kube-system/kube-dns endpoints")?;
+        }
+        None => {
+            endpoints
+                .create(&Default::default(), &desired)
+                .await
+                .context("cannot create kube-system/kube-dns endpoints")?;
+        }
+    }
+    Ok(())
+}
+
+/// Registers (or refreshes) a Node object: Ready, its InternalIP and its pod CIDR.
+pub async fn register_node(client: &kube::Client, node: &NodeSpec) -> anyhow::Result<()> {
+    let name = node.name.as_str();
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let object: Node = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": std::env::consts::ARCH,
+            },
+        },
+        "spec": { "podCIDR": node.pod_cidr.to_string(), "podCIDRs": [node.pod_cidr.to_string()] },
+    }))
+    .context("node object")?;
+    let existing = nodes
+        .get_opt(name)
+        .await
+        .with_context(|| format!("cannot read node {name}"))?;
+    let mut current = match existing {
+        Some(mut current) => {
+            // The pod CIDR follows the topology of this run.
+            current.spec = object.spec.clone();
+            nodes
+                .replace(name, &Default::default(), &current)
+                .await
+                .with_context(|| format!("cannot update node {name}"))?
+        }
+        None => nodes
+            .create(&Default::default(), &object)
+            .await
+            .with_context(|| format!("cannot register node {name}"))?,
+    };
+    let status = serde_json::json!({
+        "conditions": [{
+            "type": "Ready",
+            "status": "True",
+            "reason": "SvcnetReady",
+            "message": "svcnet node is ready",
+            "lastHeartbeatTime": now.to_string(),
+            "lastTransitionTime": now.to_string(),
+        }],
+        "addresses": [
+            { "type": "InternalIP", "address": node.internal_ip.to_string() },
+            { "type": "Hostname", "address": name },
+        ],
+        "nodeInfo": {
+            "architecture": std::env::consts::ARCH,
+            "operatingSystem": "linux",
+            "kubeletVersion": concat!("svcnet-", env!("CARGO_PKG_VERSION")),
+            "kubeProxyVersion": concat!("svcnet-", env!("CARGO_PKG_VERSION")),
+            "containerRuntimeVersion": "svcnet://process",
+            "kernelVersion": "", "osImage": "", "machineID": "", "systemUUID": "", "bootID": "",
+        },
+    });
+    current.status = Some(serde_json::from_value(status).context("node status")?);
+    nodes
+        .replace_status(name, &Default::default(), &current)
+        .await
+        .with_context(|| format!("cannot update the status of node {name}"))?;
+    Ok(())
+}
+
+/// The `n`th address of the first service CIDR (kubeadm's convention puts cluster DNS at the tenth).
+pub fn nth_address(cidrs: &[ipnet::IpNet], n: u32) -> anyhow::Result<IpAddr> {
+    let cidr = cidrs
+        .first()
+        .context("--service-cidr needs at least one CIDR")?;
+    let ip = match cidr.network() {
+        IpAddr::V4(net) => IpAddr::V4((u32::from(net) + n).into()),
+        IpAddr::V6(net) => IpAddr::V6((u128::from(net) + u128::from(n)).into()),
+    };
+    anyhow::ensure!(
+        cidr.contains(&ip),
+        "--service-cidr {cidr} is too small to hold the DNS service IP"
+    );
+    Ok(ip)
+}
+
+/// This machine's host name, made a valid node name.
+pub fn default_node_name() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let name: String = raw
+        .trim()
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let name = name.trim_matches(|c| c == '-' || c == '.').to_string();
+    if name.is_empty() {
+        "svcnet-node".to_string()
+    } else {
+        name
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_service_ip_is_the_tenth_address() {
+        let v4: Vec<ipnet::IpNet> = vec!["10.96.0.0/12".parse().unwrap()];
+        assert_eq!(nth_address(&v4, 10).unwrap().to_string(), "10.96.0.10");
+        let v6: Vec<ipnet::IpNet> = vec!["fd00:10:96::/112".parse().unwrap()];
+        assert_eq!(nth_address(&v6, 10).unwrap().to_string(), "fd00:10:96::a");
+        let tiny: Vec<ipnet::IpNet> = vec!["10.0.0.0/30".parse().unwrap()];
+        assert!(nth_address(&tiny, 10).is_err());
+        assert!(nth_address(&[], 10).is_err());
+    }
+}
