@@ -1,0 +1,137 @@
+//! The harness of the end-to-end tests: a real `svcnet up` and the real `kubectl` against it.
+#![allow(clippy::unwrap_used, dead_code)] // test harness: a failure here is a test failure
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
+
+/// A running `svcnet up` in a temporary data dir; killed (and waited for) on drop.
+pub struct Up {
+    pub child: Child,
+    pub data_dir: tempfile::TempDir,
+    pub api: std::net::SocketAddr,
+}
+
+impl Up {
+    pub fn start(extra: &[&str]) -> Up {
+        let data_dir = tempfile::tempdir().unwrap();
+        let api = free_port();
+        let child = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+            .arg("up")
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .arg("--api-listen")
+            .arg(api.to_string())
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let up = Up {
+            child,
+            data_dir,
+            api,
+        };
+        up.wait_ready();
+        up
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.data_dir.path().join("kubeconfig")
+    }
+
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.kubeconfig().exists() {
+                let out = self.kubectl(&["get", "--raw", "/readyz"]);
+                if out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok" {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "svcnet up did not become ready at {}",
+                self.api
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(KUBECTL)
+            .env("KUBECONFIG", self.kubeconfig())
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// Runs kubectl and returns stdout, failing the test with stderr when it fails.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Up {
+    /// Stops `svcnet up` the way Ctrl-C does (SIGTERM) and waits for it to exit.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "svcnet up did not stop on SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn free_port() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+pub fn free_udp_port() -> std::net::SocketAddr {
+    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    socket.local_addr().unwrap()
+}
+
+pub fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+pub fn wait_for(what: &str, mut check: impl FnMut() -> Option<String>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(found) = check() {
+            return found;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
