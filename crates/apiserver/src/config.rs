@@ -3,6 +3,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ipnet::IpNet;
@@ -35,6 +36,49 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// How many store events the watch history keeps (older resourceVersions get 410).
     pub watch_history: u64,
+    /// Where container logs are, for the `pods/log` subresource (`kubectl logs`). `None`: the
+    /// server runs without a node agent and answers log requests with a 400 saying so.
+    pub log_source: Option<LogSource>,
+}
+
+/// The container whose log a `pods/log` request wants. The server has checked the pod exists
+/// and resolved `container` from its spec (the only container when the client named none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogTarget<'a> {
+    pub namespace: &'a str,
+    pub pod: &'a str,
+    pub uid: &'a str,
+    pub container: &'a str,
+    /// The previous run of the container (`kubectl logs --previous`).
+    pub previous: bool,
+}
+
+/// Finds the log file of a container: the file a node agent appends the container's
+/// stdout/stderr to, or a message saying why there is none (served as a 400). The API server
+/// does not know the agent's layout; `svcnet up` wraps `svcnet_agent::logs::find_log`.
+#[derive(Clone)]
+pub struct LogSource(Arc<LogLocator>);
+
+/// The function inside a [`LogSource`].
+pub type LogLocator = dyn Fn(&LogTarget<'_>) -> Result<PathBuf, String> + Send + Sync;
+
+impl LogSource {
+    pub fn new(
+        f: impl Fn(&LogTarget<'_>) -> Result<PathBuf, String> + Send + Sync + 'static,
+    ) -> Self {
+        LogSource(Arc::new(f))
+    }
+
+    /// The log file of `target`, or why there is none.
+    pub fn locate(&self, target: &LogTarget<'_>) -> Result<PathBuf, String> {
+        (self.0)(target)
+    }
+}
+
+impl std::fmt::Debug for LogSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogSource(..)")
+    }
 }
 
 impl Default for ServerConfig {
@@ -55,6 +99,7 @@ impl Default for ServerConfig {
             bookmark_interval: Duration::from_secs(30),
             max_body_bytes: 3 * 1024 * 1024,
             watch_history: 10_000,
+            log_source: None,
         }
     }
 }

@@ -97,6 +97,9 @@ fn resource_entries(r: &ResourceInfo) -> Vec<Value> {
             "kind": r.kind,
             "verbs": ["get", "patch", "update"],
         });
+        if *sub == "log" {
+            e["verbs"] = json!(["get"]);
+        }
         if *sub == "scale" {
             e["kind"] = json!("Scale");
             e["group"] = json!("autoscaling");

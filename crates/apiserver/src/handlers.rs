@@ -78,6 +78,9 @@ pub async fn handle(
         }
     }
     match req.verb {
+        Verb::Get if req.subresource == Some(Subresource::Log) => {
+            crate::logs::serve(state.clone(), req).await
+        }
         Verb::Get => get(&state, &req, &headers).await,
         Verb::List => list(&state, &req, &headers).await,
         Verb::Watch => crate::watch::serve(state.clone(), req, &headers).await,

@@ -14,7 +14,8 @@
 //! from the store. This crate never talks to the network beyond its own listener.
 //!
 //! Layout: `request` parses each HTTP request into a typed [`request::ApiRequest`];
-//! `handlers`/`watch` implement the verbs; `objects` owns metadata rules; `machinery` and
+//! `handlers`/`watch` implement the verbs; `logs` serves `pods/log` from
+//! the files a [`LogSource`] locates; `objects` owns metadata rules; `machinery` and
 //! `admission` are the seams to the pure crates; `deletion` decides what a DELETE does
 //! (finalizers, graceful pod deletion); `gc` deletes orphans and empties terminating
 //! namespaces; `bootstrap` creates the default namespaces and the `kubernetes` service; `tls`
@@ -27,6 +28,7 @@ mod deletion;
 mod discovery;
 mod gc;
 mod handlers;
+mod logs;
 mod machinery;
 mod objects;
 mod registry;
@@ -49,7 +51,7 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use svcnet_store::{RedbStore, StoreOptions};
 
-pub use config::ServerConfig;
+pub use config::{LogLocator, LogSource, LogTarget, ServerConfig};
 pub use registry::{RESOURCES, ResourceInfo};
 pub use state::{AppState, SharedState};
 pub use status::{ApiError, Cause};
@@ -271,7 +273,7 @@ async fn dispatch(State(state): State<SharedState>, req: Request) -> Response {
             discovery::openapi_group_version(&group, &version).map(get_only)
         }
         ApiRequest::Resource(r) => match read_body(body, state.cfg.max_body_bytes).await {
-            Ok(bytes) => handlers::handle(state.clone(), r, parts.headers, bytes).await,
+            Ok(bytes) => handlers::handle(state.clone(), *r, parts.headers, bytes).await,
             Err(e) => Err(e),
         },
     };

@@ -249,6 +249,11 @@ pub fn prepare_update(
             }
             return Ok(next);
         }
+        Some(Subresource::Log) => {
+            return Err(ApiError::MethodNotAllowed(
+                "the log subresource is read-only".into(),
+            ));
+        }
         Some(Subresource::Scale) => {
             let replicas = incoming
                 .pointer("/spec/replicas")

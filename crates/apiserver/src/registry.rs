@@ -12,7 +12,7 @@ pub struct ResourceInfo {
     pub namespaced: bool,
     pub short_names: &'static [&'static str],
     pub categories: &'static [&'static str],
-    /// Served subresources (`status`, `scale`).
+    /// Served subresources (`status`, `scale`, `log`).
     pub subresources: &'static [&'static str],
 }
 
@@ -77,7 +77,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         true,
         &["po"],
         ALL,
-        &["status"]
+        &["status", "log"]
     ),
     res!(
         "",

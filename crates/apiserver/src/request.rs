@@ -25,7 +25,7 @@ pub enum ApiRequest {
     /// `/openapi/v3/api/v1`, `/openapi/v3/apis/{group}/{version}`
     OpenApiGroupVersion { group: String, version: String },
     /// An operation on objects.
-    Resource(ResourceRequest),
+    Resource(Box<ResourceRequest>),
 }
 
 /// A verb on a resource.
@@ -46,6 +46,21 @@ pub enum Verb {
 pub enum Subresource {
     Status,
     Scale,
+    /// `pods/log`: a container's output, read-only.
+    Log,
+}
+
+/// The query of a `pods/log` request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogQuery {
+    pub container: Option<String>,
+    pub previous: bool,
+    pub follow: bool,
+    pub tail_lines: Option<u64>,
+    pub limit_bytes: Option<u64>,
+    pub timestamps: bool,
+    /// `sinceSeconds` or `sinceTime` was given.
+    pub since: bool,
 }
 
 /// How strictly unknown fields are treated (`fieldValidation`).
@@ -73,6 +88,8 @@ pub struct Query {
     pub grace_period_seconds: Option<i64>,
     /// `includeObject` for Table output.
     pub include_object: Option<crate::machinery::IncludeObject>,
+    /// `pods/log` parameters.
+    pub log: LogQuery,
 }
 
 /// An operation on one resource collection or object.
@@ -132,11 +149,24 @@ fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
             "includeObject" => {
                 query.include_object = crate::machinery::IncludeObject::parse(&v);
             }
+            "container" if !v.is_empty() => query.log.container = Some(v),
+            "previous" => query.log.previous = truthy(&v),
+            "follow" => query.log.follow = truthy(&v),
+            "timestamps" => query.log.timestamps = truthy(&v),
+            "tailLines" => query.log.tail_lines = Some(non_negative(&k, &v)?),
+            "limitBytes" => query.log.limit_bytes = Some(non_negative(&k, &v)?),
+            "sinceSeconds" | "sinceTime" => query.log.since = true,
             "watch" if truthy(&v) => {} // handled by the caller
             _ => {}
         }
     }
     Ok(query)
+}
+
+fn non_negative(key: &str, v: &str) -> Result<u64, ApiError> {
+    v.parse().map_err(|_| {
+        ApiError::BadRequest(format!("{key} must be a non-negative integer, got {v:?}"))
+    })
 }
 
 fn serde_urlencoded_pairs(q: &str) -> Result<Vec<(String, String)>, ApiError> {
@@ -232,6 +262,7 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
         None => None,
         Some(s) if resource.subresources.contains(&s) => Some(match s {
             "status" => Subresource::Status,
+            "log" => Subresource::Log,
             _ => Subresource::Scale,
         }),
         Some(_) => return Err(not_found()),
@@ -252,7 +283,12 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
             )));
         }
     };
-    if subresource.is_some() && !matches!(verb, Verb::Get | Verb::Update | Verb::Patch) {
+    let allowed = match subresource {
+        None => true,
+        Some(Subresource::Log) => verb == Verb::Get,
+        Some(_) => matches!(verb, Verb::Get | Verb::Update | Verb::Patch),
+    };
+    if !allowed {
         return Err(ApiError::MethodNotAllowed(format!(
             "the server does not allow this method on the requested resource ({method} {path})"
         )));
@@ -271,14 +307,14 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
             None => sel,
         });
     }
-    Ok(ApiRequest::Resource(ResourceRequest {
+    Ok(ApiRequest::Resource(Box::new(ResourceRequest {
         verb,
         resource,
         namespace,
         name: if verb == Verb::Watch { None } else { name },
         subresource,
         query,
-    }))
+    })))
 }
 
 #[cfg(test)]
@@ -291,7 +327,7 @@ mod tests {
 
     fn res(method: &str, uri: &str) -> ResourceRequest {
         match p(method, uri) {
-            Ok(ApiRequest::Resource(r)) => r,
+            Ok(ApiRequest::Resource(r)) => *r,
             other => panic!("{uri}: {other:?}"),
         }
     }
@@ -340,6 +376,22 @@ mod tests {
         assert_eq!(r.query.field_validation, FieldValidation::Strict);
 
         let r = res(
+            "GET",
+            "/api/v1/namespaces/ns/pods/p/log?container=c&follow=true&tailLines=3&previous=1",
+        );
+        assert_eq!((r.verb, r.subresource), (Verb::Get, Some(Subresource::Log)));
+        assert_eq!(
+            r.query.log,
+            LogQuery {
+                container: Some("c".into()),
+                previous: true,
+                follow: true,
+                tail_lines: Some(3),
+                ..Default::default()
+            }
+        );
+
+        let r = res(
             "DELETE",
             "/apis/discovery.k8s.io/v1/namespaces/ns/endpointslices",
         );
@@ -377,6 +429,14 @@ mod tests {
             Err(ApiError::BadRequest(_))
         ));
         assert!(matches!(p("GET", "/nope"), Err(ApiError::NoRoute)));
+        assert!(matches!(
+            p("PUT", "/api/v1/namespaces/x/pods/a/log"),
+            Err(ApiError::MethodNotAllowed(_))
+        ));
+        assert!(matches!(
+            p("GET", "/api/v1/namespaces/x/pods/a/log?tailLines=-1"),
+            Err(ApiError::BadRequest(_))
+        ));
     }
 
     #[test]

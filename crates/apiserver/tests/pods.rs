@@ -346,3 +346,163 @@ async fn kubectl_delete_waits_for_the_agent() {
     assert!(pods.get_opt("c").await.unwrap().is_none());
     ts.stop().await;
 }
+
+/// A log source over `<dir>/<namespace>_<pod>/<container>[.previous].log`, as an agent's.
+fn log_source(dir: std::path::PathBuf) -> svcnet_apiserver::LogSource {
+    svcnet_apiserver::LogSource::new(move |t| {
+        let suffix = if t.previous { ".previous" } else { "" };
+        let path = dir
+            .join(format!("{}_{}", t.namespace, t.pod))
+            .join(format!("{}{suffix}.log", t.container));
+        if path.exists() {
+            Ok(path)
+        } else {
+            Err(format!(
+                "container \"{}\" in pod \"{}\" is waiting to start",
+                t.container, t.pod
+            ))
+        }
+    })
+}
+
+fn write_log(dir: &Path, pod: &str, container: &str, text: &str) -> std::path::PathBuf {
+    let d = dir.join(format!("default_{pod}"));
+    std::fs::create_dir_all(&d).unwrap();
+    let path = d.join(format!("{container}.log"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_logs_for_kube_rs_and_kubectl() {
+    let logs = tempfile::tempdir().unwrap();
+    let ldir = logs.path().to_path_buf();
+    let ts = common::TestServer::start_with(|c| c.log_source = Some(log_source(ldir))).await;
+    let client = ts.client().await;
+    let core = client.list_core_api_resources("v1").await.unwrap();
+    let log = core
+        .resources
+        .iter()
+        .find(|r| r.name == "pods/log")
+        .unwrap();
+    assert_eq!(
+        (log.kind.as_str(), log.verbs.clone()),
+        ("Pod", vec!["get".to_string()])
+    );
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let pp = PostParams::default();
+    pods.create(&pp, &pod("one", "", json!({}))).await.unwrap();
+    let two = json!({"containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "x"}]});
+    pods.create(&pp, &pod("two", "", two)).await.unwrap();
+    let lines: String = (1..=5).map(|i| format!("line {i}\n")).collect();
+    write_log(logs.path(), "one", "c", &lines);
+    write_log(logs.path(), "two", "a", "from a\n");
+    write_log(logs.path(), "two", "b", "from b\n");
+
+    // kube-rs: whole log, tail, limit, container choice and the errors.
+    let lp = kube::api::LogParams::default();
+    assert_eq!(pods.logs("one", &lp).await.unwrap(), lines);
+    let tail = kube::api::LogParams {
+        tail_lines: Some(2),
+        ..Default::default()
+    };
+    assert_eq!(pods.logs("one", &tail).await.unwrap(), "line 4\nline 5\n");
+    let limited = kube::api::LogParams {
+        limit_bytes: Some(8),
+        ..Default::default()
+    };
+    assert_eq!(pods.logs("one", &limited).await.unwrap(), "line 1\nl");
+    let b = kube::api::LogParams {
+        container: Some("b".into()),
+        ..Default::default()
+    };
+    assert_eq!(pods.logs("two", &b).await.unwrap(), "from b\n");
+    let status = |e: kube::Error| match e {
+        kube::Error::Api(s) => (s.code, s.message),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        status(pods.logs("two", &lp).await.unwrap_err()),
+        (
+            400,
+            "a container name must be specified for pod two, choose one of: [a b]".into()
+        )
+    );
+    assert_eq!(
+        status(pods.logs("nope", &lp).await.unwrap_err()),
+        (404, "pods \"nope\" not found".into())
+    );
+    let prev = kube::api::LogParams {
+        previous: true,
+        ..Default::default()
+    };
+    let (code, msg) = status(pods.logs("one", &prev).await.unwrap_err());
+    assert_eq!(code, 400);
+    assert!(msg.contains("is waiting to start"), "{msg}");
+
+    // The real kubectl: logs, --tail, a multi-container pod (kubectl picks the first).
+    let kc = ts.server().kubeconfig_path().to_path_buf();
+    let k = kc.clone();
+    let expected = lines.clone();
+    tokio::task::spawn_blocking(move || {
+        let (ok, out) = kubectl(&k, &["logs", "one"]);
+        assert!(ok && out == expected, "{out}");
+        let (ok, out) = kubectl(&k, &["logs", "one", "--tail=1"]);
+        assert!(ok && out == "line 5\n", "{out}");
+        let (ok, out) = kubectl(&k, &["logs", "two", "-c", "b"]);
+        assert!(ok && out == "from b\n", "{out}");
+        let (ok, out) = kubectl(&k, &["logs", "two"]);
+        assert!(ok && out.contains("from a\n"), "{out}");
+        let (ok, out) = kubectl(&k, &["logs", "gone"]);
+        assert!(!ok && out.contains("pods \"gone\" not found"), "{out}");
+    })
+    .await
+    .unwrap();
+
+    // kubectl logs -f: appended lines arrive, and it ends when the pod goes.
+    let log = logs.path().join("default_one/c.log");
+    let mut child = std::process::Command::new(KUBECTL)
+        .args(["logs", "-f", "one", "--tail=1"])
+        .env("KUBECONFIG", &kc)
+        .env("HOME", kc.parent().unwrap())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut got = Vec::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            got.push(line.unwrap());
+            if got.len() == 3 {
+                break;
+            }
+        }
+        got
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        f.write_all(b"line 6\nline 7\n").unwrap();
+    }
+    let got = tokio::task::spawn_blocking(move || reader.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(got, ["line 5", "line 6", "line 7"]);
+    pods.delete("one", &DeleteParams::default()).await.unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("kubectl logs -f did not end after the pod was deleted");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(status.success());
+    ts.stop().await;
+}
