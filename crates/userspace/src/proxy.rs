@@ -1,0 +1,470 @@
+//! The runtime: [`UserspaceProxy::sync`] turns the desired state into listeners, a new route
+//! table (swapped atomically; the data path never locks it) and, in privileged mode, the
+//! redirect rules; removed endpoints drain; [`UserspaceProxy::metrics`] reads the counters.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::Stdio;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use svcnet_lb::{Backend, Balancer, Fallback};
+use svcnet_proxy::{DesiredFamily, IpFamily, Protocol, ServicePortName};
+use tokio::task::AbortHandle;
+
+use crate::error::UserspaceError;
+use crate::rules;
+use crate::socket::SocketFactory;
+use crate::state::{
+    EndpointMetrics, EndpointState, Route, ServiceMetrics, ServiceState, Table, load, now_ms,
+};
+use crate::table::{ListenerKey, Mode, RouteKey, RouteSpec, routes};
+
+/// Dataplane settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub mode: Mode,
+    /// Program this named network namespace (`/run/netns/<name>`) instead of the current one:
+    /// every socket and rule lives there.
+    pub netns: Option<String>,
+    /// Time allowed for one connect attempt.
+    pub connect_timeout: Duration,
+    /// Endpoints tried per connection before giving up.
+    pub max_attempts: usize,
+    /// Total time allowed for all attempts of one connection.
+    pub connect_budget: Duration,
+    /// How long an endpoint whose connect failed is avoided.
+    pub backoff: Duration,
+    /// How long established connections to a removed endpoint may continue.
+    pub drain_timeout: Duration,
+    /// A UDP client flow ends after this long without traffic.
+    pub udp_idle_timeout: Duration,
+    /// Maglev lookup table size (a prime).
+    pub maglev_table_size: u32,
+}
+
+impl Config {
+    pub fn new(mode: Mode) -> Self {
+        Self {
+            mode,
+            netns: None,
+            connect_timeout: Duration::from_secs(1),
+            max_attempts: 3,
+            connect_budget: Duration::from_secs(3),
+            backoff: Duration::from_secs(5),
+            drain_timeout: Duration::from_secs(60),
+            udp_idle_timeout: Duration::from_secs(30),
+            maglev_table_size: svcnet_lb::maglev::DEFAULT_TABLE_SIZE,
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) config: Config,
+    pub(crate) table: ArcSwap<Table>,
+    pub(crate) sockets: SocketFactory,
+}
+
+impl Shared {
+    pub(crate) fn privileged(&self) -> bool {
+        self.config.mode == Mode::Privileged
+    }
+}
+
+struct Listener {
+    port: u16,
+    task: AbortHandle,
+}
+
+#[derive(Default)]
+struct Registry {
+    endpoints: HashMap<(ServicePortName, SocketAddr), Arc<EndpointState>>,
+    services: HashMap<ServicePortName, Arc<ServiceState>>,
+}
+
+#[derive(Default)]
+struct Control {
+    listeners: BTreeMap<ListenerKey, Listener>,
+    drains: HashMap<(ServicePortName, SocketAddr), AbortHandle>,
+    programmed: BTreeSet<IpFamily>,
+}
+
+/// What one sync did that the runtime should report (log lines, Events on the Service).
+#[derive(Debug, Default)]
+pub struct SyncReport {
+    /// Algorithms the dataplane could not honour (never for userspace today).
+    pub fallbacks: Vec<(ServicePortName, Fallback)>,
+    /// Frontends that could not be bound (unprivileged mode: an address that is not local, a
+    /// port below 1024 without the capability, a port in use); the rest of the sync applied.
+    pub bind_errors: Vec<UserspaceError>,
+}
+
+/// The userspace dataplane of one node.
+pub struct UserspaceProxy {
+    shared: Arc<Shared>,
+    control: tokio::sync::Mutex<Control>,
+    registry: Mutex<Registry>,
+}
+
+impl UserspaceProxy {
+    /// Starts an empty dataplane (no listeners, no rules). Call inside a tokio runtime.
+    pub fn new(config: Config) -> Result<Self, UserspaceError> {
+        let sockets = SocketFactory::new(config.netns.as_deref())?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                config,
+                table: ArcSwap::from_pointee(Table::default()),
+                sockets,
+            }),
+            control: tokio::sync::Mutex::new(Control::default()),
+            registry: Mutex::new(Registry::default()),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    /// Applies a full desired state (every family the node serves). On an error from the
+    /// kernel rules the previous rules and listeners stay in place, and a later sync retries.
+    pub async fn sync(&self, families: &[DesiredFamily]) -> Result<SyncReport, UserspaceError> {
+        let mut control = self.control.lock().await;
+        let specs = routes(families, &self.shared.config.mode);
+        let mut report = SyncReport::default();
+
+        // 1. Listeners for new routes (existing ones are kept; their sockets never move).
+        let wanted: BTreeSet<&ListenerKey> = specs.iter().flat_map(|s| &s.listeners).collect();
+        for key in &wanted {
+            if control.listeners.contains_key(*key) {
+                continue;
+            }
+            match self.listen(key) {
+                Ok(l) => {
+                    control.listeners.insert((*key).clone(), l);
+                }
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    report.bind_errors.push(e);
+                }
+            }
+        }
+
+        // 2. The new table, reusing endpoint and service state across syncs.
+        let table = self.build_table(&specs, &mut report)?;
+        self.shared.table.store(Arc::new(table));
+
+        // 3. Kernel rules (privileged): redirect frontends to the listeners' ports.
+        if self.shared.privileged() {
+            let mut ports: BTreeMap<RouteKey, u16> = BTreeMap::new();
+            for (k, l) in &control.listeners {
+                if wanted.contains(k) {
+                    ports.insert(k.route.clone(), l.port);
+                }
+            }
+            let mut fams: BTreeSet<IpFamily> = families.iter().map(|f| f.node.family).collect();
+            fams.extend(control.programmed.iter().copied());
+            for family in fams {
+                let script = rules::render(family, &specs, &ports);
+                nft(self.shared.config.netns.as_deref(), &script).await?;
+                control.programmed.insert(family);
+            }
+        }
+
+        // 4. Listeners nobody wants any more close; their established connections live on.
+        control.listeners.retain(|k, l| {
+            let keep = wanted.contains(k);
+            if !keep {
+                l.task.abort();
+            }
+            keep
+        });
+
+        // 5. Endpoints gone from every route drain; returning ones are restored.
+        self.drain_removed(&mut control, &specs);
+        Ok(report)
+    }
+
+    fn listen(&self, key: &ListenerKey) -> Result<Listener, UserspaceError> {
+        let addr = key.bind.socket_addr();
+        let shared = self.shared.clone();
+        let route = key.route.clone();
+        let (port, task) = match key.protocol {
+            Protocol::Udp => {
+                let sock = self.shared.sockets.bind_udp(addr)?;
+                let port = sock
+                    .local_addr()
+                    .map_err(|e| UserspaceError::bind(addr, "UDP", e))?
+                    .port();
+                let t = tokio::spawn(crate::udp::serve(shared, route, sock));
+                (port, t.abort_handle())
+            }
+            _ => {
+                let l = self.shared.sockets.listen_tcp(addr)?;
+                let port = l
+                    .local_addr()
+                    .map_err(|e| UserspaceError::bind(addr, "TCP", e))?
+                    .port();
+                let t = tokio::spawn(crate::tcp::serve(shared, route, l));
+                (port, t.abort_handle())
+            }
+        };
+        tracing::debug!(route = ?key.route, %addr, port, "listening");
+        Ok(Listener { port, task })
+    }
+
+    fn build_table(
+        &self,
+        specs: &[RouteSpec],
+        report: &mut SyncReport,
+    ) -> Result<Table, UserspaceError> {
+        let mut reg = self
+            .registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut table = Table::default();
+        let now = now_ms();
+        for spec in specs {
+            if let Some(f) = &spec.fallback {
+                report.fallbacks.push((spec.key.service.clone(), f.clone()));
+            }
+            let backends: Vec<Backend> = spec
+                .endpoints
+                .iter()
+                .map(|e| Backend {
+                    addr: SocketAddr::new(e.ip, e.port),
+                    weight: e.weight,
+                })
+                .collect();
+            let balancer = Balancer::with_table_size(
+                spec.algorithm,
+                backends,
+                self.shared.config.maglev_table_size,
+            )
+            .map_err(|source| UserspaceError::Maglev {
+                service: spec.key.service.to_string(),
+                source,
+            })?
+            .maglev_by_address_only(spec.affinity_timeout.is_some());
+            let name = &spec.key.service;
+            let endpoints = balancer
+                .backends()
+                .iter()
+                .map(|b| {
+                    reg.endpoints
+                        .entry((name.clone(), b.addr))
+                        .or_insert_with(|| Arc::new(EndpointState::new(b.addr)))
+                        .clone()
+                })
+                .collect();
+            let service = reg.services.entry(name.clone()).or_default().clone();
+            let affinity = spec
+                .affinity_timeout
+                .map(|t| Duration::from_secs(u64::from(t)));
+            if let Some(t) = affinity {
+                service.affinity.expire(t, now);
+            }
+            table.routes.insert(
+                spec.key.clone(),
+                Arc::new(Route {
+                    key: spec.key.clone(),
+                    balancer,
+                    endpoints,
+                    no_endpoints: spec.no_endpoints,
+                    affinity,
+                    service,
+                }),
+            );
+        }
+        Ok(table)
+    }
+
+    fn drain_removed(&self, control: &mut Control, specs: &[RouteSpec]) {
+        let live: BTreeSet<(ServicePortName, SocketAddr)> = specs
+            .iter()
+            .flat_map(|s| {
+                s.endpoints
+                    .iter()
+                    .map(|e| (s.key.service.clone(), SocketAddr::new(e.ip, e.port)))
+            })
+            .collect();
+        let live_services: BTreeSet<&ServicePortName> =
+            specs.iter().map(|s| &s.key.service).collect();
+        let mut reg = self
+            .registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (key, ep) in &reg.endpoints {
+            if live.contains(key) {
+                if ep.removed.load(Ordering::Relaxed) {
+                    ep.restore();
+                }
+                if let Some(d) = control.drains.remove(key) {
+                    d.abort();
+                }
+                continue;
+            }
+            if ep.removed.swap(true, Ordering::Relaxed) {
+                continue; // already draining
+            }
+            let (ep, drain) = (ep.clone(), self.shared.config.drain_timeout);
+            let task = tokio::spawn(async move {
+                tokio::time::sleep(drain).await;
+                ep.evict();
+            });
+            control.drains.insert(key.clone(), task.abort_handle());
+        }
+        // Forget endpoints whose drain has finished (and services with nothing left).
+        let finished: Vec<(ServicePortName, SocketAddr)> = control
+            .drains
+            .iter()
+            .filter(|(_, t)| t.is_finished())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in finished {
+            control.drains.remove(&k);
+            reg.endpoints.remove(&k);
+        }
+        let draining: BTreeSet<&ServicePortName> = control.drains.keys().map(|(s, _)| s).collect();
+        reg.services
+            .retain(|s, _| live_services.contains(s) || draining.contains(s));
+    }
+
+    /// Counters per service port, with their endpoints (including draining ones).
+    pub fn metrics(&self) -> Vec<ServiceMetrics> {
+        let table = self.shared.table.load();
+        let reg = self
+            .registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut algorithms: BTreeMap<&ServicePortName, svcnet_lb::Algorithm> = BTreeMap::new();
+        for r in table.routes.values() {
+            algorithms.insert(r.name(), r.algorithm());
+        }
+        let mut out: BTreeMap<ServicePortName, ServiceMetrics> = BTreeMap::new();
+        for (name, svc) in &reg.services {
+            let s = &svc.stats;
+            out.insert(
+                name.clone(),
+                ServiceMetrics {
+                    service: name.clone(),
+                    algorithm: algorithms
+                        .get(name)
+                        .copied()
+                        .unwrap_or(svcnet_lb::Algorithm::RoundRobin),
+                    active: load(&s.active),
+                    total: load(&s.total),
+                    bytes_in: load(&s.bytes_in),
+                    bytes_out: load(&s.bytes_out),
+                    connect_failures: load(&s.connect_failures),
+                    refused: load(&s.refused),
+                    endpoints: Vec::new(),
+                },
+            );
+        }
+        let now = now_ms();
+        for ((name, _), ep) in &reg.endpoints {
+            if let Some(m) = out.get_mut(name) {
+                m.endpoints.push(EndpointMetrics {
+                    addr: ep.addr,
+                    active: load(&ep.active),
+                    total: load(&ep.total),
+                    connect_failures: load(&ep.connect_failures),
+                    bytes_in: load(&ep.bytes_in),
+                    bytes_out: load(&ep.bytes_out),
+                    down: ep.is_down(now),
+                });
+            }
+        }
+        out.into_values()
+            .map(|mut m| {
+                m.endpoints.sort_by_key(|e| e.addr);
+                m
+            })
+            .collect()
+    }
+
+    /// The listener port of a route (privileged mode), for diagnostics and tests.
+    pub async fn listener_ports(&self) -> BTreeMap<ListenerKey, u16> {
+        let control = self.control.lock().await;
+        control
+            .listeners
+            .iter()
+            .map(|(k, l)| (k.clone(), l.port))
+            .collect()
+    }
+
+    /// Stops every listener and removes the kernel rules this dataplane installed.
+    pub async fn shutdown(&self) -> Result<(), UserspaceError> {
+        let mut control = self.control.lock().await;
+        for (_, l) in std::mem::take(&mut control.listeners) {
+            l.task.abort();
+        }
+        for (_, d) in std::mem::take(&mut control.drains) {
+            d.abort();
+        }
+        self.shared.table.store(Arc::new(Table::default()));
+        let programmed = std::mem::take(&mut control.programmed);
+        for family in programmed {
+            nft(self.shared.config.netns.as_deref(), &rules::delete(family)).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for UserspaceProxy {
+    fn drop(&mut self) {
+        let control = self.control.get_mut();
+        for l in control.listeners.values() {
+            l.task.abort();
+        }
+        for d in control.drains.values() {
+            d.abort();
+        }
+        // Best effort when `shutdown` was not called: never leave redirects to closed ports.
+        for family in std::mem::take(&mut control.programmed) {
+            let _ = nft_blocking(self.shared.config.netns.as_deref(), &rules::delete(family));
+        }
+    }
+}
+
+/// Removes svcnet-userspace's tables (`svcnet proxy --cleanup`); absent tables are fine.
+pub fn cleanup(netns: Option<&str>) {
+    for family in IpFamily::ALL {
+        let _ = nft_blocking(netns, &rules::delete(family));
+    }
+}
+
+fn nft_blocking(netns: Option<&str>, script: &str) -> Result<(), UserspaceError> {
+    let mut child = svcnet_netns::command(netns, "nft")
+        .args(["-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(UserspaceError::NftMissing)?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(UserspaceError::NftMissing)?;
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(UserspaceError::NftMissing)?;
+    if !out.status.success() {
+        return Err(UserspaceError::Nft {
+            netns: netns.map(str::to_string),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(())
+}
+
+async fn nft(netns: Option<&str>, script: &str) -> Result<(), UserspaceError> {
+    let (netns, script) = (netns.map(str::to_string), script.to_string());
+    tokio::task::spawn_blocking(move || nft_blocking(netns.as_deref(), &script))
+        .await
+        .map_err(|e| UserspaceError::NftMissing(std::io::Error::other(e)))?
+}

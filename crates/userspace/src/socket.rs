@@ -1,0 +1,169 @@
+//! Sockets in the right network namespace. A socket keeps the namespace it was created in for
+//! its whole life, whichever thread later uses it, so listeners and upstream sockets are
+//! created on a thread that entered the node's namespace (through svcnet-netns) and are then
+//! handed to tokio; tokio's own worker threads never switch namespaces.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
+use svcnet_netns::NetNs;
+use tokio::net::{TcpListener, TcpSocket, TcpStream, UdpSocket};
+use tokio::sync::oneshot;
+
+use crate::error::UserspaceError;
+
+type Request = (Domain, Type, oneshot::Sender<io::Result<Socket>>);
+
+/// Creates sockets in the current namespace, or in a named one through a helper thread that
+/// lives inside it (one channel round trip per socket instead of one thread per socket).
+#[derive(Debug)]
+pub struct SocketFactory {
+    netns: Option<String>,
+    helper: Option<std::sync::mpsc::Sender<Request>>,
+}
+
+impl SocketFactory {
+    /// `netns`: the named namespace (`/run/netns/<name>`) to create every socket in.
+    pub fn new(netns: Option<&str>) -> Result<Self, UserspaceError> {
+        let Some(name) = netns else {
+            return Ok(Self {
+                netns: None,
+                helper: None,
+            });
+        };
+        let ns = NetNs::open(name)?;
+        let (tx, rx) = std::sync::mpsc::channel::<Request>();
+        // The thread ends when the factory (the only sender) is dropped.
+        ns.spawn(move || {
+            while let Ok((domain, ty, reply)) = rx.recv() {
+                let _ = reply.send(Socket::new(domain, ty, None));
+            }
+        })?;
+        Ok(Self {
+            netns: Some(name.to_string()),
+            helper: Some(tx),
+        })
+    }
+
+    pub fn netns(&self) -> Option<&str> {
+        self.netns.as_deref()
+    }
+
+    async fn socket(&self, domain: Domain, ty: Type) -> io::Result<Socket> {
+        let Some(helper) = &self.helper else {
+            return Socket::new(domain, ty, None);
+        };
+        let (tx, rx) = oneshot::channel();
+        let gone = || io::Error::other("the network namespace socket helper stopped");
+        helper.send((domain, ty, tx)).map_err(|_| gone())?;
+        rx.await.map_err(|_| gone())?
+    }
+
+    /// Connects to an endpoint within `timeout`.
+    pub async fn connect_tcp(&self, addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+        let connect = async {
+            if self.helper.is_none() {
+                return TcpStream::connect(addr).await;
+            }
+            let s = self.socket(Domain::for_address(addr), Type::STREAM).await?;
+            s.set_nonblocking(true)?;
+            TcpSocket::from_std_stream(s.into()).connect(addr).await
+        };
+        let stream = tokio::time::timeout(timeout, connect)
+            .await
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+
+    /// A UDP socket connected to an endpoint (one per client flow).
+    pub async fn connect_udp(&self, addr: SocketAddr) -> io::Result<UdpSocket> {
+        let s = self.socket(Domain::for_address(addr), Type::DGRAM).await?;
+        s.set_nonblocking(true)?;
+        let any: SocketAddr = if addr.is_ipv4() {
+            ([0, 0, 0, 0], 0).into()
+        } else {
+            ([0u16; 8], 0).into()
+        };
+        s.bind(&any.into())?;
+        let sock = UdpSocket::from_std(s.into())?;
+        sock.connect(addr).await?;
+        Ok(sock)
+    }
+
+    fn in_ns<R: Send>(&self, f: impl FnOnce() -> R + Send) -> Result<R, UserspaceError> {
+        match &self.netns {
+            None => Ok(f()),
+            Some(name) => Ok(NetNs::open(name)?.run(f)?),
+        }
+    }
+
+    /// Binds a TCP listener (inside the namespace).
+    pub fn listen_tcp(&self, addr: SocketAddr) -> Result<TcpListener, UserspaceError> {
+        let std = self
+            .in_ns(|| -> io::Result<std::net::TcpListener> {
+                let s = Socket::new(
+                    Domain::for_address(addr),
+                    Type::STREAM,
+                    Some(SockProtocol::TCP),
+                )?;
+                if addr.is_ipv6() {
+                    s.set_only_v6(true)?;
+                }
+                s.set_reuse_address(true)?;
+                s.bind(&addr.into())?;
+                s.listen(1024)?;
+                s.set_nonblocking(true)?;
+                Ok(s.into())
+            })?
+            .map_err(|e| UserspaceError::bind(addr, "TCP", e))?;
+        TcpListener::from_std(std).map_err(|e| UserspaceError::bind(addr, "TCP", e))
+    }
+
+    /// Binds a UDP socket (inside the namespace).
+    pub fn bind_udp(&self, addr: SocketAddr) -> Result<UdpSocket, UserspaceError> {
+        let std = self
+            .in_ns(|| -> io::Result<std::net::UdpSocket> {
+                let s = Socket::new(
+                    Domain::for_address(addr),
+                    Type::DGRAM,
+                    Some(SockProtocol::UDP),
+                )?;
+                if addr.is_ipv6() {
+                    s.set_only_v6(true)?;
+                }
+                s.bind(&addr.into())?;
+                s.set_nonblocking(true)?;
+                Ok(s.into())
+            })?
+            .map_err(|e| UserspaceError::bind(addr, "UDP", e))?;
+        UdpSocket::from_std(std).map_err(|e| UserspaceError::bind(addr, "UDP", e))
+    }
+}
+
+/// The destination the client asked for before the kernel's redirect (`SO_ORIGINAL_DST`,
+/// IPv6 `IP6T_SO_ORIGINAL_DST`); `None` when the connection was not redirected.
+pub fn original_dst(stream: &TcpStream) -> Option<SocketAddr> {
+    use nix::sys::socket::{getsockopt, sockopt};
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
+    match stream.local_addr().ok()? {
+        SocketAddr::V4(_) => {
+            let sin = getsockopt(stream, sockopt::OriginalDst).ok()?;
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        SocketAddr::V6(_) => {
+            let sin6 = getsockopt(stream, sockopt::Ip6tOriginalDst).ok()?;
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                0,
+                0,
+            )))
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! The TCP data path: accept, recover the original destination, pick an endpoint (affinity,
+//! then the service's algorithm), connect with bounded retries, then splice both directions
+//! with half-close until either side ends or the endpoint's drain timeout passes.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use socket2::SockRef;
+use svcnet_lb::Flow;
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::proxy::Shared;
+use crate::state::{EndpointState, FlowView, Route, ServiceState, now_ms};
+use crate::table::RouteKey;
+
+/// Splice buffer per direction.
+const BUFFER: usize = 64 * 1024;
+
+pub(crate) async fn serve(shared: Arc<Shared>, key: RouteKey, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((client, peer)) => {
+                let (shared, key) = (shared.clone(), key.clone());
+                tokio::spawn(async move { handle(shared, key, client, peer).await });
+            }
+            Err(e) => {
+                // EMFILE and friends: back off briefly instead of spinning.
+                tracing::warn!(route = ?key, "accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// Closes a client connection with a TCP RST (so the client fails at once).
+fn reset(client: TcpStream) {
+    let _ = SockRef::from(&client).set_linger(Some(Duration::ZERO));
+    drop(client);
+}
+
+/// Picks the next endpoint for a flow: the client's affinity pin if still usable, else the
+/// balancer's choice among endpoints not yet tried and not marked down.
+pub(crate) fn choose(route: &Route, flow: &Flow, tried: &[usize]) -> Option<usize> {
+    let now = now_ms();
+    if let Some(timeout) = route.affinity
+        && let Some(addr) = route.service.affinity.get(flow.client.ip(), timeout, now)
+        && let Some(i) = route.index_of(addr)
+        && !tried.contains(&i)
+        && !route.endpoints[i].is_down(now)
+    {
+        return Some(i);
+    }
+    let view = FlowView::new(route, tried, now);
+    let ticket = route.service.stats.ticket.fetch_add(1, Ordering::Relaxed);
+    route.balancer.pick(flow, ticket, &view, &mut rand::rng())
+}
+
+async fn connect(shared: &Shared, route: &Route, flow: &Flow) -> Option<(usize, TcpStream)> {
+    let cfg = &shared.config;
+    let deadline = Instant::now() + cfg.connect_budget;
+    let mut tried = Vec::new();
+    for _ in 0..cfg.max_attempts.max(1) {
+        let i = choose(route, flow, &tried)?;
+        tried.push(i);
+        let ep = &route.endpoints[i];
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match shared
+            .sockets
+            .connect_tcp(ep.addr, cfg.connect_timeout.min(left))
+            .await
+        {
+            Ok(s) => {
+                if route.affinity.is_some() {
+                    route
+                        .service
+                        .affinity
+                        .set(flow.client.ip(), ep.addr, now_ms());
+                }
+                return Some((i, s));
+            }
+            Err(e) => {
+                ep.connect_failures.fetch_add(1, Ordering::Relaxed);
+                route
+                    .service
+                    .stats
+                    .connect_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                ep.mark_down(cfg.backoff);
+                tracing::debug!(service = %route.name(), endpoint = %ep.addr, "connect failed, trying another endpoint: {e}");
+            }
+        }
+    }
+    None
+}
+
+/// Counts a connection as active while it lives, whatever way it ends.
+pub(crate) struct Active {
+    ep: Arc<EndpointState>,
+    service: Arc<ServiceState>,
+}
+
+impl Active {
+    pub(crate) fn new(ep: Arc<EndpointState>, service: Arc<ServiceState>) -> Self {
+        for c in [&ep.active, &ep.total] {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        for c in [&service.stats.active, &service.stats.total] {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+        Self { ep, service }
+    }
+
+    pub(crate) fn bytes(&self, to_endpoint: u64, to_client: u64) {
+        self.ep.bytes_in.fetch_add(to_endpoint, Ordering::Relaxed);
+        self.ep.bytes_out.fetch_add(to_client, Ordering::Relaxed);
+        let s = &self.service.stats;
+        s.bytes_in.fetch_add(to_endpoint, Ordering::Relaxed);
+        s.bytes_out.fetch_add(to_client, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.ep.active.fetch_sub(1, Ordering::Relaxed);
+        self.service.stats.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn handle(shared: Arc<Shared>, key: RouteKey, mut client: TcpStream, peer: SocketAddr) {
+    let _ = client.set_nodelay(true);
+    let Some(route) = shared.table.load().routes.get(&key).cloned() else {
+        reset(client);
+        return;
+    };
+    let destination = shared
+        .privileged()
+        .then(|| crate::socket::original_dst(&client))
+        .flatten()
+        .or_else(|| client.local_addr().ok())
+        .unwrap_or(peer);
+    let flow = Flow {
+        client: peer,
+        destination,
+    };
+    let Some((i, mut upstream)) = connect(&shared, &route, &flow).await else {
+        route.service.stats.refused.fetch_add(1, Ordering::Relaxed);
+        reset(client);
+        return;
+    };
+    let ep = route.endpoints[i].clone();
+    let active = Active::new(ep.clone(), route.service.clone());
+    drop(route);
+    let evicted = crate::state::evicted(ep.eviction());
+    tokio::select! {
+        r = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, BUFFER, BUFFER) => {
+            if let Ok((to_endpoint, to_client)) = r {
+                active.bytes(to_endpoint, to_client);
+            }
+        }
+        _ = evicted => {
+            tracing::debug!(endpoint = %ep.addr, "drain timeout passed, closing a connection");
+        }
+    }
+}

@@ -1,0 +1,270 @@
+//! Unprivileged mode against real sockets (no root needed): each cluster IP in the loopback
+//! service CIDR 127.96.0.0/16 is bound directly; backends are tokio echo servers on other
+//! loopback addresses.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use common::*;
+use svcnet_proxy::fixtures::*;
+use svcnet_userspace::{Config, Mode, UserspaceProxy};
+use tokio::net::UdpSocket;
+
+struct Setup {
+    svc_ip: IpAddr,
+    port: u16,
+    backends: Vec<SocketAddr>,
+    _servers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Setup {
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.svc_ip, self.port)
+    }
+}
+
+/// `live` backends with listeners plus `dead` addresses with none, all on one port.
+async fn setup(live: usize, dead: usize) -> Setup {
+    let svc_ip = unique_ip(96);
+    let port = free_port(svc_ip).await;
+    let first = unique_ip(1);
+    let target = free_port(first).await;
+    let mut backends = Vec::new();
+    let mut servers = Vec::new();
+    for i in 0..live + dead {
+        let ip = if i == 0 { first } else { unique_ip(1) };
+        let addr = SocketAddr::new(ip, target);
+        if i < live {
+            servers.push(tcp_backend(addr, &format!("b{i}")).await);
+        }
+        backends.push(addr);
+    }
+    Setup {
+        svc_ip,
+        port,
+        backends,
+        _servers: servers,
+    }
+}
+
+fn objects(
+    s: &Setup,
+    proto: &str,
+    endpoints: &[SocketAddr],
+    f: impl FnOnce(&mut svcnet_proxy::fixtures::ServiceBuilder),
+) -> (
+    k8s_openapi::api::core::v1::Service,
+    k8s_openapi::api::discovery::v1::EndpointSlice,
+) {
+    let ip = s.svc_ip.to_string();
+    let svc = service("default", "web", |b| {
+        b.cluster_ip(&[&ip]).port("p", proto, i32::from(s.port));
+        f(b);
+    });
+    let target = s.backends.first().map_or(1, |b| b.port());
+    let sl = slice("default", "web-1", "web", |b| {
+        b.port("p", proto, i32::from(target));
+        for e in endpoints {
+            b.endpoint(&e.ip().to_string(), NODE, |_| {});
+        }
+    });
+    (svc, sl)
+}
+
+fn proxy() -> UserspaceProxy {
+    let mut c = Config::new(Mode::Unprivileged {
+        node_port_addresses: vec![],
+    });
+    c.connect_timeout = Duration::from_millis(500);
+    c.drain_timeout = Duration::from_millis(600);
+    UserspaceProxy::new(c).unwrap()
+}
+
+async fn tally(addr: SocketAddr, n: usize) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for _ in 0..n {
+        *m.entry(ask(addr).await.unwrap()).or_default() += 1;
+    }
+    m
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_robin_spreads_connections_evenly() {
+    let s = setup(3, 0).await;
+    let (svc, sl) = objects(&s, "TCP", &s.backends, |_| {});
+    let p = proxy();
+    let report = p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    assert!(report.bind_errors.is_empty(), "{:?}", report.bind_errors);
+    let t = tally(s.addr(), 30).await;
+    assert_eq!(
+        t,
+        BTreeMap::from([("b0".into(), 10), ("b1".into(), 10), ("b2".into(), 10)])
+    );
+    let m = &p.metrics()[0];
+    assert_eq!((m.total, m.connect_failures), (30, 0));
+    assert_eq!(m.endpoints.iter().map(|e| e.total).sum::<u64>(), 30);
+    // "?\n" per request, "bN\n" back; counted when each connection ends (they all have).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let m = &p.metrics()[0];
+    assert_eq!((m.bytes_in, m.bytes_out, m.active), (60, 90, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_endpoint_is_retried_transparently_and_marked_down() {
+    let s = setup(2, 1).await;
+    let dead = s.backends[2];
+    let (svc, sl) = objects(&s, "TCP", &s.backends, |_| {});
+    let p = proxy();
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let t = tally(s.addr(), 20).await;
+    assert_eq!(
+        t.values().sum::<usize>(),
+        20,
+        "every request answered: {t:?}"
+    );
+    let m = &p.metrics()[0];
+    let d = m.endpoints.iter().find(|e| e.addr == dead).unwrap();
+    // Tried once, then avoided during its back-off.
+    assert_eq!((d.connect_failures, d.total), (1, 0));
+    assert!(d.down);
+    assert_eq!(m.connect_failures, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_endpoints_refuses_at_once() {
+    let s = setup(1, 0).await;
+    let (svc, sl) = objects(&s, "TCP", &[], |_| {});
+    let p = proxy();
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let start = Instant::now();
+    let e = ask(s.addr()).await.unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused, "{e}");
+    assert!(start.elapsed() < Duration::from_millis(200));
+    // Every endpoint dead: the retries run out and the client gets a reset, fast.
+    let s = setup(0, 3).await;
+    let (svc, sl) = objects(&s, "TCP", &s.backends, |_| {});
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let start = Instant::now();
+    assert!(ask(s.addr()).await.is_err());
+    assert!(start.elapsed() < Duration::from_secs(1));
+    assert_eq!(p.metrics()[0].refused, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_ip_affinity_sticks() {
+    let s = setup(3, 0).await;
+    let (svc, sl) = objects(&s, "TCP", &s.backends, |b| {
+        b.affinity(Some(60));
+    });
+    let p = proxy();
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let t = tally(s.addr(), 12).await;
+    assert_eq!(t.len(), 1, "one client, one endpoint: {t:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_endpoint_drains_established_connections() {
+    let s = setup(2, 0).await;
+    let (svc, sl) = objects(&s, "TCP", &s.backends, |_| {});
+    let p = proxy();
+    p.sync(&desired(std::slice::from_ref(&svc), &[sl]))
+        .await
+        .unwrap();
+    let mut held = Conn::open(s.addr()).await.unwrap();
+    let first = held.ask().await.unwrap();
+    let idx: usize = first[1..].parse().unwrap();
+    let keep = s.backends[1 - idx];
+    let (_, sl) = objects(&s, "TCP", &[keep], |_| {});
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    // New connections avoid the removed endpoint at once; the established one continues.
+    let t = tally(s.addr(), 6).await;
+    assert_eq!(t.keys().collect::<Vec<_>>(), [&format!("b{}", 1 - idx)]);
+    assert_eq!(held.ask().await.unwrap(), first);
+    // After the drain timeout (600 ms) the proxy closes it.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert!(held.ask().await.is_err(), "drained connection still open");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_replies_come_from_the_service_address() {
+    let svc_ip = unique_ip(96);
+    let port = UdpSocket::bind((svc_ip, 0))
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let b0 = unique_ip(1);
+    let target = UdpSocket::bind((b0, 0))
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let b1 = unique_ip(1);
+    let _servers = [
+        udp_backend((b0, target).into(), "u0").await,
+        udp_backend((b1, target).into(), "u1").await,
+    ];
+    let ip = svc_ip.to_string();
+    let svc = service("default", "dns", |b| {
+        b.cluster_ip(&[&ip]).port("d", "UDP", i32::from(port));
+    });
+    let sl = slice("default", "dns-1", "dns", |b| {
+        b.port("d", "UDP", i32::from(target));
+        b.endpoint(&b0.to_string(), NODE, |_| {});
+        b.endpoint(&b1.to_string(), NODE, |_| {});
+    });
+    let p = proxy();
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let service_addr = SocketAddr::new(svc_ip, port);
+    let mut seen = BTreeMap::new();
+    for _ in 0..4 {
+        // A fresh client socket per round: rr gives each new flow the next endpoint.
+        let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        for _ in 0..3 {
+            c.send_to(b"?", service_addr).await.unwrap();
+            let mut buf = [0u8; 64];
+            let (n, from) = tokio::time::timeout(Duration::from_secs(2), c.recv_from(&mut buf))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(from, service_addr, "reply source");
+            *seen
+                .entry(String::from_utf8_lossy(&buf[..n]).to_string())
+                .or_insert(0) += 1;
+        }
+    }
+    // A flow sticks to its endpoint (3 replies each), flows alternate.
+    assert_eq!(seen, BTreeMap::from([("u0".into(), 6), ("u1".into(), 6)]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn least_connection_avoids_the_busy_endpoint() {
+    let s = setup(2, 0).await;
+    let (svc, sl) = objects(&s, "TCP", &s.backends, |_| {});
+    let svc = annotate(svc, "lc");
+    let p = proxy();
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    // Hold three connections open; lc spreads them 2/1, then the next goes to the lighter.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut c = Conn::open(s.addr()).await.unwrap();
+        let who = c.ask().await.unwrap();
+        held.push((c, who));
+    }
+    let busy = |n: &str| held.iter().filter(|(_, w)| w == n).count();
+    let (b0, b1) = (busy("b0"), busy("b1"));
+    assert_eq!(b0 + b1, 3);
+    assert!(b0.abs_diff(b1) == 1);
+    let lighter = if b0 < b1 { "b0" } else { "b1" };
+    assert_eq!(ask(s.addr()).await.unwrap(), lighter);
+    assert_eq!(
+        p.metrics()[0].algorithm,
+        svcnet_lb::Algorithm::LeastConnection
+    );
+}
