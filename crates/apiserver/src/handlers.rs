@@ -335,6 +335,35 @@ async fn update(
     Ok(json_response(StatusCode::OK, &obj, &warnings))
 }
 
+/// A server-side apply of an object that does not exist creates it from the apply
+/// configuration, as upstream does (`kubectl apply --server-side` of a new object).
+fn create_by_apply(
+    state: &SharedState,
+    res: &'static ResourceInfo,
+    namespace: Option<&str>,
+    name: &str,
+    body: &[u8],
+    mode: FieldValidation,
+) -> Result<(Value, Vec<String>), ApiError> {
+    let applied = machinery::apply_configuration(body)?;
+    let bytes = serde_json::to_vec(&applied)
+        .map_err(|e| ApiError::Internal(format!("re-encoding an apply configuration: {e}")))?;
+    let mut obj = objects::decode_body(res, &bytes, res.kind)?;
+    match meta_str(&obj, "name") {
+        None | Some("") => obj["metadata"]["name"] = json!(name),
+        Some(n) if n == name => {}
+        Some(n) => {
+            return Err(ApiError::BadRequest(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+    }
+    let warnings = check_fields(res, &obj, mode)?;
+    let obj = objects::prepare_create(res, namespace, obj)?;
+    let admitted = state.admission.admit_create(res, name, obj)?;
+    Ok((admitted, warnings))
+}
+
 async fn patch(
     state: &SharedState,
     req: &ResourceRequest,
@@ -351,13 +380,32 @@ async fn patch(
     let body = body.to_vec();
     let sub = req.subresource;
     let mode = req.query.field_validation;
+    let may_create = sub.is_none() && machinery::is_apply(&content_type);
+    if may_create && state.store.get(&key(req, &name)).await?.is_none() {
+        namespace_accepts(state, req).await?;
+    }
     let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let warn_slot = warnings.clone();
+    let created = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let created_slot = created.clone();
     let st = state.clone();
     let n = name.clone();
+    let ns = req.namespace.clone();
     let outcome = state
         .write(res, &key(req, &name), req.query.dry_run, move |cur| {
-            let cur = cur.ok_or_else(|| ApiError::not_found(res, &n))?;
+            let cur = match cur {
+                Some(c) => c,
+                None if may_create => {
+                    let (obj, w) = create_by_apply(&st, res, ns.as_deref(), &n, &body, mode)?;
+                    if let Ok(mut slot) = warn_slot.lock() {
+                        *slot = w;
+                    }
+                    created_slot.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return Ok(Mutation::Put(obj));
+                }
+                None => return Err(ApiError::not_found(res, &n)),
+            };
+            created_slot.store(false, std::sync::atomic::Ordering::SeqCst);
             let view = if sub == Some(Subresource::Scale) {
                 objects::scale_of(cur)
             } else {
@@ -393,7 +441,12 @@ async fn patch(
         obj
     };
     let warnings = warnings.lock().map(|w| w.clone()).unwrap_or_default();
-    Ok(json_response(StatusCode::OK, &obj, &warnings))
+    let code = if created.load(std::sync::atomic::Ordering::SeqCst) {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(json_response(code, &obj, &warnings))
 }
 
 async fn delete(

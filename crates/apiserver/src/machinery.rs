@@ -101,6 +101,16 @@ pub fn apply_patch(
     })
 }
 
+/// Whether a PATCH's Content-Type is server-side apply (which creates a missing object).
+pub fn is_apply(content_type: &str) -> bool {
+    PatchType::from_content_type(content_type) == Some(PatchType::Apply)
+}
+
+/// The object a server-side apply body describes (YAML or JSON), for creating it.
+pub fn apply_configuration(body: &[u8]) -> Result<Value, ApiError> {
+    patch::decode_apply_body(body).map_err(|e| ApiError::BadRequest(e.to_string()))
+}
+
 /// The patch type of a Content-Type, or 415.
 pub fn patch_type(content_type: &str) -> Result<PatchType, ApiError> {
     PatchType::from_content_type(content_type).ok_or_else(|| {
