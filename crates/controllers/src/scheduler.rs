@@ -1,5 +1,6 @@
-//! The one-node scheduler's pure core: every pod without `spec.nodeName` is bound to the local
-//! node. Pods that name another node are left alone, so tests can create pods "on other nodes"
+//! The scheduler's pure core: every pod without `spec.nodeName` is bound to one of the local
+//! nodes, in turn (round-robin from a turn counter the runtime keeps), so the pods of a
+//! Deployment spread over the embedded cluster's nodes. Pods that name another node are left alone, so tests can create pods "on other nodes"
 //! and set their status by hand, the way kwok does. Pods asking for another scheduler
 //! (`spec.schedulerName` other than `default-scheduler`), terminal pods and pods being deleted
 //! are skipped.
@@ -16,8 +17,12 @@ pub struct Binding {
     pub node: String,
 }
 
-/// The bindings to make, in pod order.
-pub fn plan(pods: &[&Pod], node_name: &str) -> Vec<Binding> {
+/// The bindings to make, in pod order: the `i`-th pod to bind goes to
+/// `nodes[(turn + i) % nodes.len()]`. No nodes, no bindings.
+pub fn plan(pods: &[&Pod], nodes: &[String], turn: usize) -> Vec<Binding> {
+    if nodes.is_empty() {
+        return Vec::new();
+    }
     pods.iter()
         .filter(|p| {
             let spec = p.spec.as_ref();
@@ -29,10 +34,11 @@ pub fn plan(pods: &[&Pod], node_name: &str) -> Vec<Binding> {
                 .is_none_or(|s| s.is_empty() || s == "default-scheduler");
             unbound && ours && podutil::is_active(p)
         })
-        .map(|p| Binding {
+        .enumerate()
+        .map(|(i, p)| Binding {
             namespace: p.metadata.namespace.clone().unwrap_or_default(),
             name: p.metadata.name.clone().unwrap_or_default(),
-            node: node_name.to_string(),
+            node: nodes[(turn + i) % nodes.len()].clone(),
         })
         .collect()
 }
@@ -64,7 +70,8 @@ mod tests {
         });
         let got = plan(
             &[&unbound, &elsewhere, &other_sched, &done, &empty],
-            "node-1",
+            &["node-1".to_string()],
+            0,
         );
         assert_eq!(
             got,
@@ -81,5 +88,22 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn spreads_pods_over_the_nodes_in_turn() {
+        let pods: Vec<Pod> = ["a", "b", "c"]
+            .iter()
+            .map(|name| {
+                pod("default", name, |p| {
+                    p.spec.as_mut().unwrap().node_name = None
+                })
+            })
+            .collect();
+        let refs: Vec<&Pod> = pods.iter().collect();
+        let nodes = ["n1".to_string(), "n2".to_string()];
+        let placed: Vec<String> = plan(&refs, &nodes, 1).into_iter().map(|b| b.node).collect();
+        assert_eq!(placed, ["n2", "n1", "n2"]);
+        assert!(plan(&refs, &[], 0).is_empty());
     }
 }

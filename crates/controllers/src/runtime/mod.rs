@@ -32,6 +32,9 @@ use reconcile::Controllers;
 pub struct ControllerOptions {
     /// The node the scheduler binds unscheduled pods to.
     pub node_name: String,
+    /// When not empty, the scheduler spreads unscheduled pods over these nodes in turn
+    /// (round-robin) instead of binding them all to `node_name`.
+    pub schedulable_nodes: Vec<String>,
     /// Upstream's `--max-endpoints-per-slice`.
     pub max_endpoints_per_slice: usize,
     /// Every key is reconciled again this often, whatever the watches say.
@@ -42,6 +45,7 @@ impl Default for ControllerOptions {
     fn default() -> Self {
         Self {
             node_name: "svcnet-node".into(),
+            schedulable_nodes: Vec::new(),
             max_endpoints_per_slice: crate::endpointslice::DEFAULT_MAX_ENDPOINTS_PER_SLICE,
             resync_period: Duration::from_secs(60),
         }

@@ -75,6 +75,8 @@ pub(crate) struct Controllers {
     pod_services: Mutex<HashMap<Key, Vec<Key>>>,
     /// Zone of each known node, so node heartbeats do not requeue every service.
     node_zones: Mutex<HashMap<String, Option<String>>>,
+    /// How many pods the scheduler has bound, so the next one goes to the next node.
+    scheduled: std::sync::atomic::AtomicUsize,
 }
 
 fn key_of<K: Resource>(o: &K) -> Key {
@@ -108,6 +110,7 @@ impl Controllers {
             expectations,
             pod_services: Mutex::new(HashMap::new()),
             node_zones: Mutex::new(HashMap::new()),
+            scheduled: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -573,8 +576,17 @@ impl Controllers {
         let Some(pod) = get(&inf.pods, key) else {
             return Ok(None);
         };
-        for b in scheduler::plan(&[pod.as_ref()], &self.opts.node_name) {
+        let single = [self.opts.node_name.clone()];
+        let nodes: &[String] = if self.opts.schedulable_nodes.is_empty() {
+            &single
+        } else {
+            &self.opts.schedulable_nodes
+        };
+        let turn = self.scheduled.load(std::sync::atomic::Ordering::Relaxed);
+        for b in scheduler::plan(&[pod.as_ref()], nodes, turn) {
             bind(&self.client, &b).await?;
+            self.scheduled
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(None)
     }

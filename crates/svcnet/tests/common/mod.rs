@@ -12,6 +12,8 @@ pub struct Up {
     pub child: Child,
     pub data_dir: tempfile::TempDir,
     pub api: std::net::SocketAddr,
+    /// The `--prefix` it was started with, for `svcnet down` on drop.
+    pub prefix: Option<String>,
 }
 
 impl Up {
@@ -29,10 +31,16 @@ impl Up {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
+        let prefix = extra
+            .iter()
+            .position(|a| *a == "--prefix")
+            .and_then(|i| extra.get(i + 1))
+            .map(|p| p.to_string());
         let up = Up {
             child,
             data_dir,
             api,
+            prefix,
         };
         up.wait_ready();
         up
@@ -102,8 +110,26 @@ impl Up {
 
 impl Drop for Up {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Stop it the graceful way first (it removes its namespaces), then make sure: kill it
+        // and run `svcnet down`, which also cleans up after a crash.
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if let Some(prefix) = &self.prefix {
+            let _ = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+                .args(["down", "--prefix", prefix, "--data-dir"])
+                .arg(self.data_dir.path())
+                .stdout(Stdio::null())
+                .status();
+        }
     }
 }
 

@@ -179,6 +179,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if !disabled.contains(&Component::Controllers) {
         let opts = svcnet_controllers::ControllerOptions {
             node_name: nodes[0].name.clone(),
+            schedulable_nodes: nodes.iter().map(|n| n.name.clone()).collect(),
             ..Default::default()
         };
         let client = client.clone();

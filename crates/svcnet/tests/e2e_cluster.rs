@@ -1,0 +1,305 @@
+//! End to end, whole system (needs root): `svcnet up --nodes 2` with its node namespaces, proxies,
+//! agents and DNS, driven by the real `kubectl`, `curl` and `dig` through the seeds' walkthrough.
+//! Address ranges and the name prefix are this test's own, so it never meets a running
+//! `svcnet up` or another test; traffic goes only to svcnet's own namespaces.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use common::{Up, example, free_udp_port, wait_for};
+
+const PREFIX: &str = "e2ecl";
+const UNDERLAY: &str = "172.29.7.0/24";
+const POD_CIDR: &str = "10.150.0.0/16";
+const SERVICE_CIDR: &str = "10.140.0.0/16";
+const LB_POOL: &str = "10.141.0.0/24";
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn curl(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "3", url])
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The `pod=` field of the built-in test server's answer.
+fn answered_by(reply: &str) -> Option<String> {
+    reply
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("pod="))
+        .map(str::to_string)
+}
+
+fn leftovers() -> Vec<String> {
+    let mut found = Vec::new();
+    for (args, what) in [
+        (&["netns", "list"][..], "netns"),
+        (&["-o", "link"][..], "link"),
+        (&["route"][..], "route"),
+    ] {
+        let out = Command::new("ip").args(args).output().unwrap();
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if line.contains(PREFIX)
+                || line.contains("10.140.")
+                || line.contains("10.150.")
+                || line.contains("172.29.7.")
+            {
+                found.push(format!("{what}: {line}"));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn seeds_walkthrough_on_two_nodes() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    assert!(
+        leftovers().is_empty(),
+        "leftovers before the test: {:?}",
+        leftovers()
+    );
+    let dns = free_udp_port();
+    let upstream = free_udp_port(); // closed: nothing leaves the machine
+    let mut up = Up::start(&[
+        "--nodes",
+        "2",
+        "--prefix",
+        PREFIX,
+        "--underlay",
+        UNDERLAY,
+        "--pod-cidr",
+        POD_CIDR,
+        "--service-cidr",
+        SERVICE_CIDR,
+        "--lb-pool",
+        LB_POOL,
+        "--dns-listen",
+        &dns.to_string(),
+        "--dns-upstream",
+        &upstream.to_string(),
+    ]);
+    let nodes = wait_for("two nodes registered", || {
+        let nodes = up.ok(&["get", "nodes", "-o", "wide", "--no-headers"]);
+        (nodes.lines().count() == 2).then_some(nodes)
+    });
+    assert!(
+        nodes.contains("172.29.7.2") && nodes.contains("172.29.7.3"),
+        "{nodes}"
+    );
+
+    up.ok(&["apply", "-f", &example("myapp.yaml")]);
+    up.ok(&["apply", "-f", &example("statefulset-web.yaml")]);
+    let cluster_ip = up.ok(&["get", "svc", "myapp", "-o", "jsonpath={.spec.clusterIP}"]);
+    assert!(cluster_ip.starts_with("10.140."), "{cluster_ip}");
+
+    // Three ready pods with their own IPs, published as endpoints.
+    wait_for("3 ready myapp endpoints", || {
+        let ep = up.ok(&[
+            "get",
+            "endpoints",
+            "myapp",
+            "-o",
+            "jsonpath={.subsets[*].addresses[*].ip}",
+        ]);
+        (ep.split_whitespace().count() == 3).then_some(ep)
+    });
+    let pods = up.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=myapp",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{\"\\n\"}{end}",
+    ]);
+    let pod_names: BTreeSet<String> = pods
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect();
+    assert_eq!(pod_names.len(), 3, "{pods}");
+    for line in pods.lines() {
+        let ip = line.split_whitespace().nth(1).unwrap();
+        assert!(
+            ip.starts_with("10.150."),
+            "pod IP from the pod CIDR: {line}"
+        );
+    }
+
+    // From the host, repeated curl to the cluster IP reaches all three pods.
+    let mut seen = BTreeSet::new();
+    for _ in 0..60 {
+        if let Some(pod) = curl(&format!("http://{cluster_ip}/"))
+            .as_deref()
+            .and_then(answered_by)
+        {
+            seen.insert(pod);
+        }
+        if seen == pod_names {
+            break;
+        }
+    }
+    assert_eq!(
+        seen, pod_names,
+        "curl to the cluster IP reached only {seen:?}"
+    );
+
+    // NodePort on every node, and the load balancer's IP.
+    up.ok(&["apply", "-f", &example("myapp-nodeport.yaml")]);
+    let node_port = up.ok(&[
+        "get",
+        "svc",
+        "myapp",
+        "-o",
+        "jsonpath={.spec.ports[0].nodePort}",
+    ]);
+    for node_ip in ["172.29.7.2", "172.29.7.3"] {
+        let url = format!("http://{node_ip}:{node_port}/");
+        let reply = wait_for(&format!("node port on {node_ip}"), || {
+            curl(&url).filter(|r| answered_by(r).is_some())
+        });
+        assert!(pod_names.contains(&answered_by(&reply).unwrap()), "{reply}");
+    }
+    let lb_ip = up.ok(&[
+        "get",
+        "svc",
+        "myapp-loadbalance",
+        "-o",
+        "jsonpath={.status.loadBalancer.ingress[0].ip}",
+    ]);
+    assert!(lb_ip.starts_with("10.141.0."), "{lb_ip}");
+    let reply = wait_for("load balancer IP", || {
+        curl(&format!("http://{lb_ip}:8765/")).filter(|r| answered_by(r).is_some())
+    });
+    assert!(pod_names.contains(&answered_by(&reply).unwrap()), "{reply}");
+
+    // Cluster DNS from the host: the headless service has the three pod IPs; StatefulSet names.
+    let dig = |name: &str| -> Vec<String> {
+        let out = Command::new("dig")
+            .args([
+                "+short",
+                "+time=2",
+                "+tries=1",
+                "-p",
+                &dns.port().to_string(),
+                "@127.0.0.1",
+                name,
+            ])
+            .output()
+            .unwrap();
+        let mut ips: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        ips.sort();
+        ips
+    };
+    let mut pod_ips: Vec<String> = pods
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(str::to_string)
+        .collect();
+    pod_ips.sort();
+    assert_eq!(dig("myapp-headless.default.svc.cluster.local"), pod_ips);
+    let web0 = wait_for("web-0.nginx resolves", || {
+        let ips = dig("web-0.nginx.default.svc.cluster.local");
+        (ips.len() == 1).then(|| ips[0].clone())
+    });
+    assert!(web0.starts_with("10.150."), "{web0}");
+
+    // Inside a pod: the environment, DNS through the kube-dns service, the search path.
+    let pod = pod_names.iter().next().unwrap().clone();
+    let exec = |cmd: &str| -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+            .args(["exec", "--data-dir"])
+            .arg(up.data_dir.path())
+            .args([&pod, "--", "sh", "-c", cmd])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "exec {cmd}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(exec("echo $MYAPP_SERVICE_HOST"), cluster_ip);
+    assert_eq!(
+        exec("dig +short +time=2 +tries=2 myapp.default.svc.cluster.local"),
+        cluster_ip
+    );
+    let via_search = exec("curl -s -m 3 http://myapp/");
+    assert!(
+        pod_names.contains(&answered_by(&via_search).unwrap_or_default()),
+        "{via_search}"
+    );
+
+    // Pods spread over both nodes, and a pod reaches a pod on the other node directly (host-gw).
+    let placement = up.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=myapp",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name} {.spec.nodeName} {.status.podIP}{\"\\n\"}{end}",
+    ]);
+    let placement: Vec<Vec<String>> = placement
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect();
+    let here = placement.iter().find(|p| p[0] == pod).unwrap().clone();
+    let there = placement
+        .iter()
+        .find(|p| p[1] != here[1])
+        .unwrap_or_else(|| panic!("all pods on one node: {placement:?}"))
+        .clone();
+    let direct = exec(&format!("curl -s -m 3 http://{}/", there[2]));
+    assert_eq!(
+        answered_by(&direct).as_deref(),
+        Some(there[0].as_str()),
+        "{direct}"
+    );
+    assert!(
+        direct.contains(&format!("client={}:", here[2])),
+        "pod-to-pod keeps the source IP: {direct}"
+    );
+
+    // Scaling is reflected in endpoints and DNS.
+    up.ok(&["scale", "deployment", "myapp-deploy", "--replicas=5"]);
+    wait_for("5 headless answers", || {
+        let ips = dig("myapp-headless.default.svc.cluster.local");
+        (ips.len() == 5).then(|| ips.join(","))
+    });
+    up.ok(&["scale", "deployment", "myapp-deploy", "--replicas=0"]);
+    wait_for("no headless answers", || {
+        dig("myapp-headless.default.svc.cluster.local")
+            .is_empty()
+            .then_some(String::new())
+    });
+    assert!(
+        curl(&format!("http://{cluster_ip}/")).is_none(),
+        "a service without endpoints refuses"
+    );
+
+    // Stopping removes every namespace, link and route.
+    let status = up.stop();
+    assert!(status.success(), "svcnet up exited with {status}");
+    assert!(leftovers().is_empty(), "left behind: {:?}", leftovers());
+}
