@@ -4,9 +4,11 @@
 //!
 //! svcnet-userspace owns one table per family (`ip svcnet-userspace`, `ip6 svcnet-userspace`)
 //! and never touches another. Hooks and priorities (the contract for software sharing the
-//! host): `nat prerouting/output priority dstnat` for the redirects; `filter prerouting/output
-//! priority dstnat - 10` for reject/drop of frontends without endpoints (so a refused
-//! connection gets a TCP RST or ICMP port unreachable at once, never a time-out).
+//! host): `nat prerouting/output priority -100` (dstnat) for the redirects; `filter
+//! prerouting/output priority -110` (dstnat - 10) for reject/drop of frontends without
+//! endpoints (so a refused connection gets a TCP RST or ICMP port unreachable at once, never
+//! a time-out). Priorities are numeric because nft 1.0.6 rejects the name `dstnat` at the
+//! output hook.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -78,10 +80,10 @@ pub fn render(family: IpFamily, routes: &[RouteSpec], ports: &BTreeMap<RouteKey,
     let _ = writeln!(out, "\tchain frontends {{\n{redirects}\t}}");
     let _ = writeln!(out, "\tchain no-endpoints {{\n{refusals}\t}}");
     for (name, kind, hook, prio) in [
-        ("nat-prerouting", "nat", "prerouting", "dstnat"),
-        ("nat-output", "nat", "output", "dstnat"),
-        ("filter-prerouting", "filter", "prerouting", "dstnat - 10"),
-        ("filter-output", "filter", "output", "dstnat - 10"),
+        ("nat-prerouting", "nat", "prerouting", "-100"),
+        ("nat-output", "nat", "output", "-100"),
+        ("filter-prerouting", "filter", "prerouting", "-110"),
+        ("filter-output", "filter", "output", "-110"),
     ] {
         let target = if kind == "nat" {
             "frontends"

@@ -121,19 +121,19 @@ fn privileged_rules_redirect_frontends_and_refuse_empty_services() {
         		ip daddr 10.96.0.12 tcp dport 80 reject with tcp reset
         	}
         	chain nat-prerouting {
-        		type nat hook prerouting priority dstnat; policy accept;
+        		type nat hook prerouting priority -100; policy accept;
         		jump frontends
         	}
         	chain nat-output {
-        		type nat hook output priority dstnat; policy accept;
+        		type nat hook output priority -100; policy accept;
         		jump frontends
         	}
         	chain filter-prerouting {
-        		type filter hook prerouting priority dstnat - 10; policy accept;
+        		type filter hook prerouting priority -110; policy accept;
         		jump no-endpoints
         	}
         	chain filter-output {
-        		type filter hook output priority dstnat - 10; policy accept;
+        		type filter hook output priority -110; policy accept;
         		jump no-endpoints
         	}
         }

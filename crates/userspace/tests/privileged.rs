@@ -1,0 +1,271 @@
+//! Privileged mode in real network namespaces (root): a client pod → service IP, redirected by
+//! the dataplane's nftables rules in the node namespace into the proxy, which runs its
+//! sockets inside that namespace and relays to backend pod namespaces.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use common::{NODE, annotate, desired};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use svcnet_netns::NetNs;
+use svcnet_netns::test_support::{Lab, NODE_IP, Session, tcp_ask};
+use svcnet_proxy::fixtures::*;
+use svcnet_userspace::{Config, Mode, UserspaceProxy};
+
+const T: Duration = Duration::from_secs(3);
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// A lab with a client pod (0) and `backends` backend pods (1..), each serving TCP 8080.
+fn lab(backends: usize, serving: &[usize]) -> Lab {
+    let mut lab = Lab::new().unwrap();
+    for _ in 0..=backends {
+        lab.add_pod().unwrap();
+    }
+    for &i in serving {
+        lab.serve_tcp(i, 8080, &format!("b{i}")).unwrap();
+    }
+    lab
+}
+
+fn web(lab: &Lab, pods: &[usize], f: impl FnOnce(&mut ServiceBuilder)) -> (Service, EndpointSlice) {
+    let svc = service("default", "web", |s| {
+        s.type_("NodePort")
+            .cluster_ip(&["10.96.0.10"])
+            .node_port("http", "TCP", 80, 30080);
+        f(s);
+    });
+    let sl = slice("default", "web-1", "web", |s| {
+        s.port("http", "TCP", 8080);
+        for &i in pods {
+            s.endpoint(&lab.pod(i).ipv4.to_string(), NODE, |_| {});
+        }
+    });
+    (svc, sl)
+}
+
+fn proxy(lab: &Lab) -> UserspaceProxy {
+    let mut c = Config::new(Mode::Privileged);
+    c.netns = Some(lab.node.name().to_string());
+    c.connect_timeout = Duration::from_millis(500);
+    c.drain_timeout = Duration::from_secs(30);
+    UserspaceProxy::new(c).unwrap()
+}
+
+/// Runs blocking client code inside a namespace without stalling the proxy's runtime.
+fn run_in<R: Send>(ns: &NetNs, f: impl FnOnce() -> R + Send) -> R {
+    tokio::task::block_in_place(|| ns.run(f).unwrap())
+}
+
+fn tally(ns: &NetNs, addr: SocketAddr, n: usize) -> BTreeMap<String, usize> {
+    run_in(ns, || {
+        let mut m = BTreeMap::new();
+        for _ in 0..n {
+            let r = tcp_ask(addr, T).unwrap();
+            *m.entry(r.identity).or_default() += 1;
+        }
+        m
+    })
+}
+
+fn svc_addr() -> SocketAddr {
+    "10.96.0.10:80".parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_ip_and_node_port_reach_every_endpoint_in_turn() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    let mut lab = lab(3, &[1, 2, 3]);
+    let (svc, sl) = web(&lab, &[1, 2, 3], |_| {});
+    let p = proxy(&lab);
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let t = tally(&lab.pod(0).ns, svc_addr(), 30);
+    assert_eq!(
+        t,
+        BTreeMap::from([("b1".into(), 10), ("b2".into(), 10), ("b3".into(), 10)])
+    );
+    // The endpoint sees the proxy (the node's address on its link), as userspace mode does.
+    let r = run_in(&lab.pod(0).ns, || tcp_ask(svc_addr(), T).unwrap());
+    assert!(r.client.to_string().starts_with("10.244."), "{r:?}");
+    // Node port from outside the cluster.
+    let ext = lab.external().unwrap();
+    let t = tally(ext, SocketAddr::new(NODE_IP.into(), 30080), 3);
+    assert_eq!(t.values().sum::<usize>(), 3);
+    assert_eq!(t.len(), 3, "{t:?}");
+    p.shutdown().await.unwrap();
+    let rules = lab.node.exec(&["nft", "list", "ruleset"]).unwrap();
+    assert!(!rules.contains("svcnet-userspace"), "{rules}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_endpoint_is_retried_transparently() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    // Pod 3 has no listener: its kernel answers the SYN with a RST.
+    let lab = lab(3, &[1, 2]);
+    let (svc, sl) = web(&lab, &[1, 2, 3], |_| {});
+    let p = proxy(&lab);
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let t = tally(&lab.pod(0).ns, svc_addr(), 12);
+    assert_eq!(t.values().sum::<usize>(), 12, "{t:?}");
+    assert!(!t.contains_key("b3"));
+    let m = &p.metrics()[0];
+    let dead = m
+        .endpoints
+        .iter()
+        .find(|e| e.addr.ip() == IpAddr::from(lab.pod(3).ipv4))
+        .unwrap();
+    assert_eq!(dead.connect_failures, 1, "tried once, then backed off");
+    assert!(dead.down);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_endpoints_is_refused_at_once() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    let mut lab = lab(1, &[1]);
+    // Like a real node, the node namespace has a default route (towards the external
+    // namespace), so its own connections reach the output hook instead of failing routing.
+    lab.external().unwrap();
+    let (svc, sl) = web(&lab, &[], |_| {});
+    let p = proxy(&lab);
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    for ns in [&lab.pod(0).ns, &lab.node] {
+        let (err, took) = run_in(ns, || {
+            let start = Instant::now();
+            (tcp_ask(svc_addr(), T).unwrap_err(), start.elapsed())
+        });
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionRefused, "{err}");
+        assert!(took < Duration::from_millis(300), "{took:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn affinity_sticks_to_one_endpoint() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    let lab = lab(3, &[1, 2, 3]);
+    let (svc, sl) = web(&lab, &[1, 2, 3], |s| {
+        s.affinity(Some(30));
+    });
+    let p = proxy(&lab);
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let t = tally(&lab.pod(0).ns, svc_addr(), 10);
+    assert_eq!(t.len(), 1, "{t:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drained_endpoint_keeps_its_established_connection() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    let lab = lab(2, &[1, 2]);
+    let (svc, sl) = web(&lab, &[1, 2], |_| {});
+    let p = proxy(&lab);
+    p.sync(&desired(std::slice::from_ref(&svc), &[sl]))
+        .await
+        .unwrap();
+    let (mut held, first) = run_in(&lab.pod(0).ns, || {
+        let mut s = Session::connect(svc_addr(), T).unwrap();
+        let r = s.ask().unwrap();
+        (s, r.identity)
+    });
+    let keep = if first == "b1" { 2 } else { 1 };
+    let (_, sl) = web(&lab, &[keep], |_| {});
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let t = tally(&lab.pod(0).ns, svc_addr(), 6);
+    assert_eq!(t, BTreeMap::from([(format!("b{keep}"), 6)]));
+    let again = tokio::task::block_in_place(|| held.ask().unwrap());
+    assert_eq!(again.identity, first);
+    // The six short connections finish closing (both directions) shortly; the drained one
+    // stays counted.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while p.metrics()[0].active != 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        p.metrics()[0].active,
+        1,
+        "the drained connection is still counted"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_replies_come_from_the_service_address() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    let mut lab = lab(2, &[]);
+    let _u1 = lab.serve_udp(1, 5353, "u1").unwrap();
+    let _u2 = lab.serve_udp(2, 5353, "u2").unwrap();
+    let svc = service("default", "dns", |s| {
+        s.cluster_ip(&["10.96.0.11"]).port("dns", "UDP", 53);
+    });
+    let sl = slice("default", "dns-1", "dns", |s| {
+        s.port("dns", "UDP", 5353);
+        for i in [1, 2] {
+            s.endpoint(&lab.pod(i).ipv4.to_string(), NODE, |_| {});
+        }
+    });
+    let p = proxy(&lab);
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let dns: SocketAddr = "10.96.0.11:53".parse().unwrap();
+    let seen = run_in(&lab.pod(0).ns, || {
+        let mut seen = BTreeMap::new();
+        for _ in 0..4 {
+            let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
+            sock.set_read_timeout(Some(T)).unwrap();
+            for _ in 0..2 {
+                sock.send_to(b"?", dns).unwrap();
+                let mut buf = [0u8; 128];
+                let (n, from) = sock.recv_from(&mut buf).unwrap();
+                assert_eq!(from, dns, "reply source");
+                let id = String::from_utf8_lossy(&buf[..n]);
+                let id = id.split_whitespace().next().unwrap().to_string();
+                *seen.entry(id).or_insert(0) += 1;
+            }
+        }
+        seen
+    });
+    assert_eq!(seen, BTreeMap::from([("u1".into(), 4), ("u2".into(), 4)]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_cluster_ip_and_maglev_annotation() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    let lab = lab(2, &[1, 2]);
+    let svc = annotate(
+        service("default", "web6", |s| {
+            s.cluster_ip(&["fd00:10:96::10"]).port("http", "TCP", 80);
+        }),
+        "maglev",
+    );
+    let sl = slice("default", "web6-1", "web6", |s| {
+        s.ipv6().port("http", "TCP", 8080);
+        for i in [1, 2] {
+            s.endpoint(&lab.pod(i).ipv6.to_string(), NODE, |_| {});
+        }
+    });
+    let p = proxy(&lab);
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let addr: SocketAddr = "[fd00:10:96::10]:80".parse().unwrap();
+    let t = tally(&lab.pod(0).ns, addr, 40);
+    // Maglev over client address and port: both endpoints get a share of 40 flows.
+    assert_eq!(t.values().sum::<usize>(), 40);
+    assert_eq!(t.len(), 2, "{t:?}");
+    assert_eq!(p.metrics()[0].algorithm, svcnet_lb::Algorithm::Maglev);
+}
