@@ -66,14 +66,20 @@ pub async fn handle(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, ApiError> {
+    let mut body = body;
     if matches!(req.verb, Verb::Create | Verb::Update) {
         let ct = headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("application/json");
-        if ct.contains("protobuf") || ct.contains("cbor") {
+        if crate::protobuf::is_protobuf(ct) {
+            // kubectl's typed commands send protobuf; the rest of the server sees JSON.
+            let obj = crate::protobuf::decode(&body)
+                .map_err(|e| ApiError::UnsupportedMediaType(e.to_string()))?;
+            body = Bytes::from(obj.to_string());
+        } else if ct.contains("protobuf") || ct.contains("cbor") {
             return Err(ApiError::UnsupportedMediaType(format!(
-                "the body of the request was in an unknown format ({ct}): this server accepts only application/json (protobuf bodies are not supported; use `kubectl apply -f` with a manifest)"
+                "the body of the request was in an unknown format ({ct}): this server accepts application/json and, for Namespaces, Services and Deployments, application/vnd.kubernetes.protobuf"
             )));
         }
     }

@@ -15,7 +15,8 @@
 //!
 //! Layout: `request` parses each HTTP request into a typed [`request::ApiRequest`];
 //! `handlers`/`watch` implement the verbs; `logs` serves `pods/log` from
-//! the files a [`LogSource`] locates; `objects` owns metadata rules; `machinery` and
+//! the files a [`LogSource`] locates; `protobuf` decodes kubectl's protobuf
+//! bodies into JSON; `objects` owns metadata rules; `machinery` and
 //! `admission` are the seams to the pure crates; `deletion` decides what a DELETE does
 //! (finalizers, graceful pod deletion); `gc` deletes orphans and empties terminating
 //! namespaces; `bootstrap` creates the default namespaces and the `kubernetes` service; `tls`
@@ -31,6 +32,7 @@ mod handlers;
 mod logs;
 mod machinery;
 mod objects;
+mod protobuf;
 mod registry;
 pub mod request;
 mod server;

@@ -188,15 +188,13 @@ async fn kubectl_drives_the_server() {
         assert!(out.contains("service \"web\" deleted"), "{out}");
         let err = k.fails(&["get", "svc", "web"]);
         assert!(err.contains("not found"), "{err}");
-        // Namespaces: create, fill, delete (contents go with it).
-        // (Applied from a file: `kubectl create namespace` sends protobuf, which this server
-        // does not decode; it answers 415 with a message saying so.)
-        let err = k.fails(&["create", "namespace", "scratch"]);
-        assert!(err.contains("protobuf"), "{err}");
+        // Namespaces: create (kubectl sends protobuf), fill, delete (contents go with it).
+        let out = k.ok(&["create", "namespace", "scratch"]);
+        assert!(out.contains("namespace/scratch created"), "{out}");
         let ns = dir.join("ns.yaml");
         std::fs::write(
             &ns,
-            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: scratch\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: tmp\n  namespace: scratch\nspec:\n  ports:\n  - {port: 80}\n",
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: tmp\n  namespace: scratch\nspec:\n  ports:\n  - {port: 80}\n",
         )
         .unwrap();
         k.ok(&["apply", "-f", &ns.to_string_lossy()]);
