@@ -4,7 +4,7 @@
 //! rules (`-C`/`-I`), the canary check, listing svcnet's chains and `--cleanup`. The only I/O
 //! in this crate.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::process::{Command, Stdio};
 
@@ -281,10 +281,29 @@ impl IptablesExecutor {
     }
 
     /// Ensures each hook (`-C`, else `-I <chain> 1`); inserting in reverse order leaves a fresh
-    /// built-in chain in the listed order. Returns how many were added.
+    /// built-in chain in the listed order. Returns how many were added. Each built-in chain is
+    /// listed once (`-S <chain>` is cheap even with many rules elsewhere in the table); `-C`
+    /// runs only for hooks not found verbatim in that listing.
     pub fn ensure_hooks(&self, family: Family, hooks: &[Hook]) -> Result<usize, ApplyError> {
+        let mut listings: BTreeMap<(Table, &str), String> = BTreeMap::new();
+        for h in hooks {
+            if let std::collections::btree_map::Entry::Vacant(e) =
+                listings.entry((h.table, h.chain))
+            {
+                e.insert(
+                    self.iptables(family, &["-w", "5", "-t", h.table.as_str(), "-S", h.chain])?,
+                );
+            }
+        }
         let mut added = 0;
         for h in hooks.iter().rev() {
+            let line = format!("-A {} {}", h.chain, h.rule.spec());
+            if listings
+                .get(&(h.table, h.chain))
+                .is_some_and(|l| l.lines().any(|x| x.trim() == line))
+            {
+                continue;
+            }
             let spec: Vec<&str> = h.rule.args.iter().map(String::as_str).collect();
             let mut check = vec!["-w", "5", "-t", h.table.as_str(), "-C", h.chain];
             check.extend(&spec);

@@ -324,3 +324,104 @@ fn backend_detection() {
     let exec = IptablesExecutor::detect(Some(ns.name().to_string())).unwrap();
     assert_eq!(exec.backend(), Backend::Legacy);
 }
+
+/// Hooks are installed once: a second ensure finds them all (no duplicates), in both families.
+#[test]
+fn hooks_are_idempotent() {
+    if !root() {
+        return;
+    }
+    for backend in Backend::ALL {
+        let w = setup(backend, &world());
+        let hooks = svcnet_iptables::render::hooks();
+        for family in Family::ALL {
+            assert_eq!(
+                w.dp.executor().ensure_hooks(family, &hooks).unwrap(),
+                0,
+                "{backend:?} {family}"
+            );
+            let prog = backend.program(family, "");
+            let pre = w
+                .lab
+                .node
+                .exec(&[&prog, "-t", "nat", "-S", "PREROUTING"])
+                .unwrap();
+            assert_eq!(pre.matches("SVCNET-SERVICES").count(), 1, "{pre}");
+            let fwd = w
+                .lab
+                .node
+                .exec(&[&prog, "-t", "filter", "-S", "FORWARD"])
+                .unwrap();
+            let order: Vec<&str> = fwd
+                .lines()
+                .filter_map(|l| l.split_whitespace().last())
+                .filter(|t| t.starts_with("SVCNET-"))
+                .collect();
+            assert_eq!(
+                order,
+                [
+                    "SVCNET-PROXY-FIREWALL",
+                    "SVCNET-FORWARD",
+                    "SVCNET-SERVICES",
+                    "SVCNET-EXTERNAL-SERVICES"
+                ]
+            );
+        }
+    }
+}
+
+/// IPv6 through ip6tables-restore: a dual-stack service reaches both backends over IPv6 and
+/// the backend sees the client's own address.
+#[test]
+fn ipv6_cluster_ip() {
+    if !root() {
+        return;
+    }
+    let mut state = ProxyState::new(config());
+    state
+        .update_service(&service("default", "v6", |b| {
+            b.cluster_ip(&["10.96.0.40", "fd00:10:96::40"])
+                .port("", "TCP", 80);
+        }))
+        .unwrap();
+    let v6 = |i: usize| format!("fd00:244:{i}::2");
+    state.update_slice(&slice("default", "v6-1", "v6", |b| {
+        b.ipv6()
+            .port("", "TCP", TCP_PORT as i32)
+            .endpoint(&v6(1), NODE, |_| {})
+            .endpoint(&v6(2), "n2", |_| {});
+    }));
+    let w = setup(Backend::Nft, &state);
+    let addr: SocketAddr = "[fd00:10:96::40]:80".parse().unwrap();
+    let client: IpAddr = v6(CLIENT_POD).parse().unwrap();
+    let replies: Vec<_> = w
+        .lab
+        .pod(CLIENT_POD - 1)
+        .ns
+        .run(|| {
+            (0..40)
+                .map(|_| tcp_ask(addr, Duration::from_secs(2)).unwrap())
+                .collect()
+        })
+        .unwrap();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for r in replies {
+        assert_eq!(r.client, client);
+        *seen.entry(r.identity).or_default() += 1;
+    }
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen.values().all(|n| *n >= 6), "{seen:?}");
+    // No IPv4 endpoints: the IPv4 cluster IP is refused at once.
+    let res = w
+        .lab
+        .pod(CLIENT_POD - 1)
+        .ns
+        .run(|| {
+            std::net::TcpStream::connect_timeout(
+                &"10.96.0.40:80".parse().unwrap(),
+                Duration::from_secs(2),
+            )
+        })
+        .unwrap();
+    assert_eq!(res.unwrap_err().kind(), ErrorKind::ConnectionRefused);
+}
