@@ -11,11 +11,67 @@ use std::process::Command;
 
 use common::{Up, example, free_udp_port, wait_for};
 
-const PREFIX: &str = "e2ecl";
-const UNDERLAY: &str = "172.29.7.0/24";
-const POD_CIDR: &str = "10.150.0.0/16";
-const SERVICE_CIDR: &str = "10.140.0.0/16";
-const LB_POOL: &str = "10.141.0.0/24";
+/// One test's own name prefix and address ranges, so tests run in parallel.
+struct Net {
+    prefix: &'static str,
+    underlay: &'static str,
+    pods: &'static str,
+    services: &'static str,
+    lb: &'static str,
+}
+
+impl Net {
+    /// `svcnet up` flags for these ranges, plus DNS on `dns` with a closed upstream.
+    fn up(&self, nodes: &str, dns: std::net::SocketAddr) -> Up {
+        let upstream = free_udp_port(); // closed: nothing leaves the machine
+        Up::start(&[
+            "--nodes",
+            nodes,
+            "--prefix",
+            self.prefix,
+            "--underlay",
+            self.underlay,
+            "--pod-cidr",
+            self.pods,
+            "--service-cidr",
+            self.services,
+            "--lb-pool",
+            self.lb,
+            "--dns-listen",
+            &dns.to_string(),
+            "--dns-upstream",
+            &upstream.to_string(),
+        ])
+    }
+
+    /// Namespaces, links and routes of this test still on the host.
+    fn leftovers(&self) -> Vec<String> {
+        let stems: Vec<String> = [self.underlay, self.pods, self.services, self.lb]
+            .iter()
+            .map(|cidr| {
+                // The whole octets of the network part: "172.29.8." for a /24, "10.152." for a /16.
+                let (addr, len) = cidr.split_once('/').unwrap();
+                let whole: usize = len.parse::<usize>().unwrap() / 8;
+                let octets: Vec<&str> = addr.split('.').take(whole).collect();
+                format!("{}.", octets.join("."))
+            })
+            .collect();
+        let mut found = Vec::new();
+        for (args, what) in [
+            (&["netns", "list"][..], "netns"),
+            (&["-o", "link"][..], "link"),
+            (&["route"][..], "route"),
+        ] {
+            let out = Command::new("ip").args(args).output().unwrap();
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if line.contains(self.prefix) || stems.iter().any(|s| line.contains(s.as_str())) {
+                    found.push(format!("{what}: {line}"));
+                }
+            }
+        }
+        found
+    }
+}
 
 fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
@@ -44,58 +100,26 @@ fn answered_by(reply: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-fn leftovers() -> Vec<String> {
-    let mut found = Vec::new();
-    for (args, what) in [
-        (&["netns", "list"][..], "netns"),
-        (&["-o", "link"][..], "link"),
-        (&["route"][..], "route"),
-    ] {
-        let out = Command::new("ip").args(args).output().unwrap();
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            if line.contains(PREFIX)
-                || line.contains("10.140.")
-                || line.contains("10.150.")
-                || line.contains("172.29.7.")
-            {
-                found.push(format!("{what}: {line}"));
-            }
-        }
-    }
-    found
-}
-
 #[test]
 fn seeds_walkthrough_on_two_nodes() {
     if !is_root() {
         eprintln!("skipped: needs root (CI runs as root)");
         return;
     }
+    let net = Net {
+        prefix: "e2ecl",
+        underlay: "172.29.7.0/24",
+        pods: "10.150.0.0/16",
+        services: "10.140.0.0/16",
+        lb: "10.141.0.0/24",
+    };
     assert!(
-        leftovers().is_empty(),
+        net.leftovers().is_empty(),
         "leftovers before the test: {:?}",
-        leftovers()
+        net.leftovers()
     );
     let dns = free_udp_port();
-    let upstream = free_udp_port(); // closed: nothing leaves the machine
-    let mut up = Up::start(&[
-        "--nodes",
-        "2",
-        "--prefix",
-        PREFIX,
-        "--underlay",
-        UNDERLAY,
-        "--pod-cidr",
-        POD_CIDR,
-        "--service-cidr",
-        SERVICE_CIDR,
-        "--lb-pool",
-        LB_POOL,
-        "--dns-listen",
-        &dns.to_string(),
-        "--dns-upstream",
-        &upstream.to_string(),
-    ]);
+    let mut up = net.up("2", dns);
     let nodes = wait_for("two nodes registered", || {
         let nodes = up.ok(&["get", "nodes", "-o", "wide", "--no-headers"]);
         (nodes.lines().count() == 2).then_some(nodes)
@@ -301,5 +325,148 @@ fn seeds_walkthrough_on_two_nodes() {
     // Stopping removes every namespace, link and route.
     let status = up.stop();
     assert!(status.success(), "svcnet up exited with {status}");
-    assert!(leftovers().is_empty(), "left behind: {:?}", leftovers());
+    assert!(
+        net.leftovers().is_empty(),
+        "left behind: {:?}",
+        net.leftovers()
+    );
+}
+
+/// A readiness probe drives the endpoints (and so the traffic) both ways, and
+/// `publishNotReadyAddresses` publishes the unready pod in DNS all along.
+#[test]
+fn readiness_drives_endpoints_and_publish_not_ready_addresses() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let net = Net {
+        prefix: "e2erd",
+        underlay: "172.29.8.0/24",
+        pods: "10.152.0.0/16",
+        services: "10.142.0.0/16",
+        lb: "10.143.0.0/24",
+    };
+    assert!(
+        net.leftovers().is_empty(),
+        "leftovers before the test: {:?}",
+        net.leftovers()
+    );
+    let dns = free_udp_port();
+    let mut up = net.up("1", dns);
+    // The probe reads a file the test controls (pods share the host's /tmp).
+    let flag_dir = tempfile::tempdir().unwrap();
+    let flag = flag_dir.path().join("ready");
+    let manifest = format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata:
+  name: probed
+  labels: {{app: probed}}
+spec:
+  containers:
+  - name: server
+    image: nginx
+    ports: [{{containerPort: 8080}}]
+    readinessProbe:
+      exec: {{command: [cat, "{flag}"]}}
+      periodSeconds: 1
+      failureThreshold: 1
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: probed}}
+spec:
+  selector: {{app: probed}}
+  ports: [{{port: 80, targetPort: 8080}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: probed-peers}}
+spec:
+  clusterIP: None
+  publishNotReadyAddresses: true
+  selector: {{app: probed}}
+  ports: [{{port: 8080}}]
+"#,
+        flag = flag.display()
+    );
+    let file = up.data_dir.path().join("probed.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    up.ok(&["apply", "-f", file.to_str().unwrap()]);
+    let cluster_ip = up.ok(&["get", "svc", "probed", "-o", "jsonpath={.spec.clusterIP}"]);
+    let pod_ip = wait_for("the pod runs, unready", || {
+        let ip = up.ok(&["get", "pod", "probed", "-o", "jsonpath={.status.podIP}"]);
+        let ep = up.ok(&[
+            "get",
+            "endpoints",
+            "probed",
+            "-o",
+            "jsonpath={.subsets[*].notReadyAddresses[*].ip}",
+        ]);
+        (!ip.is_empty() && ep == ip).then_some(ip)
+    });
+    let ready = || {
+        up.ok(&[
+            "get",
+            "endpoints",
+            "probed",
+            "-o",
+            "jsonpath={.subsets[*].addresses[*].ip}",
+        ])
+    };
+    assert_eq!(ready(), "", "an unready pod is not a ready endpoint");
+    assert!(
+        curl(&format!("http://{cluster_ip}/")).is_none(),
+        "no ready endpoint: refused"
+    );
+    let dig = |name: &str| -> String {
+        let out = Command::new("dig")
+            .args([
+                "+short",
+                "+time=2",
+                "+tries=1",
+                "-p",
+                &dns.port().to_string(),
+                "@127.0.0.1",
+                name,
+            ])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    wait_for("publishNotReadyAddresses publishes the unready pod", || {
+        (dig("probed-peers.default.svc.cluster.local") == pod_ip).then_some(String::new())
+    });
+
+    // The probe passes: the pod becomes a ready endpoint and takes traffic.
+    std::fs::write(&flag, "ok").unwrap();
+    wait_for("ready endpoint", || {
+        (ready() == pod_ip).then_some(String::new())
+    });
+    let reply = wait_for("traffic through the service", || {
+        curl(&format!("http://{cluster_ip}/"))
+    });
+    assert!(reply.contains("pod=probed"), "{reply}");
+
+    // The probe fails again: the endpoint leaves, the service refuses.
+    std::fs::remove_file(&flag).unwrap();
+    wait_for("endpoint leaves", || {
+        ready().is_empty().then_some(String::new())
+    });
+    wait_for("service refuses again", || {
+        curl(&format!("http://{cluster_ip}/"))
+            .is_none()
+            .then_some(String::new())
+    });
+    assert_eq!(dig("probed-peers.default.svc.cluster.local"), pod_ip);
+
+    let status = up.stop();
+    assert!(status.success(), "svcnet up exited with {status}");
+    assert!(
+        net.leftovers().is_empty(),
+        "left behind: {:?}",
+        net.leftovers()
+    );
 }
