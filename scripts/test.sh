@@ -19,9 +19,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets -- -D warnings
 if command -v cargo-nextest >/dev/null 2>&1; then
-  cargo nextest run --workspace --locked --no-fail-fast
+  cargo nextest run --workspace --no-fail-fast
 else
-  cargo test --workspace --locked --no-fail-fast
+  cargo test --workspace --no-fail-fast
 fi
