@@ -366,7 +366,15 @@ async fn pods_run_serve_probe_restart_and_terminate() {
         svcnet_agent::cni::Ipam::open(&env.cfg.node_dir(), "svcnet", &env.cfg.netconf().ipam)
             .unwrap();
     assert_eq!(ipam.find(&uid, "eth0").unwrap(), None, "address released");
-    assert!(env.pods().get_opt("client").await.unwrap().is_none());
+    // The agent confirms the graceful deletion (a grace-0 delete) after releasing the sandbox.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while env.pods().get_opt("client").await.unwrap().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never confirmed the pod's deletion"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let gone = svcnet_agent::exec::find_pod(&env.cfg.data_dir, "default", "client").unwrap_err();
     assert!(
         gone.to_string().contains("not running on this machine"),

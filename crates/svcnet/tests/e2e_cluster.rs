@@ -449,6 +449,9 @@ spec:
         curl(&format!("http://{cluster_ip}/"))
     });
     assert!(reply.contains("pod=probed"), "{reply}");
+    // `kubectl logs` serves what the agent captured from the container.
+    let logs = up.ok(&["logs", "probed"]);
+    assert!(logs.contains("svcnet test server: pod=probed"), "{logs}");
 
     // The probe fails again: the endpoint leaves, the service refuses.
     std::fs::remove_file(&flag).unwrap();

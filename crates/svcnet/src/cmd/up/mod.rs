@@ -137,6 +137,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         lb_pool: Some(args.lb_pool),
         cluster_domain: args.cluster_domain.clone(),
         dns_service_ip,
+        log_source: Some(log_source(&args.data_dir)),
         ..Default::default()
     };
     let server = svcnet_apiserver::start(config)
@@ -301,6 +302,21 @@ async fn start_dns(
     svcnet_dns::start(config, client.clone())
         .await
         .with_context(|| format!("cannot start cluster DNS on {listen}"))
+}
+
+/// `kubectl logs` reads the files the node agents capture in the data dir.
+fn log_source(data_dir: &std::path::Path) -> svcnet_apiserver::LogSource {
+    let dir = data_dir.to_path_buf();
+    svcnet_apiserver::LogSource::new(move |target| {
+        svcnet_agent::logs::find_log(
+            &dir,
+            target.namespace,
+            target.pod,
+            Some(target.container),
+            target.previous,
+        )
+        .map_err(|e| e.to_string())
+    })
 }
 
 /// The first /24 of the pod CIDR: the one node's pods when there is no topology.
