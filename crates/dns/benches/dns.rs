@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
 use hickory_proto::rr::{Name, RData, RecordType};
 use svcnet_dns::fixtures::*;
+use svcnet_dns::zone::ZoneState;
 use svcnet_dns::{DnsServer, Objects, Zone, ZoneConfig};
 
 const NAMESPACES: usize = 100;
@@ -240,6 +241,56 @@ fn main() {
         times[6].as_secs_f64() * 1e3
     );
 
+    // In-process cost of the pure lookup and of encoding its answer, per question.
+    {
+        let zone = Zone::build(config.clone(), &objects, 1);
+        let mut rng = rand::rng();
+        for (label, qname) in [
+            ("service-A", "svc-7.ns-3.svc.cluster.local."),
+            ("headless-A-100", "svc-0.ns-3.svc.cluster.local."),
+            ("NXDOMAIN", "nosuch.ns-3.svc.cluster.local."),
+        ] {
+            let name = Name::from_ascii(qname).unwrap();
+            let n = 20_000;
+            let t = Instant::now();
+            let mut answers = 0;
+            for _ in 0..n {
+                if let svcnet_dns::Outcome::Answer(r) = zone.lookup(
+                    &name,
+                    RecordType::A,
+                    hickory_proto::rr::DNSClass::IN,
+                    &mut rng,
+                ) {
+                    answers += r.answers.len();
+                }
+            }
+            let lookup_ns = t.elapsed().as_nanos() as f64 / n as f64;
+            let svcnet_dns::Outcome::Answer(r) = zone.lookup(
+                &name,
+                RecordType::A,
+                hickory_proto::rr::DNSClass::IN,
+                &mut rng,
+            ) else {
+                unreachable!()
+            };
+            let mut m = Message::new(1, MessageType::Response, OpCode::Query);
+            m.add_query(Query::query(name.clone(), RecordType::A));
+            m.add_answers(r.answers.clone());
+            m.add_authorities(r.authorities.clone());
+            let t = Instant::now();
+            let mut bytes = 0;
+            for _ in 0..n {
+                bytes += m.to_vec().unwrap().len();
+            }
+            let encode_ns = t.elapsed().as_nanos() as f64 / n as f64;
+            println!(
+                "S6 micro scenario={label} lookup_ns={lookup_ns:.0} encode_ns={encode_ns:.0} answers={} bytes={}",
+                answers / n,
+                bytes / n
+            );
+        }
+    }
+
     let server = rt
         .block_on(DnsServer::start(
             "127.0.0.1:0".parse().unwrap(),
@@ -321,15 +372,22 @@ fn main() {
     let index = 5 * PER_NAMESPACE + 5;
     let mut latencies = Vec::new();
     let mut current = objects.clone();
+    let mut state = ZoneState::new(config.clone());
+    state.replace_namespaces(current.namespaces.clone());
+    state.replace_services(current.services.clone());
+    state.replace_slices(current.endpoint_slices.clone());
+    state.snapshot(1);
+    let mut builds = Vec::new();
     for round in 0..40u32 {
         let ip = format!("10.97.{}.{}", round / 200, 1 + round % 200);
         current.services[index] = cluster_ip("ns-5", "svc-5", &[&ip], &[("http", "TCP", 80)]);
+        let changed = current.services[index].clone();
         let t = Instant::now();
-        // As the watcher does: snapshot the stores, build, publish.
-        let snapshot = current.clone();
-        server
-            .zone()
-            .publish(Zone::build(config.clone(), &snapshot, 2));
+        // As the watcher does: apply the event, take an incremental snapshot, publish.
+        state.upsert_service(changed);
+        let zone = state.snapshot(2);
+        builds.push(t.elapsed());
+        server.zone().publish(zone);
         loop {
             if rt.block_on(query_a(ours, &name)).as_deref() == Some(ip.as_str()) {
                 break;
@@ -338,12 +396,19 @@ fn main() {
         latencies.push(t.elapsed());
     }
     latencies.sort();
-    let pct = |p: f64| latencies[((latencies.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1e3;
+    builds.sort();
+    let pct = |v: &[Duration], p: f64| v[((v.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1e3;
+    println!(
+        "S7 N={} subject=svcnet incremental_rebuild_ms p50={:.1} p99={:.1}",
+        objects.services.len(),
+        pct(&builds, 0.5),
+        pct(&builds, 0.99)
+    );
     println!(
         "S7 N={} subject=svcnet change_to_answer_ms p50={:.1} p99={:.1}",
         objects.services.len(),
-        pct(0.5),
-        pct(0.99)
+        pct(&latencies, 0.5),
+        pct(&latencies, 0.99)
     );
     let services_and_endpoints = objects.services.len() + endpoints;
     println!(

@@ -1,20 +1,21 @@
 //! Watching the API server and publishing zone snapshots; the entry point [`start`]/[`run`].
 //!
-//! One kube-rs reflector per resource (Services, EndpointSlices, Namespaces, and Pods only for
-//! `pods verified`). Every watch event wakes the publisher, which waits a short debounce (so a
-//! burst of events becomes one rebuild), builds a new [`Zone`] from the stores off the async
-//! threads, and swaps it in. Until every store has completed its first list nothing is
-//! published, so the zone answers SERVFAIL rather than a premature NXDOMAIN.
+//! One kube-rs watcher per resource (Services, EndpointSlices, Namespaces, and Pods only for
+//! `pods verified`) feeds a shared [`ZoneState`]: each event marks what it changed. The publisher
+//! wakes on events, waits a short debounce (a burst of events becomes one snapshot), takes an
+//! incremental snapshot (only changed services are re-indexed) and swaps it in. Until every
+//! resource has completed its first list nothing is published, so the zone answers SERVFAIL
+//! rather than a premature NXDOMAIN.
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use tokio::sync::{Notify, watch};
@@ -22,7 +23,7 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use crate::server::{DnsError, DnsServer, ZoneHandle, host_upstreams};
-use crate::zone::{Objects, PodMode, Zone, ZoneConfig};
+use crate::zone::{PodMode, ZoneConfig, ZoneState};
 
 /// Everything `svcnet dns` (and `svcnet up`) configures.
 #[derive(Debug, Clone)]
@@ -133,51 +134,40 @@ async fn publish_loop(
     debounce: Duration,
     synced: watch::Sender<bool>,
 ) {
+    let state = Arc::new(Mutex::new(ZoneState::new(config.clone())));
     let notify = Arc::new(Notify::new());
     let mut tasks = JoinSet::new();
-    let services = reflect(Api::<Service>::all(client.clone()), &notify, &mut tasks);
-    let slices = reflect(
-        Api::<EndpointSlice>::all(client.clone()),
-        &notify,
-        &mut tasks,
-    );
-    let namespaces = reflect(Api::<Namespace>::all(client.clone()), &notify, &mut tasks);
-    let pods = (config.pods == PodMode::Verified)
-        .then(|| reflect(Api::<Pod>::all(client.clone()), &notify, &mut tasks));
-
-    let ready = async {
-        services.wait_until_ready().await?;
-        slices.wait_until_ready().await?;
-        namespaces.wait_until_ready().await?;
-        if let Some(pods) = &pods {
-            pods.wait_until_ready().await?;
-        }
-        Ok::<_, reflector::store::WriterDropped>(())
-    };
-    if ready.await.is_err() {
-        warn!("a watch ended before its first list; cluster DNS stays unsynced");
-        return;
+    let mut listed = vec![
+        track::<Service>(&client, &state, &notify, &mut tasks),
+        track::<EndpointSlice>(&client, &state, &notify, &mut tasks),
+        track::<Namespace>(&client, &state, &notify, &mut tasks),
+    ];
+    if config.pods == PodMode::Verified {
+        listed.push(track::<Pod>(&client, &state, &notify, &mut tasks));
     }
-    info!("cluster DNS synced with the API server");
 
     let mut last_warnings: Vec<String> = Vec::new();
+    let mut announced = false;
     loop {
-        let objects = Objects {
-            services: services.state(),
-            endpoint_slices: slices.state(),
-            namespaces: namespaces.state(),
-            pods: pods.as_ref().map(Store::state).unwrap_or_default(),
-        };
-        let cfg = config.clone();
+        notify.notified().await;
+        tokio::time::sleep(debounce).await;
+        // Nothing is published before every resource has completed its first list.
+        if !listed.iter().all(|l| l.load(Ordering::Acquire)) {
+            continue;
+        }
         let serial = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_secs() as u32)
+            .map(|d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX))
             .unwrap_or(1);
-        let Ok(zone) =
-            tokio::task::spawn_blocking(move || Zone::build(cfg, &objects, serial)).await
+        let shared = state.clone();
+        // The first snapshot indexes everything: keep it off the async threads.
+        let Ok(Some(zone)) = tokio::task::spawn_blocking(move || {
+            let mut state = shared.lock().ok()?;
+            Some(state.snapshot(serial))
+        })
+        .await
         else {
-            warn!("zone build panicked; keeping the previous zone");
-            notify.notified().await;
+            warn!("zone snapshot failed; keeping the previous zone");
             continue;
         };
         if zone.warnings() != last_warnings.as_slice() {
@@ -189,39 +179,115 @@ async fn publish_loop(
             last_warnings = zone.warnings().to_vec();
         }
         handle.publish(zone);
+        if !announced {
+            info!("cluster DNS synced with the API server");
+            announced = true;
+        }
         let _ = synced.send(true);
-        notify.notified().await;
-        tokio::time::sleep(debounce).await;
     }
 }
 
-/// A reflector for `api` whose every event wakes `notify`.
-fn reflect<K>(api: Api<K>, notify: &Arc<Notify>, tasks: &mut JoinSet<()>) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
+/// How each watched kind feeds the state.
+trait Tracked:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
 {
-    let (reader, writer) = reflector::store();
+    fn upsert(state: &mut ZoneState, obj: Arc<Self>);
+    fn delete(state: &mut ZoneState, obj: &Self);
+    fn replace(state: &mut ZoneState, all: Vec<Arc<Self>>);
+}
+
+impl Tracked for Service {
+    fn upsert(state: &mut ZoneState, obj: Arc<Self>) {
+        state.upsert_service(obj);
+    }
+    fn delete(state: &mut ZoneState, obj: &Self) {
+        state.delete_service(obj);
+    }
+    fn replace(state: &mut ZoneState, all: Vec<Arc<Self>>) {
+        state.replace_services(all);
+    }
+}
+
+impl Tracked for EndpointSlice {
+    fn upsert(state: &mut ZoneState, obj: Arc<Self>) {
+        state.upsert_slice(obj);
+    }
+    fn delete(state: &mut ZoneState, obj: &Self) {
+        state.delete_slice(obj);
+    }
+    fn replace(state: &mut ZoneState, all: Vec<Arc<Self>>) {
+        state.replace_slices(all);
+    }
+}
+
+impl Tracked for Namespace {
+    fn upsert(state: &mut ZoneState, obj: Arc<Self>) {
+        state.upsert_namespace(&obj);
+    }
+    fn delete(state: &mut ZoneState, obj: &Self) {
+        state.delete_namespace(obj);
+    }
+    fn replace(state: &mut ZoneState, all: Vec<Arc<Self>>) {
+        state.replace_namespaces(all);
+    }
+}
+
+impl Tracked for Pod {
+    fn upsert(state: &mut ZoneState, obj: Arc<Self>) {
+        state.upsert_pod(&obj);
+    }
+    fn delete(state: &mut ZoneState, obj: &Self) {
+        state.delete_pod(obj);
+    }
+    fn replace(state: &mut ZoneState, all: Vec<Arc<Self>>) {
+        state.replace_pods(all);
+    }
+}
+
+/// Watch every `K`, applying each event to `state` and waking `notify`. A relist (initial or
+/// after a lost watch) is applied atomically at its end, so a snapshot never sees half a list.
+/// The returned flag turns true after the first complete list.
+fn track<K: Tracked>(
+    client: &Client,
+    state: &Arc<Mutex<ZoneState>>,
+    notify: &Arc<Notify>,
+    tasks: &mut JoinSet<()>,
+) -> Arc<AtomicBool> {
+    let listed = Arc::new(AtomicBool::new(false));
     let stream =
-        reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
-    let notify = notify.clone();
+        watcher(Api::<K>::all(client.clone()), watcher::Config::default()).default_backoff();
+    let (state, notify, flag) = (state.clone(), notify.clone(), listed.clone());
     tasks.spawn(async move {
         let mut stream = std::pin::pin!(stream);
+        let mut relist: Vec<Arc<K>> = Vec::new();
         while let Some(event) = stream.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(error) => {
+                    warn!(kind = std::any::type_name::<K>(), %error, "watch error (retrying)");
+                    continue;
+                }
+            };
+            let Ok(mut st) = state.lock() else { return };
             match event {
-                Ok(_) => notify.notify_one(),
-                Err(error) => warn!(
-                    kind = std::any::type_name::<K>(),
-                    %error,
-                    "watch error (retrying)"
-                ),
+                watcher::Event::Init => relist.clear(),
+                watcher::Event::InitApply(obj) => relist.push(Arc::new(obj)),
+                watcher::Event::InitDone => {
+                    K::replace(&mut st, std::mem::take(&mut relist));
+                    flag.store(true, Ordering::Release);
+                }
+                watcher::Event::Apply(obj) => K::upsert(&mut st, Arc::new(obj)),
+                watcher::Event::Delete(obj) => K::delete(&mut st, &obj),
             }
+            drop(st);
+            notify.notify_one();
         }
     });
-    reader
+    listed
 }

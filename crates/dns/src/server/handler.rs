@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwapOption;
 use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode};
-use hickory_proto::rr::{Name, Record};
+use hickory_proto::rr::{DNSClass, Name, Record, RecordType};
+use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
 use hickory_server::net::runtime::Time;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
-use hickory_server::zone_handler::MessageResponseBuilder;
+use hickory_server::zone_handler::{MessageRequest, MessageResponseBuilder};
 use tracing::{debug, warn};
 
 use super::forward::{ForwardError, Forwarder};
@@ -39,7 +40,7 @@ impl ZoneHandle {
 }
 
 /// One reply before encoding.
-struct Reply {
+pub(crate) struct Reply {
     rcode: ResponseCode,
     authoritative: bool,
     truncated: bool,
@@ -61,6 +62,14 @@ impl Reply {
     }
 }
 
+/// What a request needs: an answer now, or upstream I/O first.
+pub(crate) enum Step {
+    Done(Reply),
+    /// An in-zone CNAME whose out-of-zone target must be resolved upstream.
+    Chase(Reply, Name, RecordType, DNSClass),
+    Forward(Name, RecordType, DNSClass),
+}
+
 /// Answers DNS requests for the server.
 pub struct Handler {
     pub(crate) config: Arc<ZoneConfig>,
@@ -75,17 +84,9 @@ impl RequestHandler for Handler {
         request: &Request,
         mut response_handle: R,
     ) -> ResponseInfo {
-        let reply = self.reply(request).await;
-        let mut metadata = Metadata::response_from_request(&request.metadata);
-        metadata.response_code = reply.rcode;
-        metadata.authoritative = reply.authoritative;
-        metadata.truncation = reply.truncated;
-        metadata.recursion_available = true;
-        let edns = request.edns.as_ref().map(|client| {
-            let mut ours = Edns::new();
-            ours.set_max_payload(client.max_payload().clamp(512, MAX_UDP_PAYLOAD));
-            ours
-        });
+        let reply = self.finish(self.step(request)).await;
+        let metadata = response_metadata(request, &reply);
+        let edns = response_edns(request);
         let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
             metadata,
             reply.answers.iter(),
@@ -108,13 +109,64 @@ impl RequestHandler for Handler {
     }
 }
 
+fn response_metadata(request: &MessageRequest, reply: &Reply) -> Metadata {
+    let mut metadata = Metadata::response_from_request(&request.metadata);
+    metadata.response_code = reply.rcode;
+    metadata.authoritative = reply.authoritative;
+    metadata.truncation = reply.truncated;
+    metadata.recursion_available = true;
+    metadata
+}
+
+fn response_edns(request: &MessageRequest) -> Option<Edns> {
+    request.edns.as_ref().map(|client| {
+        let mut ours = Edns::new();
+        ours.set_max_payload(client.max_payload().clamp(512, MAX_UDP_PAYLOAD));
+        ours
+    })
+}
+
+/// Encode `reply` to `request` for UDP: at most the client's EDNS buffer size (512 without
+/// EDNS), dropping records and setting TC when it does not fit.
+pub(crate) fn encode_udp(request: &MessageRequest, reply: &Reply) -> Vec<u8> {
+    let edns = response_edns(request);
+    let max = edns.as_ref().map(Edns::max_payload).unwrap_or(512);
+    let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
+        response_metadata(request, reply),
+        reply.answers.iter(),
+        reply.authorities.iter(),
+        std::iter::empty(),
+        reply.additionals.iter(),
+    );
+    let mut bytes = Vec::with_capacity(512);
+    let mut encoder = BinEncoder::new(&mut bytes);
+    encoder.set_max_size(max);
+    if response.destructive_emit(&mut encoder).is_ok() {
+        return bytes;
+    }
+    // Encoding failed: a bare SERVFAIL header.
+    let mut metadata = Metadata::response_from_request(&request.metadata);
+    metadata.response_code = ResponseCode::ServFail;
+    let mut bytes = Vec::with_capacity(12);
+    let mut encoder = BinEncoder::new(&mut bytes);
+    let header = Header {
+        metadata,
+        counts: HeaderCounts::default(),
+    };
+    match header.emit(&mut encoder) {
+        Ok(()) => bytes,
+        Err(_) => Vec::new(),
+    }
+}
+
 impl Handler {
-    async fn reply(&self, request: &Request) -> Reply {
+    /// Everything that can be decided without I/O.
+    pub(crate) fn step(&self, request: &MessageRequest) -> Step {
         if request.metadata.op_code != OpCode::Query {
-            return Reply::error(ResponseCode::NotImp);
+            return Step::Done(Reply::error(ResponseCode::NotImp));
         }
         let [query] = request.queries.queries() else {
-            return Reply::error(ResponseCode::FormErr);
+            return Step::Done(Reply::error(ResponseCode::FormErr));
         };
         let query = query.original();
         let (name, qtype, qclass) = (query.name(), query.query_type(), query.query_class());
@@ -123,13 +175,13 @@ impl Handler {
             Some(zone) => zone.lookup(name, qtype, qclass, &mut rand::rng()),
             None if self.owns(name) => {
                 debug!(%name, "not synced yet: SERVFAIL");
-                return Reply::error(ResponseCode::ServFail);
+                return Step::Done(Reply::error(ResponseCode::ServFail));
             }
             None => Outcome::Forward,
         };
         match outcome {
             Outcome::Answer(response) => {
-                let mut reply = Reply {
+                let reply = Reply {
                     rcode: response.rcode,
                     authoritative: true,
                     truncated: false,
@@ -137,40 +189,48 @@ impl Handler {
                     authorities: response.authorities,
                     additionals: response.additionals,
                 };
-                if let Some(target) = response.chase {
-                    self.chase(&mut reply, &target, qtype, qclass).await;
+                match response.chase {
+                    Some(target) => Step::Chase(reply, target, qtype, qclass),
+                    None => Step::Done(reply),
                 }
+            }
+            Outcome::Forward => Step::Forward(name.clone(), qtype, qclass),
+        }
+    }
+
+    /// Complete a step, doing its upstream I/O.
+    pub(crate) async fn finish(&self, step: Step) -> Reply {
+        match step {
+            Step::Done(reply) => reply,
+            Step::Chase(mut reply, target, qtype, qclass) => {
+                self.chase(&mut reply, &target, qtype, qclass).await;
                 reply
             }
-            Outcome::Forward => match self.forwarder.resolve(name, qtype, qclass).await {
-                Ok(upstream) => {
-                    let m = upstream.message;
-                    Reply {
-                        rcode: m.metadata.response_code,
-                        authoritative: false,
-                        truncated: m.metadata.truncation,
-                        answers: m.answers,
-                        authorities: m.authorities,
-                        additionals: m.additionals,
+            Step::Forward(name, qtype, qclass) => {
+                match self.forwarder.resolve(&name, qtype, qclass).await {
+                    Ok(upstream) => {
+                        let m = upstream.message;
+                        Reply {
+                            rcode: m.metadata.response_code,
+                            authoritative: false,
+                            truncated: m.metadata.truncation,
+                            answers: m.answers,
+                            authorities: m.authorities,
+                            additionals: m.additionals,
+                        }
+                    }
+                    Err(ForwardError::NoUpstream) => Reply::error(ResponseCode::Refused),
+                    Err(error) => {
+                        debug!(%name, %error, "forwarding failed");
+                        Reply::error(ResponseCode::ServFail)
                     }
                 }
-                Err(ForwardError::NoUpstream) => Reply::error(ResponseCode::Refused),
-                Err(error) => {
-                    debug!(%name, %error, "forwarding failed");
-                    Reply::error(ResponseCode::ServFail)
-                }
-            },
+            }
         }
     }
 
     /// Resolve an out-of-zone ExternalName target upstream and append it to the CNAME.
-    async fn chase(
-        &self,
-        reply: &mut Reply,
-        target: &Name,
-        qtype: hickory_proto::rr::RecordType,
-        qclass: hickory_proto::rr::DNSClass,
-    ) {
+    async fn chase(&self, reply: &mut Reply, target: &Name, qtype: RecordType, qclass: DNSClass) {
         match self.forwarder.resolve(target, qtype, qclass).await {
             Ok(upstream) => {
                 let m = upstream.message;

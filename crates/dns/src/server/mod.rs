@@ -3,6 +3,7 @@
 
 mod forward;
 mod handler;
+mod udp;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use hickory_server::Server;
 use tokio::net::{TcpListener, UdpSocket};
+use tokio::task::JoinSet;
 
 pub use forward::{ForwardError, Forwarder, Upstream, parse_resolv_conf};
 pub use handler::{Handler, ZoneHandle};
@@ -51,7 +53,8 @@ impl DnsError {
 
 /// A running DNS server; the zone it serves is published through [`DnsServer::zone`].
 pub struct DnsServer {
-    server: Server<Handler>,
+    server: Server<SharedHandler>,
+    udp: JoinSet<()>,
     local_addr: SocketAddr,
     zone: ZoneHandle,
     upstreams: Vec<SocketAddr>,
@@ -79,16 +82,22 @@ impl DnsServer {
         ));
         let upstreams = forwarder.upstreams().to_vec();
         let zone = ZoneHandle::default();
-        let handler = Handler {
+        let handler = Arc::new(Handler {
             config,
             zone: zone.clone(),
             forwarder,
-        };
-        let mut server = Server::new(handler);
-        server.register_socket(udp);
+        });
+        let udp = Arc::new(udp);
+        let mut udp_tasks = JoinSet::new();
+        let loops = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        for _ in 0..loops {
+            udp_tasks.spawn(udp::serve_udp(udp.clone(), handler.clone()));
+        }
+        let mut server = Server::new(SharedHandler(handler));
         server.register_listener(tcp, TCP_TIMEOUT, 64);
         Ok(DnsServer {
             server,
+            udp: udp_tasks,
             local_addr,
             zone,
             upstreams,
@@ -112,10 +121,30 @@ impl DnsServer {
 
     /// Stop listening and wait for in-flight requests.
     pub async fn shutdown(mut self) -> Result<(), DnsError> {
+        self.udp.shutdown().await;
         self.server
             .shutdown_gracefully()
             .await
             .map_err(|e| DnsError::Serve(e.to_string()))
+    }
+}
+
+/// The handler shared between the UDP loops and hickory-server's TCP side.
+struct SharedHandler(Arc<Handler>);
+
+#[async_trait::async_trait]
+impl hickory_server::server::RequestHandler for SharedHandler {
+    async fn handle_request<
+        R: hickory_server::server::ResponseHandler,
+        T: hickory_server::net::runtime::Time,
+    >(
+        &self,
+        request: &hickory_server::server::Request,
+        response_handle: R,
+    ) -> hickory_server::server::ResponseInfo {
+        self.0
+            .handle_request::<R, T>(request, response_handle)
+            .await
     }
 }
 

@@ -1,9 +1,8 @@
-//! Building a [`Zone`] from API objects.
+//! Indexing one service: from its Service and EndpointSlices to a [`ServiceEntry`].
 //!
-//! Bad objects never fail the build: each is skipped with a warning naming the object and the
+//! Bad objects never fail a build: each is skipped with a warning naming the object and the
 //! field, so one malformed Service cannot take the whole cluster's DNS down.
 
-use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -12,136 +11,32 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::names::dashed_ip;
-use super::{
-    EndpointEntry, NamespaceEntry, Objects, PortEntry, ServiceEntry, ServiceKind, Zone, ZoneConfig,
-};
+use super::state::ZoneState;
+use super::{EndpointEntry, Objects, PortEntry, ServiceEntry, ServiceKind, Zone, ZoneConfig};
 
 /// The label linking an EndpointSlice to its Service.
-const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 impl Zone {
     /// Index `objects` under `config`. `serial` becomes the SOA serial (callers use the build
-    /// time in seconds, tests a constant).
+    /// time in seconds, tests a constant). To follow changes, keep a [`ZoneState`] instead and
+    /// take a snapshot after each batch of events.
     pub fn build(config: Arc<ZoneConfig>, objects: &Objects, serial: u32) -> Zone {
-        let mut warnings = Vec::new();
-
-        // Slices grouped by the service they belong to.
-        let mut slices: HashMap<(&str, &str), Vec<&EndpointSlice>> = HashMap::new();
-        for slice in &objects.endpoint_slices {
-            let ns = slice.metadata.namespace.as_deref().unwrap_or_default();
-            let Some(svc) = slice
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(SERVICE_NAME_LABEL))
-            else {
-                continue;
-            };
-            slices.entry((ns, svc.as_str())).or_default().push(slice);
-        }
-
-        let mut namespaces: HashMap<String, NamespaceEntry> = HashMap::new();
-        for ns in &objects.namespaces {
-            if let Some(name) = &ns.metadata.name {
-                namespaces.entry(name.to_ascii_lowercase()).or_default();
-            }
-        }
-
-        for svc in &objects.services {
-            let (Some(ns), Some(name)) = (&svc.metadata.namespace, &svc.metadata.name) else {
-                warnings.push("Service without metadata.namespace or metadata.name".to_string());
-                continue;
-            };
-            let own_slices = slices
-                .get(&(ns.as_str(), name.as_str()))
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            match service_entry(&config.domain, ns, name, svc, own_slices, &mut warnings) {
-                Some(entry) => {
-                    namespaces
-                        .entry(ns.to_ascii_lowercase())
-                        .or_default()
-                        .services
-                        .insert(name.to_ascii_lowercase(), Arc::new(entry));
-                }
-                None => continue,
-            }
-        }
-
-        // Reverse index: cluster IPs first (one name each), then endpoint IPs (every name).
-        let mut reverse: HashMap<IpAddr, Vec<Name>> = HashMap::new();
-        for entry in namespaces.values().flat_map(|n| n.services.values()) {
-            if let ServiceKind::ClusterIp(ips) = &entry.kind {
-                for ip in ips {
-                    reverse
-                        .entry(*ip)
-                        .or_insert_with(|| vec![entry.fqdn.clone()]);
-                }
-            }
-        }
-        let cluster_ips: HashSet<IpAddr> = reverse.keys().copied().collect();
-        for entry in namespaces.values().flat_map(|n| n.services.values()) {
-            for ep in &entry.endpoints {
-                if cluster_ips.contains(&ep.ip) {
-                    continue;
-                }
-                let names = reverse.entry(ep.ip).or_default();
-                if !names.contains(&ep.fqdn) {
-                    names.push(ep.fqdn.clone());
-                }
-            }
-        }
-        for names in reverse.values_mut() {
-            names.sort();
-        }
-
-        let mut pod_ips = HashSet::new();
-        for pod in &objects.pods {
-            let Some(ns) = &pod.metadata.namespace else {
-                continue;
-            };
-            let Some(status) = &pod.status else { continue };
-            let ips = status
-                .pod_ips
-                .iter()
-                .flatten()
-                .map(|p| p.ip.as_str())
-                .chain(status.pod_ip.as_deref());
-            for ip in ips {
-                if let Ok(ip) = ip.parse::<IpAddr>() {
-                    pod_ips.insert((ns.to_ascii_lowercase(), ip));
-                }
-            }
-        }
-
-        let dns_ips = namespaces
-            .get(&config.dns_service.0)
-            .and_then(|n| n.services.get(&config.dns_service.1))
-            .map(|e| match &e.kind {
-                ServiceKind::ClusterIp(ips) => ips.clone(),
-                ServiceKind::Headless => e.endpoints.iter().map(|ep| ep.ip).collect(),
-                ServiceKind::ExternalName(_) => Vec::new(),
-            })
-            .unwrap_or_default();
-
-        Zone {
-            config,
-            serial,
-            namespaces,
-            reverse,
-            pod_ips,
-            dns_ips,
-            warnings,
-        }
+        let mut state = ZoneState::new(config);
+        state.replace_namespaces(objects.namespaces.iter().cloned());
+        state.replace_services(objects.services.iter().cloned());
+        state.replace_slices(objects.endpoint_slices.iter().cloned());
+        state.replace_pods(objects.pods.iter().cloned());
+        state.snapshot(serial)
     }
 }
 
-fn service_entry(
+pub(crate) fn service_entry(
     domain: &Name,
     ns: &str,
     name: &str,
     svc: &Service,
-    slices: &[&EndpointSlice],
+    slices: &[&Arc<EndpointSlice>],
     warnings: &mut Vec<String>,
 ) -> Option<ServiceEntry> {
     let what = format!("Service {ns}/{name}");
@@ -270,11 +165,15 @@ fn service_entry(
     }
     endpoints.sort_by(|a, b| (&a.label, a.ip).cmp(&(&b.label, b.ip)));
     endpoints.dedup_by(|a, b| a.label == b.label && a.ip == b.ip);
+    let mut endpoint_ips: Vec<IpAddr> = endpoints.iter().map(|e| e.ip).collect();
+    endpoint_ips.sort();
+    endpoint_ips.dedup();
 
     Some(ServiceEntry {
         fqdn,
         kind,
         ports,
         endpoints,
+        endpoint_ips,
     })
 }

@@ -207,12 +207,7 @@ impl Zone {
                 }
                 let mut answers = match kind {
                     ServiceKind::ClusterIp(ips) => address_records(owner, ips, qtype, ttl),
-                    _ => {
-                        let mut ips: Vec<IpAddr> = entry.endpoints.iter().map(|e| e.ip).collect();
-                        ips.sort();
-                        ips.dedup();
-                        address_records(owner, &ips, qtype, ttl)
-                    }
+                    _ => address_records(owner, &entry.endpoint_ips, qtype, ttl),
                 };
                 answers.shuffle(rng);
                 records(answers, Vec::new())
@@ -351,7 +346,17 @@ impl Zone {
             return None;
         }
         let ip = reverse_ip(name)?;
-        let names = self.reverse.get(&ip);
+        let names = self.reverse[super::state::shard_of(&ip)]
+            .get(&ip)
+            .map(|targets| {
+                // A cluster IP names its service alone; otherwise every endpoint with the IP.
+                let mut names: Vec<&Name> = match targets.iter().find(|t| t.endpoint.is_none()) {
+                    Some(service) => vec![service.name()],
+                    None => targets.iter().map(|t| t.name()).collect(),
+                };
+                names.sort();
+                names
+            });
         if names.is_none() && !self.config.reverse_cidrs.iter().any(|c| c.contains(&ip)) {
             return None;
         }
@@ -366,7 +371,7 @@ impl Zone {
             }
             Some(names) if matches!(qtype, RecordType::PTR | RecordType::ANY) => {
                 response.answers = names
-                    .iter()
+                    .into_iter()
                     .map(|n| {
                         Record::from_rdata(
                             name.clone(),

@@ -12,6 +12,7 @@
 mod build;
 mod lookup;
 mod names;
+mod state;
 #[cfg(test)]
 mod tests;
 
@@ -27,6 +28,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 pub use names::{dashed_ip, parse_dashed_ip};
+pub use state::ZoneState;
 
 /// The schema version of the Kubernetes DNS specification this server implements.
 pub const DNS_SCHEMA_VERSION: &str = "1.1.0";
@@ -120,18 +122,49 @@ pub struct Zone {
     serial: u32,
     /// Namespace name → its services (a namespace exists when a Namespace object or a Service
     /// in it exists).
-    namespaces: HashMap<String, NamespaceEntry>,
-    /// IP → PTR targets: the service name for a cluster IP, else every endpoint name with that IP.
-    reverse: HashMap<IpAddr, Vec<Name>>,
+    namespaces: Arc<HashMap<String, Arc<NamespaceEntry>>>,
+    /// IP → PTR targets, sharded by address: the service for a cluster IP, else every endpoint
+    /// with that IP.
+    reverse: Vec<Arc<state::ReverseShard>>,
     /// (namespace, IP) of every pod with an IP, for `pods verified`.
-    pod_ips: HashSet<(String, IpAddr)>,
+    pod_ips: Arc<HashSet<(String, IpAddr)>>,
     /// Glue for `ns.dns.<zone>`.
     dns_ips: Vec<IpAddr>,
     /// Objects that could not be indexed, each naming the object and field.
     warnings: Vec<String>,
 }
 
-#[derive(Debug, Default)]
+/// A service (by its name) or one of its endpoints, as a PTR target.
+#[derive(Debug, Clone)]
+struct ReverseTarget {
+    service: Arc<ServiceEntry>,
+    endpoint: Option<usize>,
+}
+
+impl ReverseTarget {
+    fn service(service: &Arc<ServiceEntry>) -> Self {
+        ReverseTarget {
+            service: service.clone(),
+            endpoint: None,
+        }
+    }
+
+    fn endpoint(service: &Arc<ServiceEntry>, index: usize) -> Self {
+        ReverseTarget {
+            service: service.clone(),
+            endpoint: Some(index),
+        }
+    }
+
+    fn name(&self) -> &Name {
+        match self.endpoint.and_then(|i| self.service.endpoints.get(i)) {
+            Some(ep) => &ep.fqdn,
+            None => &self.service.fqdn,
+        }
+    }
+}
+
+#[derive(Debug, Default, Clone)]
 struct NamespaceEntry {
     services: HashMap<String, Arc<ServiceEntry>>,
 }
@@ -146,6 +179,8 @@ struct ServiceEntry {
     /// Endpoints published in DNS (ready, or all with publishNotReadyAddresses), one per
     /// (label, IP), in a stable order.
     endpoints: Vec<EndpointEntry>,
+    /// The distinct endpoint IPs, sorted (the headless answer).
+    endpoint_ips: Vec<IpAddr>,
 }
 
 #[derive(Debug)]

@@ -613,11 +613,152 @@ fn bad_objects_are_skipped_with_a_named_warning() {
     );
     expect![[r#"
         [
-            "Service default/broken: spec.externalName: \"bad..name\" is not a DNS name: Malformed label: ",
             "Service default/bad-ip: spec.clusterIPs: \"10.96.0.999\" is not an IP address",
+            "Service default/broken: spec.externalName: \"bad..name\" is not a DNS name: Malformed label: ",
         ]
     "#]]
     .assert_debug_eq(&zone.warnings());
     // The rest of the zone still answers.
     assert_eq!(zone.service_count(), world().services.len() + 1);
+}
+
+#[test]
+fn incremental_snapshots_share_unchanged_services_and_see_changes() {
+    let config = Arc::new(ZoneConfig::new("cluster.local").unwrap());
+    let objects = world();
+    let mut state = super::ZoneState::new(config);
+    state.replace_namespaces(objects.namespaces.clone());
+    state.replace_services(objects.services.clone());
+    state.replace_slices(objects.endpoint_slices.clone());
+    let first = state.snapshot(1);
+    assert!(!state.is_dirty());
+    let entry = |z: &Zone, ns: &str, svc: &str| z.namespaces[ns].services[svc].clone();
+
+    // Change one service, drop a slice.
+    state.upsert_service(cluster_ip(
+        "default",
+        "myapp",
+        &["10.96.1.1"],
+        &[("http", "TCP", 80)],
+    ));
+    let nginx_slice = objects
+        .endpoint_slices
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some("nginx-1"))
+        .unwrap();
+    state.delete_slice(nginx_slice);
+    let second = state.snapshot(2);
+
+    // Untouched services and namespaces are shared, not copied.
+    assert!(Arc::ptr_eq(
+        &entry(&first, "default", "kubernetes"),
+        &entry(&second, "default", "kubernetes")
+    ));
+    assert!(Arc::ptr_eq(
+        &first.namespaces["kube-system"],
+        &second.namespaces["kube-system"]
+    ));
+    assert!(!Arc::ptr_eq(
+        &entry(&first, "default", "myapp"),
+        &entry(&second, "default", "myapp")
+    ));
+    // The first snapshot is unchanged (immutable).
+    check_with(
+        &first,
+        "myapp.default.svc.cluster.local. A",
+        expect![[r#"
+            NOERROR
+            answer:
+              myapp.default.svc.cluster.local. 30 IN A 10.96.221.214
+        "#]],
+    );
+    check_with(
+        &second,
+        "myapp.default.svc.cluster.local. A",
+        expect![[r#"
+            NOERROR
+            answer:
+              myapp.default.svc.cluster.local. 30 IN A 10.96.1.1
+        "#]],
+    );
+    // nginx lost its only slice: a headless service without endpoints is NXDOMAIN.
+    check_with(
+        &second,
+        "web-0.nginx.default.svc.cluster.local. A",
+        expect![[r#"
+            NXDOMAIN
+            authority:
+              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 2 7200 1800 86400 30
+        "#]],
+    );
+    // Reverse entries follow: the old IPs are gone, the new one resolves.
+    check_with(
+        &second,
+        "214.221.96.10.in-addr.arpa. PTR",
+        expect![[r#"
+            NXDOMAIN
+            authority:
+              in-addr.arpa. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 2 7200 1800 86400 30
+        "#]],
+    );
+    check_with(
+        &second,
+        "1.1.96.10.in-addr.arpa. PTR",
+        expect![[r#"
+            NOERROR
+            answer:
+              1.1.96.10.in-addr.arpa. 30 IN PTR myapp.default.svc.cluster.local.
+        "#]],
+    );
+    check_with(
+        &second,
+        "10.1.244.10.in-addr.arpa. PTR",
+        expect![[r#"
+            NXDOMAIN
+            authority:
+              in-addr.arpa. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 2 7200 1800 86400 30
+        "#]],
+    );
+
+    // Deleting the service removes it; a relist equal to the current objects changes nothing.
+    let myapp = second.namespaces["default"].services["myapp"].fqdn.clone();
+    state.delete_service(&cluster_ip("default", "myapp", &[], &[]));
+    let third = state.snapshot(3);
+    assert!(!third.namespaces["default"].services.contains_key("myapp"));
+    assert_eq!(myapp.to_string(), "myapp.default.svc.cluster.local.");
+    let services: Vec<_> = objects
+        .services
+        .iter()
+        .filter(|s| s.metadata.name.as_deref() != Some("myapp"))
+        .cloned()
+        .collect();
+    state.replace_services(services);
+    assert!(
+        !state.is_dirty(),
+        "a relist of the same objects must not dirty anything"
+    );
+
+    // A full rebuild of the final objects answers exactly like the incremental state.
+    let mut final_objects = world();
+    final_objects
+        .services
+        .retain(|s| s.metadata.name.as_deref() != Some("myapp"));
+    final_objects
+        .endpoint_slices
+        .retain(|s| s.metadata.name.as_deref() != Some("nginx-1"));
+    let full = Zone::build(
+        Arc::new(ZoneConfig::new("cluster.local").unwrap()),
+        &final_objects,
+        3,
+    );
+    for q in [
+        "myapp.default.svc.cluster.local. A",
+        "nginx.default.svc.cluster.local. A",
+        "myapp-headless.default.svc.cluster.local. A",
+        "167.236.18.172.in-addr.arpa. PTR",
+        "_http._tcp.myapp.default.svc.cluster.local. SRV",
+        "quiet.svc.cluster.local. A",
+    ] {
+        assert_eq!(answer_text(&third, q), answer_text(&full, q), "{q}");
+    }
 }
