@@ -10,13 +10,19 @@
 //! The agent starts it by re-executing the svcnet binary with `SVCNET_TESTSERVER=tcp:80,udp:53`
 //! (plus `SVCNET_TESTSERVER_POD` and `SVCNET_TESTSERVER_IP`); the binary's `main` calls
 //! [`run_if_requested`] before anything else. Plain threads, no async runtime: it must start
-//! fast and stay small. SIGTERM ends it (the default action).
+//! fast and stay small. On SIGTERM it behaves like a well-written server in a rolling update: it
+//! keeps serving for a short drain (`SVCNET_TESTSERVER_DRAIN_MS`, default 1500 ms) while the
+//! proxies stop sending it new connections (its endpoint is already terminating), then exits 0.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::time::Duration;
 
 use crate::runtime::spec::{TESTSERVER_ENV, TESTSERVER_IP_ENV, TESTSERVER_POD_ENV};
+
+/// How long the test server keeps serving after SIGTERM: longer than the proxies' default
+/// minimum sync period (1 s), so no new connection reaches it after it stops.
+const DEFAULT_DRAIN: Duration = Duration::from_millis(1500);
 
 /// If `SVCNET_TESTSERVER` is set, runs the test server and never returns; otherwise returns.
 pub fn run_if_requested() {
@@ -26,6 +32,18 @@ pub fn run_if_requested() {
     let pod = std::env::var(TESTSERVER_POD_ENV)
         .unwrap_or_else(|_| std::env::var("HOSTNAME").unwrap_or_default());
     let ip = std::env::var(TESTSERVER_IP_ENV).unwrap_or_default();
+    let drain = std::env::var("SVCNET_TESTSERVER_DRAIN_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map_or(DEFAULT_DRAIN, Duration::from_millis);
+    let drained = svcnet_netns::signals::on_sigterm(move || {
+        eprintln!("svcnet test server: SIGTERM, draining for {drain:?}");
+        std::thread::sleep(drain);
+        std::process::exit(0);
+    });
+    if let Err(e) = drained {
+        eprintln!("svcnet test server: cannot handle SIGTERM ({e}); it will end at once");
+    }
     match serve(&ports, &pod, &ip) {
         Ok(()) => std::process::exit(0),
         Err(e) => {

@@ -16,6 +16,7 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use nix::sched::{CloneFlags, setns, unshare};
 
 pub mod sandbox;
+pub mod signals;
 pub mod test_support;
 
 /// Where persistent namespaces are bind-mounted (iproute2's convention).

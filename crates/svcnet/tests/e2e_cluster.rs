@@ -465,6 +465,63 @@ spec:
     });
     assert_eq!(dig("probed-peers.default.svc.cluster.local"), pod_ip);
 
+    // Deleting a pod while a client loops over the service loses no request: the endpoint turns
+    // terminating at once and the pod drains before it exits.
+    up.ok(&["apply", "-f", &example("myapp.yaml")]);
+    let myapp_ip = up.ok(&["get", "svc", "myapp", "-o", "jsonpath={.spec.clusterIP}"]);
+    wait_for("3 ready myapp endpoints", || {
+        let ep = up.ok(&[
+            "get",
+            "endpoints",
+            "myapp",
+            "-o",
+            "jsonpath={.subsets[*].addresses[*].ip}",
+        ]);
+        (ep.split_whitespace().count() == 3).then_some(ep)
+    });
+    let victim = up.ok(&[
+        "get",
+        "pods",
+        "-l",
+        "app=myapp",
+        "-o",
+        "jsonpath={.items[0].metadata.name}",
+    ]);
+    let url = format!("http://{myapp_ip}/");
+    let client = std::thread::spawn(move || {
+        let (mut ok, mut failed) = (0, Vec::new());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
+        while std::time::Instant::now() < deadline {
+            match curl(&url) {
+                Some(reply) if answered_by(&reply).is_some() => ok += 1,
+                other => failed.push(format!("{other:?}")),
+            }
+        }
+        (ok, failed)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let deleted = up.kubectl(&["delete", "pod", &victim, "--wait=false"]);
+    assert!(
+        deleted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&deleted.stderr)
+    );
+    let (ok, failed) = client.join().unwrap();
+    assert!(
+        ok > 20,
+        "the client made too few requests to mean anything: {ok}"
+    );
+    assert!(
+        failed.is_empty(),
+        "{} of {} requests failed: {failed:?}",
+        failed.len(),
+        ok + failed.len()
+    );
+    wait_for("the deleted pod is gone and replaced", || {
+        let pods = up.ok(&["get", "pods", "-l", "app=myapp", "-o", "name"]);
+        (!pods.contains(&victim) && pods.lines().count() == 3).then_some(pods)
+    });
+
     let status = up.stop();
     assert!(status.success(), "svcnet up exited with {status}");
     assert!(
