@@ -281,25 +281,27 @@ impl IptablesExecutor {
     }
 
     /// Ensures each hook (`-C`, else `-I <chain> 1`); inserting in reverse order leaves a fresh
-    /// built-in chain in the listed order. Returns how many were added. Each built-in chain is
-    /// listed once (`-S <chain>` is cheap even with many rules elsewhere in the table); `-C`
-    /// runs only for hooks not found verbatim in that listing.
+    /// built-in chain in the listed order. Returns how many were added. Existing hooks are
+    /// found in one listing per built-in chain (nft back end: `-S <chain>` reads only that
+    /// chain) or per table (legacy: any listing copies the whole table from the kernel, so one
+    /// per table); `-C` runs only for hooks not found verbatim there.
     pub fn ensure_hooks(&self, family: Family, hooks: &[Hook]) -> Result<usize, ApplyError> {
         let mut listings: BTreeMap<(Table, &str), String> = BTreeMap::new();
         for h in hooks {
-            if let std::collections::btree_map::Entry::Vacant(e) =
-                listings.entry((h.table, h.chain))
-            {
-                e.insert(
-                    self.iptables(family, &["-w", "5", "-t", h.table.as_str(), "-S", h.chain])?,
-                );
+            let key = self.listing_key(h);
+            if let std::collections::btree_map::Entry::Vacant(e) = listings.entry(key) {
+                let mut args = vec!["-w", "5", "-t", h.table.as_str(), "-S"];
+                if !key.1.is_empty() {
+                    args.push(key.1);
+                }
+                e.insert(self.iptables(family, &args)?);
             }
         }
         let mut added = 0;
         for h in hooks.iter().rev() {
             let line = format!("-A {} {}", h.chain, h.rule.spec());
             if listings
-                .get(&(h.table, h.chain))
+                .get(&self.listing_key(h))
                 .is_some_and(|l| l.lines().any(|x| x.trim() == line))
             {
                 continue;
@@ -318,6 +320,13 @@ impl IptablesExecutor {
             added += 1;
         }
         Ok(added)
+    }
+
+    fn listing_key(&self, h: &Hook) -> (Table, &'static str) {
+        match self.backend {
+            Backend::Nft => (h.table, h.chain),
+            Backend::Legacy => (h.table, ""),
+        }
     }
 
     /// Applies a plan: the restore, then (full syncs) the hooks into the built-in chains.
@@ -340,10 +349,17 @@ impl IptablesExecutor {
         Ok(parse_save_chains(&self.save(family)?))
     }
 
-    /// Whether the canary chains still exist in mangle, nat and filter; when one is gone,
-    /// someone flushed the tables and a full resync is due.
+    /// Whether the canary chains still exist; when one is gone, someone flushed the tables
+    /// and a full resync is due. Checked before every partial sync, so only where it is
+    /// cheap: mangle and filter (small tables), and nat on the nft back end (which reads just
+    /// the one chain). The legacy back end copies the whole nat table for any listing (0.8 s
+    /// at 30k services), so there a nat-only flush is repaired by the periodic full resync.
     pub fn canary_present(&self, family: Family) -> Result<bool, ApplyError> {
-        for table in Table::ALL {
+        let tables: &[Table] = match self.backend {
+            Backend::Nft => &[Table::Mangle, Table::Filter, Table::Nat],
+            Backend::Legacy => &[Table::Mangle, Table::Filter],
+        };
+        for table in tables {
             match self.iptables(family, &["-w", "5", "-t", table.as_str(), "-S", CANARY]) {
                 Ok(_) => {}
                 Err(ApplyError::Rejected { .. }) => return Ok(false),

@@ -205,13 +205,22 @@ fn affinity_sticks() {
 /// Partial syncs in the kernel: scale, empty, delete, add; then someone flushes the tables and
 /// the canary makes the next sync full, which restores service.
 #[test]
-fn partial_syncs_and_canary_in_the_kernel() {
+fn partial_syncs_and_canary_iptables_nft() {
+    partial_syncs_and_canary(Backend::Nft);
+}
+
+#[test]
+fn partial_syncs_and_canary_iptables_legacy() {
+    partial_syncs_and_canary(Backend::Legacy);
+}
+
+fn partial_syncs_and_canary(backend: Backend) {
     if !root() {
         return;
     }
     let mut state = world();
     state.take_changes();
-    let mut w = setup(Backend::Nft, &state);
+    let mut w = setup(backend, &state);
     let sync = |w: &mut World, state: &mut ProxyState| {
         let changes = state.take_changes();
         let reports: Vec<_> =
@@ -269,8 +278,9 @@ fn partial_syncs_and_canary_in_the_kernel() {
     );
     // Someone flushes and deletes every chain of every table.
     for t in ["mangle", "nat", "filter"] {
-        w.lab.node.exec(&["iptables-nft", "-t", t, "-F"]).unwrap();
-        w.lab.node.exec(&["iptables-nft", "-t", t, "-X"]).unwrap();
+        let prog = backend.program(Family::V4, "");
+        w.lab.node.exec(&[&prog, "-t", t, "-F"]).unwrap();
+        w.lab.node.exec(&[&prog, "-t", t, "-X"]).unwrap();
     }
     let r = sync(&mut w, &mut state);
     assert!(
@@ -287,9 +297,13 @@ fn partial_syncs_and_canary_in_the_kernel() {
     );
     // Cleanup removes every svcnet chain and hook, in both families and back ends.
     let cleaned = svcnet_iptables::cleanup_all(Some(w.lab.node.name())).unwrap();
-    assert!(cleaned.contains(&(Backend::Nft, Family::V4)), "{cleaned:?}");
-    for prog in ["iptables-nft-save", "ip6tables-nft-save"] {
-        let save = w.lab.node.exec(&[prog]).unwrap();
+    assert!(cleaned.contains(&(backend, Family::V4)), "{cleaned:?}");
+    for family in Family::ALL {
+        let save = w
+            .lab
+            .node
+            .exec(&[&backend.program(family, "-save")])
+            .unwrap();
         assert!(!save.contains("SVCNET"), "{save}");
     }
     assert!(
