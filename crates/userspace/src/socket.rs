@@ -5,6 +5,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
@@ -16,34 +17,95 @@ use crate::error::UserspaceError;
 
 type Request = (Domain, Type, oneshot::Sender<io::Result<Socket>>);
 
+/// Unconnected TCP sockets made ahead of time inside the namespace, so that opening an
+/// upstream connection does not wait for a round trip to the helper thread.
+#[derive(Debug, Default)]
+struct Pool {
+    v4: Mutex<Vec<Socket>>,
+    v6: Mutex<Vec<Socket>>,
+}
+
+/// Sockets kept ready per family; the helper refills when a pool falls below half.
+const POOL: usize = 64;
+
+impl Pool {
+    fn of(&self, domain: Domain) -> &Mutex<Vec<Socket>> {
+        if domain == Domain::IPV6 {
+            &self.v6
+        } else {
+            &self.v4
+        }
+    }
+
+    fn fill(&self) {
+        for domain in [Domain::IPV4, Domain::IPV6] {
+            let Ok(mut v) = self.of(domain).lock() else {
+                continue;
+            };
+            while v.len() < POOL {
+                match Socket::new(domain, Type::STREAM, None) {
+                    Ok(s) => v.push(s),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+}
+
+enum Work {
+    Make(Request),
+    Refill,
+}
+
 /// Creates sockets in the current namespace, or in a named one through a helper thread that
-/// lives inside it (one channel round trip per socket instead of one thread per socket).
+/// lives inside it (TCP sockets come from a pool it keeps filled; others cost one channel
+/// round trip instead of one thread per socket).
 #[derive(Debug)]
 pub struct SocketFactory {
     netns: Option<String>,
-    helper: Option<std::sync::mpsc::Sender<Request>>,
+    helper: Option<std::sync::mpsc::Sender<Work>>,
+    pool: Arc<Pool>,
+}
+
+impl std::fmt::Debug for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Make(_) => "Make",
+            Self::Refill => "Refill",
+        })
+    }
 }
 
 impl SocketFactory {
     /// `netns`: the named namespace (`/run/netns/<name>`) to create every socket in.
     pub fn new(netns: Option<&str>) -> Result<Self, UserspaceError> {
+        let pool = Arc::new(Pool::default());
         let Some(name) = netns else {
             return Ok(Self {
                 netns: None,
                 helper: None,
+                pool,
             });
         };
         let ns = NetNs::open(name)?;
-        let (tx, rx) = std::sync::mpsc::channel::<Request>();
+        let (tx, rx) = std::sync::mpsc::channel::<Work>();
+        let filler = pool.clone();
         // The thread ends when the factory (the only sender) is dropped.
         ns.spawn(move || {
-            while let Ok((domain, ty, reply)) = rx.recv() {
-                let _ = reply.send(Socket::new(domain, ty, None));
+            filler.fill();
+            while let Ok(work) = rx.recv() {
+                match work {
+                    Work::Make((domain, ty, reply)) => {
+                        let _ = reply.send(Socket::new(domain, ty, None));
+                    }
+                    Work::Refill => filler.fill(),
+                }
             }
         })?;
         Ok(Self {
             netns: Some(name.to_string()),
             helper: Some(tx),
+            pool,
         })
     }
 
@@ -55,9 +117,21 @@ impl SocketFactory {
         let Some(helper) = &self.helper else {
             return Socket::new(domain, ty, None);
         };
+        if ty == Type::STREAM
+            && let Ok(mut v) = self.pool.of(domain).lock()
+            && let Some(s) = v.pop()
+        {
+            if v.len() == POOL / 2 {
+                let _ = helper.send(Work::Refill);
+            }
+            return Ok(s);
+        }
         let (tx, rx) = oneshot::channel();
         let gone = || io::Error::other("the network namespace socket helper stopped");
-        helper.send((domain, ty, tx)).map_err(|_| gone())?;
+        helper
+            .send(Work::Make((domain, ty, tx)))
+            .map_err(|_| gone())?;
+        let _ = helper.send(Work::Refill);
         rx.await.map_err(|_| gone())?
     }
 
