@@ -269,3 +269,78 @@ async fn ipv6_cluster_ip_and_maglev_annotation() {
     assert_eq!(t.len(), 2, "{t:?}");
     assert_eq!(p.metrics()[0].algorithm, svcnet_lb::Algorithm::Maglev);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn external_ips_source_ranges_and_local_policy() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    let mut lab = lab(2, &[1, 2]);
+    lab.external().unwrap();
+    // External IPs outside the external link's subnet, so the client routes them via the node.
+    let lb = service("default", "lb", |s| {
+        s.type_("LoadBalancer")
+            .cluster_ip(&["10.96.0.20"])
+            .node_port("http", "TCP", 80, 30081)
+            .external_ips(&["203.0.113.10"])
+            .lb_ingress(&["203.0.113.20"])
+            .source_ranges(&["10.244.0.0/16"]);
+    });
+    let lb_slice = slice("default", "lb-1", "lb", |s| {
+        s.port("http", "TCP", 8080)
+            .endpoint(&lab.pod(1).ipv4.to_string(), NODE, |_| {});
+    });
+    // externalTrafficPolicy: Local with its only endpoint on another node: external traffic
+    // is dropped here, cluster IP traffic still works.
+    let local = service("default", "local", |s| {
+        s.type_("NodePort")
+            .cluster_ip(&["10.96.0.21"])
+            .node_port("http", "TCP", 80, 30082)
+            .external_local();
+    });
+    let local_slice = slice("default", "local-1", "local", |s| {
+        s.port("http", "TCP", 8080)
+            .endpoint(&lab.pod(2).ipv4.to_string(), "n2", |_| {});
+    });
+    let p = proxy(&lab);
+    p.sync(&desired(&[lb, local], &[lb_slice, local_slice]))
+        .await
+        .unwrap();
+    let ext = lab.external().unwrap();
+    let quick = Duration::from_millis(400);
+    let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+    let (ext_ip, lb_from_outside, np_local, np_lb) = run_in(ext, move || {
+        (
+            tcp_ask(a("203.0.113.10:80"), T).map(|r| r.identity),
+            tcp_ask(a("203.0.113.20:80"), quick).map(|r| r.identity),
+            tcp_ask(a("192.168.50.1:30082"), quick).map(|r| r.identity),
+            tcp_ask(a("192.168.50.1:30081"), T).map(|r| r.identity),
+        )
+    });
+    assert_eq!(ext_ip.unwrap(), "b1");
+    assert_eq!(np_lb.unwrap(), "b1");
+    let e = lb_from_outside.unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+        ),
+        "outside the source ranges must be dropped: {e}"
+    );
+    let e = np_local.unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+        ),
+        "Local policy without local endpoints must drop: {e}"
+    );
+    let (lb_from_pod, local_cluster_ip) = run_in(&lab.pod(0).ns, move || {
+        (
+            tcp_ask(a("203.0.113.20:80"), T).map(|r| r.identity),
+            tcp_ask(a("10.96.0.21:80"), T).map(|r| r.identity),
+        )
+    });
+    assert_eq!(lb_from_pod.unwrap(), "b1");
+    assert_eq!(local_cluster_ip.unwrap(), "b2");
+}
