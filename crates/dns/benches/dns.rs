@@ -284,7 +284,7 @@ fn main() {
             }
             let encode_ns = t.elapsed().as_nanos() as f64 / n as f64;
             println!(
-                "S6 micro scenario={label} lookup_ns={lookup_ns:.0} encode_ns={encode_ns:.0} answers={} bytes={}",
+                "S6 micro scenario={label} lookup_ns={lookup_ns:.0} hickory_encode_ns={encode_ns:.0} answers={} bytes={}",
                 answers / n,
                 bytes / n
             );

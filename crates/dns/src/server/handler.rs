@@ -41,12 +41,12 @@ impl ZoneHandle {
 
 /// One reply before encoding.
 pub(crate) struct Reply {
-    rcode: ResponseCode,
-    authoritative: bool,
-    truncated: bool,
-    answers: Vec<Record>,
-    authorities: Vec<Record>,
-    additionals: Vec<Record>,
+    pub(crate) rcode: ResponseCode,
+    pub(crate) authoritative: bool,
+    pub(crate) truncated: bool,
+    pub(crate) answers: Vec<Record>,
+    pub(crate) authorities: Vec<Record>,
+    pub(crate) additionals: Vec<Record>,
 }
 
 impl Reply {
@@ -118,7 +118,7 @@ fn response_metadata(request: &MessageRequest, reply: &Reply) -> Metadata {
     metadata
 }
 
-fn response_edns(request: &MessageRequest) -> Option<Edns> {
+pub(crate) fn response_edns(request: &MessageRequest) -> Option<Edns> {
     request.edns.as_ref().map(|client| {
         let mut ours = Edns::new();
         ours.set_max_payload(client.max_payload().clamp(512, MAX_UDP_PAYLOAD));
@@ -128,7 +128,15 @@ fn response_edns(request: &MessageRequest) -> Option<Edns> {
 
 /// Encode `reply` to `request` for UDP: at most the client's EDNS buffer size (512 without
 /// EDNS), dropping records and setting TC when it does not fit.
-pub(crate) fn encode_udp(request: &MessageRequest, reply: &Reply) -> Vec<u8> {
+pub(crate) fn encode_udp(request: &Request, reply: &Reply) -> Vec<u8> {
+    match super::wire::encode_fast(request.as_slice(), request, reply) {
+        Some(bytes) => bytes,
+        None => encode_general(request, reply),
+    }
+}
+
+/// [`encode_udp`] through hickory's general encoder (any record types and sections).
+pub(crate) fn encode_general(request: &MessageRequest, reply: &Reply) -> Vec<u8> {
     let edns = response_edns(request);
     let max = edns.as_ref().map(Edns::max_payload).unwrap_or(512);
     let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(

@@ -4,6 +4,7 @@
 mod forward;
 mod handler;
 mod udp;
+mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

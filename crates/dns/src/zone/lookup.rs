@@ -109,12 +109,9 @@ impl Zone {
     }
 
     fn soa_at(&self, owner: Name) -> Record {
-        let domain = &self.config.domain;
-        let mname = prefixed("ns.dns", domain);
-        let rname = prefixed("hostmaster", domain);
         let soa = SOA::new(
-            mname,
-            rname,
+            self.soa_names.0.clone(),
+            self.soa_names.1.clone(),
             self.serial,
             7200,
             1800,
@@ -126,13 +123,13 @@ impl Zone {
 
     fn node<R: Rng + ?Sized>(
         &self,
-        labels: &[String],
+        labels: &[std::borrow::Cow<'_, str>],
         owner: &Name,
         qtype: RecordType,
         rng: &mut R,
     ) -> Node {
         let ttl = self.config.ttl;
-        let labels: Vec<&str> = labels.iter().rev().map(String::as_str).collect();
+        let labels: Vec<&str> = labels.iter().rev().map(|l| &**l).collect();
         match labels.as_slice() {
             [] => {
                 let mut answers = Vec::new();

@@ -130,6 +130,8 @@ pub struct Zone {
     pod_ips: Arc<HashSet<(String, IpAddr)>>,
     /// Glue for `ns.dns.<zone>`.
     dns_ips: Vec<IpAddr>,
+    /// The SOA's `ns.dns.<zone>` and `hostmaster.<zone>`, made once per snapshot.
+    soa_names: (Name, Name),
     /// Objects that could not be indexed, each naming the object and field.
     warnings: Vec<String>,
 }

@@ -1,5 +1,6 @@
 //! Name helpers: dashed IPs (`10-244-1-5`, `fd00-10-244--5`), and labels relative to a zone.
 
+use std::borrow::Cow;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use hickory_proto::rr::Name;
@@ -31,17 +32,30 @@ pub fn parse_dashed_ip(label: &str) -> Option<IpAddr> {
         .map(IpAddr::V6)
 }
 
-/// The labels of `name` below `origin`, lower-cased, leftmost first; `None` when `name` is not
-/// `origin` or below it.
-pub(crate) fn relative_labels(name: &Name, origin: &Name) -> Option<Vec<String>> {
-    if !origin.zone_of(name) {
+/// The labels of `name` below `origin`, lower-cased (borrowed when already lower-case, as
+/// almost every question is), leftmost first; `None` when `name` is not `origin` or below it.
+pub(crate) fn relative_labels<'a>(name: &'a Name, origin: &Name) -> Option<Vec<Cow<'a, str>>> {
+    // Not `num_labels()`: it does not count a leading `*`.
+    let (n, o) = (name.iter().count(), origin.iter().count());
+    if n < o {
         return None;
     }
-    let keep = usize::from(name.num_labels()) - usize::from(origin.num_labels());
+    let keep = n - o;
+    if !name
+        .iter()
+        .skip(keep)
+        .zip(origin.iter())
+        .all(|(a, b)| a.eq_ignore_ascii_case(b))
+    {
+        return None;
+    }
     Some(
         name.iter()
             .take(keep)
-            .map(|l| String::from_utf8_lossy(l).to_ascii_lowercase())
+            .map(|l| match std::str::from_utf8(l) {
+                Ok(s) if !s.bytes().any(|b| b.is_ascii_uppercase()) => Cow::Borrowed(s),
+                _ => Cow::Owned(String::from_utf8_lossy(l).to_ascii_lowercase()),
+            })
             .collect(),
     )
 }

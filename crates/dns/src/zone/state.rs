@@ -386,7 +386,20 @@ impl ZoneState {
             reverse: self.reverse.clone(),
             pod_ips: self.pod_ips.clone(),
             dns_ips,
+            soa_names: soa_names(&self.config.domain),
             warnings,
         }
     }
+}
+
+/// `ns.dns.<zone>` and `hostmaster.<zone>` (the zone itself if a prefix does not fit).
+fn soa_names(
+    domain: &hickory_proto::rr::Name,
+) -> (hickory_proto::rr::Name, hickory_proto::rr::Name) {
+    let prefixed = |p: &str| {
+        hickory_proto::rr::Name::from_ascii(p)
+            .and_then(|p| p.append_domain(domain))
+            .unwrap_or_else(|_| domain.clone())
+    };
+    (prefixed("ns.dns"), prefixed("hostmaster"))
 }

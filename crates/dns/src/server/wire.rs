@@ -1,0 +1,378 @@
+//! A direct encoder for the two answer shapes that make up most cluster DNS traffic: positive
+//! A/AAAA answers owned by the question name (service and headless lookups) and negative
+//! answers carrying only the zone's SOA (the misses of `ndots:5` search expansion).
+//!
+//! Every answer owner is written as a compression pointer to the question (offset 12), so an
+//! answer of 100 A records costs 16 bytes and a copy each; hickory's general encoder searches
+//! its compression table for every name and stops compressing after 120 names. Anything else
+//! (SRV, PTR, CNAME chains, additionals, forwarded answers) returns `None` and goes through
+//! hickory. The tests compare both encoders' decoded messages.
+
+use hickory_proto::op::Edns;
+use hickory_proto::rr::{DNSClass, Name, RData, Record};
+use hickory_server::zone_handler::MessageRequest;
+
+use super::handler::{Reply, response_edns};
+
+/// Byte offset of the question name in a message.
+const QUESTION: usize = 12;
+
+/// Encode `reply` for UDP when its shape allows; `raw` is the request as received.
+pub(crate) fn encode_fast(raw: &[u8], request: &MessageRequest, reply: &Reply) -> Option<Vec<u8>> {
+    if request.queries.len() != 1 || !reply.additionals.is_empty() {
+        return None;
+    }
+    if reply.rcode.high() != 0 {
+        return None;
+    }
+    let rcode = reply.rcode.low();
+    let question_end = question_end(raw)?;
+    let question = &raw[QUESTION..question_end];
+    let qname = request.queries.queries().first()?.original().name();
+
+    for r in &reply.answers {
+        let shape_ok = matches!(r.data, RData::A(_) | RData::AAAA(_))
+            && r.dns_class == DNSClass::IN
+            && r.name.eq_case(qname);
+        if !shape_ok {
+            return None;
+        }
+    }
+    let soa = match reply.authorities.as_slice() {
+        [] => None,
+        [soa] if matches!(soa.data, RData::SOA(_)) && reply.answers.is_empty() => Some(soa),
+        _ => return None,
+    };
+
+    let edns: Option<Edns> = response_edns(request);
+    let max = usize::from(edns.as_ref().map(Edns::max_payload).unwrap_or(512));
+    let opt_len = if edns.is_some() { 11 } else { 0 };
+
+    let mut out = Vec::with_capacity(64 + reply.answers.len() * 28);
+    out.extend_from_slice(&raw[0..2]);
+    let mut flags = [0u8; 2];
+    flags[0] = 0x80 | ((u8::from(request.metadata.op_code) & 0x0f) << 3);
+    if reply.authoritative {
+        flags[0] |= 0x04;
+    }
+    if request.metadata.recursion_desired {
+        flags[0] |= 0x01;
+    }
+    flags[1] = 0x80 | rcode; // RA
+    if request.metadata.checking_disabled {
+        flags[1] |= 0x10;
+    }
+    out.extend_from_slice(&flags);
+    out.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, u8::from(edns.is_some())]);
+    out.extend_from_slice(question);
+
+    let mut answers: u16 = 0;
+    let mut truncated = reply.truncated;
+    for r in &reply.answers {
+        let mut buf = [0u8; 16];
+        let rdata: &[u8] = match &r.data {
+            RData::A(a) => {
+                buf[..4].copy_from_slice(&a.0.octets());
+                &buf[..4]
+            }
+            RData::AAAA(a) => {
+                buf.copy_from_slice(&a.0.octets());
+                &buf
+            }
+            _ => return None,
+        };
+        if out.len() + 12 + rdata.len() + opt_len > max {
+            truncated = true;
+            break;
+        }
+        out.extend_from_slice(&[0xc0, QUESTION as u8]);
+        out.extend_from_slice(&u16::from(r.record_type()).to_be_bytes());
+        out.extend_from_slice(&u16::from(DNSClass::IN).to_be_bytes());
+        out.extend_from_slice(&r.ttl.to_be_bytes());
+        out.extend_from_slice(&u16::try_from(rdata.len()).ok()?.to_be_bytes());
+        out.extend_from_slice(rdata);
+        answers += 1;
+    }
+
+    let mut authorities: u16 = 0;
+    if let Some(soa) = soa {
+        let start = out.len();
+        if write_soa(&mut out, raw, question_end, soa).is_some() && out.len() + opt_len <= max {
+            authorities = 1;
+        } else {
+            out.truncate(start);
+            truncated = true;
+        }
+    }
+
+    if let Some(edns) = &edns {
+        out.push(0); // root owner
+        out.extend_from_slice(&41u16.to_be_bytes()); // OPT
+        out.extend_from_slice(&edns.max_payload().to_be_bytes());
+        out.extend_from_slice(&[0, 0, 0, 0, 0, 0]); // ext-rcode, version, flags, rdlength
+    }
+    out[6..8].copy_from_slice(&answers.to_be_bytes());
+    out[8..10].copy_from_slice(&authorities.to_be_bytes());
+    if truncated {
+        out[2] |= 0x02;
+    }
+    Some(out)
+}
+
+/// The end of the (single) question: after its uncompressed name, type and class.
+fn question_end(raw: &[u8]) -> Option<usize> {
+    let mut i = QUESTION;
+    loop {
+        let len = usize::from(*raw.get(i)?);
+        if len == 0 {
+            i += 1;
+            break;
+        }
+        if len & 0xc0 != 0 {
+            return None;
+        }
+        i += 1 + len;
+    }
+    let end = i + 4;
+    (end <= raw.len()).then_some(end)
+}
+
+/// Append the SOA record, its names compressed against the question.
+fn write_soa(out: &mut Vec<u8>, raw: &[u8], question_end: usize, soa: &Record) -> Option<()> {
+    let RData::SOA(data) = &soa.data else {
+        return None;
+    };
+    write_name(out, raw, question_end, &soa.name)?;
+    out.extend_from_slice(&6u16.to_be_bytes());
+    out.extend_from_slice(&u16::from(DNSClass::IN).to_be_bytes());
+    out.extend_from_slice(&soa.ttl.to_be_bytes());
+    let len_at = out.len();
+    out.extend_from_slice(&[0, 0]);
+    write_name(out, raw, question_end, &data.mname)?;
+    write_name(out, raw, question_end, &data.rname)?;
+    out.extend_from_slice(&data.serial.to_be_bytes());
+    out.extend_from_slice(&data.refresh.to_be_bytes());
+    out.extend_from_slice(&data.retry.to_be_bytes());
+    out.extend_from_slice(&data.expire.to_be_bytes());
+    out.extend_from_slice(&data.minimum.to_be_bytes());
+    let len = u16::try_from(out.len() - len_at - 2).ok()?;
+    out[len_at..len_at + 2].copy_from_slice(&len.to_be_bytes());
+    Some(())
+}
+
+/// Write `name`, ending in a pointer at the longest of its suffixes found in the question.
+fn write_name(out: &mut Vec<u8>, raw: &[u8], question_end: usize, name: &Name) -> Option<()> {
+    let total = name.iter().count();
+    for (i, label) in name.iter().enumerate() {
+        let rest = name.trim_to(total - i);
+        if let Some(offset) = suffix_offset(raw, question_end, &rest) {
+            let pointer = 0xc000 | u16::try_from(offset).ok()?;
+            out.extend_from_slice(&pointer.to_be_bytes());
+            return Some(());
+        }
+        out.push(u8::try_from(label.len()).ok().filter(|l| *l < 64)?);
+        out.extend_from_slice(label);
+    }
+    out.push(0);
+    Some(())
+}
+
+/// Where in the question name `suffix` starts, if the name ends with it (ignoring case).
+fn suffix_offset(raw: &[u8], question_end: usize, suffix: &Name) -> Option<usize> {
+    let name_end = question_end - 4;
+    let mut i = QUESTION;
+    while i < name_end {
+        let mut j = i;
+        let mut labels = suffix.iter();
+        let matched = loop {
+            let len = usize::from(raw[j]);
+            match labels.next() {
+                None => break len == 0,
+                Some(label) => {
+                    if len != label.len() || !raw[j + 1..j + 1 + len].eq_ignore_ascii_case(label) {
+                        break false;
+                    }
+                    j += 1 + len;
+                }
+            }
+        };
+        if matched {
+            return Some(i);
+        }
+        let len = usize::from(raw[i]);
+        if len == 0 {
+            break;
+        }
+        i += 1 + len;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+    use hickory_proto::rr::rdata::{A, AAAA, SOA};
+    use hickory_proto::rr::{Name, RData, Record, RecordType};
+    use hickory_server::net::xfer::Protocol;
+    use hickory_server::server::Request;
+
+    use super::super::handler::{Reply, encode_general};
+    use super::*;
+
+    fn request(name: &str, qtype: RecordType, edns: Option<u16>) -> Request {
+        let mut m = Message::new(0x1234, MessageType::Query, OpCode::Query);
+        m.metadata.recursion_desired = true;
+        m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
+        if let Some(size) = edns {
+            let mut e = Edns::new();
+            e.set_max_payload(size);
+            m.set_edns(e);
+        }
+        Request::from_bytes(
+            m.to_vec().unwrap(),
+            "127.0.0.1:5353".parse().unwrap(),
+            Protocol::Udp,
+        )
+        .unwrap()
+    }
+
+    fn reply(rcode: ResponseCode, answers: Vec<Record>, authorities: Vec<Record>) -> Reply {
+        Reply {
+            rcode,
+            authoritative: true,
+            truncated: false,
+            answers,
+            authorities,
+            additionals: Vec::new(),
+        }
+    }
+
+    fn a_records(owner: &str, n: u32) -> Vec<Record> {
+        (0..n)
+            .map(|i| {
+                let ip = Ipv4Addr::from(0x0af4_0000 + i);
+                Record::from_rdata(Name::from_ascii(owner).unwrap(), 30, RData::A(A(ip)))
+            })
+            .collect()
+    }
+
+    fn soa() -> Record {
+        let d = Name::from_ascii("cluster.local.").unwrap();
+        let soa = SOA::new(
+            Name::from_ascii("ns.dns.cluster.local.").unwrap(),
+            Name::from_ascii("hostmaster.cluster.local.").unwrap(),
+            7,
+            7200,
+            1800,
+            86400,
+            30,
+        );
+        Record::from_rdata(d, 30, RData::SOA(soa))
+    }
+
+    /// Both encoders must produce the same message (bytes may differ in compression).
+    fn same(req: &Request, reply: &Reply) -> Message {
+        let fast = encode_fast(req.as_slice(), req, reply).expect("fast path applies");
+        let general = encode_general(req, reply);
+        let (f, g) = (
+            Message::from_vec(&fast).unwrap(),
+            Message::from_vec(&general).unwrap(),
+        );
+        assert_eq!(f.metadata, g.metadata);
+        assert_eq!(f.metadata.truncation, reply_truncates(&general));
+        assert_eq!(f.queries, g.queries);
+        if f.metadata.truncation {
+            // Both keep whole records; ours may fit more (every owner is a 2-byte pointer).
+            assert!(f.answers.len() >= g.answers.len());
+            assert_eq!(&f.answers[..g.answers.len()], g.answers.as_slice());
+        } else {
+            assert_eq!(f.answers, g.answers);
+        }
+        assert_eq!(f.authorities, g.authorities);
+        assert_eq!(f.additionals, g.additionals);
+        assert_eq!(
+            f.edns.as_ref().map(|e| e.max_payload()),
+            g.edns.as_ref().map(|e| e.max_payload())
+        );
+        let limit = req
+            .edns
+            .as_ref()
+            .map_or(512, |e| usize::from(e.max_payload().max(512)));
+        assert!(fast.len() <= limit, "{} > {limit}", fast.len());
+        f
+    }
+
+    fn reply_truncates(bytes: &[u8]) -> bool {
+        bytes[2] & 0x02 != 0
+    }
+
+    #[test]
+    fn positive_answers_match_hickory() {
+        let name = "MyApp.default.svc.cluster.local.";
+        let req = request(name, RecordType::A, None);
+        let m = same(
+            &req,
+            &reply(ResponseCode::NoError, a_records(name, 1), vec![]),
+        );
+        assert_eq!(m.answers[0].name.to_string(), name);
+        let req = request(name, RecordType::AAAA, Some(1232));
+        let v6 = Record::from_rdata(
+            Name::from_ascii(name).unwrap(),
+            30,
+            RData::AAAA(AAAA(Ipv6Addr::LOCALHOST)),
+        );
+        same(&req, &reply(ResponseCode::NoError, vec![v6], vec![]));
+    }
+
+    #[test]
+    fn large_answers_truncate_like_hickory() {
+        let name = "big.default.svc.cluster.local.";
+        for edns in [None, Some(1232)] {
+            let req = request(name, RecordType::A, edns);
+            let m = same(
+                &req,
+                &reply(ResponseCode::NoError, a_records(name, 200), vec![]),
+            );
+            assert!(m.metadata.truncation, "{edns:?}");
+        }
+        // 200 A records fit in 4096 bytes once every owner is a pointer (hickory stops
+        // compressing after 120 names and has to truncate).
+        let req = request(name, RecordType::A, Some(4096));
+        let r = reply(ResponseCode::NoError, a_records(name, 200), vec![]);
+        let m = Message::from_vec(&encode_fast(req.as_slice(), &req, &r).unwrap()).unwrap();
+        assert!(!m.metadata.truncation);
+        assert_eq!(m.answers, r.answers);
+    }
+
+    #[test]
+    fn negative_answers_match_hickory() {
+        let req = request(
+            "nothing.default.svc.cluster.local.",
+            RecordType::A,
+            Some(4096),
+        );
+        same(&req, &reply(ResponseCode::NXDomain, vec![], vec![soa()]));
+        let req = request("myapp.default.svc.cluster.local.", RecordType::AAAA, None);
+        same(&req, &reply(ResponseCode::NoError, vec![], vec![soa()]));
+        // The SOA owner is not a suffix of the question (reverse zone): written in full.
+        let req = request("1.0.96.10.in-addr.arpa.", RecordType::PTR, None);
+        same(&req, &reply(ResponseCode::NXDomain, vec![], vec![soa()]));
+    }
+
+    #[test]
+    fn other_shapes_fall_back() {
+        let name = "myapp.default.svc.cluster.local.";
+        let req = request(name, RecordType::A, None);
+        let mut r = reply(
+            ResponseCode::NoError,
+            a_records("other.example.", 1),
+            vec![],
+        );
+        assert!(encode_fast(req.as_slice(), &req, &r).is_none());
+        r.answers = a_records(name, 1);
+        r.additionals = a_records(name, 1);
+        assert!(encode_fast(req.as_slice(), &req, &r).is_none());
+    }
+}
