@@ -167,6 +167,25 @@ async fn client_ip_affinity_sticks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_ip_affinity_expires_after_its_timeout() {
+    let s = setup(3, 0).await;
+    let (svc, sl) = objects(&s, "TCP", &s.backends, |b| {
+        b.affinity(Some(1));
+    });
+    let p = proxy();
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let pinned = ask(s.addr()).await.unwrap();
+    // Each new connection refreshes the pin, as the kernel dataplanes' timed sets do.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(ask(s.addr()).await.unwrap(), pinned);
+    }
+    // Idle longer than the timeout: the pin is gone and round robin moves on.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    assert_ne!(ask(s.addr()).await.unwrap(), pinned);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removed_endpoint_drains_established_connections() {
     let s = setup(2, 0).await;
     let (svc, sl) = objects(&s, "TCP", &s.backends, |_| {});
