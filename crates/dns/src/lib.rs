@@ -8,11 +8,13 @@
 pub mod envvars;
 pub mod fake_upstream;
 pub mod fixtures;
+pub mod resolvconf;
 pub mod server;
 pub mod watch;
 pub mod zone;
 
 pub use envvars::{ServiceEnv, service_env_vars};
+pub use resolvconf::{ResolvConf, pod_resolv_conf};
 pub use server::{DnsError, DnsServer, ZoneHandle};
 pub use watch::{DnsConfig, RunningDns, run, start};
 pub use zone::{Objects, Outcome, PodMode, Response, Zone, ZoneConfig};

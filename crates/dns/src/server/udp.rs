@@ -31,25 +31,10 @@ pub(crate) async fn serve_udp(socket: Arc<UdpSocket>, handler: Arc<Handler>) {
                 continue;
             }
         };
-        let packet = &buf[..n];
-        // Too short for a header, a response (never answer those: reflection), or no port to
-        // answer to: drop silently.
-        if n < 12 || packet[2] & 0x80 != 0 || src.port() == 0 {
-            continue;
-        }
-        let request = match Request::from_bytes(packet.to_vec(), src, Protocol::Udp) {
-            Ok(request) => request,
-            Err(error) => {
-                debug!(%src, %error, "malformed request: FORMERR");
-                let _ = socket.send_to(&formerr(packet), src).await;
-                continue;
-            }
-        };
-        match handler.step(&request) {
-            Step::Done(reply) => {
-                send(&socket, &encode_udp(&request, &reply), src).await;
-            }
-            step => {
+        match answer_packet(&handler, &buf[..n], src) {
+            Packet::Drop => {}
+            Packet::Reply(bytes) => send(&socket, &bytes, src).await,
+            Packet::Later(request, step) => {
                 let (socket, handler) = (socket.clone(), handler.clone());
                 tokio::spawn(async move {
                     let reply = handler.finish(step).await;
@@ -57,6 +42,37 @@ pub(crate) async fn serve_udp(socket: Arc<UdpSocket>, handler: Arc<Handler>) {
                 });
             }
         }
+    }
+}
+
+/// What to do with one received datagram.
+pub(crate) enum Packet {
+    /// Not a question we answer (too short, a response, no port to answer to).
+    Drop,
+    /// The answer, ready to send.
+    Reply(Vec<u8>),
+    /// The answer needs upstream I/O first.
+    Later(Box<Request>, Step),
+}
+
+/// Decide on one datagram without I/O: the whole path a hostile packet can reach (the fuzz
+/// test drives it directly).
+pub(crate) fn answer_packet(handler: &Handler, packet: &[u8], src: SocketAddr) -> Packet {
+    // Too short for a header, a response (never answer those: reflection), or no port to
+    // answer to: drop silently.
+    if packet.len() < 12 || packet[2] & 0x80 != 0 || src.port() == 0 {
+        return Packet::Drop;
+    }
+    let request = match Request::from_bytes(packet.to_vec(), src, Protocol::Udp) {
+        Ok(request) => request,
+        Err(error) => {
+            debug!(%src, %error, "malformed request: FORMERR");
+            return Packet::Reply(formerr(packet).to_vec());
+        }
+    };
+    match handler.step(&request) {
+        Step::Done(reply) => Packet::Reply(encode_udp(&request, &reply)),
+        step => Packet::Later(Box::new(request), step),
     }
 }
 
@@ -78,4 +94,131 @@ fn formerr(packet: &[u8]) -> [u8; 12] {
     header[2] = 0x80 | (packet[2] & 0x79);
     header[3] = 0x80 | 0x01;
     header
+}
+
+/// The packet path under random and mutated input (a fuzz target that runs on stable Rust in
+/// every test run; `PROPTEST_CASES=100000` for a longer campaign).
+#[cfg(test)]
+mod fuzz {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
+    use hickory_proto::rr::{Name, RecordType};
+    use proptest::prelude::*;
+
+    use super::super::forward::Forwarder;
+    use super::super::handler::ZoneHandle;
+    use super::*;
+    use crate::fixtures::*;
+    use crate::zone::{Objects, Zone, ZoneConfig};
+
+    fn cases() -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(2000)
+    }
+
+    fn handler() -> Handler {
+        let config = Arc::new(ZoneConfig::new("cluster.local").unwrap());
+        let objects = Objects {
+            services: vec![
+                cluster_ip("default", "myapp", &["10.96.0.5"], &[("http", "TCP", 80)]),
+                headless("default", "web", &[("web", "TCP", 80)]),
+                external("default", "ext", "example.org"),
+            ],
+            endpoint_slices: vec![
+                slice("default", "web", "web-1", &[("web", "TCP", 80)])
+                    .ep("10.244.0.1", Some("web-0"), true)
+                    .ep("10.244.0.2", None, true),
+            ],
+            pods: vec![],
+            namespaces: vec![namespace("default")],
+        };
+        let zone = ZoneHandle::default();
+        zone.publish(Zone::build(config.clone(), &objects, 1));
+        Handler {
+            config,
+            zone,
+            forwarder: Arc::new(Forwarder::new(vec![], None, Duration::from_millis(10))),
+        }
+    }
+
+    fn query(name: &str, qtype: RecordType, edns: Option<u16>) -> Vec<u8> {
+        let mut m = Message::new(0x4242, MessageType::Query, OpCode::Query);
+        m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
+        if let Some(size) = edns {
+            let mut e = Edns::new();
+            e.set_max_payload(size);
+            m.set_edns(e);
+        }
+        m.to_vec().unwrap()
+    }
+
+    fn seeds() -> Vec<Vec<u8>> {
+        vec![
+            query("myapp.default.svc.cluster.local.", RecordType::A, None),
+            query("web.default.svc.cluster.local.", RecordType::A, Some(512)),
+            query(
+                "_web._tcp.web.default.svc.cluster.local.",
+                RecordType::SRV,
+                Some(4096),
+            ),
+            query("5.0.96.10.in-addr.arpa.", RecordType::PTR, None),
+            query("ext.default.svc.cluster.local.", RecordType::A, None),
+            query("nothing.default.svc.cluster.local.", RecordType::AAAA, None),
+            query("example.com.", RecordType::MX, None),
+        ]
+    }
+
+    fn check(h: &Handler, packet: &[u8]) {
+        let src = "127.0.0.1:5353".parse().unwrap();
+        match answer_packet(h, packet, src) {
+            Packet::Drop => assert!(packet.len() < 12 || packet[2] & 0x80 != 0),
+            Packet::Reply(bytes) => {
+                assert!(bytes.len() >= 12);
+                assert_eq!(bytes[0..2], packet[0..2], "the ID is echoed");
+                assert!(bytes[2] & 0x80 != 0, "QR is set");
+                assert!(bytes.len() <= 4096);
+                // Whatever we send must itself be a well-formed message.
+                Message::from_vec(&bytes).expect("our answer parses");
+            }
+            Packet::Later(..) => {}
+        }
+    }
+
+    #[test]
+    fn seeds_answer() {
+        let h = handler();
+        for seed in seeds() {
+            check(&h, &seed);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+        #[test]
+        fn random_bytes(packet in proptest::collection::vec(any::<u8>(), 0..700)) {
+            check(&handler(), &packet);
+        }
+
+        #[test]
+        fn mutated_queries(
+            seed in 0usize..7,
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+            cut in any::<Option<usize>>(),
+        ) {
+            let mut packet = seeds()[seed].clone();
+            for (at, byte) in flips {
+                let i = at % packet.len();
+                packet[i] = byte;
+            }
+            if let Some(cut) = cut {
+                packet.truncate(cut % (packet.len() + 1));
+            }
+            check(&handler(), &packet);
+        }
+    }
 }

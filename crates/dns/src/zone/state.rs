@@ -57,6 +57,20 @@ pub struct ZoneState {
     pods_dirty: bool,
 }
 
+/// The same object version: the same `Arc`, or the same uid and resourceVersion (a relist
+/// after a lost watch brings new `Arc`s of unchanged objects).
+fn same_version<K: kube::Resource>(a: &Arc<K>, b: &Arc<K>) -> bool {
+    if Arc::ptr_eq(a, b) {
+        return true;
+    }
+    let (a, b) = (a.meta(), b.meta());
+    a.resource_version.is_some()
+        && a.resource_version == b.resource_version
+        && a.uid == b.uid
+        && a.name == b.name
+        && a.namespace == b.namespace
+}
+
 fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<Key> {
     Some((meta.namespace.clone()?, meta.name.clone()?))
 }
@@ -143,7 +157,7 @@ impl ZoneState {
             }
         }
         for (key, old) in &self.services {
-            if new.get(key).is_none_or(|n| !Arc::ptr_eq(n, old)) {
+            if new.get(key).is_none_or(|n| !same_version(n, old)) {
                 self.dirty.insert(key.clone());
             }
         }
@@ -222,7 +236,7 @@ impl ZoneState {
             (Some(a), Some(b)) => {
                 a.len() == b.len()
                     && a.iter()
-                        .all(|(n, s)| b.get(n).is_some_and(|t| Arc::ptr_eq(s, t)))
+                        .all(|(n, s)| b.get(n).is_some_and(|t| same_version(s, t)))
             }
             _ => false,
         };

@@ -762,3 +762,28 @@ fn incremental_snapshots_share_unchanged_services_and_see_changes() {
         assert_eq!(answer_text(&third, q), answer_text(&full, q), "{q}");
     }
 }
+
+#[test]
+fn relists_compare_object_versions_not_just_pointers() {
+    let versioned = |svc: &Arc<k8s_openapi::api::core::v1::Service>, rv: &str| {
+        let mut s = (**svc).clone();
+        s.metadata.resource_version = Some(rv.into());
+        s.metadata.uid = Some(format!("uid-{}", s.metadata.name.clone().unwrap()));
+        Arc::new(s)
+    };
+    let objects = world();
+    let v1: Vec<_> = objects.services.iter().map(|s| versioned(s, "1")).collect();
+    let mut state = super::ZoneState::new(Arc::new(ZoneConfig::new("cluster.local").unwrap()));
+    state.replace_namespaces(objects.namespaces.clone());
+    state.replace_services(v1.clone());
+    state.replace_slices(objects.endpoint_slices.clone());
+    state.snapshot(1);
+    // A relist delivers fresh Arcs of the same versions: nothing to re-index.
+    state.replace_services(objects.services.iter().map(|s| versioned(s, "1")));
+    assert!(!state.is_dirty());
+    // One new version: dirty again.
+    let mut relist: Vec<_> = objects.services.iter().map(|s| versioned(s, "1")).collect();
+    relist[0] = versioned(&relist[0], "2");
+    state.replace_services(relist);
+    assert!(state.is_dirty());
+}
