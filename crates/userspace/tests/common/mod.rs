@@ -46,8 +46,10 @@ pub fn annotate(mut svc: Service, algorithm: &str) -> Service {
 pub fn unique_ip(second: u8) -> IpAddr {
     static N: AtomicU32 = AtomicU32::new(1);
     let n = N.fetch_add(1, Ordering::Relaxed);
+    // The low byte of the pid keeps concurrent test processes (nextest) apart; the counter
+    // keeps calls within one process apart.
     let pid = std::process::id();
-    IpAddr::from([127, second, (pid % 250) as u8 + 1, (n % 250) as u8 + 1])
+    IpAddr::from([127, second, ((pid >> 8) as u8) ^ (n as u8), pid as u8])
 }
 
 /// A TCP port free on `ip` right now.
