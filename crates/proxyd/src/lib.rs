@@ -18,6 +18,7 @@ use svcnet_proxy::CoreConfig;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+pub mod healthcheck;
 pub mod serve;
 mod sync;
 pub mod watchers;
@@ -218,11 +219,32 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
         metrics = Some(bound);
     }
     let (tx, rx) = mpsc::channel(1024);
+    let (hc_tx, hc_rx) = watch::channel(Vec::new());
+    tasks.spawn(healthcheck::run(
+        healthcheck::HealthCheckServers::new(
+            &cfg.node_name,
+            cfg.netns.clone(),
+            shared.health.clone(),
+        ),
+        hc_rx,
+        shared.metrics.clone(),
+        Some(kube::runtime::events::Recorder::new(
+            client.clone(),
+            kube::runtime::events::Reporter {
+                controller: "svcnet-proxy".into(),
+                instance: Some(cfg.node_name.clone()),
+            },
+        )),
+    ));
     watchers::spawn_watchers(client, &cfg.node_name, tx, &mut tasks);
     let (stop, stop_rx) = watch::channel(false);
     let (stats_tx, stats) = watch::channel(SyncStats::default());
     tracing::info!(node = %cfg.node_name, netns = ?cfg.netns, "node proxy starting (nftables)");
-    tasks.spawn(sync::SyncLoop::new(cfg, shared, stats_tx).run(rx, stop_rx));
+    tasks.spawn(
+        sync::SyncLoop::new(cfg, shared, stats_tx)
+            .with_health_checks(hc_tx)
+            .run(rx, stop_rx),
+    );
     Ok(RunningProxy {
         tasks,
         stop,

@@ -30,6 +30,8 @@ pub struct Metrics {
     pub service_changes_pending: Gauge,
     pub endpoint_changes_pending: Gauge,
     pub conntrack_deleted: Counter,
+    /// Health-check node ports that could not be opened (see `healthcheck`).
+    pub healthcheck_bind_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -49,6 +51,7 @@ impl Default for Metrics {
             service_changes_pending: Gauge::default(),
             endpoint_changes_pending: Gauge::default(),
             conntrack_deleted: Counter::default(),
+            healthcheck_bind_failures: Counter::default(),
         };
         registry.register(
             "sync_proxy_rules_duration_seconds",
@@ -105,6 +108,11 @@ impl Default for Metrics {
             "Stale UDP conntrack entries deleted",
             m.conntrack_deleted.clone(),
         );
+        registry.register(
+            "service_healthcheck_bind_failures",
+            "Health-check node ports that could not be opened",
+            m.healthcheck_bind_failures.clone(),
+        );
         Self { registry, ..m }
     }
 }
@@ -119,6 +127,16 @@ pub struct Health {
     pub node_eligible: bool,
     /// A queued change older than this makes the proxy unhealthy.
     pub timeout: Duration,
+}
+
+impl Health {
+    /// Whether the proxy keeps up with its changes (`/livez`; node eligibility not considered).
+    pub fn is_healthy(&self, now: SystemTime) -> bool {
+        let stale = self
+            .queued_since
+            .is_some_and(|q| now.duration_since(q).unwrap_or_default() > self.timeout);
+        !stale && self.last_updated.is_some()
+    }
 }
 
 /// Shared state of the HTTP servers.
@@ -141,10 +159,7 @@ fn health_response(s: &Shared, check_node: bool) -> impl IntoResponse + use<> {
         .map(|h| h.clone())
         .unwrap_or_else(|p| p.into_inner().clone());
     let now = SystemTime::now();
-    let stale = h
-        .queued_since
-        .is_some_and(|q| now.duration_since(q).unwrap_or_default() > h.timeout);
-    let healthy = !stale && h.last_updated.is_some() && (!check_node || h.node_eligible);
+    let healthy = h.is_healthy(now) && (!check_node || h.node_eligible);
     let body = serde_json::json!({
         "lastUpdated": h.last_updated.map(rfc3339).unwrap_or_default(),
         "currentTime": rfc3339(now),

@@ -12,6 +12,7 @@ use svcnet_proxy::{IpFamily, NamespacedName, ProxyState};
 use tokio::sync::{mpsc, watch};
 use tokio::time::sleep_until;
 
+use crate::healthcheck::HealthCheck;
 use crate::serve::Shared;
 use crate::watchers::{Change, Input};
 use crate::{ProxyConfig, SyncStats};
@@ -35,6 +36,8 @@ pub(crate) struct SyncLoop {
     dirty: BTreeMap<IpFamily, BTreeSet<NamespacedName>>,
     last_sync: Option<Instant>,
     next_full: Instant,
+    /// Receives the health-check node ports after every sync (see `healthcheck`).
+    health_checks: Option<watch::Sender<Vec<HealthCheck>>>,
 }
 
 impl SyncLoop {
@@ -65,7 +68,14 @@ impl SyncLoop {
             dirty: BTreeMap::new(),
             last_sync: None,
             next_full,
+            health_checks: None,
         }
+    }
+
+    /// Publishes the health-check node ports to `tx` after every sync.
+    pub fn with_health_checks(mut self, tx: watch::Sender<Vec<HealthCheck>>) -> Self {
+        self.health_checks = Some(tx);
+        self
     }
 
     fn on_input(&mut self, input: Input) -> bool {
@@ -245,6 +255,10 @@ impl SyncLoop {
                 Ok(Err(e)) => tracing::warn!("deleting stale UDP conntrack entries: {e}"),
                 Err(e) => tracing::warn!("conntrack task failed: {e}"),
             }
+        }
+        if let Some(tx) = &self.health_checks {
+            // Every sync, so ports that failed to bind are retried.
+            tx.send_replace(HealthCheck::from_state(&self.state));
         }
         let elapsed = started.elapsed().as_secs_f64();
         let m = &self.shared.metrics;
