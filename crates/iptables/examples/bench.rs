@@ -11,7 +11,9 @@
 //!   backend pod in a lab without service rules, interleaved over rounds.
 //!
 //! Usage (root): `cargo run --release -p svcnet-iptables --example bench -- 1000 10000 30000`
-//! (`BENCH_SECS` = seconds per S3 sample, default 1; `BENCH_ROUNDS` default 3).
+//! (`BENCH_SECS` = seconds per S3 sample, default 1; `BENCH_ROUNDS` default 3;
+//! `BENCH_SUBJECTS=iptables-nft,iptables-legacy` to pick subjects, svcnet-nft always runs;
+//! `BENCH_STAGING=0` for one nat commit on iptables-nft, as kube-proxy does).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark binary, not library code
 
 use std::io::{Read, Write};
@@ -249,6 +251,10 @@ fn main() {
     let only: Option<Vec<String>> = std::env::var("BENCH_SUBJECTS")
         .ok()
         .map(|v| v.split(',').map(str::to_string).collect());
+    let staging = std::env::var("BENCH_STAGING").map_or(true, |v| v != "0");
+    if !staging {
+        println!("# iptables-nft: one commit per table (kube-proxy's way), no staging");
+    }
     let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|x| x == name));
     let secs: f64 = std::env::var("BENCH_SECS")
         .ok()
@@ -276,10 +282,16 @@ fn main() {
         {
             let lab = lab();
             let exec = IptablesExecutor::new(Some(lab.node.name().to_string()), *b);
+            // As IptablesDataplane does: staged commits on the nft back end (BENCH_STAGING=0
+            // measures kube-proxy's single commit instead).
+            let mut r = Renderer::new(Family::V4);
+            if *b == Backend::Nft && staging {
+                r.set_staging(Some(svcnet_iptables::dataplane::STAGE_CHAINS));
+            }
             subjects.push(Subject {
                 name: format!("iptables-{}", b.as_str()),
                 lab,
-                plane: Plane::Iptables(Renderer::new(Family::V4), exec),
+                plane: Plane::Iptables(r, exec),
                 state: state(n),
             });
         }

@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use svcnet_proxy::{ChangeSet, IpFamily, ProxyState};
 
-use crate::apply::{ApplyError, IptablesExecutor};
+use crate::apply::{ApplyError, Backend, IptablesExecutor};
+
+/// Per-service chains per staged commit on the nft back end (see `plan::stage`).
+pub const STAGE_CHAINS: usize = 1000;
 use crate::payload::{Family, Table};
 use crate::plan::Renderer;
 
@@ -55,8 +58,28 @@ impl IptablesDataplane {
     }
 
     pub fn with_families(exec: IptablesExecutor, families: &[Family]) -> Self {
-        let renderers = families.iter().map(|f| (*f, Renderer::new(*f))).collect();
+        let staging = match exec.backend() {
+            Backend::Nft => Some(STAGE_CHAINS),
+            // Each legacy commit copies the whole table: staging would only add copies.
+            Backend::Legacy => None,
+        };
+        let renderers = families
+            .iter()
+            .map(|f| {
+                let mut r = Renderer::new(*f);
+                r.set_staging(staging);
+                (*f, r)
+            })
+            .collect();
         Self { exec, renderers }
+    }
+
+    /// Overrides the staging of large payloads (default: [`STAGE_CHAINS`] on the nft back
+    /// end, none on legacy); the next plans use it.
+    pub fn set_staging(&mut self, max_chains: Option<usize>) {
+        for r in self.renderers.values_mut() {
+            r.set_staging(max_chains);
+        }
     }
 
     pub fn executor(&self) -> &IptablesExecutor {

@@ -163,9 +163,11 @@ impl Payload {
         &mut self.tables[pos].1
     }
 
+    /// The last section of `table` (the only one unless the payload is staged).
     pub fn get(&self, table: Table) -> Option<&TablePayload> {
         self.tables
             .iter()
+            .rev()
             .find(|(t, _)| *t == table)
             .map(|(_, p)| p)
     }
@@ -174,9 +176,19 @@ impl Payload {
         self.tables.iter().all(|(_, t)| t.is_empty())
     }
 
-    /// Number of rules the payload appends (per table), for metrics and benchmarks.
+    /// Number of rules the payload appends (per table, over all its sections), for metrics
+    /// and benchmarks.
     pub fn rule_count(&self, table: Table) -> usize {
-        self.get(table).map_or(0, |t| t.rules.len())
+        self.sections(table).map(|t| t.rules.len()).sum()
+    }
+
+    /// Every section of `table` (a staged payload has several nat sections, committed in
+    /// order; see `plan::stage`).
+    pub fn sections(&self, table: Table) -> impl Iterator<Item = &TablePayload> {
+        self.tables
+            .iter()
+            .filter(move |(t, _)| *t == table)
+            .map(|(_, p)| p)
     }
 }
 

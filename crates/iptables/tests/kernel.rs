@@ -31,6 +31,10 @@ struct World {
 }
 
 fn setup(backend: Backend, state: &ProxyState) -> World {
+    setup_staged(backend, state, None)
+}
+
+fn setup_staged(backend: Backend, state: &ProxyState, staging: Option<usize>) -> World {
     let mut lab = Lab::new().unwrap();
     for _ in 0..CLIENT_POD {
         lab.add_pod().unwrap();
@@ -52,6 +56,9 @@ fn setup(backend: Backend, state: &ProxyState) -> World {
     }
     let exec = IptablesExecutor::new(Some(lab.node.name().to_string()), backend);
     let mut dp = IptablesDataplane::new(exec);
+    if staging.is_some() {
+        dp.set_staging(staging);
+    }
     for r in dp.sync(state, &ChangeSet::default(), true) {
         let r = r.unwrap();
         assert!(r.full);
@@ -175,6 +182,26 @@ fn flow_table(backend: Backend) {
 #[test]
 fn flow_table_iptables_nft() {
     flow_table(Backend::Nft);
+}
+
+/// The same table when the payload is staged into many small nat commits (as the nft back end
+/// does for large rulesets): a first sync and then a full resync over the existing rules.
+#[test]
+fn flow_table_iptables_nft_staged() {
+    if !root() {
+        return;
+    }
+    let state = world();
+    let mut w = setup_staged(Backend::Nft, &state, Some(3));
+    for c in cases() {
+        run_case(&w, &c);
+    }
+    for r in w.dp.sync(&state, &ChangeSet::default(), true) {
+        assert!(r.unwrap().full);
+    }
+    for c in cases() {
+        run_case(&w, &c);
+    }
 }
 
 #[test]
