@@ -351,7 +351,24 @@ pub fn stage(
             c.extend(g);
         }
     }
-    let staged: BTreeSet<&String> = chunks.iter().flatten().collect();
+    // One pass over the rules: each chain's stage (1-based; 0 = the final commit).
+    let stage_of: BTreeMap<&str, usize> = chunks
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| c.iter().map(move |name| (name.as_str(), i + 1)))
+        .collect();
+    let which = |chain: &str| stage_of.get(chain).copied().unwrap_or(0);
+    let mut staged: Vec<TablePayload> = (0..=chunks.len())
+        .map(|_| TablePayload::default())
+        .collect();
+    for c in &nat.chains {
+        staged[which(c)].chains.push(c.clone());
+    }
+    for r in &nat.rules {
+        staged[which(&r.chain)].rules.push(r.clone());
+    }
+    staged[0].deletes = nat.deletes.clone();
+    let last = staged.remove(0);
     let mut sections: Vec<TablePayload> = Vec::new();
     // Prelude: the masquerade chains per-service rules jump to (tiny, rewritten atomically).
     let prelude_chains = [MARK_MASQ, MASQ_OFF_CLUSTER];
@@ -365,38 +382,8 @@ pub fn stage(
         .map(|(_, r)| r)
         .collect();
     sections.push(prelude);
-    for chunk in &chunks {
-        sections.push(TablePayload {
-            chains: nat
-                .chains
-                .iter()
-                .filter(|c| chunk.contains(*c))
-                .cloned()
-                .collect(),
-            rules: nat
-                .rules
-                .iter()
-                .filter(|r| chunk.contains(&r.chain))
-                .cloned()
-                .collect(),
-            deletes: Vec::new(),
-        });
-    }
-    sections.push(TablePayload {
-        chains: nat
-            .chains
-            .iter()
-            .filter(|c| !staged.contains(c))
-            .cloned()
-            .collect(),
-        rules: nat
-            .rules
-            .iter()
-            .filter(|r| !staged.contains(&r.chain))
-            .cloned()
-            .collect(),
-        deletes: nat.deletes.clone(),
-    });
+    sections.extend(staged);
+    sections.push(last);
     let mut out = Payload::new(payload.family);
     for (i, (t, section)) in payload.tables.into_iter().enumerate() {
         if i == pos {
