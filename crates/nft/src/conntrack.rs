@@ -8,7 +8,8 @@ use svcnet_proxy::{IpFamily, StaleConntrack};
 
 use crate::apply::ApplyError;
 
-/// The `conntrack -D` arguments deleting one stale entry set.
+/// The `conntrack -D` arguments deleting one stale entry set (without `--dst-nat` when the
+/// entries of a newly active service are cleared whatever they were NATed to).
 pub fn delete_args(s: &StaleConntrack) -> Vec<String> {
     let mut args = vec!["-D".to_string()];
     if s.family == IpFamily::V6 {
@@ -18,12 +19,10 @@ pub fn delete_args(s: &StaleConntrack) -> Vec<String> {
     if let Some(ip) = s.frontend_ip {
         args.extend(["--orig-dst".into(), ip.to_string()]);
     }
-    args.extend([
-        "--orig-port-dst".into(),
-        s.frontend_port.to_string(),
-        "--dst-nat".into(),
-        s.endpoint.to_string(),
-    ]);
+    args.extend(["--orig-port-dst".into(), s.frontend_port.to_string()]);
+    if let Some(ep) = s.endpoint {
+        args.extend(["--dst-nat".into(), ep.to_string()]);
+    }
     args
 }
 

@@ -40,16 +40,19 @@ impl ChangeSet {
     }
 }
 
-/// UDP conntrack entries that point at an endpoint no longer reachable through a frontend and
-/// must be deleted so clients stop black-holing (DNS, statsd).
+/// UDP conntrack entries to delete so clients stop black-holing (DNS, statsd): entries NATed to
+/// an endpoint no longer reachable through a frontend, and, when a UDP service port goes from
+/// no endpoints to some ("newly active", upstream's `NewlyActiveUDPServices`), every entry to
+/// its frontends, which may have been made while nothing DNATed them (a node port delivered
+/// locally, say) and would otherwise keep bypassing the new rules until they time out.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct StaleConntrack {
     pub family: IpFamily,
     /// Original destination: a frontend IP and its port, or (IP `None`) a node port.
     pub frontend_ip: Option<IpAddr>,
     pub frontend_port: u16,
-    /// The endpoint the entries were NATed to.
-    pub endpoint: IpAddr,
+    /// The endpoint the entries were NATed to; `None`: every entry to the frontend.
+    pub endpoint: Option<IpAddr>,
 }
 
 /// Observed state plus change trackers. Pure: feed it objects, read desired state out.
@@ -288,25 +291,17 @@ impl ProxyState {
                         .flat_map(|n| n.reachable_endpoints().map(|e| e.ip))
                         .collect();
                     for ep in old.reachable_endpoints().filter(|e| !still.contains(&e.ip)) {
-                        let frontends = std::iter::once(old.cluster_ip)
-                            .chain(old.external_ips.iter().copied())
-                            .chain(old.load_balancer_ips.iter().copied());
-                        for ip in frontends {
-                            out.insert(StaleConntrack {
-                                family,
-                                frontend_ip: Some(ip),
-                                frontend_port: old.port,
-                                endpoint: ep.ip,
-                            });
-                        }
-                        if let Some(np) = old.node_port {
-                            out.insert(StaleConntrack {
-                                family,
-                                frontend_ip: None,
-                                frontend_port: np,
-                                endpoint: ep.ip,
-                            });
-                        }
+                        stale_for(&mut out, family, old, Some(ep.ip));
+                    }
+                }
+                // Newly active: no reachable endpoint before (or no such port), some now.
+                for new in after.iter().filter(|p| p.protocol == Protocol::Udp) {
+                    let was_active = before
+                        .iter()
+                        .find(|p| p.name == new.name)
+                        .is_some_and(|p| p.reachable_endpoints().next().is_some());
+                    if !was_active && new.reachable_endpoints().next().is_some() {
+                        stale_for(&mut out, family, new, None);
                     }
                 }
             }
@@ -334,5 +329,34 @@ impl ProxyState {
             out.push((key.clone(), hc, local.len()));
         }
         out
+    }
+}
+
+/// The entries of every frontend of `port` (cluster IP, external and load-balancer IPs, node
+/// port) NATed to `endpoint` (`None`: all of them).
+fn stale_for(
+    out: &mut BTreeSet<StaleConntrack>,
+    family: IpFamily,
+    port: &DesiredServicePort,
+    endpoint: Option<IpAddr>,
+) {
+    let frontends = std::iter::once(port.cluster_ip)
+        .chain(port.external_ips.iter().copied())
+        .chain(port.load_balancer_ips.iter().copied());
+    for ip in frontends {
+        out.insert(StaleConntrack {
+            family,
+            frontend_ip: Some(ip),
+            frontend_port: port.port,
+            endpoint,
+        });
+    }
+    if let Some(np) = port.node_port {
+        out.insert(StaleConntrack {
+            family,
+            frontend_ip: None,
+            frontend_port: np,
+            endpoint,
+        });
     }
 }

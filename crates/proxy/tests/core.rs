@@ -397,13 +397,18 @@ fn stale_udp_conntrack_for_removed_endpoints() {
     let stale: Vec<String> = state
         .stale_conntrack(&changes)
         .iter()
-        .map(|s| format!("{:?}:{} -> {}", s.frontend_ip, s.frontend_port, s.endpoint))
+        .map(|s| {
+            format!(
+                "{:?}:{} -> {:?}",
+                s.frontend_ip, s.frontend_port, s.endpoint
+            )
+        })
         .collect();
     assert_eq!(
         stale,
         [
-            "None:30053 -> 10.244.1.2",
-            "Some(10.96.0.10):53 -> 10.244.1.2"
+            "None:30053 -> Some(10.244.1.2)",
+            "Some(10.96.0.10):53 -> Some(10.244.1.2)"
         ]
     );
 }
