@@ -21,12 +21,24 @@ pub struct FakeUpstream {
     _tasks: JoinSet<()>,
 }
 
+/// A UDP socket and a TCP listener on the same free loopback port. The UDP port is free, but
+/// its TCP twin may be taken by another process: try other ports a bounded number of times.
+async fn bind_pair() -> std::io::Result<(UdpSocket, TcpListener)> {
+    let mut last = None;
+    for _ in 0..50 {
+        let udp = UdpSocket::bind("127.0.0.1:0").await?;
+        match TcpListener::bind(udp.local_addr()?).await {
+            Ok(tcp) => return Ok((udp, tcp)),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free port pair")))
+}
+
 impl FakeUpstream {
     /// Serve `records` on a free loopback port (UDP and TCP).
     pub async fn start(records: Vec<Record>) -> std::io::Result<FakeUpstream> {
-        let udp = UdpSocket::bind("127.0.0.1:0").await?;
-        let addr = udp.local_addr()?;
-        let tcp = TcpListener::bind(addr).await?;
+        let (udp, tcp) = bind_pair().await?;
         let records = Arc::new(records);
         let queries = Arc::new(AtomicUsize::new(0));
         let mut tasks = JoinSet::new();
