@@ -39,6 +39,7 @@ impl FakeUpstream {
     /// Serve `records` on a free loopback port (UDP and TCP).
     pub async fn start(records: Vec<Record>) -> std::io::Result<FakeUpstream> {
         let (udp, tcp) = bind_pair().await?;
+        let addr = udp.local_addr()?;
         let records = Arc::new(records);
         let queries = Arc::new(AtomicUsize::new(0));
         let mut tasks = JoinSet::new();
