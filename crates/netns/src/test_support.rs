@@ -78,7 +78,7 @@ impl Lab {
             &ns,
             &host_link,
             &format!("10.244.{i}.1/24"),
-            &format!("fd00:244:{i}::1/64"),
+            &format!("fd00:244:{i:x}::1/64"),
         )?;
         ns.exec(&["ip", "addr", "add", &format!("{v4}/24"), "dev", "eth0"])?;
         ns.exec(&[
@@ -106,7 +106,7 @@ impl Lab {
             "add",
             "default",
             "via",
-            &format!("fd00:244:{i}::1"),
+            &format!("fd00:244:{i:x}::1"),
         ])?;
         self.pods.push(Pod {
             ns,
