@@ -47,6 +47,8 @@ pub(crate) struct Reply {
     pub(crate) answers: Vec<Record>,
     pub(crate) authorities: Vec<Record>,
     pub(crate) additionals: Vec<Record>,
+    /// Every answer is owned by the question name as asked (see `zone::Response`).
+    pub(crate) owned_by_question: bool,
 }
 
 impl Reply {
@@ -58,6 +60,7 @@ impl Reply {
             answers: Vec::new(),
             authorities: Vec::new(),
             additionals: Vec::new(),
+            owned_by_question: false,
         }
     }
 }
@@ -196,6 +199,7 @@ impl Handler {
                     answers: response.answers,
                     authorities: response.authorities,
                     additionals: response.additionals,
+                    owned_by_question: response.owned_by_question && response.chase.is_none(),
                 };
                 match response.chase {
                     Some(target) => Step::Chase(reply, target, qtype, qclass),
@@ -225,6 +229,7 @@ impl Handler {
                             answers: m.answers,
                             authorities: m.authorities,
                             additionals: m.additionals,
+                            owned_by_question: false,
                         }
                     }
                     Err(ForwardError::NoUpstream) => Reply::error(ResponseCode::Refused),

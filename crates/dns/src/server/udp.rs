@@ -222,3 +222,67 @@ mod fuzz {
         }
     }
 }
+
+#[cfg(test)]
+mod timing {
+    use super::*;
+    use crate::fixtures::*;
+    use crate::server::forward::Forwarder;
+    use crate::server::handler::ZoneHandle;
+    use crate::zone::{Objects, Zone, ZoneConfig};
+    use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
+    use hickory_proto::rr::{Name, RecordType};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    #[ignore = "timing probe: cargo test --release -p svcnet-dns timing -- --ignored --nocapture"]
+    fn headless_100_packet_path() {
+        let config = Arc::new(ZoneConfig::new("cluster.local").unwrap());
+        let mut s = slice("default", "big", "big-1", &[("http", "TCP", 80)]);
+        for i in 0..100 {
+            s = s.ep(&format!("10.244.1.{}", i + 1), None, true);
+        }
+        let objects = Objects {
+            services: vec![headless("default", "big", &[("http", "TCP", 80)])],
+            endpoint_slices: vec![s],
+            pods: vec![],
+            namespaces: vec![namespace("default")],
+        };
+        let zone = ZoneHandle::default();
+        zone.publish(Zone::build(config.clone(), &objects, 1));
+        let h = Handler {
+            config,
+            zone,
+            forwarder: Arc::new(Forwarder::new(vec![], None, Duration::from_millis(10))),
+        };
+        let mut m = Message::new(7, MessageType::Query, OpCode::Query);
+        m.add_query(Query::query(
+            Name::from_ascii("big.default.svc.cluster.local.").unwrap(),
+            RecordType::A,
+        ));
+        let mut e = Edns::new();
+        e.set_max_payload(4096);
+        m.set_edns(e);
+        let packet = m.to_vec().unwrap();
+        let src = "127.0.0.1:5353".parse().unwrap();
+        let n = 20_000;
+        let t = Instant::now();
+        let mut bytes = 0;
+        for _ in 0..n {
+            if let Packet::Reply(b) = answer_packet(&h, &packet, src) {
+                bytes += b.len();
+            }
+        }
+        let per = t.elapsed() / n;
+        let request = Request::from_bytes(packet.clone(), src, Protocol::Udp).unwrap();
+        let t = Instant::now();
+        for _ in 0..n {
+            let _ = std::hint::black_box(h.step(&request));
+        }
+        let step = t.elapsed() / n;
+        eprintln!(
+            "answer_packet {per:?} step {step:?} bytes {}",
+            bytes / n as usize
+        );
+    }
+}

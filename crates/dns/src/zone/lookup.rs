@@ -80,6 +80,7 @@ impl Zone {
                     answers,
                     additionals,
                 } => {
+                    response.owned_by_question = response.answers.is_empty();
                     response.answers.extend(answers);
                     response.additionals.extend(additionals);
                     return Outcome::Answer(response);
@@ -202,11 +203,13 @@ impl Zone {
                 if qtype == RecordType::SRV {
                     return self.srv(entry, None, owner, rng);
                 }
-                let mut answers = match kind {
-                    ServiceKind::ClusterIp(ips) => address_records(owner, ips, qtype, ttl),
-                    _ => address_records(owner, &entry.endpoint_ips, qtype, ttl),
+                // Shuffle the addresses, not the (much larger) records.
+                let mut ips = match kind {
+                    ServiceKind::ClusterIp(ips) => ips.clone(),
+                    _ => entry.endpoint_ips.clone(),
                 };
-                answers.shuffle(rng);
+                ips.shuffle(rng);
+                let answers = address_records(owner, &ips, qtype, ttl);
                 records(answers, Vec::new())
             }
             (_, [label]) => {
@@ -398,19 +401,19 @@ fn records(answers: Vec<Record>, additionals: Vec<Record>) -> Node {
 
 /// A and AAAA records for `ips` as `qtype` asks (`ANY` gives both families).
 fn address_records(owner: &Name, ips: &[IpAddr], qtype: RecordType, ttl: u32) -> Vec<Record> {
-    ips.iter()
-        .filter_map(|ip| match (ip, qtype) {
-            (IpAddr::V4(v4), RecordType::A | RecordType::ANY) => {
-                Some(Record::from_rdata(owner.clone(), ttl, RData::A(A(*v4))))
-            }
-            (IpAddr::V6(v6), RecordType::AAAA | RecordType::ANY) => Some(Record::from_rdata(
-                owner.clone(),
-                ttl,
-                RData::AAAA(AAAA(*v6)),
-            )),
-            _ => None,
-        })
-        .collect()
+    let mut out = Vec::with_capacity(ips.len());
+    out.extend(ips.iter().filter_map(|ip| match (ip, qtype) {
+        (IpAddr::V4(v4), RecordType::A | RecordType::ANY) => {
+            Some(Record::from_rdata(owner.clone(), ttl, RData::A(A(*v4))))
+        }
+        (IpAddr::V6(v6), RecordType::AAAA | RecordType::ANY) => Some(Record::from_rdata(
+            owner.clone(),
+            ttl,
+            RData::AAAA(AAAA(*v6)),
+        )),
+        _ => None,
+    }));
+    out
 }
 
 /// `<prefix>.<domain>`, falling back to the domain when the result would be too long.

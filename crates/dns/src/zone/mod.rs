@@ -232,6 +232,9 @@ pub struct Response {
     /// An ExternalName target outside the zone: the transport resolves it through the upstream
     /// and appends its answer (and rcode and truncation) after `answers`.
     pub chase: Option<Name>,
+    /// Every answer record is owned by the question name exactly as asked (no CNAME was
+    /// followed), which lets the transport encode owners as pointers to the question.
+    pub owned_by_question: bool,
 }
 
 impl Response {
@@ -242,6 +245,7 @@ impl Response {
             authorities: Vec::new(),
             additionals: Vec::new(),
             chase: None,
+            owned_by_question: false,
         }
     }
 }

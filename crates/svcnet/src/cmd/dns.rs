@@ -50,12 +50,5 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("cluster DNS")
 }
 
-/// A kube client for the current context of a kubeconfig file.
-pub async fn client_from_kubeconfig(path: &std::path::Path) -> anyhow::Result<kube::Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path)
-        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .with_context(|| format!("loading kubeconfig {}", path.display()))?;
-    kube::Client::try_from(config).context("building the API client")
-}
+/// Kept here too because other subcommands import it from this module.
+pub use super::kubeconfig::client_from_kubeconfig;

@@ -22,7 +22,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = super::dns::client_from_kubeconfig(&args.kubeconfig).await?;
+    let client = super::kubeconfig::client_from_kubeconfig(&args.kubeconfig).await?;
     let mut services: Vec<Service> = Vec::new();
     if !args.no_service_links {
         let api: Api<Service> = Api::namespaced(client.clone(), &args.namespace);
