@@ -22,6 +22,8 @@ pub enum UserspaceError {
     },
     #[error("cannot run nft (install the `nftables` package): {0}")]
     NftMissing(std::io::Error),
+    #[error("cannot start the userspace proxy's worker threads: {0}")]
+    Workers(String),
     #[error("service {service}: Maglev table: {source}")]
     Maglev {
         service: String,

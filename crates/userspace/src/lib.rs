@@ -14,7 +14,8 @@
 //!
 //! Code map: [`table`] (pure: desired state → routes and listeners), [`rules`] (pure: the
 //! nftables transaction), [`state`] (lock-free counters, the route table, metrics), [`socket`]
-//! (namespace-aware sockets), `tcp`/`udp` (data paths), [`proxy`] (sync, drain, metrics).
+//! (namespace-aware sockets), `tcp`/`udp` (data paths), `workers` (one event loop per core
+//! with `SO_REUSEPORT` listeners), [`proxy`] (sync, drain, metrics).
 //! This crate reads only the core's desired state, never API objects.
 
 pub mod error;
@@ -25,6 +26,7 @@ pub mod state;
 pub mod table;
 mod tcp;
 mod udp;
+mod workers;
 
 pub use error::UserspaceError;
 pub use proxy::{Config, SyncReport, UserspaceProxy, cleanup};

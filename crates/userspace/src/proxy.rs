@@ -44,6 +44,8 @@ pub struct Config {
     pub udp_idle_timeout: Duration,
     /// Maglev lookup table size (a prime).
     pub maglev_table_size: u32,
+    /// Data-path threads, each a single-threaded event loop with its own listeners.
+    pub workers: usize,
 }
 
 impl Config {
@@ -58,6 +60,7 @@ impl Config {
             drain_timeout: Duration::from_secs(60),
             udp_idle_timeout: Duration::from_secs(30),
             maglev_table_size: svcnet_lb::maglev::DEFAULT_TABLE_SIZE,
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 }
@@ -76,7 +79,16 @@ impl Shared {
 
 struct Listener {
     port: u16,
-    task: AbortHandle,
+    /// One accept loop per worker (UDP: one).
+    tasks: Vec<AbortHandle>,
+}
+
+impl Listener {
+    fn abort(&self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -105,6 +117,7 @@ pub struct SyncReport {
 /// The userspace dataplane of one node.
 pub struct UserspaceProxy {
     shared: Arc<Shared>,
+    workers: crate::workers::Workers,
     control: tokio::sync::Mutex<Control>,
     registry: Mutex<Registry>,
 }
@@ -113,7 +126,10 @@ impl UserspaceProxy {
     /// Starts an empty dataplane (no listeners, no rules). Call inside a tokio runtime.
     pub fn new(config: Config) -> Result<Self, UserspaceError> {
         let sockets = SocketFactory::new(config.netns.as_deref())?;
+        let workers = crate::workers::Workers::start(config.workers)
+            .map_err(|e| UserspaceError::Workers(e.to_string()))?;
         Ok(Self {
+            workers,
             shared: Arc::new(Shared {
                 config,
                 table: ArcSwap::from_pointee(Table::default()),
@@ -177,7 +193,7 @@ impl UserspaceProxy {
         control.listeners.retain(|k, l| {
             let keep = wanted.contains(k);
             if !keep {
-                l.task.abort();
+                l.abort();
             }
             keep
         });
@@ -189,30 +205,36 @@ impl UserspaceProxy {
 
     fn listen(&self, key: &ListenerKey) -> Result<Listener, UserspaceError> {
         let addr = key.bind.socket_addr();
-        let shared = self.shared.clone();
-        let route = key.route.clone();
-        let (port, task) = match key.protocol {
+        let workers = self.workers.handles();
+        let (port, tasks) = match key.protocol {
             Protocol::Udp => {
                 let sock = self.shared.sockets.bind_udp(addr)?;
                 let port = sock
                     .local_addr()
                     .map_err(|e| UserspaceError::bind(addr, "UDP", e))?
                     .port();
-                let t = tokio::spawn(crate::udp::serve(shared, route, sock));
-                (port, t.abort_handle())
+                let serve = crate::udp::serve(self.shared.clone(), key.route.clone(), sock);
+                (port, vec![workers[0].spawn(serve).abort_handle()])
             }
             _ => {
-                let l = self.shared.sockets.listen_tcp(addr)?;
-                let port = l
-                    .local_addr()
-                    .map_err(|e| UserspaceError::bind(addr, "TCP", e))?
-                    .port();
-                let t = tokio::spawn(crate::tcp::serve(shared, route, l));
-                (port, t.abort_handle())
+                let listeners = self.shared.sockets.listen_tcp(addr, workers.len())?;
+                let port = listeners
+                    .first()
+                    .and_then(|l| l.local_addr().ok())
+                    .map_or(addr.port(), |a| a.port());
+                let tasks = listeners
+                    .into_iter()
+                    .zip(workers)
+                    .map(|(l, w)| {
+                        let serve = crate::tcp::serve(self.shared.clone(), key.route.clone(), l);
+                        w.spawn(serve).abort_handle()
+                    })
+                    .collect();
+                (port, tasks)
             }
         };
         tracing::debug!(route = ?key.route, %addr, port, "listening");
-        Ok(Listener { port, task })
+        Ok(Listener { port, tasks })
     }
 
     fn build_table(
@@ -400,7 +422,7 @@ impl UserspaceProxy {
     pub async fn shutdown(&self) -> Result<(), UserspaceError> {
         let mut control = self.control.lock().await;
         for (_, l) in std::mem::take(&mut control.listeners) {
-            l.task.abort();
+            l.abort();
         }
         for (_, d) in std::mem::take(&mut control.drains) {
             d.abort();
@@ -418,7 +440,7 @@ impl Drop for UserspaceProxy {
     fn drop(&mut self) {
         let control = self.control.get_mut();
         for l in control.listeners.values() {
-            l.task.abort();
+            l.abort();
         }
         for d in control.drains.values() {
             d.abort();

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol as SockProtocol, Socket, Type};
 use svcnet_netns::NetNs;
-use tokio::net::{TcpListener, TcpSocket, TcpStream, UdpSocket};
+use tokio::net::{TcpSocket, TcpStream, UdpSocket};
 use tokio::sync::oneshot;
 
 use crate::error::UserspaceError;
@@ -174,10 +174,17 @@ impl SocketFactory {
         }
     }
 
-    /// Binds a TCP listener (inside the namespace).
-    pub fn listen_tcp(&self, addr: SocketAddr) -> Result<TcpListener, UserspaceError> {
-        let std = self
-            .in_ns(|| -> io::Result<std::net::TcpListener> {
+    /// Binds `count` TCP listeners on one address with `SO_REUSEPORT` (inside the namespace),
+    /// so each worker accepts its own share; port 0 picks one port for all of them.
+    pub fn listen_tcp(
+        &self,
+        addr: SocketAddr,
+        count: usize,
+    ) -> Result<Vec<std::net::TcpListener>, UserspaceError> {
+        self.in_ns(|| -> io::Result<Vec<std::net::TcpListener>> {
+            let mut out: Vec<std::net::TcpListener> = Vec::new();
+            let mut at = addr;
+            for _ in 0..count.max(1) {
                 let s = Socket::new(
                     Domain::for_address(addr),
                     Type::STREAM,
@@ -187,33 +194,35 @@ impl SocketFactory {
                     s.set_only_v6(true)?;
                 }
                 s.set_reuse_address(true)?;
-                s.bind(&addr.into())?;
+                s.set_reuse_port(true)?;
+                s.bind(&at.into())?;
                 s.listen(1024)?;
                 s.set_nonblocking(true)?;
-                Ok(s.into())
-            })?
-            .map_err(|e| UserspaceError::bind(addr, "TCP", e))?;
-        TcpListener::from_std(std).map_err(|e| UserspaceError::bind(addr, "TCP", e))
+                let l: std::net::TcpListener = s.into();
+                at = l.local_addr()?;
+                out.push(l);
+            }
+            Ok(out)
+        })?
+        .map_err(|e| UserspaceError::bind(addr, "TCP", e))
     }
 
-    /// Binds a UDP socket (inside the namespace).
-    pub fn bind_udp(&self, addr: SocketAddr) -> Result<UdpSocket, UserspaceError> {
-        let std = self
-            .in_ns(|| -> io::Result<std::net::UdpSocket> {
-                let s = Socket::new(
-                    Domain::for_address(addr),
-                    Type::DGRAM,
-                    Some(SockProtocol::UDP),
-                )?;
-                if addr.is_ipv6() {
-                    s.set_only_v6(true)?;
-                }
-                s.bind(&addr.into())?;
-                s.set_nonblocking(true)?;
-                Ok(s.into())
-            })?
-            .map_err(|e| UserspaceError::bind(addr, "UDP", e))?;
-        UdpSocket::from_std(std).map_err(|e| UserspaceError::bind(addr, "UDP", e))
+    /// Binds a UDP socket (inside the namespace); the worker that serves it registers it.
+    pub fn bind_udp(&self, addr: SocketAddr) -> Result<std::net::UdpSocket, UserspaceError> {
+        self.in_ns(|| -> io::Result<std::net::UdpSocket> {
+            let s = Socket::new(
+                Domain::for_address(addr),
+                Type::DGRAM,
+                Some(SockProtocol::UDP),
+            )?;
+            if addr.is_ipv6() {
+                s.set_only_v6(true)?;
+            }
+            s.bind(&addr.into())?;
+            s.set_nonblocking(true)?;
+            Ok(s.into())
+        })?
+        .map_err(|e| UserspaceError::bind(addr, "UDP", e))
     }
 }
 

@@ -18,7 +18,15 @@ use crate::table::RouteKey;
 /// Splice buffer per direction.
 const BUFFER: usize = 64 * 1024;
 
-pub(crate) async fn serve(shared: Arc<Shared>, key: RouteKey, listener: TcpListener) {
+pub(crate) async fn serve(shared: Arc<Shared>, key: RouteKey, listener: std::net::TcpListener) {
+    // Registered here, with the reactor of the worker that runs this loop.
+    let listener = match TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(route = ?key, "cannot register a listener: {e}");
+            return;
+        }
+    };
     loop {
         match listener.accept().await {
             Ok((client, peer)) => {
@@ -137,12 +145,17 @@ async fn handle(shared: Arc<Shared>, key: RouteKey, mut client: TcpStream, peer:
         reset(client);
         return;
     };
-    let destination = shared
-        .privileged()
-        .then(|| crate::socket::original_dst(&client))
-        .flatten()
-        .or_else(|| client.local_addr().ok())
-        .unwrap_or(peer);
+    // Only destination hashing needs the original destination; skip the syscalls otherwise.
+    let destination = if route.algorithm() == svcnet_lb::Algorithm::DestinationHash {
+        shared
+            .privileged()
+            .then(|| crate::socket::original_dst(&client))
+            .flatten()
+            .or_else(|| client.local_addr().ok())
+            .unwrap_or(peer)
+    } else {
+        peer
+    };
     let flow = Flow {
         client: peer,
         destination,

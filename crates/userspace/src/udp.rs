@@ -27,8 +27,14 @@ struct UdpFlow {
 
 type Flows = Arc<Mutex<HashMap<SocketAddr, Arc<UdpFlow>>>>;
 
-pub(crate) async fn serve(shared: Arc<Shared>, key: RouteKey, sock: UdpSocket) {
-    let sock = Arc::new(sock);
+pub(crate) async fn serve(shared: Arc<Shared>, key: RouteKey, sock: std::net::UdpSocket) {
+    let sock = match UdpSocket::from_std(sock) {
+        Ok(s) => Arc::new(s),
+        Err(e) => {
+            tracing::error!(route = ?key, "cannot register a UDP socket: {e}");
+            return;
+        }
+    };
     let flows: Flows = Arc::default();
     let mut buf = vec![0u8; 65_536];
     loop {

@@ -344,3 +344,57 @@ async fn external_ips_source_ranges_and_local_policy() {
     assert_eq!(lb_from_pod.unwrap(), "b1");
     assert_eq!(local_cluster_ip.unwrap(), "b2");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destination_hashing_uses_the_original_destination() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    // dh hashes the frontend the client asked for, which only SO_ORIGINAL_DST reveals after
+    // the redirect. Two services over the same endpoints: each must land where the balancer
+    // predicts for its own cluster IP.
+    let lab = lab(3, &[1, 2, 3]);
+    let mut services = Vec::new();
+    let mut slices = Vec::new();
+    for (name, ip) in [("dh-a", "10.96.0.40"), ("dh-b", "10.96.0.41")] {
+        services.push(annotate(
+            service("default", name, |s| {
+                s.cluster_ip(&[ip]).port("http", "TCP", 80);
+            }),
+            "dh",
+        ));
+        slices.push(slice("default", &format!("{name}-1"), name, |s| {
+            s.port("http", "TCP", 8080);
+            for i in 1..=3 {
+                s.endpoint(&lab.pod(i).ipv4.to_string(), NODE, |_| {});
+            }
+        }));
+    }
+    let p = proxy(&lab);
+    p.sync(&desired(&services, &slices)).await.unwrap();
+    let backends: Vec<svcnet_lb::Backend> = (1..=3)
+        .map(|i| svcnet_lb::Backend {
+            addr: SocketAddr::new(lab.pod(i).ipv4.into(), 8080),
+            weight: 1,
+        })
+        .collect();
+    let balancer =
+        svcnet_lb::Balancer::new(svcnet_lb::Algorithm::DestinationHash, backends).unwrap();
+    for ip in ["10.96.0.40", "10.96.0.41"] {
+        let dst = SocketAddr::new(ip.parse().unwrap(), 80);
+        let flow = svcnet_lb::Flow {
+            client: "10.244.1.2:40000".parse().unwrap(),
+            destination: dst,
+        };
+        let mut rng = rand::rng();
+        let i = balancer
+            .pick(&flow, 0, &svcnet_lb::NoLoad, &mut rng)
+            .unwrap();
+        let want_ip = balancer.backends()[i].addr.ip();
+        let pod = (1..=3)
+            .find(|k| IpAddr::from(lab.pod(*k).ipv4) == want_ip)
+            .unwrap();
+        let t = tally(&lab.pod(0).ns, dst, 5);
+        assert_eq!(t, BTreeMap::from([(format!("b{pod}"), 5)]), "{ip}");
+    }
+}

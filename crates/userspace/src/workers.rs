@@ -1,0 +1,68 @@
+//! The data path's threads: one single-threaded tokio runtime per worker, each with its own
+//! `SO_REUSEPORT` listener per route, as nginx and HAProxy run one event loop per core. A
+//! connection lives on the worker that accepted it, so its wake-ups never cross threads.
+
+use std::io;
+use std::thread::JoinHandle;
+
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+/// Running worker runtimes; stopped (tasks cancelled, threads joined) on drop.
+pub(crate) struct Workers {
+    handles: Vec<Handle>,
+    stops: Vec<oneshot::Sender<()>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Workers {
+    pub(crate) fn start(count: usize) -> io::Result<Self> {
+        let mut w = Self {
+            handles: Vec::new(),
+            stops: Vec::new(),
+            threads: Vec::new(),
+        };
+        for i in 0..count.max(1) {
+            let (handle_tx, handle_rx) = std::sync::mpsc::channel();
+            let (stop_tx, stop_rx) = oneshot::channel::<()>();
+            let thread = std::thread::Builder::new()
+                .name(format!("svcnet-us-{i}"))
+                .spawn(move || {
+                    let rt = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
+                        Err(e) => {
+                            let _ = handle_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = handle_tx.send(Ok(rt.handle().clone()));
+                    rt.block_on(async {
+                        let _ = stop_rx.await;
+                    });
+                })?;
+            let handle = handle_rx
+                .recv()
+                .map_err(|_| io::Error::other("a userspace worker thread died at start"))??;
+            w.handles.push(handle);
+            w.stops.push(stop_tx);
+            w.threads.push(thread);
+        }
+        Ok(w)
+    }
+
+    pub(crate) fn handles(&self) -> &[Handle] {
+        &self.handles
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.stops.clear();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
