@@ -11,7 +11,7 @@
 //! (plus `SVCNET_TESTSERVER_POD` and `SVCNET_TESTSERVER_IP`); the binary's `main` calls
 //! [`run_if_requested`] before anything else. Plain threads, no async runtime: it must start
 //! fast and stay small. On SIGTERM it behaves like a well-written server in a rolling update: it
-//! keeps serving for a short drain (`SVCNET_TESTSERVER_DRAIN_MS`, default 1500 ms) while the
+//! keeps serving for a short drain (`SVCNET_TESTSERVER_DRAIN_MS`, default 5 s, well inside the default 30 s grace period) while the
 //! proxies stop sending it new connections (its endpoint is already terminating), then exits 0.
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -22,7 +22,7 @@ use crate::runtime::spec::{TESTSERVER_ENV, TESTSERVER_IP_ENV, TESTSERVER_POD_ENV
 
 /// How long the test server keeps serving after SIGTERM: longer than the proxies' default
 /// minimum sync period (1 s), so no new connection reaches it after it stops.
-const DEFAULT_DRAIN: Duration = Duration::from_millis(1500);
+const DEFAULT_DRAIN: Duration = Duration::from_secs(5);
 
 /// If `SVCNET_TESTSERVER` is set, runs the test server and never returns; otherwise returns.
 pub fn run_if_requested() {

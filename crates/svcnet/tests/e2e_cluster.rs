@@ -21,8 +21,11 @@ struct Net {
 }
 
 impl Net {
-    /// `svcnet up` flags for these ranges, plus DNS on `dns` with a closed upstream.
+    /// Starts `svcnet up` on these ranges (nothing of them may be on the host yet), with DNS
+    /// on `dns` and a closed upstream.
     fn up(&self, nodes: &str, dns: std::net::SocketAddr) -> Up {
+        let before = self.leftovers();
+        assert!(before.is_empty(), "leftovers before the test: {before:?}");
         let upstream = free_udp_port(); // closed: nothing leaves the machine
         Up::start(&[
             "--nodes",
@@ -42,6 +45,14 @@ impl Net {
             "--dns-upstream",
             &upstream.to_string(),
         ])
+    }
+
+    /// Stops `svcnet up` as Ctrl-C does and checks it removed everything it made.
+    fn stop(&self, up: &mut Up) {
+        let status = up.stop();
+        assert!(status.success(), "svcnet up exited with {status}");
+        let after = self.leftovers();
+        assert!(after.is_empty(), "left behind: {after:?}");
     }
 
     /// Namespaces, links and routes of this test still on the host.
@@ -92,6 +103,28 @@ fn curl(url: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// `dig +short` against svcnet's DNS on `dns`, answers sorted.
+fn dig_sorted(dns: std::net::SocketAddr, name: &str) -> Vec<String> {
+    let out = Command::new("dig")
+        .args([
+            "+short",
+            "+time=2",
+            "+tries=1",
+            "-p",
+            &dns.port().to_string(),
+            "@127.0.0.1",
+            name,
+        ])
+        .output()
+        .unwrap();
+    let mut answers: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    answers.sort();
+    answers
+}
+
 /// The `pod=` field of the built-in test server's answer.
 fn answered_by(reply: &str) -> Option<String> {
     reply
@@ -113,11 +146,6 @@ fn seeds_walkthrough_on_two_nodes() {
         services: "10.140.0.0/16",
         lb: "10.141.0.0/24",
     };
-    assert!(
-        net.leftovers().is_empty(),
-        "leftovers before the test: {:?}",
-        net.leftovers()
-    );
     let dns = free_udp_port();
     let mut up = net.up("2", dns);
     let nodes = wait_for("two nodes registered", || {
@@ -215,26 +243,7 @@ fn seeds_walkthrough_on_two_nodes() {
     assert!(pod_names.contains(&answered_by(&reply).unwrap()), "{reply}");
 
     // Cluster DNS from the host: the headless service has the three pod IPs; StatefulSet names.
-    let dig = |name: &str| -> Vec<String> {
-        let out = Command::new("dig")
-            .args([
-                "+short",
-                "+time=2",
-                "+tries=1",
-                "-p",
-                &dns.port().to_string(),
-                "@127.0.0.1",
-                name,
-            ])
-            .output()
-            .unwrap();
-        let mut ips: Vec<String> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(str::to_string)
-            .collect();
-        ips.sort();
-        ips
-    };
+    let dig = |name: &str| dig_sorted(dns, name);
     let mut pod_ips: Vec<String> = pods
         .lines()
         .filter_map(|l| l.split_whitespace().nth(1))
@@ -269,7 +278,7 @@ fn seeds_walkthrough_on_two_nodes() {
         exec("dig +short +time=2 +tries=2 myapp.default.svc.cluster.local"),
         cluster_ip
     );
-    let via_search = exec("curl -s -m 3 http://myapp/");
+    let via_search = exec("curl -s -m 10 http://myapp/");
     assert!(
         pod_names.contains(&answered_by(&via_search).unwrap_or_default()),
         "{via_search}"
@@ -317,19 +326,16 @@ fn seeds_walkthrough_on_two_nodes() {
             .is_empty()
             .then_some(String::new())
     });
-    assert!(
-        curl(&format!("http://{cluster_ip}/")).is_none(),
-        "a service without endpoints refuses"
-    );
+    // Terminating pods still serve while they drain (upstream's terminating fallback); once
+    // they are gone, a service without endpoints refuses.
+    wait_for("the service refuses without endpoints", || {
+        curl(&format!("http://{cluster_ip}/"))
+            .is_none()
+            .then_some(String::new())
+    });
 
     // Stopping removes every namespace, link and route.
-    let status = up.stop();
-    assert!(status.success(), "svcnet up exited with {status}");
-    assert!(
-        net.leftovers().is_empty(),
-        "left behind: {:?}",
-        net.leftovers()
-    );
+    net.stop(&mut up);
 }
 
 /// A readiness probe drives the endpoints (and so the traffic) both ways, and
@@ -347,11 +353,6 @@ fn readiness_drives_endpoints_and_publish_not_ready_addresses() {
         services: "10.142.0.0/16",
         lb: "10.143.0.0/24",
     };
-    assert!(
-        net.leftovers().is_empty(),
-        "leftovers before the test: {:?}",
-        net.leftovers()
-    );
     let dns = free_udp_port();
     let mut up = net.up("1", dns);
     // The probe reads a file the test controls (pods share the host's /tmp).
@@ -421,21 +422,7 @@ spec:
         curl(&format!("http://{cluster_ip}/")).is_none(),
         "no ready endpoint: refused"
     );
-    let dig = |name: &str| -> String {
-        let out = Command::new("dig")
-            .args([
-                "+short",
-                "+time=2",
-                "+tries=1",
-                "-p",
-                &dns.port().to_string(),
-                "@127.0.0.1",
-                name,
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
+    let dig = |name: &str| dig_sorted(dns, name).join(",");
     wait_for("publishNotReadyAddresses publishes the unready pod", || {
         (dig("probed-peers.default.svc.cluster.local") == pod_ip).then_some(String::new())
     });
@@ -488,13 +475,28 @@ spec:
         "jsonpath={.items[0].metadata.name}",
     ]);
     let url = format!("http://{myapp_ip}/");
+    // The proxies program the service a moment after its endpoints are published.
+    wait_for("the proxy serves myapp", || {
+        curl(&url).filter(|r| answered_by(r).is_some())
+    });
     let client = std::thread::spawn(move || {
         let (mut ok, mut failed) = (0, Vec::new());
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(6);
-        while std::time::Instant::now() < deadline {
-            match curl(&url) {
-                Some(reply) if answered_by(&reply).is_some() => ok += 1,
-                other => failed.push(format!("{other:?}")),
+        let start = std::time::Instant::now();
+        while start.elapsed() < std::time::Duration::from_secs(8) {
+            let out = Command::new("curl")
+                .args(["-s", "-S", "-m", "3", &url])
+                .output()
+                .unwrap();
+            let reply = String::from_utf8_lossy(&out.stdout);
+            if out.status.success() && answered_by(&reply).is_some() {
+                ok += 1;
+            } else {
+                failed.push(format!(
+                    "at {:?}: {} {}",
+                    start.elapsed(),
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
             }
         }
         (ok, failed)
@@ -522,11 +524,5 @@ spec:
         (!pods.contains(&victim) && pods.lines().count() == 3).then_some(pods)
     });
 
-    let status = up.stop();
-    assert!(status.success(), "svcnet up exited with {status}");
-    assert!(
-        net.leftovers().is_empty(),
-        "left behind: {:?}",
-        net.leftovers()
-    );
+    net.stop(&mut up);
 }
