@@ -160,6 +160,42 @@ pub fn cleanup_text(save: &str) -> Option<String> {
     Some(text)
 }
 
+/// Whether an `iptables -S` listing holds `hook` (same chain, comment and target).
+fn hook_listed(listing: &str, hook: &Hook) -> bool {
+    let comment = hook
+        .rule
+        .args
+        .iter()
+        .position(|a| a == "--comment")
+        .and_then(|i| hook.rule.args.get(i + 1));
+    let prefix = format!("-A {} ", hook.chain);
+    listing
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix(&prefix))
+        .any(|rest| {
+            let rule = crate::payload::Rule::new(hook.chain, split_args(rest));
+            let same_comment = match comment {
+                Some(c) => rule
+                    .args
+                    .windows(2)
+                    .any(|w| w[0] == "--comment" && &w[1] == c),
+                None => true,
+            };
+            same_comment && rule.target() == hook.rule.target()
+        })
+}
+
+/// Adds `missing` hooks as inserts to the last section of their table (so they land in the
+/// commit that declares their targets), in reverse order: each goes to position 1.
+pub fn with_hooks(payload: &mut Payload, missing: &[Hook]) {
+    for h in missing.iter().rev() {
+        payload
+            .last_mut(h.table)
+            .inserts
+            .push(crate::payload::Rule::new(h.chain, h.rule.args.clone()));
+    }
+}
+
 /// Runs the iptables tools of one back end, in the current or a named network namespace.
 #[derive(Clone, Debug)]
 pub struct IptablesExecutor {
@@ -280,12 +316,12 @@ impl IptablesExecutor {
         self.run(&self.backend.program(family, ""), args, None)
     }
 
-    /// Ensures each hook (`-C`, else `-I <chain> 1`); inserting in reverse order leaves a fresh
-    /// built-in chain in the listed order. Returns how many were added. Existing hooks are
-    /// found in one listing per built-in chain (nft back end: `-S <chain>` reads only that
-    /// chain) or per table (legacy: any listing copies the whole table from the kernel, so one
-    /// per table); `-C` runs only for hooks not found verbatim there.
-    pub fn ensure_hooks(&self, family: Family, hooks: &[Hook]) -> Result<usize, ApplyError> {
+    /// The hooks not yet installed, in `hooks` order. Existing rules are read with one
+    /// listing per built-in chain (nft back end: `-S <chain>` reads only that chain) or per
+    /// table (legacy: any listing copies the whole table from the kernel, so one per table). A
+    /// hook is present when its chain has a rule with the same comment and target (robust to
+    /// how a version of iptables prints the other matches).
+    pub fn missing_hooks(&self, family: Family, hooks: &[Hook]) -> Result<Vec<Hook>, ApplyError> {
         let mut listings: BTreeMap<(Table, &str), String> = BTreeMap::new();
         for h in hooks {
             let key = self.listing_key(h);
@@ -297,29 +333,29 @@ impl IptablesExecutor {
                 e.insert(self.iptables(family, &args)?);
             }
         }
-        let mut added = 0;
-        for h in hooks.iter().rev() {
-            let line = format!("-A {} {}", h.chain, h.rule.spec());
-            if listings
-                .get(&self.listing_key(h))
-                .is_some_and(|l| l.lines().any(|x| x.trim() == line))
-            {
-                continue;
-            }
-            let spec: Vec<&str> = h.rule.args.iter().map(String::as_str).collect();
-            let mut check = vec!["-w", "5", "-t", h.table.as_str(), "-C", h.chain];
-            check.extend(&spec);
-            match self.iptables(family, &check) {
-                Ok(_) => continue,
-                Err(ApplyError::Rejected { .. }) => {}
-                Err(e) => return Err(e),
-            }
+        Ok(hooks
+            .iter()
+            .filter(|h| {
+                let listing = listings
+                    .get(&self.listing_key(h))
+                    .map_or("", String::as_str);
+                !hook_listed(listing, h)
+            })
+            .cloned()
+            .collect())
+    }
+
+    /// Ensures each hook outside a restore (`-I <chain> 1` for the missing ones, in reverse
+    /// order so a fresh built-in chain ends up in the listed order). Returns how many were
+    /// added.
+    pub fn ensure_hooks(&self, family: Family, hooks: &[Hook]) -> Result<usize, ApplyError> {
+        let missing = self.missing_hooks(family, hooks)?;
+        for h in missing.iter().rev() {
             let mut insert = vec!["-w", "5", "-t", h.table.as_str(), "-I", h.chain, "1"];
-            insert.extend(&spec);
+            insert.extend(h.rule.args.iter().map(String::as_str));
             self.iptables(family, &insert)?;
-            added += 1;
         }
-        Ok(added)
+        Ok(missing.len())
     }
 
     fn listing_key(&self, h: &Hook) -> (Table, &'static str) {
@@ -329,13 +365,19 @@ impl IptablesExecutor {
         }
     }
 
-    /// Applies a plan: the restore, then (full syncs) the hooks into the built-in chains.
+    /// Applies a plan. For full syncs, the missing hooks are inserted by the same restore, in
+    /// the commit that (re)declares the chains they jump to.
     pub fn apply(&self, plan: &Plan) -> Result<(), ApplyError> {
-        self.restore(&plan.payload)?;
-        if !plan.hooks.is_empty() {
-            self.ensure_hooks(plan.payload.family, &plan.hooks)?;
+        if plan.hooks.is_empty() {
+            return self.restore(&plan.payload);
         }
-        Ok(())
+        let missing = self.missing_hooks(plan.payload.family, &plan.hooks)?;
+        if missing.is_empty() {
+            return self.restore(&plan.payload);
+        }
+        let mut payload = plan.payload.clone();
+        with_hooks(&mut payload, &missing);
+        self.restore(&payload)
     }
 
     /// `iptables-save` of every table.
@@ -413,6 +455,71 @@ mod tests {
         let hint = "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\n";
         assert_eq!(choose_backend(&rules(12), hint), Backend::Nft);
         assert_eq!(choose_backend(hint, &rules(5)), Backend::Legacy);
+    }
+
+    #[test]
+    fn hooks_are_recognised_in_listings() {
+        let hooks = crate::render::hooks();
+        let listing = "-P FORWARD ACCEPT\n\
+            -A FORWARD -m conntrack --ctstate NEW -m comment --comment \"svcnet load balancer firewall\" -j SVCNET-PROXY-FIREWALL\n\
+            -A FORWARD -m comment --comment \"svcnet forwarding rules\" -j SVCNET-FORWARD\n\
+            -A FORWARD -j OTHER\n";
+        let present: Vec<&str> = hooks
+            .iter()
+            .filter(|h| h.chain == "FORWARD" && hook_listed(listing, h))
+            .filter_map(|h| h.rule.target())
+            .collect();
+        assert_eq!(present, ["SVCNET-PROXY-FIREWALL", "SVCNET-FORWARD"]);
+        // The same comment in another chain, or another target, does not count.
+        let input = hooks.iter().find(|h| h.chain == "INPUT").unwrap();
+        assert!(!hook_listed(listing, input));
+    }
+
+    #[test]
+    fn missing_hooks_go_into_the_restore_in_order() {
+        let mut fresh = crate::FakeIptables::new();
+        let plan = crate::Renderer::new(Family::V4).plan_full(
+            &svcnet_proxy::DesiredFamily {
+                node: svcnet_proxy::DesiredNode::new(
+                    svcnet_proxy::IpFamily::V4,
+                    &svcnet_proxy::CoreConfig::default(),
+                ),
+                services: Default::default(),
+            },
+            None,
+        );
+        let mut payload = plan.payload.clone();
+        with_hooks(&mut payload, &plan.hooks);
+        fresh.apply(&payload).unwrap();
+        let mut ensured = crate::FakeIptables::new();
+        ensured.apply(&plan.payload).unwrap();
+        for h in &plan.hooks {
+            ensured.ensure_hook(h).unwrap();
+        }
+        // ensure_hook inserts at the head in list order, so the fake's order is reversed
+        // relative to the executor's (which inserts in reverse); compare as sets per chain.
+        for table in Table::ALL {
+            for (chain, rules) in fresh.table(table) {
+                let mut a = rules.clone();
+                let mut b = ensured.table(table).get(chain).cloned().unwrap_or_default();
+                a.sort();
+                b.sort();
+                assert_eq!(a, b, "{table} {chain}");
+            }
+        }
+        let forward: Vec<String> = fresh.table(Table::Filter)["FORWARD"]
+            .iter()
+            .filter_map(|r| r.last().cloned())
+            .collect();
+        assert_eq!(
+            forward,
+            [
+                "SVCNET-PROXY-FIREWALL",
+                "SVCNET-FORWARD",
+                "SVCNET-SERVICES",
+                "SVCNET-EXTERNAL-SERVICES"
+            ]
+        );
     }
 
     #[test]

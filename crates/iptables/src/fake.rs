@@ -135,6 +135,17 @@ impl FakeIptables {
                         .ok_or_else(|| err(format!("no such chain {chain}")))?
                         .push(rest);
                 }
+                Some("-I") => {
+                    let chain = args.get(1).cloned().unwrap_or_default();
+                    if args.get(2).map(String::as_str) != Some("1") {
+                        return Err(err("svcnet only inserts at position 1".into()));
+                    }
+                    let rest = args[3.min(args.len())..].to_vec();
+                    check_rule(*table, work, &rest).map_err(err)?;
+                    work.get_mut(&chain)
+                        .ok_or_else(|| err(format!("no such chain {chain}")))?
+                        .insert(0, rest);
+                }
                 Some("-X") => {
                     let chain = args.get(1).cloned().unwrap_or_default();
                     match work.get(&chain) {

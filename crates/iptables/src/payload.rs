@@ -127,11 +127,18 @@ pub struct TablePayload {
     pub rules: Vec<Rule>,
     /// Chains deleted (`-X`), after the rules; each must also be declared (so it is empty).
     pub deletes: Vec<String>,
+    /// Rules inserted at the head of a built-in chain (`-I <chain> 1`): missing hooks, put in
+    /// the same commit as the chains they jump to. Inserted in list order, so the last one
+    /// ends up first.
+    pub inserts: Vec<Rule>,
 }
 
 impl TablePayload {
     pub fn is_empty(&self) -> bool {
-        self.chains.is_empty() && self.rules.is_empty() && self.deletes.is_empty()
+        self.chains.is_empty()
+            && self.rules.is_empty()
+            && self.deletes.is_empty()
+            && self.inserts.is_empty()
     }
 }
 
@@ -161,6 +168,14 @@ impl Payload {
             }
         };
         &mut self.tables[pos].1
+    }
+
+    /// The last section of `table`, created (in [`Table::ALL`] order) when missing.
+    pub fn last_mut(&mut self, table: Table) -> &mut TablePayload {
+        match self.tables.iter().rposition(|(t, _)| *t == table) {
+            Some(p) => &mut self.tables[p].1,
+            None => self.table(table),
+        }
     }
 
     /// The last section of `table` (the only one unless the payload is staged).
@@ -204,6 +219,9 @@ impl fmt::Display for Payload {
             }
             for r in &t.rules {
                 writeln!(f, "-A {} {}", r.chain, r.spec())?;
+            }
+            for r in &t.inserts {
+                writeln!(f, "-I {} 1 {}", r.chain, r.spec())?;
             }
             for c in &t.deletes {
                 writeln!(f, "-X {c}")?;
