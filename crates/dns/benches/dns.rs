@@ -1,8 +1,8 @@
 //! Scenarios S6 and S7 of `shared/notes/performance.md`, side by side with unbound in one run:
 //!
 //! `cargo bench -p svcnet-dns --bench dns` (needs `dnsperf` and `unbound` from Debian; the
-//! peer is skipped with a note when missing). `SVCNET_BENCH_SECS` sets each dnsperf run's length
-//! (default 5). Everything runs on 127.0.0.1.
+//! peer is skipped with a note when missing). Each scenario alternates three dnsperf rounds per
+//! subject; `SVCNET_BENCH_SECS` sets a round's length (default 2). Everything runs on 127.0.0.1.
 //!
 //! Loads 10,000 services in 100 namespaces (100 headless ones with 100 endpoints each, the rest
 //! with 4 endpoints each: 49,600 endpoints), then measures zone rebuild time, query throughput
@@ -176,6 +176,16 @@ fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64) -> Option<Perf>
     })
 }
 
+/// dnsperf rounds per subject and scenario.
+const ROUNDS: usize = 3;
+
+/// The round with the median throughput.
+fn median(mut rounds: Vec<Perf>) -> Option<Perf> {
+    rounds.sort_by(|a, b| a.qps.total_cmp(&b.qps));
+    let mid = rounds.len() / 2;
+    (!rounds.is_empty()).then(|| rounds.swap_remove(mid))
+}
+
 fn free_port() -> u16 {
     std::net::UdpSocket::bind("127.0.0.1:0")
         .unwrap()
@@ -209,7 +219,7 @@ fn main() {
     let secs: u64 = std::env::var("SVCNET_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+        .unwrap_or(2);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -338,8 +348,18 @@ fn main() {
         for (name, input) in scenarios() {
             let path = dir.path().join(format!("{name}.txt"));
             std::fs::write(&path, input).unwrap();
-            let mine = dnsperf(ours, &path, secs);
-            let theirs = unbound.as_ref().and_then(|_| dnsperf(peer, &path, secs));
+            // Alternate short rounds so both subjects see the same machine load (other
+            // builds share these two cores); each figure is the median round.
+            let mut mine_rounds = Vec::new();
+            let mut their_rounds = Vec::new();
+            for _ in 0..ROUNDS {
+                mine_rounds.extend(dnsperf(ours, &path, secs));
+                if unbound.is_some() {
+                    their_rounds.extend(dnsperf(peer, &path, secs));
+                }
+            }
+            let mine = median(mine_rounds);
+            let theirs = median(their_rounds);
             if let Some(m) = &mine {
                 println!(
                     "S6 scenario={name} subject=svcnet qps={:.0} avg_ms={:.3} stddev_ms={:.3} lost={}",
