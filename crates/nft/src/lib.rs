@@ -6,7 +6,11 @@
 //! partial [`Transaction`]s (values, whose `Display` is the nft text); [`apply`] pipes them
 //! to `nft -f -` (the only I/O here); [`fake`] applies the same values in memory and rejects
 //! dangling references. This crate never reads API objects and never decides policy: every
-//! decision (which endpoints, reject or drop, masquerade) comes from the proxy core.
+//! decision (which endpoints, reject or drop, masquerade, which algorithm) comes from the
+//! proxy core. Each service port picks its endpoint with its load-balancing algorithm as
+//! `svcnet_lb::kernel_plan` compiles it: random (default; a `numgen random` cascade), rr/wrr
+//! (`numgen inc`), sh/dh/maglev (`jhash` into a slot verdict map); lc/sed/nq cannot be
+//! expressed statelessly and fall back to random, reported in [`Plan::fallbacks`].
 //! Hooks and priorities are documented in README.md as a contract for other software.
 
 pub mod apply;

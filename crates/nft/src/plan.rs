@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use svcnet_lb::Fallback;
 use svcnet_proxy::{
     DesiredFamily, DesiredNode, DesiredServicePort, NamespacedName, ServicePortName,
 };
@@ -31,6 +32,10 @@ pub enum FullMode {
 #[derive(Debug)]
 pub struct Plan {
     pub tx: Transaction,
+    /// Service ports of this plan whose load-balancing algorithm nftables cannot express
+    /// (they choose at random instead). The runtime reports them (log and Event); a partial
+    /// plan lists only the services it re-rendered.
+    pub fallbacks: Vec<(ServicePortName, Fallback)>,
     update: Update,
 }
 
@@ -153,6 +158,7 @@ impl Renderer {
         }
         Plan {
             tx,
+            fallbacks: fallbacks(&fragments),
             update: Update::Full {
                 node: desired.node.clone(),
                 fragments,
@@ -242,9 +248,12 @@ impl Renderer {
         tx.ops.extend(rules_add);
         tx.ops.extend(elems_add);
         tx.ops.extend(tail);
-        let fragments = updates.into_iter().map(|(k, (_, new))| (k, new)).collect();
+        let fragments: BTreeMap<ServicePortName, Option<Fragment>> =
+            updates.into_iter().map(|(k, (_, new))| (k, new)).collect();
+        let fallbacks = fallbacks(fragments.iter().filter_map(|(k, f)| Some((k, f.as_ref()?))));
         Some(Plan {
             tx,
+            fallbacks,
             update: Update::Partial { fragments },
         })
     }
@@ -271,6 +280,16 @@ impl Renderer {
     pub fn invalidate(&mut self) {
         self.node = None;
     }
+}
+
+/// The fallbacks recorded in `fragments`.
+fn fallbacks<'a>(
+    fragments: impl IntoIterator<Item = (&'a ServicePortName, &'a Fragment)>,
+) -> Vec<(ServicePortName, Fallback)> {
+    fragments
+        .into_iter()
+        .filter_map(|(k, f)| Some((k.clone(), f.fallback.clone()?)))
+        .collect()
 }
 
 /// All elements of all fragments, grouped by set so `Display` can batch them into one

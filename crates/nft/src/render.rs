@@ -5,7 +5,8 @@
 //! `services`, which dispatches through the `service-ips` verdict map keyed by
 //! `daddr . l4proto . dport` and, for local destinations, the `service-nodeports` map keyed by
 //! `l4proto . dport`. Each service port has a `service-…` chain (Cluster policy) and/or a
-//! `local-…` chain (Local policy) choosing an `endpoint-…` chain with `numgen random`; the
+//! `local-…` chain (Local policy) choosing an `endpoint-…` chain with the port's algorithm
+//! (`numgen random` by default; `numgen inc` or `jhash` slot maps, see `endpoint_choice`); the
 //! endpoint chain marks hairpin traffic for masquerade and DNATs. External traffic goes
 //! through `external-…` (masquerade for Cluster policy, short-circuits for Local policy).
 //! Services without endpoints are rejected or dropped in filter hooks via the
@@ -13,9 +14,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
+use svcnet_lb::{Algorithm, Backend, Dataplane, Fallback, KernelPlan, kernel_plan};
 use svcnet_proxy::{
     ClusterIpMasquerade, DesiredEndpoint, DesiredNode, DesiredServicePort, NoEndpointsVerdict,
     TrafficPolicy,
@@ -41,6 +43,9 @@ pub struct Fragment {
     pub sets: BTreeMap<String, SetDef>,
     /// Elements in the shared maps and sets.
     pub elements: BTreeSet<Element>,
+    /// The port's load-balancing algorithm could not be expressed; endpoints are chosen at
+    /// random instead, and the runtime reports this (log and Event), never silently.
+    pub fallback: Option<Fallback>,
 }
 
 /// The base (service-independent) part of the table.
@@ -283,7 +288,7 @@ fn policy_chain(
     node: &DesiredNode,
     eps: &[DesiredEndpoint],
     internal: bool,
-) -> Vec<String> {
+) -> (Vec<String>, Option<Fallback>) {
     let ip = ip_kw(family);
     let mut rules = Vec::new();
     if internal {
@@ -311,6 +316,83 @@ fn policy_chain(
             ));
         }
     }
+    let (choice, fallback) = endpoint_choice(family, d, eps);
+    rules.extend(choice);
+    (rules, fallback)
+}
+
+/// Compiles the port's algorithm for nftables ([`kernel_plan`]); `Err` carries the fallback
+/// when the plan could not even be built (an impossible Maglev table).
+fn algorithm_plan(d: &DesiredServicePort, eps: &[DesiredEndpoint]) -> Result<KernelPlan, Fallback> {
+    let backends = eps
+        .iter()
+        .map(|e| Backend {
+            addr: SocketAddr::new(e.ip, e.port),
+            weight: e.weight.max(1),
+        })
+        .collect();
+    kernel_plan(
+        d.lb_algorithm,
+        Dataplane::Nftables,
+        backends,
+        d.affinity_timeout.is_some(),
+    )
+    .map_err(|_| Fallback {
+        requested: d.lb_algorithm.unwrap_or(Algorithm::Random),
+        used: Algorithm::Random,
+        dataplane: Dataplane::Nftables,
+        why: "its lookup table could not be built for these endpoints",
+    })
+}
+
+/// The rules picking one of `eps` for a new flow, and the fallback to report if the port's
+/// algorithm could not be expressed. Random (the default, and every fallback) is a cascade or
+/// a `numgen random` verdict map; rr/wrr, sh, dh and maglev are the [`kernel_plan`]'s slot
+/// expression (`numgen inc` or `jhash`) looked up in a verdict map of its slots.
+fn endpoint_choice(
+    family: Family,
+    d: &DesiredServicePort,
+    eps: &[DesiredEndpoint],
+) -> (Vec<String>, Option<Fallback>) {
+    // The default needs no plan (and most services have it: keep their rendering cheap).
+    let default = matches!(d.lb_algorithm, None | Some(Algorithm::Random));
+    let (plan, fallback) = match (!default).then(|| algorithm_plan(d, eps)) {
+        None => (None, None),
+        Some(Ok(p)) => {
+            let f = p.fallback.clone();
+            (Some(p), f)
+        }
+        Some(Err(f)) => (None, Some(f)),
+    };
+    if let Some(plan) = plan.filter(|p| p.algorithm != Algorithm::Random)
+        && let Some(expr) = plan.expression(family == Family::Ip6)
+    {
+        let by_addr: BTreeMap<SocketAddr, &DesiredEndpoint> = eps
+            .iter()
+            .map(|e| (SocketAddr::new(e.ip, e.port), e))
+            .collect();
+        let chains: Vec<Option<String>> = plan
+            .backends()
+            .iter()
+            .map(|b| by_addr.get(&b.addr).map(|e| endpoint_chain(&d.name, e)))
+            .collect();
+        let entries: Vec<String> = plan
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, b)| {
+                chains
+                    .get(*b)
+                    .and_then(Option::as_ref)
+                    .map(|c| format!("{i} : goto {c}"))
+            })
+            .collect();
+        return (
+            vec![format!("{expr} vmap {{ {} }}", entries.join(", "))],
+            fallback,
+        );
+    }
+    let mut rules = Vec::new();
     let mut slots = Vec::new();
     for ep in eps {
         for _ in 0..ep.weight.max(1) {
@@ -341,7 +423,7 @@ fn policy_chain(
             entries.join(", ")
         ));
     }
-    rules
+    (rules, fallback)
 }
 
 /// Renders one service port.
@@ -477,18 +559,16 @@ pub fn service_fragment(family: Family, d: &DesiredServicePort, node: &DesiredNo
     let mut endpoints: BTreeSet<&DesiredEndpoint> = BTreeSet::new();
     if cluster_used {
         let internal = d.internal_policy == TrafficPolicy::Cluster;
-        f.chains.insert(
-            service_chain(spn),
-            policy_chain(family, d, node, &d.cluster_endpoints, internal),
-        );
+        let (rules, fallback) = policy_chain(family, d, node, &d.cluster_endpoints, internal);
+        f.chains.insert(service_chain(spn), rules);
+        f.fallback = f.fallback.take().or(fallback);
         endpoints.extend(&d.cluster_endpoints);
     }
     if local_used {
         let internal = d.internal_policy == TrafficPolicy::Local;
-        f.chains.insert(
-            local_chain(spn),
-            policy_chain(family, d, node, &d.local_endpoints, internal),
-        );
+        let (rules, fallback) = policy_chain(family, d, node, &d.local_endpoints, internal);
+        f.chains.insert(local_chain(spn), rules);
+        f.fallback = f.fallback.take().or(fallback);
         endpoints.extend(&d.local_endpoints);
     }
     for ep in endpoints {
