@@ -283,7 +283,8 @@ async fn pods_run_serve_probe_restart_and_terminate() {
     let resolv = env.exec("client", &["cat", "/etc/resolv.conf"]);
     assert_eq!(
         resolv,
-        "nameserver 10.96.0.10\nsearch default.svc.cluster.local svc.cluster.local cluster.local\noptions ndots:5\n"
+        // The kubelet's layout: search, nameserver, options.
+        "search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"
     );
     let printed = env.exec("client", &["env"]);
     for want in [

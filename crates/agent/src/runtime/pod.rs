@@ -295,7 +295,7 @@ impl PodWorker {
             &self.cfg.cluster_dns,
             &self.cfg.cluster_domain,
             &host,
-        );
+        )?;
         let hosts = spec::hosts_file(&self.pod, pod_ip, &self.cfg.cluster_domain);
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| format!("create {}: {e}", self.dir.display()))?;

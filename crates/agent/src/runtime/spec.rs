@@ -198,79 +198,26 @@ pub fn launch(container: &Container, env: &[(String, String)]) -> Launch {
     }
 }
 
-/// Nameservers, search domains and options (name, value).
-type ResolvParts = (Vec<String>, Vec<String>, Vec<(String, Option<String>)>);
-
-/// `/etc/resolv.conf` per `dnsPolicy` and `dnsConfig` (`host` is the host's own resolv.conf,
-/// used by `dnsPolicy: Default`).
-pub fn resolv_conf(pod: &Pod, cluster_dns: &[String], zone: &str, host: &str) -> String {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let spec = pod.spec.as_ref();
-    let policy = spec
-        .and_then(|s| s.dns_policy.as_deref())
-        .unwrap_or("ClusterFirst");
-    let (mut servers, mut search, mut options): ResolvParts = match policy {
-        "None" => (vec![], vec![], vec![]),
-        "Default" => {
-            let mut s = (vec![], vec![], vec![]);
-            for line in host.lines() {
-                let mut words = line.split_whitespace();
-                match words.next() {
-                    Some("nameserver") => s.0.extend(words.next().map(str::to_string)),
-                    Some("search") | Some("domain") => s.1.extend(words.map(str::to_string)),
-                    Some("options") => s.2.extend(words.map(parse_option)),
-                    _ => {}
-                }
-            }
-            s
-        }
-        _ => (
-            cluster_dns.to_vec(),
-            vec![
-                format!("{ns}.svc.{zone}"),
-                format!("svc.{zone}"),
-                zone.to_string(),
-            ],
-            vec![("ndots".into(), Some("5".into()))],
-        ),
-    };
-    if let Some(cfg) = spec.and_then(|s| s.dns_config.as_ref()) {
-        servers.extend(cfg.nameservers.iter().flatten().cloned());
-        search.extend(cfg.searches.iter().flatten().cloned());
-        for opt in cfg.options.iter().flatten() {
-            let Some(name) = opt.name.clone() else {
-                continue;
-            };
-            options.retain(|(n, _)| n != &name);
-            options.push((name, opt.value.clone()));
-        }
-    }
-    servers.dedup();
-    servers.truncate(3);
-    search.dedup();
-    search.truncate(32);
-    let mut out = String::new();
-    for s in &servers {
-        out.push_str(&format!("nameserver {s}\n"));
-    }
-    if !search.is_empty() {
-        out.push_str(&format!("search {}\n", search.join(" ")));
-    }
-    if !options.is_empty() {
-        let opts: Vec<String> = options
-            .iter()
-            .map(|(n, v)| v.as_ref().map_or_else(|| n.clone(), |v| format!("{n}:{v}")))
-            .collect();
-        out.push_str(&format!("options {}\n", opts.join(" ")));
-    }
-    out
-}
-
-fn parse_option(word: &str) -> (String, Option<String>) {
-    match word.split_once(':') {
-        Some((n, v)) => (n.to_string(), Some(v.to_string())),
-        None => (word.to_string(), None),
-    }
+/// `/etc/resolv.conf` per `dnsPolicy` and `dnsConfig`, by the DNS crate's kubelet rules (`host`
+/// is the host's own resolv.conf, used by `dnsPolicy: Default`). A `dnsPolicy: None` pod
+/// without nameservers, or a malformed cluster DNS address, is refused with a message.
+pub fn resolv_conf(
+    pod: &Pod,
+    cluster_dns: &[String],
+    zone: &str,
+    host: &str,
+) -> Result<String, String> {
+    let servers = cluster_dns
+        .iter()
+        .map(|ip| {
+            ip.parse()
+                .map_err(|_| format!("cluster DNS address {ip:?} is not an IP address"))
+        })
+        .collect::<Result<Vec<std::net::IpAddr>, String>>()?;
+    let host = svcnet_dns::resolvconf::ResolvConf::parse(host);
+    svcnet_dns::resolvconf::pod_resolv_conf(pod, &servers, zone, &host)
+        .map(|conf| conf.to_string())
+        .map_err(|e| e.to_string())
 }
 
 /// `/etc/hosts` as the kubelet writes it: localhost lines, the pod's own address with its
@@ -410,23 +357,23 @@ mod tests {
             json!({"containers": [], "dnsConfig": {"options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}], "searches": ["x.example"]}}),
         );
         expect![[r#"
+            search shop.svc.cluster.local svc.cluster.local cluster.local corp.example x.example
             nameserver 10.96.0.10
-            search shop.svc.cluster.local svc.cluster.local cluster.local x.example
             options ndots:2 edns0
         "#]]
-        .assert_eq(&resolv_conf(&first, &dns, "cluster.local", host));
+        .assert_eq(&resolv_conf(&first, &dns, "cluster.local", host).unwrap());
         let default = pod(json!({"containers": [], "dnsPolicy": "Default"}));
         expect![[r#"
-            nameserver 192.0.2.53
             search corp.example
+            nameserver 192.0.2.53
             options edns0
         "#]]
-        .assert_eq(&resolv_conf(&default, &dns, "cluster.local", host));
+        .assert_eq(&resolv_conf(&default, &dns, "cluster.local", host).unwrap());
         let none = pod(
             json!({"containers": [], "dnsPolicy": "None", "dnsConfig": {"nameservers": ["1.2.3.4"]}}),
         );
         assert_eq!(
-            resolv_conf(&none, &dns, "cluster.local", host),
+            resolv_conf(&none, &dns, "cluster.local", host).unwrap(),
             "nameserver 1.2.3.4\n"
         );
     }
