@@ -128,12 +128,12 @@ fn internal_local_without_local_endpoints_is_not_active() {
         })
     };
     state.update_slice(&on("n2"));
-    check(&mut state, expect![[r#"
-        V4 10.96.0.20:8125 -> *
-    "#]]);
-    state.update_slice(&on("n1"));
     check(
         &mut state,
-        expect![""],
+        expect![[r#"
+        V4 10.96.0.20:8125 -> *
+    "#]],
     );
+    state.update_slice(&on("n1"));
+    check(&mut state, expect![""]);
 }
