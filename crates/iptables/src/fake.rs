@@ -146,6 +146,17 @@ impl FakeIptables {
                         .ok_or_else(|| err(format!("no such chain {chain}")))?
                         .insert(0, rest);
                 }
+                Some("-D") => {
+                    let chain = args.get(1).cloned().unwrap_or_default();
+                    let rest = args[2.min(args.len())..].to_vec();
+                    let rules = work
+                        .get_mut(&chain)
+                        .ok_or_else(|| err(format!("no such chain {chain}")))?;
+                    let pos = rules.iter().position(|r| *r == rest).ok_or_else(|| {
+                        err("bad rule (does a matching rule exist in that chain?)".into())
+                    })?;
+                    rules.remove(pos);
+                }
                 Some("-X") => {
                     let chain = args.get(1).cloned().unwrap_or_default();
                     match work.get(&chain) {

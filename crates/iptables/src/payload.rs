@@ -127,10 +127,14 @@ pub struct TablePayload {
     pub rules: Vec<Rule>,
     /// Chains deleted (`-X`), after the rules; each must also be declared (so it is empty).
     pub deletes: Vec<String>,
-    /// Rules inserted at the head of a built-in chain (`-I <chain> 1`): missing hooks, put in
-    /// the same commit as the chains they jump to. Inserted in list order, so the last one
-    /// ends up first.
+    /// Rules inserted at the head of a chain (`-I <chain> 1`): missing hooks (in the commit
+    /// that declares their targets), and partial syncs' new rules in chains whose last rule
+    /// must stay last. Inserted in list order, so the last one ends up first.
     pub inserts: Vec<Rule>,
+    /// Rules deleted by specification (`-D <chain> …`) from chains the payload does not
+    /// declare: partial syncs' edits of the shared chains. Applied before everything else
+    /// in the section except declarations.
+    pub removes: Vec<Rule>,
 }
 
 impl TablePayload {
@@ -139,6 +143,7 @@ impl TablePayload {
             && self.rules.is_empty()
             && self.deletes.is_empty()
             && self.inserts.is_empty()
+            && self.removes.is_empty()
     }
 }
 
@@ -191,10 +196,12 @@ impl Payload {
         self.tables.iter().all(|(_, t)| t.is_empty())
     }
 
-    /// Number of rules the payload appends (per table, over all its sections), for metrics
-    /// and benchmarks.
+    /// Number of rules the payload appends or inserts (per table, over all its sections),
+    /// for metrics and benchmarks.
     pub fn rule_count(&self, table: Table) -> usize {
-        self.sections(table).map(|t| t.rules.len()).sum()
+        self.sections(table)
+            .map(|t| t.rules.len() + t.inserts.len())
+            .sum()
     }
 
     /// Every section of `table` (a staged payload has several nat sections, committed in
@@ -216,6 +223,9 @@ impl fmt::Display for Payload {
             writeln!(f, "*{table}")?;
             for c in &t.chains {
                 writeln!(f, ":{c} - [0:0]")?;
+            }
+            for r in &t.removes {
+                writeln!(f, "-D {} {}", r.chain, r.spec())?;
             }
             for r in &t.rules {
                 writeln!(f, "-A {} {}", r.chain, r.spec())?;

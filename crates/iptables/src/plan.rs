@@ -1,11 +1,13 @@
 //! From desired state to restore payloads: full syncs (every svcnet chain declared and
-//! rewritten, stale chains deleted) and partial syncs (the shared chains plus only the changed
-//! services' chains), as kube-proxy's `MinimizeIPTablesRestore` does.
+//! rewritten, stale chains deleted) and partial syncs (only the changed services' chains, as
+//! kube-proxy's `MinimizeIPTablesRestore` does, plus `-D`/`-I`/`-A` edits of the shared
+//! chains for the changed services' rules).
 //!
 //! With `--noflush`, a chain the payload does not mention keeps its rules, so a partial sync
-//! leaves unchanged services' chains alone. The shared chains (`SVCNET-SERVICES`, …) are
-//! always rewritten in full: their rules are one per frontend, in one linear chain — the
-//! scaling cost of this design that the seeds describe.
+//! leaves unchanged services' chains alone. kube-proxy redeclares its shared chains
+//! (`KUBE-SERVICES`, …) on every sync, which costs O(all services) per change; svcnet edits
+//! them in place instead (a `-D` of a rule that is not there fails the restore, and the next
+//! sync is then full, so drift cannot go unnoticed).
 //!
 //! The [`Renderer`] remembers what was last applied successfully. A plan is computed without
 //! changing that memory; only [`Renderer::commit`] after a successful apply does. So a failed
@@ -18,7 +20,7 @@ use svcnet_proxy::{
     DesiredFamily, DesiredNode, DesiredServicePort, NamespacedName, ServicePortName,
 };
 
-use crate::names::{CANARY, MARK_MASQ, MASQ_OFF_CLUSTER, PREFIX};
+use crate::names::{CANARY, MARK_MASQ, MASQ_OFF_CLUSTER, PREFIX, SERVICES};
 use crate::payload::{Family, Hook, Payload, Rule, Table, TablePayload};
 use crate::render::{Fragment, base_chains, base_rules, hooks, service_fragment, tail_rules};
 
@@ -165,19 +167,27 @@ impl Renderer {
                 updates.insert(d.name.clone(), Some(service_fragment(d, node)));
             }
         }
-        // The shared chains are rendered from every service: the unchanged ones' memory
-        // plus the changed ones' new fragments.
-        let mut merged: BTreeMap<&ServicePortName, &Fragment> = self.applied.iter().collect();
-        for (k, f) in &updates {
-            match f {
-                Some(f) => merged.insert(k, f),
-                None => merged.remove(k),
-            };
-        }
+        // The shared chains are edited, not rewritten: the changed services' old rules are
+        // deleted (`-D`) and their new ones added, so the sync is O(changed) however many
+        // services exist. (kube-proxy redeclares its top-level chains in full; that is 1.2 s
+        // at 10k and 22 s at 30k services on iptables-nft here.)
         let mut payload = Payload::new(self.family);
-        let merged_owned: Vec<&Fragment> = merged.values().copied().collect();
-        shared_chains_from(&mut payload, self.family, node, &merged_owned, false);
         let empty = Fragment::default();
+        for (spn, new) in &updates {
+            let old = self.applied.get(spn).unwrap_or(&empty);
+            let new = new.as_ref().unwrap_or(&empty);
+            for (table, rule) in old.shared.iter().filter(|r| !new.shared.contains(r)) {
+                payload.table(*table).removes.push(rule.clone());
+            }
+            for (table, rule) in new.shared.iter().filter(|r| !old.shared.contains(r)) {
+                let t = payload.table(*table);
+                if has_tail(*table, &rule.chain) {
+                    t.inserts.push(rule.clone());
+                } else {
+                    t.rules.push(rule.clone());
+                }
+            }
+        }
         let mut deletes = Vec::new();
         for (spn, new) in &updates {
             let old = self.applied.get(spn).unwrap_or(&empty);
@@ -282,6 +292,13 @@ fn shared_chains_from(
     }
 }
 
+/// Whether a shared chain ends with rules that must stay last (nat `SVCNET-SERVICES`: the
+/// node-port jump; filter `SVCNET-SERVICES`: the service-CIDR reject), so service rules are
+/// inserted at its head.
+fn has_tail(table: Table, chain: &str) -> bool {
+    chain == SERVICES && matches!(table, Table::Nat | Table::Filter)
+}
+
 fn chain_key(chains: &[(Table, &'static str)], name: &str) -> &'static str {
     chains
         .iter()
@@ -368,6 +385,8 @@ pub fn stage(
         staged[which(&r.chain)].rules.push(r.clone());
     }
     staged[0].deletes = nat.deletes.clone();
+    staged[0].removes = nat.removes.clone();
+    staged[0].inserts = nat.inserts.clone();
     let last = staged.remove(0);
     let mut sections: Vec<TablePayload> = Vec::new();
     // Prelude: the masquerade chains per-service rules jump to (tiny, rewritten atomically).

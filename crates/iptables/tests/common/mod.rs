@@ -312,3 +312,50 @@ pub fn cases() -> Vec<Case> {
         udp,
     ]
 }
+
+/// A fake's dump with the rules of the shared chains sorted (partial syncs insert and delete
+/// their rules in place, so only their set — and the rule that must stay last — matters).
+/// Panics when a "must be last" rule is not last.
+pub fn normalized(dump: &str) -> String {
+    const SHARED: [&str; 5] = [
+        "SVCNET-SERVICES",
+        "SVCNET-NODEPORTS",
+        "SVCNET-EXTERNAL-SERVICES",
+        "SVCNET-PROXY-FIREWALL",
+        "SVCNET-NODEPORTS",
+    ];
+    let tail =
+        |l: &str| l.contains("must be the last rule") || l.contains("unallocated service IP");
+    let mut out: Vec<String> = Vec::new();
+    let mut group: Vec<String> = Vec::new();
+    let mut group_chain = String::new();
+    let flush = |out: &mut Vec<String>, group: &mut Vec<String>, chain: &str| {
+        if SHARED.contains(&chain) {
+            let tails: Vec<&String> = group.iter().filter(|l| tail(l)).collect();
+            if let Some(first_tail) = group.iter().position(|l| tail(l)) {
+                assert_eq!(
+                    first_tail,
+                    group.len() - tails.len(),
+                    "{chain}: a last rule is not last: {group:?}"
+                );
+            }
+            let n = group.len() - tails.len();
+            group[..n].sort();
+        }
+        out.append(group);
+    };
+    for line in dump.lines() {
+        let chain = line
+            .strip_prefix("-A ")
+            .and_then(|r| r.split_whitespace().next())
+            .unwrap_or("")
+            .to_string();
+        if chain != group_chain {
+            flush(&mut out, &mut group, &group_chain);
+            group_chain = chain;
+        }
+        group.push(line.to_string());
+    }
+    flush(&mut out, &mut group, &group_chain);
+    out.join("\n")
+}
