@@ -524,5 +524,41 @@ spec:
         (!pods.contains(&victim) && pods.lines().count() == 3).then_some(pods)
     });
 
+    // `svcnet up` again on the same data dir brings the same pods back (same names, new
+    // sandboxes), and the endpoints and traffic follow.
+    let names = |up: &Up| {
+        let mut pods: Vec<String> = up
+            .ok(&["get", "pods", "-o", "name"])
+            .lines()
+            .map(str::to_string)
+            .collect();
+        pods.sort();
+        pods
+    };
+    let before = names(&up);
+    up.restart();
+    wait_for("all pods running again", || {
+        let phases = up.ok(&["get", "pods", "-o", "jsonpath={.items[*].status.phase}"]);
+        let running = phases
+            .split_whitespace()
+            .filter(|p| *p == "Running")
+            .count();
+        (running == before.len()).then_some(phases)
+    });
+    assert_eq!(names(&up), before, "the same pods come back");
+    wait_for("3 ready myapp endpoints after the restart", || {
+        let ep = up.ok(&[
+            "get",
+            "endpoints",
+            "myapp",
+            "-o",
+            "jsonpath={.subsets[*].addresses[*].ip}",
+        ]);
+        (ep.split_whitespace().count() == 3).then_some(ep)
+    });
+    wait_for("traffic after the restart", || {
+        curl(&format!("http://{myapp_ip}/")).filter(|r| answered_by(r).is_some())
+    });
+
     net.stop(&mut up);
 }

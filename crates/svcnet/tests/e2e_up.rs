@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::{Up, example, free_udp_port, wait_for};
 
@@ -232,19 +232,7 @@ fn up_keeps_objects_and_allocations_across_restarts() {
     let mut up = Up::start(&["--disable", "proxy,dns,agent"]);
     up.ok(&["apply", "-f", &example("myapp.yaml")]);
     let before = up.ok(&["get", "svc", "-o", "custom-columns=NAME:.metadata.name,IP:.spec.clusterIP,NP:.spec.ports[*].nodePort,LB:.status.loadBalancer.ingress[*].ip"]);
-    let _ = up.child.kill();
-    let _ = up.child.wait();
-    // Start again on the same data dir and port.
-    let child = Command::new(env!("CARGO_BIN_EXE_svcnet"))
-        .args(["up", "--disable", "proxy,dns,agent", "--data-dir"])
-        .arg(up.data_dir.path())
-        .arg("--api-listen")
-        .arg(up.api.to_string())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    up.child = child;
-    up.wait_ready();
+    up.restart();
     let after = up.ok(&["get", "svc", "-o", "custom-columns=NAME:.metadata.name,IP:.spec.clusterIP,NP:.spec.ports[*].nodePort,LB:.status.loadBalancer.ingress[*].ip"]);
     assert_eq!(before, after);
     // A new service never reuses an allocated IP.

@@ -14,36 +14,52 @@ pub struct Up {
     pub api: std::net::SocketAddr,
     /// The `--prefix` it was started with, for `svcnet down` on drop.
     pub prefix: Option<String>,
+    /// Its flags beyond the data dir and API address.
+    pub extra: Vec<String>,
+}
+
+fn spawn(data_dir: &Path, api: std::net::SocketAddr, extra: &[String]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_svcnet"))
+        .arg("up")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--api-listen")
+        .arg(api.to_string())
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
 }
 
 impl Up {
     pub fn start(extra: &[&str]) -> Up {
         let data_dir = tempfile::tempdir().unwrap();
         let api = free_port();
-        let child = Command::new(env!("CARGO_BIN_EXE_svcnet"))
-            .arg("up")
-            .arg("--data-dir")
-            .arg(data_dir.path())
-            .arg("--api-listen")
-            .arg(api.to_string())
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
+        let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+        let child = spawn(data_dir.path(), api, &extra);
         let prefix = extra
             .iter()
-            .position(|a| *a == "--prefix")
+            .position(|a| a == "--prefix")
             .and_then(|i| extra.get(i + 1))
-            .map(|p| p.to_string());
+            .cloned();
         let up = Up {
             child,
             data_dir,
             api,
             prefix,
+            extra,
         };
         up.wait_ready();
         up
+    }
+
+    /// Stops it (SIGTERM) and starts it again with the same flags on the same data dir.
+    pub fn restart(&mut self) {
+        let status = self.stop();
+        assert!(status.success(), "svcnet up exited with {status}");
+        self.child = spawn(self.data_dir.path(), self.api, &self.extra);
+        self.wait_ready();
     }
 
     pub fn kubeconfig(&self) -> PathBuf {
