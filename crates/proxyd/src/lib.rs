@@ -3,9 +3,23 @@
 //! The I/O around the pure core: kube-rs watchers for Services, EndpointSlices and this Node
 //! ([`watchers`]) feed `svcnet_proxy::ProxyState`; a rate-limited sync loop ([`sync`]) renders
 //! the desired state with a dataplane and applies it (full syncs first, after failures and
-//! every `sync_period`; partial syncs otherwise), deletes stale UDP conntrack entries, and
-//! publishes health and Prometheus metrics ([`serve`]). Policy lives in the core, rendering in
-//! the dataplane crates; this crate only moves data between them.
+//! every `sync_period`; partial syncs otherwise), deletes stale UDP conntrack entries, keeps
+//! the health-check node ports, and publishes health and Prometheus metrics ([`serve`]).
+//! Policy lives in the core, rendering in the dataplane crates; this crate only moves data
+//! between them.
+//!
+//! Modes ([`ProxyMode`], [`dataplane`]): `nftables` (default; `svcnet-nft`, one `svcnet` table
+//! per family), `iptables` (`svcnet-iptables`, `SVCNET-` chains through `iptables-restore
+//! --noflush` on the host's back end, with its canary-triggered full resync) and `userspace`
+//! (`svcnet-userspace` in privileged mode: the proxy accepts every service connection itself,
+//! retrying another endpoint on connect failure; its per-service and per-endpoint counters are
+//! on `/metrics`, see [`usmetrics`]). Starting in one mode removes the other two modes'
+//! leftovers from the same network namespace; [`cleanup`] removes all three.
+//!
+//! Load-balancing algorithms: per service (`svcnet.io/lb-algorithm`) or proxy-wide
+//! ([`ProxyConfig::scheduler`], `--scheduler`). An algorithm the dataplane cannot express
+//! falls back to random and a misspelt annotation to the proxy-wide choice; both are logged
+//! and recorded as a Warning Event on the Service, once per service and change ([`report`]).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -13,15 +27,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ipnet::IpNet;
-use svcnet_nft::{Family, NftExecutor};
 use svcnet_proxy::CoreConfig;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
+pub mod dataplane;
 pub mod healthcheck;
+pub mod report;
 pub mod serve;
 mod sync;
+pub mod usmetrics;
 pub mod watchers;
+
+pub use dataplane::Cleaned;
+pub use svcnet_lb::Algorithm;
 
 /// Which dataplane programs the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -68,6 +87,10 @@ pub struct ProxyConfig {
     pub metrics_bind: Option<SocketAddr>,
     /// The nft table name (`svcnet`; tests may pick another).
     pub table: String,
+    /// Proxy-wide load-balancing algorithm for services without the `svcnet.io/lb-algorithm`
+    /// annotation (`--scheduler`, like kube-proxy's `--ipvs-scheduler`); `None`: the
+    /// dataplane's default (random in the kernel modes, rr in userspace).
+    pub scheduler: Option<svcnet_lb::Algorithm>,
 }
 
 impl Default for ProxyConfig {
@@ -86,6 +109,7 @@ impl Default for ProxyConfig {
             healthz_bind: None,
             metrics_bind: None,
             table: svcnet_nft::names::TABLE.to_string(),
+            scheduler: None,
         }
     }
 }
@@ -99,7 +123,7 @@ impl ProxyConfig {
             cluster_cidrs: self.cluster_cidrs.clone(),
             service_cidrs: self.service_cidrs.clone(),
             nodeport_addresses: self.nodeport_addresses.clone(),
-            ..CoreConfig::default()
+            scheduler: self.scheduler,
         }
     }
 }
@@ -109,14 +133,18 @@ impl ProxyConfig {
 pub enum ProxyError {
     #[error("--node-name is required")]
     NoNodeName,
-    #[error("proxy mode {0:?} is not available in this build yet; use nftables")]
-    ModeUnavailable(ProxyMode),
     #[error(
         "network namespace {name:?} does not exist (create it first, e.g. `ip netns add {name}`)"
     )]
     NoSuchNetns { name: String },
     #[error("the nftables dataplane cannot run: {0}")]
     Nft(#[from] svcnet_nft::ApplyError),
+    #[error("the iptables dataplane cannot run: {0}")]
+    Iptables(#[from] svcnet_iptables::ApplyError),
+    #[error("the userspace dataplane cannot run: {0}")]
+    Userspace(#[from] svcnet_userspace::UserspaceError),
+    #[error("a proxy setup task failed: {0}")]
+    Task(String),
     #[error("binding {what} on {addr}: {source}")]
     Bind {
         what: &'static str,
@@ -138,6 +166,8 @@ pub struct SyncStats {
 /// A running proxy.
 pub struct RunningProxy {
     tasks: JoinSet<()>,
+    /// The sync loop, awaited on shutdown so the dataplane stops cleanly.
+    sync: tokio::task::JoinHandle<()>,
     stop: watch::Sender<bool>,
     stats: watch::Receiver<SyncStats>,
     healthz: Option<SocketAddr>,
@@ -158,6 +188,12 @@ impl RunningProxy {
     /// Stops watching and syncing. The rules stay in place (a restarted proxy takes over).
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
+        if tokio::time::timeout(Duration::from_secs(10), &mut self.sync)
+            .await
+            .is_err()
+        {
+            self.sync.abort();
+        }
         self.tasks.shutdown().await;
     }
 }
@@ -166,21 +202,34 @@ fn check(cfg: &ProxyConfig) -> Result<(), ProxyError> {
     if cfg.node_name.is_empty() {
         return Err(ProxyError::NoNodeName);
     }
-    if cfg.mode != ProxyMode::Nftables {
-        return Err(ProxyError::ModeUnavailable(cfg.mode));
-    }
     if let Some(name) = &cfg.netns
         && svcnet_netns::NetNs::open(name).is_err()
     {
         return Err(ProxyError::NoSuchNetns { name: name.clone() });
     }
-    NftExecutor::new(cfg.netns.clone()).check()?;
     Ok(())
 }
 
 /// Starts the proxy: watchers, sync loop and HTTP servers; returns once they are running.
 pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProxy, ProxyError> {
     check(&cfg)?;
+    // Switching modes: the other modes' rules in this namespace would still capture traffic.
+    let (netns, table, mode) = (cfg.netns.clone(), cfg.table.clone(), cfg.mode);
+    let cleaned = tokio::task::spawn_blocking(move || {
+        dataplane::cleanup_modes(netns.as_deref(), &table, Some(mode))
+    })
+    .await
+    .map_err(|e| ProxyError::Task(e.to_string()))??;
+    if cleaned.nft_tables + cleaned.iptables > 0 {
+        tracing::info!(?cleaned, "removed the rules of other proxy modes");
+    }
+    let plane = dataplane::Plane::new(&cfg).await?;
+    let mut metrics = serve::Metrics::default();
+    if let Some(p) = plane.userspace() {
+        metrics
+            .registry
+            .register_collector(Box::new(usmetrics::UserspaceCollector(p)));
+    }
     let mut tasks = JoinSet::new();
     let shared = serve::Shared {
         health: Arc::new(Mutex::new(serve::Health {
@@ -189,7 +238,7 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
             node_eligible: true,
             timeout: (cfg.sync_period * 2).max(Duration::from_secs(10)),
         })),
-        metrics: Arc::new(serve::Metrics::default()),
+        metrics: Arc::new(metrics),
     };
     // One server for both when they name the same fixed address.
     let shared_addr = cfg
@@ -220,6 +269,13 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
     }
     let (tx, rx) = mpsc::channel(1024);
     let (hc_tx, hc_rx) = watch::channel(Vec::new());
+    let recorder = kube::runtime::events::Recorder::new(
+        client.clone(),
+        kube::runtime::events::Reporter {
+            controller: "svcnet-proxy".into(),
+            instance: Some(cfg.node_name.clone()),
+        },
+    );
     tasks.spawn(healthcheck::run(
         healthcheck::HealthCheckServers::new(
             &cfg.node_name,
@@ -228,25 +284,23 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
         ),
         hc_rx,
         shared.metrics.clone(),
-        Some(kube::runtime::events::Recorder::new(
-            client.clone(),
-            kube::runtime::events::Reporter {
-                controller: "svcnet-proxy".into(),
-                instance: Some(cfg.node_name.clone()),
-            },
-        )),
+        Some(recorder.clone()),
     ));
+    let (notice_tx, notice_rx) = mpsc::unbounded_channel();
+    tasks.spawn(report::publish(notice_rx, Some(recorder)));
     watchers::spawn_watchers(client, &cfg.node_name, tx, &mut tasks);
     let (stop, stop_rx) = watch::channel(false);
     let (stats_tx, stats) = watch::channel(SyncStats::default());
-    tracing::info!(node = %cfg.node_name, netns = ?cfg.netns, "node proxy starting (nftables)");
-    tasks.spawn(
-        sync::SyncLoop::new(cfg, shared, stats_tx)
+    tracing::info!(node = %cfg.node_name, netns = ?cfg.netns, mode = ?cfg.mode, scheduler = ?cfg.scheduler, "node proxy starting");
+    let sync = tokio::spawn(
+        sync::SyncLoop::new(cfg, plane, shared, stats_tx)
             .with_health_checks(hc_tx)
+            .with_notices(notice_tx)
             .run(rx, stop_rx),
     );
     Ok(RunningProxy {
         tasks,
+        sync,
         stop,
         stats,
         healthz,
@@ -266,15 +320,10 @@ pub async fn run(
     Ok(())
 }
 
-/// `--cleanup`: removes everything svcnet's proxy installed (its tables, both families).
-/// Returns how many tables existed.
-pub fn cleanup(netns: Option<&str>, table: &str) -> Result<usize, ProxyError> {
-    let exec = NftExecutor::new(netns.map(str::to_string));
-    let mut removed = 0;
-    for family in [Family::Ip, Family::Ip6] {
-        if exec.delete_table(family, table)? {
-            removed += 1;
-        }
-    }
-    Ok(removed)
+/// `--cleanup`: removes everything svcnet's proxy installed in the current or the named
+/// network namespace, whatever the mode: the nft `table` (both families), the iptables
+/// `SVCNET-` chains and hooks (both back ends, both families) and the userspace proxy's
+/// `svcnet-userspace` tables. Blocking (runs the tools).
+pub fn cleanup(netns: Option<&str>, table: &str) -> Result<Cleaned, ProxyError> {
+    dataplane::cleanup_modes(netns, table, None)
 }

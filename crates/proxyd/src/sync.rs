@@ -1,74 +1,78 @@
 //! The sync loop: applies watch inputs to the pure [`ProxyState`], and syncs the dataplane
-//! rate-limited by `min_sync_period`, batching every change that arrived meanwhile. The first
-//! sync and the sync after any failure are full (table recreated); a timer re-asserts the
-//! whole ruleset every `sync_period` (repairing drift); all other syncs are partial. IPv4 and
-//! IPv6 are synced independently: a failure in one family leaves the other untouched.
+//! ([`Plane`]) rate-limited by `min_sync_period`, batching every change that arrived
+//! meanwhile. The first sync and the sync after any failure are full; a timer re-asserts the
+//! whole ruleset every `sync_period` (repairing drift); all other syncs are partial (the
+//! userspace proxy diffs a full desired state itself). IPv4 and IPv6 are synced
+//! independently: a failure in one family leaves the other untouched. After each sync: stale
+//! UDP conntrack entries are deleted, health-check node ports reconciled, and algorithm
+//! fallbacks reported ([`crate::report`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::{Instant, SystemTime};
 
-use svcnet_nft::{Family, FullMode, NftExecutor, Renderer};
-use svcnet_proxy::{IpFamily, NamespacedName, ProxyState};
+use svcnet_proxy::{NamespacedName, ProxyState};
 use tokio::sync::{mpsc, watch};
 use tokio::time::sleep_until;
 
+use crate::dataplane::Plane;
 use crate::healthcheck::HealthCheck;
+use crate::report::{Notice, Notices};
 use crate::serve::Shared;
 use crate::watchers::{Change, Input};
 use crate::{ProxyConfig, SyncStats};
 
-/// Per-family dataplane state.
-struct FamilyPlane {
-    renderer: Renderer,
-    /// Next full sync must recreate the table (first sync, after a failure).
-    recreate: bool,
-}
-
 pub(crate) struct SyncLoop {
     pub cfg: ProxyConfig,
     pub state: ProxyState,
-    pub exec: NftExecutor,
     pub shared: Shared,
     pub stats: watch::Sender<SyncStats>,
-    planes: BTreeMap<IpFamily, FamilyPlane>,
+    plane: Plane,
     synced_kinds: BTreeSet<&'static str>,
-    /// Services changed since the last successful sync of each family.
-    dirty: BTreeMap<IpFamily, BTreeSet<NamespacedName>>,
     last_sync: Option<Instant>,
     next_full: Instant,
     /// Receives the health-check node ports after every sync (see `healthcheck`).
     health_checks: Option<watch::Sender<Vec<HealthCheck>>>,
+    /// What was reported about algorithms, and where new reports go (see `report`).
+    notices: Notices,
+    notice_tx: Option<mpsc::UnboundedSender<Notice>>,
 }
 
 impl SyncLoop {
-    pub fn new(cfg: ProxyConfig, shared: Shared, stats: watch::Sender<SyncStats>) -> Self {
+    pub fn new(
+        cfg: ProxyConfig,
+        plane: Plane,
+        shared: Shared,
+        stats: watch::Sender<SyncStats>,
+    ) -> Self {
         let state = ProxyState::new(cfg.core());
-        let exec = NftExecutor::new(cfg.netns.clone());
-        let planes = IpFamily::ALL
-            .into_iter()
-            .map(|f| {
-                (
-                    f,
-                    FamilyPlane {
-                        renderer: Renderer::with_table(Family::from(f), &cfg.table),
-                        recreate: true,
-                    },
-                )
-            })
-            .collect();
         let next_full = Instant::now() + cfg.sync_period;
         Self {
             cfg,
             state,
-            exec,
             shared,
             stats,
-            planes,
+            plane,
             synced_kinds: BTreeSet::new(),
-            dirty: BTreeMap::new(),
             last_sync: None,
             next_full,
             health_checks: None,
+            notices: Notices::default(),
+            notice_tx: None,
+        }
+    }
+
+    /// Sends algorithm warnings (fallbacks, misspelt annotations) to `tx` for publishing.
+    pub fn with_notices(mut self, tx: mpsc::UnboundedSender<Notice>) -> Self {
+        self.notice_tx = Some(tx);
+        self
+    }
+
+    fn notify(&self, notices: Vec<Notice>) {
+        for n in notices {
+            tracing::warn!(service = %n.service, "{}", n.message);
+            if let Some(tx) = &self.notice_tx {
+                let _ = tx.send(n);
+            }
         }
     }
 
@@ -85,10 +89,21 @@ impl SyncLoop {
                 if let Err(e) = self.state.update_service(&s) {
                     tracing::warn!("{e}; the service is not programmed");
                 }
+                let name = NamespacedName::new(
+                    s.metadata.namespace.clone().unwrap_or_default(),
+                    s.metadata.name.clone().unwrap_or_default(),
+                );
+                let error = svcnet_proxy::algorithm::annotated_algorithm(&s)
+                    .err()
+                    .map(|e| e.to_string());
+                let new = self.notices.annotation(&name, error);
+                self.notify(new);
             }
-            Input::Service(Change::Delete { namespace, name }) => self
-                .state
-                .delete_service(&NamespacedName::new(namespace, name)),
+            Input::Service(Change::Delete { namespace, name }) => {
+                let name = NamespacedName::new(namespace, name);
+                self.notices.forget(&name);
+                self.state.delete_service(&name);
+            }
             Input::Slice(Change::Upsert(s)) => self.state.update_slice(&s),
             Input::Slice(Change::Delete { namespace, name }) => {
                 self.state.delete_slice(&namespace, &name)
@@ -155,9 +170,9 @@ impl SyncLoop {
                             pending |= self.on_input(i);
                         }
                     }
-                    None => return,
+                    None => break,
                 },
-                _ = stop.changed() => return,
+                _ = stop.changed() => break,
                 _ = wait => {
                     let full = Instant::now() >= self.next_full;
                     retry = !self.sync(full).await;
@@ -165,83 +180,24 @@ impl SyncLoop {
                 }
             }
         }
+        self.plane.shutdown().await;
     }
 
     /// One sync of both families; returns whether every family succeeded.
     async fn sync(&mut self, periodic_full: bool) -> bool {
         let started = Instant::now();
         let changes = self.state.take_changes();
-        for family in IpFamily::ALL {
-            self.dirty
-                .entry(family)
-                .or_default()
-                .extend(changes.services.keys().cloned());
-        }
         let stale = self.state.stale_conntrack(&changes);
-        let mut all_ok = true;
-        let mut any_full = false;
-        for family in IpFamily::ALL {
-            let plane = self
-                .planes
-                .get_mut(&family)
-                .map(|p| (p.recreate, &p.renderer));
-            let Some((recreate, renderer)) = plane else {
-                continue;
-            };
-            let node = self.state.node_state(family);
-            let dirty = self.dirty.get(&family).cloned().unwrap_or_default();
-            let partial = if recreate || periodic_full || changes.node_changed {
-                None
-            } else {
-                renderer.plan_partial(&node, &self.state.desired_for(family, dirty.iter()))
-            };
-            let plan = match partial {
-                Some(p) => p,
-                None => {
-                    let mode = if recreate {
-                        FullMode::Recreate
-                    } else {
-                        FullMode::Reassert
-                    };
-                    renderer.plan_full(&self.state.desired(family), mode)
-                }
-            };
-            let is_full = plan.is_full();
-            any_full |= is_full;
-            let exec = self.exec.clone();
-            let (plan, result) = match tokio::task::spawn_blocking(move || {
-                let r = exec.apply(&plan.tx);
-                (plan, r)
-            })
-            .await
-            {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::error!("sync task failed: {e}");
-                    all_ok = false;
-                    continue;
-                }
-            };
-            let Some(plane) = self.planes.get_mut(&family) else {
-                continue;
-            };
-            match result {
-                Ok(()) => {
-                    tracing::debug!(%family, full = is_full, ops = plan.tx.len(), "synced");
-                    plane.renderer.commit(plan);
-                    plane.recreate = false;
-                    self.dirty.insert(family, BTreeSet::new());
-                }
-                Err(e) => {
-                    tracing::warn!(%family, full = is_full, "nft sync failed, will retry with a full sync: {e}");
-                    self.shared.metrics.sync_failures.inc();
-                    plane.renderer.invalidate();
-                    // A reassert that failed (drift: something deleted) is retried by recreating.
-                    plane.recreate = true;
-                    all_ok = false;
-                }
-            }
+        let outcome = self
+            .plane
+            .sync(&mut self.state, &changes, periodic_full)
+            .await;
+        let (all_ok, any_full) = (outcome.ok, outcome.full);
+        if !all_ok {
+            self.shared.metrics.sync_failures.inc();
         }
+        let new = self.notices.fallbacks(&outcome.scope, &outcome.fallbacks);
+        self.notify(new);
         if !stale.is_empty() {
             let ns = self.cfg.netns.clone();
             match tokio::task::spawn_blocking(move || {
@@ -294,11 +250,9 @@ impl SyncLoop {
             if !all_ok {
                 s.failures += 1;
             }
-            s.service_ports = self
-                .planes
-                .values()
-                .map(|p| p.renderer.service_ports())
-                .sum();
+            if let Some(n) = outcome.service_ports {
+                s.service_ports = n;
+            }
         });
         all_ok
     }

@@ -17,9 +17,17 @@ pub struct Args {
     /// Name of this node (endpoint locality, topology hints, traffic policies).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
-    /// Dataplane: nftables (iptables and userspace come with their own issues).
+    /// Dataplane: nftables (verdict maps), iptables (SVCNET- chains via iptables-restore on the
+    /// host's back end) or userspace (the proxy relays each connection, retrying endpoints).
+    /// Starting in one mode removes the other modes' rules.
     #[arg(long, default_value = "nftables")]
     pub mode: ProxyMode,
+    /// Load-balancing algorithm for services without a `svcnet.io/lb-algorithm` annotation
+    /// (like kube-proxy's --ipvs-scheduler): rr, wrr, random, lc, sed, nq, sh, dh, maglev.
+    /// Default: random in the kernel modes, rr in userspace. An algorithm the dataplane cannot
+    /// express (lc/sed/nq in nftables) falls back to random with a warning and a Service Event.
+    #[arg(long)]
+    pub scheduler: Option<svcnet_proxyd::Algorithm>,
     /// Program this named network namespace instead of the current one.
     #[arg(long)]
     pub netns: Option<String>,
@@ -51,7 +59,8 @@ pub struct Args {
     /// Address of /metrics ("" disables).
     #[arg(long, default_value = "127.0.0.1:10249", value_parser = parse_bind)]
     pub metrics_bind_address: Option<SocketAddr>,
-    /// Remove everything svcnet's proxy installed (its nft tables) and exit.
+    /// Remove everything svcnet's proxy installed, in every mode (nft table `svcnet`, iptables
+    /// SVCNET- chains and hooks on both back ends, the userspace proxy's tables), and exit.
     #[arg(long)]
     pub cleanup: bool,
 }
@@ -85,8 +94,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.cleanup {
-        let n = svcnet_proxyd::cleanup(args.netns.as_deref(), svcnet_nft::names::TABLE)?;
-        eprintln!("removed {n} svcnet nft table(s)");
+        let c = svcnet_proxyd::cleanup(args.netns.as_deref(), svcnet_nft::names::TABLE)?;
+        eprintln!(
+            "removed {} svcnet nft table(s), svcnet iptables rules from {} back end/family pair(s), and the userspace proxy's tables",
+            c.nft_tables, c.iptables
+        );
         return Ok(());
     }
     let node_name = args
@@ -110,6 +122,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         nodeport_addresses: args.nodeport_addresses,
         healthz_bind: args.healthz_bind_address,
         metrics_bind: args.metrics_bind_address,
+        scheduler: args.scheduler,
         ..Default::default()
     };
     let shutdown = async {
