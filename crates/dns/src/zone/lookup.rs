@@ -328,7 +328,9 @@ impl Zone {
         };
         let known = match self.config.pods {
             PodMode::Disabled => false,
-            PodMode::Insecure => self.namespaces.contains_key(ns),
+            // The rule (kube-dns's original `pods insecure`): any well-formed name,
+            // whether or not the namespace exists; CoreDNS today also checks the namespace.
+            PodMode::Insecure => true,
             PodMode::Verified => self.pod_ips.contains(&(ns.to_string(), ip)),
         };
         if !known {
