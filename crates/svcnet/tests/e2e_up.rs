@@ -183,6 +183,32 @@ fn up_serves_the_seed_walkthrough_to_kubectl() {
         ]);
         (slices.contains("IPv4") && slices.contains("10.244.9.11,10.244.9.12")).then_some(slices)
     });
+    // DNS follows the pods marked ready by hand: the headless name has exactly their IPs, and
+    // a deleted service's name is gone (NXDOMAIN).
+    wait_for("headless answers with the ready pods", || {
+        let mut ips: Vec<String> = dig("myapp-headless.default.svc.cluster.local", "A")
+            .lines()
+            .map(str::to_string)
+            .collect();
+        ips.sort();
+        (ips == ["10.244.9.11", "10.244.9.12"]).then(|| ips.join(","))
+    });
+    up.ok(&["delete", "svc", "myapp-headless"]);
+    wait_for("the deleted headless service is NXDOMAIN", || {
+        let out = Command::new("dig")
+            .args([
+                "+time=2",
+                "+tries=1",
+                "-p",
+                &dns.port().to_string(),
+                "@127.0.0.1",
+            ])
+            .arg("myapp-headless.default.svc.cluster.local")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.contains("status: NXDOMAIN").then_some(text)
+    });
 
     // The seeds re-apply myapp as a NodePort service: the cluster IP stays, a node port appears.
     up.ok(&["apply", "-f", &example("myapp-nodeport.yaml")]);
