@@ -357,18 +357,35 @@ fn cleanup_nft(netns: Option<&str>, table: &str) -> Result<usize, ProxyError> {
 }
 
 /// Removes the rules of every mode but `keep` (`None`: all three, as `--cleanup`), in the
-/// current or the named network namespace. Blocking (runs the tools).
+/// current or the named network namespace. Blocking (runs the tools). With `strict` the first
+/// error is returned; otherwise (a mode starting) errors are logged and the other modes are
+/// still cleaned: a host whose kernel lacks, say, the legacy x_tables modules must still be
+/// able to run the nftables mode.
 pub fn cleanup_modes(
     netns: Option<&str>,
     table: &str,
     keep: Option<ProxyMode>,
+    strict: bool,
 ) -> Result<Cleaned, ProxyError> {
     let mut cleaned = Cleaned::default();
+    let check = |mode: &str, r: Result<(), ProxyError>| -> Result<(), ProxyError> {
+        match r {
+            Err(e) if !strict => {
+                tracing::warn!("removing the {mode} mode's rules: {e}");
+                Ok(())
+            }
+            other => other,
+        }
+    };
     if keep != Some(ProxyMode::Nftables) {
-        cleaned.nft_tables = cleanup_nft(netns, table)?;
+        let r = cleanup_nft(netns, table).map(|n| cleaned.nft_tables = n);
+        check("nftables", r)?;
     }
     if keep != Some(ProxyMode::Iptables) {
-        cleaned.iptables = svcnet_iptables::cleanup_all(netns)?.len();
+        let r = svcnet_iptables::cleanup_all(netns)
+            .map(|c| cleaned.iptables = c.len())
+            .map_err(ProxyError::from);
+        check("iptables", r)?;
     }
     if keep != Some(ProxyMode::Userspace) {
         svcnet_userspace::cleanup(netns);

@@ -216,7 +216,7 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
     // Switching modes: the other modes' rules in this namespace would still capture traffic.
     let (netns, table, mode) = (cfg.netns.clone(), cfg.table.clone(), cfg.mode);
     let cleaned = tokio::task::spawn_blocking(move || {
-        dataplane::cleanup_modes(netns.as_deref(), &table, Some(mode))
+        dataplane::cleanup_modes(netns.as_deref(), &table, Some(mode), false)
     })
     .await
     .map_err(|e| ProxyError::Task(e.to_string()))??;
@@ -325,5 +325,5 @@ pub async fn run(
 /// `SVCNET-` chains and hooks (both back ends, both families) and the userspace proxy's
 /// `svcnet-userspace` tables. Blocking (runs the tools).
 pub fn cleanup(netns: Option<&str>, table: &str) -> Result<Cleaned, ProxyError> {
-    dataplane::cleanup_modes(netns, table, None)
+    dataplane::cleanup_modes(netns, table, None, true)
 }
