@@ -244,6 +244,15 @@ pub struct Allocators {
 }
 
 impl Allocators {
+    /// Whether every service CIDR is loopback (the unprivileged development mode): then
+    /// endpoints on loopback are allowed too.
+    pub fn loopback_services(&self) -> bool {
+        self.cfg
+            .service_cidrs
+            .iter()
+            .all(|c| c.addr().is_loopback())
+    }
+
     pub fn new(cfg: AdmissionConfig) -> Result<Self, ConfigError> {
         if cfg.service_cidrs.is_empty() {
             return Err(ConfigError::NoServiceCidr);

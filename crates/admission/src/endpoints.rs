@@ -21,6 +21,17 @@ fn empty(s: &Option<String>) -> bool {
     s.as_deref().unwrap_or("").is_empty()
 }
 
+/// Upstream's special-address rule for endpoints, except that loopback endpoints are allowed
+/// when the service CIDR itself is loopback (svcnet's unprivileged development mode, where the
+/// userspace proxy binds cluster IPs on `lo` and backends listen on loopback too).
+fn endpoint_ip_errors(ip: std::net::IpAddr, loopback_ok: bool) -> Vec<String> {
+    let mut errs = syntax::non_special_ip(ip);
+    if loopback_ok && ip.is_loopback() {
+        errs.retain(|m| !m.contains("loopback"));
+    }
+    errs
+}
+
 fn validate_protocol(proto: Option<&str>, path: &str) -> Option<FieldError> {
     match proto.unwrap_or("") {
         "" => Some(FieldError::required(path, "")),
@@ -29,12 +40,16 @@ fn validate_protocol(proto: Option<&str>, path: &str) -> Option<FieldError> {
     }
 }
 
-fn validate_endpoint_address(a: &EndpointAddress, path: &str) -> Vec<FieldError> {
+fn validate_endpoint_address(
+    a: &EndpointAddress,
+    path: &str,
+    loopback_ok: bool,
+) -> Vec<FieldError> {
     let mut errs = Vec::new();
     match syntax::parse_ip(&a.ip) {
         None => errs.push(FieldError::invalid(format!("{path}.ip"), &a.ip, IP_MSG)),
         Some(ip) => errs.extend(
-            syntax::non_special_ip(ip)
+            endpoint_ip_errors(ip, loopback_ok)
                 .into_iter()
                 .map(|m| FieldError::invalid(format!("{path}.ip"), &a.ip, m)),
         ),
@@ -66,7 +81,7 @@ fn default_endpoints(e: &mut Endpoints) {
     }
 }
 
-fn validate_endpoints(e: &Endpoints) -> Vec<FieldError> {
+fn validate_endpoints(e: &Endpoints, loopback_ok: bool) -> Vec<FieldError> {
     let mut errs = syntax::validate_object_meta(&e.metadata, true, NameRule::Dns1123Subdomain);
     for (i, s) in e.subsets.iter().flatten().enumerate() {
         let path = format!("subsets[{i}]");
@@ -74,12 +89,14 @@ fn validate_endpoints(e: &Endpoints) -> Vec<FieldError> {
             errs.extend(validate_endpoint_address(
                 a,
                 &format!("{path}.addresses[{j}]"),
+                loopback_ok,
             ));
         }
         for (j, a) in s.not_ready_addresses.iter().flatten().enumerate() {
             errs.extend(validate_endpoint_address(
                 a,
                 &format!("{path}.notReadyAddresses[{j}]"),
+                loopback_ok,
             ));
         }
         let ports = s.ports.as_deref().unwrap_or(&[]);
@@ -113,10 +130,10 @@ fn validate_endpoints(e: &Endpoints) -> Vec<FieldError> {
     errs
 }
 
-pub(crate) fn admit_endpoints(obj: Value) -> Result<Value, Vec<FieldError>> {
+pub(crate) fn admit_endpoints(obj: Value, loopback_ok: bool) -> Result<Value, Vec<FieldError>> {
     let mut e: Endpoints = decode(obj)?;
     default_endpoints(&mut e);
-    let errs = validate_endpoints(&e);
+    let errs = validate_endpoints(&e, loopback_ok);
     if !errs.is_empty() {
         return Err(errs);
     }
@@ -134,7 +151,7 @@ fn default_slice(s: &mut EndpointSlice) {
     }
 }
 
-fn validate_slice(s: &EndpointSlice) -> Vec<FieldError> {
+fn validate_slice(s: &EndpointSlice, loopback_ok: bool) -> Vec<FieldError> {
     let mut errs = syntax::validate_object_meta(&s.metadata, true, NameRule::Dns1123Subdomain);
     const TYPES: &[&str] = &["FQDN", "IPv4", "IPv6"];
     let ty = s.address_type.as_str();
@@ -169,7 +186,7 @@ fn validate_slice(s: &EndpointSlice) -> Vec<FieldError> {
             match ty {
                 "IPv4" | "IPv6" => match syntax::parse_ip(a) {
                     Some(ip) if (ty == "IPv4") == ip.is_ipv4() => errs.extend(
-                        syntax::non_special_ip(ip)
+                        endpoint_ip_errors(ip, loopback_ok)
                             .into_iter()
                             .map(|m| FieldError::invalid(&ap, a, m)),
                     ),
@@ -242,21 +259,25 @@ fn validate_slice(s: &EndpointSlice) -> Vec<FieldError> {
     errs
 }
 
-pub(crate) fn admit_slice_create(obj: Value) -> Result<Value, Vec<FieldError>> {
+pub(crate) fn admit_slice_create(obj: Value, loopback_ok: bool) -> Result<Value, Vec<FieldError>> {
     let mut s: EndpointSlice = decode(obj)?;
     default_slice(&mut s);
-    let errs = validate_slice(&s);
+    let errs = validate_slice(&s, loopback_ok);
     if !errs.is_empty() {
         return Err(errs);
     }
     encode(&s)
 }
 
-pub(crate) fn admit_slice_update(old: &Value, new: Value) -> Result<Value, Vec<FieldError>> {
+pub(crate) fn admit_slice_update(
+    old: &Value,
+    new: Value,
+    loopback_ok: bool,
+) -> Result<Value, Vec<FieldError>> {
     let old_s: EndpointSlice = decode(old.clone())?;
     let mut s: EndpointSlice = decode(new)?;
     default_slice(&mut s);
-    let mut errs = validate_slice(&s);
+    let mut errs = validate_slice(&s, loopback_ok);
     if s.address_type != old_s.address_type {
         errs.push(FieldError::invalid(
             "addressType",

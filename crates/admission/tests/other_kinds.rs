@@ -439,6 +439,32 @@ fn statefulset_defaults_and_updates() {
 }
 
 #[test]
+fn loopback_endpoints_only_with_a_loopback_service_cidr() {
+    let ep = json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": "dev", "namespace": "default"},
+        "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"port": 8080}]}]
+    });
+    assert!(admit_create("Endpoints", ep.clone(), &mut allocs()).is_err());
+    let cfg = svcnet_admission::AdmissionConfig {
+        service_cidrs: vec!["127.96.0.0/16".parse().unwrap()],
+        ..Default::default()
+    };
+    let mut dev = svcnet_admission::Allocators::new(cfg).unwrap();
+    assert!(dev.loopback_services());
+    admit_create("Endpoints", ep, &mut dev).unwrap();
+    let slice = json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": {"name": "dev-1", "namespace": "default"},
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": ["127.0.0.1"]}],
+        "ports": [{"port": 8080}]
+    });
+    assert!(admit_create("EndpointSlice", slice.clone(), &mut allocs()).is_err());
+    admit_create("EndpointSlice", slice, &mut dev).unwrap();
+}
+
+#[test]
 fn endpoints() {
     let ep = |f: &dyn Fn(&mut Value)| {
         let mut v = json!({
