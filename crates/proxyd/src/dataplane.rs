@@ -98,7 +98,19 @@ impl Plane {
                 Ok(Self::Iptables(Some(Box::new(IptablesDataplane::new(exec)))))
             }
             ProxyMode::Userspace => {
-                let mut config = svcnet_userspace::Config::new(svcnet_userspace::Mode::Privileged);
+                let mode = if cfg.unprivileged {
+                    let mut addresses: Vec<std::net::IpAddr> =
+                        cfg.nodeport_addresses.iter().map(|net| net.addr()).collect();
+                    if addresses.is_empty() {
+                        addresses.push(std::net::Ipv4Addr::LOCALHOST.into());
+                    }
+                    svcnet_userspace::Mode::Unprivileged {
+                        node_port_addresses: addresses,
+                    }
+                } else {
+                    svcnet_userspace::Mode::Privileged
+                };
+                let mut config = svcnet_userspace::Config::new(mode);
                 config.netns = cfg.netns.clone();
                 Ok(Self::Userspace(Arc::new(UserspaceProxy::new(config)?)))
             }

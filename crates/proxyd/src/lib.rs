@@ -91,6 +91,10 @@ pub struct ProxyConfig {
     /// annotation (`--scheduler`, like kube-proxy's `--ipvs-scheduler`); `None`: the
     /// dataplane's default (random in the kernel modes, rr in userspace).
     pub scheduler: Option<svcnet_lb::Algorithm>,
+    /// Userspace mode only: bind every frontend directly instead of redirecting with kernel
+    /// rules, so no root is needed (service CIDR on loopback, e.g. 127.96.0.0/16; node ports on
+    /// `nodeport_addresses`, default 127.0.0.1). Ports below 1024 still need the capability.
+    pub unprivileged: bool,
 }
 
 impl Default for ProxyConfig {
@@ -110,6 +114,7 @@ impl Default for ProxyConfig {
             metrics_bind: None,
             table: svcnet_nft::names::TABLE.to_string(),
             scheduler: None,
+            unprivileged: false,
         }
     }
 }
@@ -214,14 +219,17 @@ fn check(cfg: &ProxyConfig) -> Result<(), ProxyError> {
 pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProxy, ProxyError> {
     check(&cfg)?;
     // Switching modes: the other modes' rules in this namespace would still capture traffic.
-    let (netns, table, mode) = (cfg.netns.clone(), cfg.table.clone(), cfg.mode);
-    let cleaned = tokio::task::spawn_blocking(move || {
-        dataplane::cleanup_modes(netns.as_deref(), &table, Some(mode), false)
-    })
-    .await
-    .map_err(|e| ProxyError::Task(e.to_string()))??;
-    if cleaned.nft_tables + cleaned.iptables > 0 {
-        tracing::info!(?cleaned, "removed the rules of other proxy modes");
+    // An unprivileged proxy installs no rules and may not read them.
+    if !cfg.unprivileged {
+        let (netns, table, mode) = (cfg.netns.clone(), cfg.table.clone(), cfg.mode);
+        let cleaned = tokio::task::spawn_blocking(move || {
+            dataplane::cleanup_modes(netns.as_deref(), &table, Some(mode), false)
+        })
+        .await
+        .map_err(|e| ProxyError::Task(e.to_string()))??;
+        if cleaned.nft_tables + cleaned.iptables > 0 {
+            tracing::info!(?cleaned, "removed the rules of other proxy modes");
+        }
     }
     let plane = dataplane::Plane::new(&cfg).await?;
     let mut metrics = serve::Metrics::default();

@@ -275,3 +275,68 @@ fn up_keeps_objects_and_allocations_across_restarts() {
         "{fresh} reused in\n{before}"
     );
 }
+
+/// Development without root: `--disable agent --proxy-mode userspace` with a loopback service
+/// CIDR binds each cluster IP directly, and hand-written Endpoints on loopback take traffic.
+#[test]
+fn unprivileged_userspace_proxy_serves_loopback_cluster_ips() {
+    // A backend on loopback answering every request with a fixed line.
+    let backend = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let backend_port = backend.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut conn in backend.incoming().flatten() {
+            let mut buf = [0u8; 1024];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 14\r\nConnection: close\r\n\r\nhello from dev",
+            );
+        }
+    });
+    let up = Up::start(&[
+        "--disable",
+        "agent,dns",
+        "--proxy-mode",
+        "userspace",
+        "--service-cidr",
+        "127.97.0.0/16",
+    ]);
+    let manifest = format!(
+        r#"
+apiVersion: v1
+kind: Service
+metadata: {{name: dev}}
+spec:
+  ports: [{{port: 8080}}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {{name: dev}}
+subsets:
+- addresses: [{{ip: 127.0.0.1}}]
+  ports: [{{port: {backend_port}}}]
+"#
+    );
+    let file = up.data_dir.path().join("dev.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    up.ok(&["apply", "-f", file.to_str().unwrap()]);
+    let ip = up.ok(&["get", "svc", "dev", "-o", "jsonpath={.spec.clusterIP}"]);
+    assert!(ip.starts_with("127.97."), "{ip}");
+    let url = format!("http://{ip}:8080/");
+    let curl = |url: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-m", "3", url])
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let reply = wait_for("the cluster IP answers", || curl(&url));
+    assert_eq!(reply, "hello from dev");
+    // Without endpoints the service refuses at once.
+    up.ok(&["delete", "endpoints", "dev"]);
+    wait_for("refused without endpoints", || {
+        curl(&url).is_none().then_some(String::new())
+    });
+}

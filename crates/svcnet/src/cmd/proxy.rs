@@ -28,6 +28,10 @@ pub struct Args {
     /// express (lc/sed/nq in nftables) falls back to random with a warning and a Service Event.
     #[arg(long)]
     pub scheduler: Option<svcnet_proxyd::Algorithm>,
+    /// With `--mode userspace`: bind every frontend directly instead of redirecting with kernel
+    /// rules, so no root is needed (use a loopback service CIDR such as 127.96.0.0/16).
+    #[arg(long)]
+    pub unprivileged: bool,
     /// Program this named network namespace instead of the current one.
     #[arg(long)]
     pub netns: Option<String>,
@@ -105,7 +109,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .node_name
         .context("--node-name (or $NODE_NAME) is required")?;
     let client = match &args.kubeconfig {
-        Some(path) => super::dns::client_from_kubeconfig(path).await?,
+        Some(path) => crate::cmd::kubeconfig::client_from_kubeconfig(path).await?,
         None => kube::Client::try_default()
             .await
             .context("no --kubeconfig and no in-cluster/$KUBECONFIG config")?,
@@ -123,6 +127,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         healthz_bind: args.healthz_bind_address,
         metrics_bind: args.metrics_bind_address,
         scheduler: args.scheduler,
+        unprivileged: args.unprivileged,
         ..Default::default()
     };
     let shutdown = async {

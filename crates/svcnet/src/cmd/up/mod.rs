@@ -94,9 +94,15 @@ pub struct Args {
     /// Prefix of every namespace and link svcnet creates (at most 11 characters).
     #[arg(long, default_value = "svcnet")]
     pub prefix: String,
-    /// The proxy's dataplane on every node.
+    /// The proxy's dataplane on every node. Without the agent (no node namespaces), only
+    /// `userspace` runs: unprivileged on this machine, binding each cluster IP directly, for a
+    /// loopback service CIDR such as 127.96.0.0/16 (no root needed).
     #[arg(long, default_value = "nftables")]
     pub proxy_mode: svcnet_proxyd::ProxyMode,
+    /// Load-balancing algorithm for services without a `svcnet.io/lb-algorithm` annotation
+    /// (rr, wrr, random, lc, sed, nq, sh, dh, maglev); default: the dataplane's own.
+    #[arg(long)]
+    pub scheduler: Option<svcnet_proxyd::Algorithm>,
     /// Name of the Node this machine registers as when the agent is disabled.
     #[arg(long)]
     pub node_name: Option<String>,
@@ -115,9 +121,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let disabled: BTreeSet<Component> = args.disable.iter().copied().collect();
     let with_agent = !disabled.contains(&Component::Agent);
     let with_proxy = with_agent && !disabled.contains(&Component::Proxy);
-    if !with_agent && !disabled.contains(&Component::Proxy) {
+    // Development without root: the userspace proxy binds loopback cluster IPs on this machine.
+    let host_proxy = !with_agent
+        && !disabled.contains(&Component::Proxy)
+        && args.proxy_mode == svcnet_proxyd::ProxyMode::Userspace;
+    if !with_agent && !disabled.contains(&Component::Proxy) && !host_proxy {
         tracing::warn!(
-            "the proxy programs the node namespaces the agent creates; with the agent disabled it does not run"
+            "the kernel dataplanes program the node namespaces the agent creates; with the agent \
+             disabled only --proxy-mode userspace runs (unprivileged, loopback service CIDR)"
         );
     }
     if with_agent {
@@ -213,7 +224,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(topology) = &topology {
         for node in topology.nodes() {
             if with_proxy {
-                let cfg = cluster::proxy_config(node, &cluster_config, args.proxy_mode);
+                let mut cfg = cluster::proxy_config(node, &cluster_config, args.proxy_mode);
+                cfg.scheduler = args.scheduler;
                 let client = client.clone();
                 let stop = stopped(stop_rx.clone());
                 let name = node.name.clone();
@@ -243,6 +255,29 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 node.name, node.internal_ip, node.pod_cidr, node.netns
             );
         }
+    }
+
+    if host_proxy {
+        let cfg = svcnet_proxyd::ProxyConfig {
+            node_name: nodes[0].name.clone(),
+            mode: svcnet_proxyd::ProxyMode::Userspace,
+            unprivileged: true,
+            service_cidrs: args.service_cidr.clone(),
+            cluster_cidrs: vec![IpNet::V4(args.pod_cidr)],
+            scheduler: args.scheduler,
+            ..Default::default()
+        };
+        let client = client.clone();
+        let stop = stopped(stop_rx.clone());
+        tasks.spawn(async move {
+            svcnet_proxyd::run(cfg, client, stop)
+                .await
+                .context("userspace proxy")
+        });
+        println!(
+            "userspace proxy: cluster IPs of {:?} bound on this machine",
+            args.service_cidr
+        );
     }
 
     println!("svcnet is ready: API server https://{}", server.addr());
