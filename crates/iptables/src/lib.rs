@@ -12,8 +12,9 @@
 //! kube-proxy's full-or-partial decision (canary included) per family; [`fake`] applies the
 //! same values in memory and rejects dangling references. This crate never reads API objects
 //! and never decides policy: every decision comes from the proxy core (`svcnet-proxy`).
-//! Hooks, chains, the mark, the two departures from kube-proxy (staged commits on the nft
-//! back end, hooks inserted by the restore itself) and the benchmark are in README.md.
+//! Hooks, chains, the mark, the three departures from kube-proxy (staged commits on the nft
+//! back end, hooks inserted by the restore itself, shared chains edited in place by partial
+//! syncs) and the benchmark are in README.md.
 
 pub mod apply;
 pub mod dataplane;
