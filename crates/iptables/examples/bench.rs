@@ -316,7 +316,11 @@ fn main() {
             // the head of SVCNET-SERVICES; the resync restores the sorted order, which puts
             // the target ("bench/target" sorts after "bench/svc…") last, as S3 wants.
             let (resync, _, _, _) = s.full_sync();
-            println!("S1 N={n} subject={} periodic_full_resync_ms={:.0}", s.name, ms(resync));
+            println!(
+                "S1 N={n} subject={} periodic_full_resync_ms={:.0}",
+                s.name,
+                ms(resync)
+            );
             s1.push((
                 s.name.clone(),
                 full,
