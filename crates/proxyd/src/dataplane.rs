@@ -99,8 +99,11 @@ impl Plane {
             }
             ProxyMode::Userspace => {
                 let mode = if cfg.unprivileged {
-                    let mut addresses: Vec<std::net::IpAddr> =
-                        cfg.nodeport_addresses.iter().map(|net| net.addr()).collect();
+                    let mut addresses: Vec<std::net::IpAddr> = cfg
+                        .nodeport_addresses
+                        .iter()
+                        .map(|net| net.addr())
+                        .collect();
                     if addresses.is_empty() {
                         addresses.push(std::net::Ipv4Addr::LOCALHOST.into());
                     }
