@@ -259,11 +259,11 @@ fn seeds_walkthrough_on_two_nodes() {
 
     // Inside a pod: the environment, DNS through the kube-dns service, the search path.
     let pod = pod_names.iter().next().unwrap().clone();
-    let exec = |cmd: &str| -> String {
+    let exec_in = |pod: &str, cmd: &str| -> String {
         let out = Command::new(env!("CARGO_BIN_EXE_svcnet"))
             .args(["exec", "--data-dir"])
             .arg(up.data_dir.path())
-            .args([&pod, "--", "sh", "-c", cmd])
+            .args([pod, "--", "sh", "-c", cmd])
             .output()
             .unwrap();
         assert!(
@@ -273,6 +273,7 @@ fn seeds_walkthrough_on_two_nodes() {
         );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
+    let exec = |cmd: &str| exec_in(&pod, cmd);
     assert_eq!(exec("echo $MYAPP_SERVICE_HOST"), cluster_ip);
     assert_eq!(
         exec("dig +short +time=2 +tries=2 myapp.default.svc.cluster.local"),
@@ -312,6 +313,15 @@ fn seeds_walkthrough_on_two_nodes() {
     assert!(
         direct.contains(&format!("client={}:", here[2])),
         "pod-to-pod keeps the source IP: {direct}"
+    );
+    // Services work from pods on the other node too (its own proxy, DNS through kube-dns).
+    let from_there = exec_in(
+        &there[0],
+        "curl -s -m 10 http://myapp.default.svc.cluster.local/",
+    );
+    assert!(
+        pod_names.contains(&answered_by(&from_there).unwrap_or_default()),
+        "{from_there}"
     );
 
     // Scaling is reflected in endpoints and DNS.
