@@ -367,6 +367,35 @@ fn health_check_node_port_follows_the_traffic_policy() {
     assert!(a.node_ports().is_empty());
 }
 
+/// Found by the property test: a service's own health-check port may not become one of its
+/// TCP node ports (one allocator holds both).
+#[test]
+fn a_node_port_may_not_take_the_services_own_health_check_port() {
+    let mut a = allocs();
+    let stored = create(
+        &mut a,
+        service("default", "lb", |s| {
+            set(s, "spec.type", json!("LoadBalancer"));
+            set(s, "spec.externalTrafficPolicy", json!("Local"));
+        }),
+    );
+    let hc = int_at(&stored, "/spec/healthCheckNodePort");
+    let before = a.clone();
+    let mut clash = stored.clone();
+    set(&mut clash, "spec.ports.0.nodePort", json!(hc));
+    let err = admit_update("Service", &stored, clash, &mut a).unwrap_err();
+    assert_eq!(
+        messages(&err),
+        [format!(
+            "spec.ports[0].nodePort: Invalid value: {hc}: provided port is already allocated (it is the service's healthCheckNodePort)"
+        )]
+    );
+    assert!(
+        a == before,
+        "a refused update leaves the allocators as they were"
+    );
+}
+
 #[test]
 fn rebuild_restores_exactly_and_warns_about_conflicts() {
     let mut a = allocs();

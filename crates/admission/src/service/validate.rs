@@ -437,6 +437,20 @@ fn validate_traffic_policies(spec: &ServiceSpec, ty: &str) -> Vec<FieldError> {
             syntax::PORT_RANGE_MSG,
         ));
     }
+    if needs_hc_node_port(spec) && hc != 0 {
+        // The health-check port and the node ports come from one allocator: a TCP node port
+        // may not be the service's own health-check port.
+        for (i, p) in spec.ports.iter().flatten().enumerate() {
+            let tcp = matches!(p.protocol.as_deref(), None | Some("TCP"));
+            if tcp && p.node_port == Some(hc) {
+                errs.push(FieldError::invalid(
+                    format!("spec.ports[{i}].nodePort"),
+                    hc,
+                    "provided port is already allocated (it is the service's healthCheckNodePort)",
+                ));
+            }
+        }
+    }
     let itp = spec.internal_traffic_policy.as_deref();
     match itp {
         // Only required for the types it is defaulted for: other types were
