@@ -1,5 +1,6 @@
-//! The zone's rules as data: one `check("name TYPE", expect)` per case. Sections are printed
-//! sorted (they are sets). `UPDATE_EXPECT=1 cargo test -p svcnet-dns` refreshes the snapshots.
+//! The zone's rules as data: the cases of `tests/rules.txt` (shared with the `dig` test,
+//! `tests/rule_table_dig.rs`) run against the pure zone, plus snapshot behaviour (shuffling,
+//! skipped objects, incremental snapshots) checked with `expect!` (`UPDATE_EXPECT=1` refreshes).
 
 use std::sync::Arc;
 
@@ -8,576 +9,80 @@ use hickory_proto::rr::{DNSClass, Name, RecordType};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
-use super::{Objects, Outcome, PodMode, Zone, ZoneConfig};
+use super::{Outcome, PodMode, Zone, ZoneConfig};
 use crate::fixtures::*;
+use crate::rule_table::{self, answer_text, world};
 
-fn world() -> Objects {
-    Objects {
-        services: vec![
-            cluster_ip(
-                "default",
-                "kubernetes",
-                &["10.96.0.1"],
-                &[("https", "TCP", 443)],
-            ),
-            cluster_ip(
-                "default",
-                "myapp",
-                &["10.96.221.214"],
-                &[("http", "TCP", 80)],
-            ),
-            headless("default", "myapp-headless", &[("", "TCP", 80)]),
-            headless("default", "nginx", &[("web", "TCP", 80)]),
-            headless("default", "peers", &[("peer", "TCP", 2380)]).publish_not_ready(),
-            headless("default", "empty-headless", &[("web", "TCP", 80)]),
-            external("default", "my-service-1", "www.baidu.com"),
-            external("default", "alias", "MyApp.default.svc.cluster.local"),
-            external("default", "dangling", "nothing.default.svc.cluster.local"),
-            external("default", "loop-a", "loop-b.default.svc.cluster.local"),
-            external("default", "loop-b", "loop-a.default.svc.cluster.local"),
-            cluster_ip(
-                "default",
-                "dual",
-                &["10.96.0.50", "fd00:10:96::50"],
-                &[("http", "TCP", 80), ("", "UDP", 53)],
-            ),
-            cluster_ip(
-                "kube-system",
-                "kube-dns",
-                &["10.96.0.10"],
-                &[("dns", "UDP", 53), ("dns-tcp", "TCP", 53)],
-            ),
-        ],
-        endpoint_slices: vec![
-            slice("default", "myapp", "myapp-1", &[("http", "TCP", 8080)])
-                .ep("172.18.236.167", None, true)
-                .ep("172.18.236.168", None, true)
-                .ep("172.18.235.168", None, true)
-                .ep("172.18.235.200", None, false),
-            slice("default", "myapp-headless", "mh-1", &[("", "TCP", 80)])
-                .ep("172.18.236.167", None, true)
-                .ep("172.18.236.168", None, true)
-                .ep("172.18.235.168", None, true),
-            slice("default", "nginx", "nginx-1", &[("web", "TCP", 8080)])
-                .ep("10.244.1.10", Some("web-0"), true)
-                .ep("10.244.1.11", Some("web-1"), true)
-                .ep("10.244.1.12", Some("web-2"), false),
-            slice("default", "peers", "peers-1", &[("peer", "TCP", 2380)])
-                .ep("10.244.2.1", Some("etcd-0"), true)
-                .ep("10.244.2.2", Some("etcd-1"), false),
-            slice("default", "empty-headless", "eh-1", &[("web", "TCP", 80)]).ep(
-                "10.244.3.1",
-                None,
-                false,
-            ),
-        ],
-        pods: vec![pod("default", "web-0", "10.244.1.10")],
-        namespaces: vec![
-            namespace("default"),
-            namespace("kube-system"),
-            namespace("quiet"),
-        ],
-    }
-}
-
-fn zone_with(pods: PodMode) -> Zone {
-    let mut config = ZoneConfig::new("cluster.local").unwrap();
-    config.pods = pods;
-    Zone::build(Arc::new(config), &world(), 1700000000)
-}
-
-fn answer_text(zone: &Zone, query: &str) -> String {
-    let (name, qtype) = query.rsplit_once(' ').unwrap();
-    let name = Name::from_ascii(name).unwrap();
-    let qtype: RecordType = qtype.parse().unwrap();
-    let mut rng = StdRng::seed_from_u64(7);
-    match zone.lookup(&name, qtype, DNSClass::IN, &mut rng) {
-        Outcome::Forward => "forward\n".to_string(),
-        Outcome::Answer(r) => r.to_string(),
-    }
+fn answer(zone: &Zone, query: &str) -> String {
+    answer_text(zone, query).unwrap()
 }
 
 fn check_with(zone: &Zone, query: &str, expect: Expect) {
-    expect.assert_eq(&answer_text(zone, query));
+    expect.assert_eq(&answer(zone, query));
 }
 
-/// Every query gets the same answer text, checked once against `expect`.
-fn check_all(queries: &[&str], expect: Expect) {
-    let zone = zone_with(PodMode::Insecure);
-    let first = answer_text(&zone, queries[0]);
-    for q in &queries[1..] {
-        assert_eq!(
-            answer_text(&zone, q),
-            first,
-            "{q} differs from {}",
-            queries[0]
-        );
+#[test]
+fn rule_table_against_the_zone() {
+    let cases = rule_table::cases().unwrap();
+    assert!(cases.len() >= 40, "only {} cases parsed", cases.len());
+    let zones = [PodMode::Insecure, PodMode::Verified, PodMode::Disabled]
+        .map(|mode| (mode, rule_table::zone(mode).unwrap()));
+    let mut failures = Vec::new();
+    for case in &cases {
+        let zone = &zones.iter().find(|(m, _)| *m == case.pods).unwrap().1;
+        for q in &case.queries {
+            let got = answer(zone, q);
+            if got != case.expected {
+                failures.push(format!(
+                    "tests/rules.txt:{} {q} ({:?})\n--- expected\n{}--- got\n{}",
+                    case.line, case.pods, case.expected, got
+                ));
+            }
+        }
     }
-    expect.assert_eq(&first);
-}
-
-fn check(query: &str, expect: Expect) {
-    check_with(&zone_with(PodMode::Insecure), query, expect);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
-fn cluster_ip_service() {
-    check(
-        "myapp.default.svc.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              myapp.default.svc.cluster.local. 30 IN A 10.96.221.214
-        "#]],
-    );
-    // NODATA: the name exists, AAAA does not.
-    check(
-        "myapp.default.svc.cluster.local. AAAA",
-        expect![[r#"
-            NOERROR
-            authority:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-    check(
-        "dual.default.svc.cluster.local. AAAA",
-        expect![[r#"
-            NOERROR
-            answer:
-              dual.default.svc.cluster.local. 30 IN AAAA fd00:10:96::50
-        "#]],
-    );
-}
-
-#[test]
-fn case_insensitive_and_keeps_the_question_case() {
-    check(
-        "MyApp.Default.SVC.Cluster.Local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              MyApp.Default.SVC.Cluster.Local. 30 IN A 10.96.221.214
-        "#]],
-    );
-}
-
-#[test]
-fn srv_records() {
-    check(
-        "_http._tcp.myapp.default.svc.cluster.local. SRV",
-        expect![[r#"
-            NOERROR
-            answer:
-              _http._tcp.myapp.default.svc.cluster.local. 30 IN SRV 0 100 80 myapp.default.svc.cluster.local.
-            additional:
-              myapp.default.svc.cluster.local. 30 IN A 10.96.221.214
-        "#]],
-    );
-    // Headless: one per endpoint, endpoint port, endpoint name; weight 100/N.
-    check(
-        "_web._tcp.nginx.default.svc.cluster.local. SRV",
-        expect![[r#"
-            NOERROR
-            answer:
-              _web._tcp.nginx.default.svc.cluster.local. 30 IN SRV 0 50 8080 web-0.nginx.default.svc.cluster.local.
-              _web._tcp.nginx.default.svc.cluster.local. 30 IN SRV 0 50 8080 web-1.nginx.default.svc.cluster.local.
-            additional:
-              web-0.nginx.default.svc.cluster.local. 30 IN A 10.244.1.10
-              web-1.nginx.default.svc.cluster.local. 30 IN A 10.244.1.11
-        "#]],
-    );
-    // The bare service name answers SRV for every port (CoreDNS), dual-stack glue.
-    check(
-        "dual.default.svc.cluster.local. SRV",
-        expect![[r#"
-            NOERROR
-            answer:
-              dual.default.svc.cluster.local. 30 IN SRV 0 50 53 dual.default.svc.cluster.local.
-              dual.default.svc.cluster.local. 30 IN SRV 0 50 80 dual.default.svc.cluster.local.
-            additional:
-              dual.default.svc.cluster.local. 30 IN A 10.96.0.50
-              dual.default.svc.cluster.local. 30 IN AAAA fd00:10:96::50
-        "#]],
-    );
-    // Wrong protocol or unknown port name: NXDOMAIN; other types on an SRV name: NODATA.
-    check(
-        "_http._udp.myapp.default.svc.cluster.local. SRV",
-        expect![[r#"
-            NXDOMAIN
-            authority:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-    check(
-        "_http._tcp.myapp.default.svc.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            authority:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-    // `_tcp.<svc>` is an empty non-terminal.
-    check(
-        "_tcp.myapp.default.svc.cluster.local. SRV",
-        expect![[r#"
-            NOERROR
-            authority:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-}
-
-#[test]
-fn headless_services() {
-    // The seed's three pod IPs.
-    check(
-        "myapp-headless.default.svc.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              myapp-headless.default.svc.cluster.local. 30 IN A 172.18.235.168
-              myapp-headless.default.svc.cluster.local. 30 IN A 172.18.236.167
-              myapp-headless.default.svc.cluster.local. 30 IN A 172.18.236.168
-        "#]],
-    );
-    // Ready endpoints only...
-    check(
-        "nginx.default.svc.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              nginx.default.svc.cluster.local. 30 IN A 10.244.1.10
-              nginx.default.svc.cluster.local. 30 IN A 10.244.1.11
-        "#]],
-    );
-    // ...all of them with publishNotReadyAddresses...
-    check(
-        "peers.default.svc.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              peers.default.svc.cluster.local. 30 IN A 10.244.2.1
-              peers.default.svc.cluster.local. 30 IN A 10.244.2.2
-        "#]],
-    );
-    // ...and NXDOMAIN when none is ready.
-    check(
-        "empty-headless.default.svc.cluster.local. A",
-        expect![[r#"
-            NXDOMAIN
-            authority:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-}
-
-#[test]
-fn endpoint_names() {
-    // The StatefulSet name of the seeds.
-    check(
-        "web-0.nginx.default.svc.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              web-0.nginx.default.svc.cluster.local. 30 IN A 10.244.1.10
-        "#]],
-    );
-    // Not ready, so not published.
-    check(
-        "web-2.nginx.default.svc.cluster.local. A",
-        expect![[r#"
-            NXDOMAIN
-            authority:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-    check(
-        "etcd-1.peers.default.svc.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              etcd-1.peers.default.svc.cluster.local. 30 IN A 10.244.2.2
-        "#]],
-    );
-    // No hostname: the dashed IP.
-    check(
-        "172-18-236-167.myapp-headless.default.svc.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              172-18-236-167.myapp-headless.default.svc.cluster.local. 30 IN A 172.18.236.167
-        "#]],
-    );
-}
-
-#[test]
-fn external_name() {
-    // Out of zone: the CNAME, and the transport chases the target upstream.
-    check(
-        "my-service-1.default.svc.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              my-service-1.default.svc.cluster.local. 30 IN CNAME www.baidu.com.
-            chase: www.baidu.com.
-        "#]],
-    );
-    check(
-        "my-service-1.default.svc.cluster.local. CNAME",
-        expect![[r#"
-            NOERROR
-            answer:
-              my-service-1.default.svc.cluster.local. 30 IN CNAME www.baidu.com.
-        "#]],
-    );
-    // In zone: the chain is resolved in the same answer.
-    check(
-        "alias.default.svc.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              MyApp.default.svc.cluster.local. 30 IN A 10.96.221.214
-              alias.default.svc.cluster.local. 30 IN CNAME MyApp.default.svc.cluster.local.
-        "#]],
-    );
-    // The rcode is the last name's.
-    check(
-        "dangling.default.svc.cluster.local. A",
-        expect![[r#"
-            NXDOMAIN
-            answer:
-              dangling.default.svc.cluster.local. 30 IN CNAME nothing.default.svc.cluster.local.
-            authority:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-    check(
-        "loop-a.default.svc.cluster.local. A",
-        expect![[r#"
-            SERVFAIL
-            answer:
-              loop-a.default.svc.cluster.local. 30 IN CNAME loop-b.default.svc.cluster.local.
-              loop-b.default.svc.cluster.local. 30 IN CNAME loop-a.default.svc.cluster.local.
-        "#]],
-    );
-}
-
-#[test]
-fn reverse_lookups() {
-    check(
-        "214.221.96.10.in-addr.arpa. PTR",
-        expect![[r#"
-            NOERROR
-            answer:
-              214.221.96.10.in-addr.arpa. 30 IN PTR myapp.default.svc.cluster.local.
-        "#]],
-    );
-    check(
-        "0.5.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.6.9.0.0.0.1.0.0.0.0.d.f.ip6.arpa. PTR",
-        expect![[r#"
-            NOERROR
-            answer:
-              0.5.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.6.9.0.0.0.1.0.0.0.0.d.f.ip6.arpa. 30 IN PTR dual.default.svc.cluster.local.
-        "#]],
-    );
-    // An endpoint IP: every endpoint name with that IP (outside the CIDRs, but in the index).
-    check(
-        "167.236.18.172.in-addr.arpa. PTR",
-        expect![[r#"
-            NOERROR
-            answer:
-              167.236.18.172.in-addr.arpa. 30 IN PTR 172-18-236-167.myapp-headless.default.svc.cluster.local.
-              167.236.18.172.in-addr.arpa. 30 IN PTR 172-18-236-167.myapp.default.svc.cluster.local.
-        "#]],
-    );
-    check(
-        "10.1.244.10.in-addr.arpa. PTR",
-        expect![[r#"
-            NOERROR
-            answer:
-              10.1.244.10.in-addr.arpa. 30 IN PTR web-0.nginx.default.svc.cluster.local.
-        "#]],
-    );
-    // Unknown, inside the service CIDR: ours, NXDOMAIN.
-    check(
-        "99.99.96.10.in-addr.arpa. PTR",
-        expect![[r#"
-            NXDOMAIN
-            authority:
-              in-addr.arpa. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-    // Unknown and outside: the upstream's. Partial reverse names too.
-    check("8.8.8.8.in-addr.arpa. PTR", expect!["forward\n"]);
-    check("96.10.in-addr.arpa. SOA", expect!["forward\n"]);
-}
-
-#[test]
-fn pod_records() {
-    let insecure = zone_with(PodMode::Insecure);
-    check_with(
-        &insecure,
-        "10-244-9-9.default.pod.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              10-244-9-9.default.pod.cluster.local. 30 IN A 10.244.9.9
-        "#]],
-    );
-    check_with(
-        &insecure,
-        "fd00-10-244--9.default.pod.cluster.local. AAAA",
-        expect![[r#"
-            NOERROR
-            answer:
-              fd00-10-244--9.default.pod.cluster.local. 30 IN AAAA fd00:10:244::9
-        "#]],
-    );
-    check_with(
-        &insecure,
-        "10-244-9-9.nowhere.pod.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              10-244-9-9.nowhere.pod.cluster.local. 30 IN A 10.244.9.9
-        "#]],
-    );
-    check_with(
-        &insecure,
-        "not-an-ip.default.pod.cluster.local. A",
-        expect![[r#"
-            NXDOMAIN
-            authority:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-    let verified = zone_with(PodMode::Verified);
-    check_with(
-        &verified,
-        "10-244-1-10.default.pod.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              10-244-1-10.default.pod.cluster.local. 30 IN A 10.244.1.10
-        "#]],
-    );
-    check_with(
-        &verified,
-        "10-244-9-9.default.pod.cluster.local. A",
-        expect![[r#"
-            NXDOMAIN
-            authority:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-    let disabled = zone_with(PodMode::Disabled);
-    check_with(
-        &disabled,
-        "10-244-1-10.default.pod.cluster.local. A",
-        expect![[r#"
-            NXDOMAIN
-            authority:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-}
-
-#[test]
-fn apex_version_and_intermediate_names() {
-    check(
-        "cluster.local. SOA",
-        expect![[r#"
-            NOERROR
-            answer:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-    check(
-        "cluster.local. NS",
-        expect![[r#"
-            NOERROR
-            answer:
-              cluster.local. 30 IN NS ns.dns.cluster.local.
-            additional:
-              ns.dns.cluster.local. 30 IN A 10.96.0.10
-        "#]],
-    );
-    check(
-        "ns.dns.cluster.local. A",
-        expect![[r#"
-            NOERROR
-            answer:
-              ns.dns.cluster.local. 30 IN A 10.96.0.10
-        "#]],
-    );
-    check(
-        "dns-version.cluster.local. TXT",
-        expect![[r#"
-            NOERROR
-            answer:
-              dns-version.cluster.local. 28800 IN TXT 1.1.0
-        "#]],
-    );
-    check_all(
-        &[
-            "cluster.local. A",
-            "svc.cluster.local. A",
-            "default.svc.cluster.local. A",
-            "quiet.svc.cluster.local. A",
-            "pod.cluster.local. A",
-            "dns-version.cluster.local. A",
-        ],
-        expect![[r#"
-            NOERROR
-            authority:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-    check_all(
-        &[
-            "nowhere.svc.cluster.local. A",
-            "nothing.default.svc.cluster.local. A",
-            "foo.cluster.local. A",
-            "a.b.web-0.nginx.default.svc.cluster.local. A",
-            "x.my-service-1.default.svc.cluster.local. A",
-            // Wildcards were removed from CoreDNS in 1.9 (information disclosure): NXDOMAIN.
-            "*.default.svc.cluster.local. A",
-            "any.default.svc.cluster.local. A",
-            "myapp.*.svc.cluster.local. A",
-        ],
-        expect![[r#"
-            NXDOMAIN
-            authority:
-              cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1700000000 7200 1800 86400 30
-        "#]],
-    );
-}
-
-#[test]
-fn out_of_zone_and_classes() {
-    check("www.baidu.com. A", expect!["forward\n"]);
-    check("local. SOA", expect!["forward\n"]);
-    let zone = zone_with(PodMode::Insecure);
-    let name = Name::from_ascii("myapp.default.svc.cluster.local.").unwrap();
-    let mut rng = StdRng::seed_from_u64(1);
-    match zone.lookup(&name, RecordType::A, DNSClass::CH, &mut rng) {
-        Outcome::Answer(r) => expect![[r#"
-            REFUSED
-        "#]]
-        .assert_eq(&r.to_string()),
-        Outcome::Forward => panic!("CH in the zone must not be forwarded"),
-    }
-    check(
-        "cluster.local. AXFR",
-        expect![[r#"
-        REFUSED
-    "#]],
-    );
+fn the_table_parser_reads_every_part_of_a_block() {
+    let cases = rule_table::parse(
+        "# c\npods: verified\nquery: a. A\nquery: b. A CH\nNOERROR\nwire:\nNXDOMAIN\n\nquery: c. A\nforward\nwire: skip why\n",
+    )
+    .unwrap();
+    expect![[r#"
+        [
+            Case {
+                line: 3,
+                pods: Verified,
+                queries: [
+                    "a. A",
+                    "b. A CH",
+                ],
+                expected: "NOERROR\n",
+                wire: Expect(
+                    "NXDOMAIN\n",
+                ),
+            },
+            Case {
+                line: 9,
+                pods: Insecure,
+                queries: [
+                    "c. A",
+                ],
+                expected: "forward\n",
+                wire: Skip(
+                    "why",
+                ),
+            },
+        ]
+    "#]]
+    .assert_debug_eq(&cases);
+    assert!(rule_table::parse("query: a. A\n").is_err());
 }
 
 #[test]
 fn headless_answers_are_shuffled() {
-    let zone = zone_with(PodMode::Insecure);
+    let zone = rule_table::zone(PodMode::Insecure).unwrap();
     let name = Name::from_ascii("myapp-headless.default.svc.cluster.local.").unwrap();
     let mut rng = StdRng::seed_from_u64(42);
     let mut orders = std::collections::HashSet::new();
@@ -759,7 +264,7 @@ fn incremental_snapshots_share_unchanged_services_and_see_changes() {
         "_http._tcp.myapp.default.svc.cluster.local. SRV",
         "quiet.svc.cluster.local. A",
     ] {
-        assert_eq!(answer_text(&third, q), answer_text(&full, q), "{q}");
+        assert_eq!(answer(&third, q), answer(&full, q), "{q}");
     }
 }
 

@@ -1,0 +1,227 @@
+//! The rule table (`tests/rules.txt`, the same cases `src/zone/tests.rs` runs against the pure
+//! zone) run against the real server with `dig`, over UDP and over TCP. One server per pod mode,
+//! each synced with the table's snapshot; forwarded and chased names go to a fake upstream on
+//! another loopback port. Sections are compared as sets (headless answers are shuffled).
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use futures::StreamExt;
+use svcnet_dns::fake_upstream::FakeUpstream;
+use svcnet_dns::rule_table::{self, SERIAL, Wire};
+use svcnet_dns::{DnsServer, PodMode, Zone};
+
+/// What `dig` printed, normalised to `Response`'s text: the rcode, then each section's records
+/// (`owner TTL class type rdata`, single-spaced, TXT unquoted) sorted; plus whether `aa` was set.
+#[derive(Debug)]
+struct Seen {
+    text: String,
+    authoritative: bool,
+}
+
+fn normalize(out: &str) -> Seen {
+    let mut status = String::from("(no status line)");
+    let mut authoritative = false;
+    let mut sections: Vec<(String, Vec<String>)> = Vec::new();
+    for line in out.lines() {
+        if let Some(rest) = line.split("status: ").nth(1) {
+            status = rest.split(',').next().unwrap_or("").to_string();
+        } else if let Some(rest) = line.strip_prefix(";; flags: ") {
+            let flags = rest.split(';').next().unwrap_or("");
+            authoritative = flags.split_whitespace().any(|f| f == "aa");
+        } else if let Some(title) = line
+            .strip_prefix(";; ")
+            .and_then(|l| l.strip_suffix(" SECTION:"))
+        {
+            sections.push((title.to_lowercase(), Vec::new()));
+        } else if !line.starts_with(';')
+            && !line.trim().is_empty()
+            && let Some((_, lines)) = sections.last_mut()
+        {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let mut record = fields.join(" ");
+            if fields.get(3) == Some(&"TXT") {
+                record = record.replace('"', "");
+            }
+            lines.push(record);
+        }
+    }
+    let mut text = format!("{status}\n");
+    for (title, mut lines) in sections {
+        if lines.is_empty() {
+            continue;
+        }
+        lines.sort();
+        text.push_str(&format!("{title}:\n"));
+        for l in lines {
+            text.push_str(&format!("  {l}\n"));
+        }
+    }
+    Seen {
+        text,
+        authoritative,
+    }
+}
+
+/// `expected` equals `got`, except that TTLs of records from the upstream (served from the
+/// forwarder's cache, which ages them) may be lower by up to 2 s.
+fn matches(expected: &str, got: &str, cluster_ttls: &[&str]) -> bool {
+    let (e, g): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), got.lines().collect());
+    e.len() == g.len()
+        && e.iter().zip(&g).all(|(e, g)| {
+            if e == g {
+                return true;
+            }
+            let (ef, gf): (Vec<&str>, Vec<&str>) = (e.split(' ').collect(), g.split(' ').collect());
+            let ttl = |f: &[&str]| f.get(3).and_then(|t| t.parse::<u32>().ok());
+            ef.len() == gf.len()
+                && !cluster_ttls.contains(&ef.get(3).copied().unwrap_or(""))
+                && ef
+                    .iter()
+                    .zip(&gf)
+                    .enumerate()
+                    .all(|(i, (a, b))| i == 3 || a == b)
+                && matches!((ttl(&ef), ttl(&gf)), (Some(x), Some(y)) if y <= x && x - y <= 2)
+        })
+}
+
+async fn dig(addr: SocketAddr, query: &str, tcp: bool) -> String {
+    let mut parts = query.split_whitespace();
+    let (name, qtype) = (parts.next().unwrap(), parts.next().unwrap());
+    let class = parts.next().unwrap_or("IN");
+    let out = tokio::process::Command::new("dig")
+        .arg(format!("@{}", addr.ip()))
+        .args(["-p", &addr.port().to_string()])
+        .args(["-q", name, "-t", qtype, "-c", class])
+        .args([
+            "+noall",
+            "+answer",
+            "+authority",
+            "+additional",
+            "+comments",
+            "+tries=1",
+            "+time=3",
+            "+nocookie",
+            if tcp { "+tcp" } else { "+notcp" },
+        ])
+        .output()
+        .await
+        .expect("dig must be installed (bind9-dnsutils)");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rule_table_over_udp_and_tcp() {
+    let upstream = FakeUpstream::start(rule_table::upstream_records().unwrap())
+        .await
+        .unwrap();
+    let mut servers = Vec::new();
+    for mode in [PodMode::Insecure, PodMode::Verified, PodMode::Disabled] {
+        let config = Arc::new(rule_table::zone_config(mode).unwrap());
+        let server = DnsServer::start(
+            "127.0.0.1:0".parse().unwrap(),
+            config.clone(),
+            vec![upstream.addr()],
+        )
+        .await
+        .unwrap();
+        server
+            .zone()
+            .publish(Zone::build(config, &rule_table::world(), SERIAL));
+        servers.push((mode, server));
+    }
+
+    let cases = rule_table::cases().unwrap();
+    let mut jobs = Vec::new();
+    let mut skipped = 0;
+    for case in &cases {
+        let expected = match &case.wire {
+            Wire::Same => case.expected.clone(),
+            Wire::Expect(text) => text.clone(),
+            Wire::Skip(_) => {
+                skipped += 1;
+                continue;
+            }
+        };
+        // The zone's own answers are authoritative; forwarded ones are the upstream's.
+        let authoritative = case.expected != "forward\n";
+        let addr = servers
+            .iter()
+            .find(|(m, _)| *m == case.pods)
+            .unwrap()
+            .1
+            .local_addr();
+        for query in &case.queries {
+            for tcp in [false, true] {
+                let expected = expected.clone();
+                jobs.push(async move {
+                    let raw = dig(addr, query, tcp).await;
+                    let seen = normalize(&raw);
+                    let transport = if tcp { "TCP" } else { "UDP" };
+                    let mut problems = Vec::new();
+                    if !matches(&expected, &seen.text, &["30", "28800"]) {
+                        problems.push(format!("--- expected\n{expected}--- got\n{}", seen.text));
+                    }
+                    if seen.authoritative != authoritative {
+                        problems.push(format!("aa is {}, want {authoritative}", seen.authoritative));
+                    }
+                    (!problems.is_empty()).then(|| {
+                        format!(
+                            "tests/rules.txt:{} {query} over {transport}:\n{}\n(dig printed:\n{raw})",
+                            case.line,
+                            problems.join("\n")
+                        )
+                    })
+                });
+            }
+        }
+    }
+    let total = jobs.len();
+    let failures: Vec<String> = futures::stream::iter(jobs)
+        .buffer_unordered(8)
+        .filter_map(|r| async move { r })
+        .collect()
+        .await;
+    assert!(total >= 100, "only {total} dig queries ran");
+    assert!(skipped <= 2, "{skipped} cases skipped over the wire");
+    assert!(
+        failures.is_empty(),
+        "{} of {total} dig queries differ:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn normalize_reads_digs_text() {
+    let seen = normalize(
+        ";; ->>HEADER<<- opcode: QUERY, status: NOERROR, id: 1\n\
+         ;; flags: qr aa rd; QUERY: 1, ANSWER: 2, AUTHORITY: 0, ADDITIONAL: 1\n\n\
+         ;; OPT PSEUDOSECTION:\n; EDNS: version: 0, flags:; udp: 1232\n\
+         ;; ANSWER SECTION:\n\
+         b.x.\t\t30\tIN\tA\t10.0.0.2\n\
+         a.x.\t\t30\tIN\tTXT\t\"1.1.0\"\n",
+    );
+    assert!(seen.authoritative);
+    assert_eq!(
+        seen.text,
+        "NOERROR\nanswer:\n  a.x. 30 IN TXT 1.1.0\n  b.x. 30 IN A 10.0.0.2\n"
+    );
+    assert!(matches(
+        "  x. 60 IN A 1.2.3.4",
+        "  x. 59 IN A 1.2.3.4",
+        &["30"]
+    ));
+    assert!(!matches(
+        "  x. 30 IN A 1.2.3.4",
+        "  x. 29 IN A 1.2.3.4",
+        &["30"]
+    ));
+    assert!(!matches(
+        "  x. 60 IN A 1.2.3.4",
+        "  x. 60 IN A 1.2.3.5",
+        &["30"]
+    ));
+}
