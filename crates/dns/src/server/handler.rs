@@ -14,7 +14,7 @@ use hickory_server::zone_handler::{MessageRequest, MessageResponseBuilder};
 use tracing::{debug, warn};
 
 use super::forward::{ForwardError, Forwarder};
-use crate::zone::{Outcome, Zone, ZoneConfig};
+use crate::zone::{Addresses, Outcome, Zone, ZoneConfig};
 
 /// Largest UDP payload we send, whatever the client advertises (DNS flag day 2020 suggests 1232;
 /// 4096 keeps big headless answers on UDP for clients that ask for it).
@@ -49,6 +49,9 @@ pub(crate) struct Reply {
     pub(crate) additionals: Vec<Record>,
     /// Every answer is owned by the question name as asked (see `zone::Response`).
     pub(crate) owned_by_question: bool,
+    /// Address answers not yet made records (see `zone::Response::addresses`); the direct
+    /// encoder writes them as they are, hickory's paths get [`Reply::address_records`].
+    pub(crate) addresses: Option<Box<Addresses>>,
 }
 
 impl Reply {
@@ -61,7 +64,16 @@ impl Reply {
             authorities: Vec::new(),
             additionals: Vec::new(),
             owned_by_question: false,
+            addresses: None,
         }
+    }
+
+    /// `addresses` as records (empty without).
+    pub(crate) fn address_records(&self) -> Vec<Record> {
+        self.addresses
+            .as_ref()
+            .map(|a| a.records())
+            .unwrap_or_default()
     }
 }
 
@@ -90,9 +102,10 @@ impl RequestHandler for Handler {
         let reply = self.finish(self.step(request)).await;
         let metadata = response_metadata(request, &reply);
         let edns = response_edns(request);
+        let addresses = reply.address_records();
         let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
             metadata,
-            reply.answers.iter(),
+            reply.answers.iter().chain(&addresses),
             reply.authorities.iter(),
             std::iter::empty(),
             reply.additionals.iter(),
@@ -142,9 +155,10 @@ pub(crate) fn encode_udp(request: &Request, reply: &Reply) -> Vec<u8> {
 pub(crate) fn encode_general(request: &MessageRequest, reply: &Reply) -> Vec<u8> {
     let edns = response_edns(request);
     let max = edns.as_ref().map(Edns::max_payload).unwrap_or(512);
+    let addresses = reply.address_records();
     let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
         response_metadata(request, reply),
-        reply.answers.iter(),
+        reply.answers.iter().chain(&addresses),
         reply.authorities.iter(),
         std::iter::empty(),
         reply.additionals.iter(),
@@ -200,6 +214,7 @@ impl Handler {
                     authorities: response.authorities,
                     additionals: response.additionals,
                     owned_by_question: response.owned_by_question && response.chase.is_none(),
+                    addresses: response.addresses,
                 };
                 match response.chase {
                     Some(target) => Step::Chase(reply, target, qtype, qclass),
@@ -230,6 +245,7 @@ impl Handler {
                             authorities: m.authorities,
                             additionals: m.additionals,
                             owned_by_question: false,
+                            addresses: None,
                         }
                     }
                     Err(ForwardError::NoUpstream) => Reply::error(ResponseCode::Refused),

@@ -8,6 +8,8 @@
 //! (SRV, PTR, CNAME chains, additionals, forwarded answers) returns `None` and goes through
 //! hickory. The tests compare both encoders' decoded messages.
 
+use std::net::IpAddr;
+
 use hickory_proto::op::Edns;
 use hickory_proto::rr::{DNSClass, Name, RData, Record};
 use hickory_server::zone_handler::MessageRequest;
@@ -33,6 +35,9 @@ pub(crate) fn encode_fast(raw: &[u8], request: &MessageRequest, reply: &Reply) -
     if !reply.answers.is_empty() && !reply.owned_by_question {
         return None;
     }
+    if reply.addresses.is_some() && (!reply.answers.is_empty() || !reply.owned_by_question) {
+        return None;
+    }
     for r in &reply.answers {
         if !matches!(r.data, RData::A(_) | RData::AAAA(_)) || r.dns_class != DNSClass::IN {
             return None;
@@ -40,7 +45,13 @@ pub(crate) fn encode_fast(raw: &[u8], request: &MessageRequest, reply: &Reply) -
     }
     let soa = match reply.authorities.as_slice() {
         [] => None,
-        [soa] if matches!(soa.data, RData::SOA(_)) && reply.answers.is_empty() => Some(soa),
+        [soa]
+            if matches!(soa.data, RData::SOA(_))
+                && reply.answers.is_empty()
+                && reply.addresses.is_none() =>
+        {
+            Some(soa)
+        }
         _ => return None,
     };
 
@@ -68,28 +79,38 @@ pub(crate) fn encode_fast(raw: &[u8], request: &MessageRequest, reply: &Reply) -
 
     let mut answers: u16 = 0;
     let mut truncated = reply.truncated;
-    for r in &reply.answers {
+    let records = reply.answers.iter().map(|r| match &r.data {
+        RData::A(a) => Some((IpAddr::V4(a.0), r.ttl)),
+        RData::AAAA(a) => Some((IpAddr::V6(a.0), r.ttl)),
+        _ => None,
+    });
+    let addresses = reply
+        .addresses
+        .iter()
+        .flat_map(|a| a.ips.iter().map(|ip| Some((*ip, a.ttl))));
+    for item in records.chain(addresses) {
+        let (ip, ttl) = item?;
         let mut buf = [0u8; 16];
-        let rdata: &[u8] = match &r.data {
-            RData::A(a) => {
-                buf[..4].copy_from_slice(&a.0.octets());
-                &buf[..4]
+        let (rtype, rdata): (u16, &[u8]) = match ip {
+            IpAddr::V4(v4) => {
+                buf[..4].copy_from_slice(&v4.octets());
+                (1, &buf[..4])
             }
-            RData::AAAA(a) => {
-                buf.copy_from_slice(&a.0.octets());
-                &buf
+            IpAddr::V6(v6) => {
+                buf.copy_from_slice(&v6.octets());
+                (28, &buf)
             }
-            _ => return None,
         };
         if out.len() + 12 + rdata.len() + opt_len > max {
             truncated = true;
             break;
         }
+        // Owner (pointer to the question), type, class IN, TTL, rdlength, rdata.
         out.extend_from_slice(&[0xc0, QUESTION as u8]);
-        out.extend_from_slice(&u16::from(r.record_type()).to_be_bytes());
-        out.extend_from_slice(&u16::from(DNSClass::IN).to_be_bytes());
-        out.extend_from_slice(&r.ttl.to_be_bytes());
-        out.extend_from_slice(&u16::try_from(rdata.len()).ok()?.to_be_bytes());
+        out.extend_from_slice(&rtype.to_be_bytes());
+        out.extend_from_slice(&[0, 1]);
+        out.extend_from_slice(&ttl.to_be_bytes());
+        out.extend_from_slice(&[0, rdata.len() as u8]);
         out.extend_from_slice(rdata);
         answers += 1;
     }
@@ -247,6 +268,7 @@ mod tests {
             answers,
             authorities,
             additionals: Vec::new(),
+            addresses: None,
         }
     }
 
@@ -284,7 +306,8 @@ mod tests {
             answers: reply.answers.clone(),
             authorities: reply.authorities.clone(),
             additionals: reply.additionals.clone(),
-            owned_by_question: owned,
+            owned_by_question: owned || reply.owned_by_question,
+            addresses: reply.addresses.clone(),
         };
         let fast = encode_fast(req.as_slice(), req, reply).expect("fast path applies");
         let general = encode_general(req, reply);
@@ -301,6 +324,9 @@ mod tests {
             assert_eq!(&f.answers[..g.answers.len()], g.answers.as_slice());
         } else {
             assert_eq!(f.answers, g.answers);
+            let mut all = reply.answers.clone();
+            all.extend(reply.address_records());
+            assert_eq!(f.answers, all);
         }
         assert_eq!(f.authorities, g.authorities);
         assert_eq!(f.additionals, g.additionals);
@@ -357,6 +383,45 @@ mod tests {
         let m = Message::from_vec(&encode_fast(req.as_slice(), &req, &r).unwrap()).unwrap();
         assert!(!m.metadata.truncation);
         assert_eq!(m.answers, r.answers);
+    }
+
+    /// Address answers kept as IPs (headless services) encode exactly like the records they
+    /// stand for, through hickory.
+    #[test]
+    fn address_answers_match_hickory_records() {
+        use crate::zone::Addresses;
+        let name = "Web.default.svc.cluster.local.";
+        let mut ips: Vec<IpAddr> = (0..100u32)
+            .map(|i| IpAddr::V4(Ipv4Addr::from(0x0af4_0000 + i)))
+            .collect();
+        ips.push(IpAddr::V6(Ipv6Addr::LOCALHOST));
+        for (edns, count) in [(Some(4096), 101), (Some(1232), 101), (None, 3), (None, 0)] {
+            let req = request(name, RecordType::A, edns);
+            let mut r = reply(ResponseCode::NoError, vec![], vec![]);
+            r.owned_by_question = true;
+            r.addresses = Some(Box::new(Addresses {
+                owner: Name::from_ascii(name).unwrap(),
+                ttl: 30,
+                ips: ips[ips.len() - count..].to_vec(),
+            }));
+            let m = same(&req, &r);
+            if !m.metadata.truncation {
+                assert_eq!(m.answers.len(), count, "{edns:?}");
+            }
+            assert_eq!(m.metadata.truncation, edns != Some(4096) && count > 3);
+            for a in &m.answers {
+                assert_eq!(a.name.to_string(), name);
+            }
+        }
+        // Not owned by the question (never made by the zone): hickory's path.
+        let req = request(name, RecordType::A, None);
+        let mut r = reply(ResponseCode::NoError, vec![], vec![]);
+        r.addresses = Some(Box::new(Addresses {
+            owner: Name::from_ascii(name).unwrap(),
+            ttl: 30,
+            ips: ips[..1].to_vec(),
+        }));
+        assert!(encode_fast(req.as_slice(), &req, &r).is_none());
     }
 
     #[test]

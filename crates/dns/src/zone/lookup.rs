@@ -15,7 +15,8 @@ use rand::seq::SliceRandom;
 
 use super::names::{is_reverse, parse_dashed_ip, relative_labels, reverse_apex, reverse_ip};
 use super::{
-    DNS_SCHEMA_VERSION, Outcome, PodMode, PortEntry, Response, ServiceEntry, ServiceKind, Zone,
+    Addresses, DNS_SCHEMA_VERSION, Outcome, PodMode, PortEntry, Response, ServiceEntry,
+    ServiceKind, Zone,
 };
 
 /// TTL of `dns-version.<zone>` (CoreDNS's value).
@@ -32,6 +33,8 @@ enum Node {
         additionals: Vec<Record>,
     },
     Cname(Box<Record>, Name),
+    /// A/AAAA answers at the owner, filtered by type and shuffled.
+    Addresses(Vec<IpAddr>),
 }
 
 impl Zone {
@@ -83,6 +86,21 @@ impl Zone {
                     response.owned_by_question = response.answers.is_empty();
                     response.answers.extend(answers);
                     response.additionals.extend(additionals);
+                    return Outcome::Answer(response);
+                }
+                Node::Addresses(ips) => {
+                    if response.answers.is_empty() {
+                        response.owned_by_question = true;
+                        response.addresses = Some(Box::new(Addresses {
+                            owner,
+                            ttl: self.config.ttl,
+                            ips,
+                        }));
+                    } else {
+                        let records =
+                            address_records(&owner, &ips, RecordType::ANY, self.config.ttl);
+                        response.answers.extend(records);
+                    }
                     return Outcome::Answer(response);
                 }
                 Node::Cname(record, target) => {
@@ -203,14 +221,28 @@ impl Zone {
                 if qtype == RecordType::SRV {
                     return self.srv(entry, None, owner, rng);
                 }
-                // Shuffle the addresses, not the (much larger) records.
-                let mut ips = match kind {
-                    ServiceKind::ClusterIp(ips) => ips.clone(),
-                    _ => entry.endpoint_ips.clone(),
+                // Shuffle the addresses; the transport encodes them without building records.
+                let all = match kind {
+                    ServiceKind::ClusterIp(ips) => ips,
+                    _ => &entry.endpoint_ips,
                 };
+                let mut ips: Vec<IpAddr> = all
+                    .iter()
+                    .filter(|ip| {
+                        matches!(
+                            (ip, qtype),
+                            (_, RecordType::ANY)
+                                | (IpAddr::V4(_), RecordType::A)
+                                | (IpAddr::V6(_), RecordType::AAAA)
+                        )
+                    })
+                    .copied()
+                    .collect();
+                if ips.is_empty() {
+                    return Node::NoData;
+                }
                 ips.shuffle(rng);
-                let answers = address_records(owner, &ips, qtype, ttl);
-                records(answers, Vec::new())
+                Node::Addresses(ips)
             }
             (_, [label]) => {
                 let ips: Vec<IpAddr> = entry

@@ -22,7 +22,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use hickory_proto::op::ResponseCode;
-use hickory_proto::rr::{Name, Record};
+use hickory_proto::rr::rdata::{A, AAAA};
+use hickory_proto::rr::{Name, RData, Record};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -235,6 +236,35 @@ pub struct Response {
     /// Every answer record is owned by the question name exactly as asked (no CNAME was
     /// followed), which lets the transport encode owners as pointers to the question.
     pub owned_by_question: bool,
+    /// A/AAAA answers kept as addresses (a headless service answers with hundreds; a hickory
+    /// `Record` each would cost 272 bytes and a name copy). Set only when `answers` is empty;
+    /// [`Response::answer_records`] gives them as records.
+    pub addresses: Option<Box<Addresses>>,
+}
+
+/// Address answers owned by the question name: each IP is the record
+/// `<owner> <ttl> IN A|AAAA <ip>`, in this (already shuffled) order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Addresses {
+    pub owner: Name,
+    pub ttl: u32,
+    pub ips: Vec<IpAddr>,
+}
+
+impl Addresses {
+    /// The addresses as hickory records.
+    pub fn records(&self) -> Vec<Record> {
+        self.ips
+            .iter()
+            .map(|ip| {
+                let data = match ip {
+                    IpAddr::V4(v4) => RData::A(A(*v4)),
+                    IpAddr::V6(v6) => RData::AAAA(AAAA(*v6)),
+                };
+                Record::from_rdata(self.owner.clone(), self.ttl, data)
+            })
+            .collect()
+    }
 }
 
 impl Response {
@@ -246,7 +276,17 @@ impl Response {
             additionals: Vec::new(),
             chase: None,
             owned_by_question: false,
+            addresses: None,
         }
+    }
+
+    /// The answer section as records: `answers`, then `addresses`.
+    pub fn answer_records(&self) -> Vec<Record> {
+        let mut out = self.answers.clone();
+        if let Some(addresses) = &self.addresses {
+            out.extend(addresses.records());
+        }
+        out
     }
 }
 
@@ -255,8 +295,9 @@ impl Response {
 impl fmt::Display for Response {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{}", rcode_text(self.rcode))?;
+        let answers = self.answer_records();
         for (title, records) in [
-            ("answer", &self.answers),
+            ("answer", &answers),
             ("authority", &self.authorities),
             ("additional", &self.additionals),
         ] {
