@@ -90,8 +90,8 @@ fn kp_services(n: usize, eps: usize) -> Vec<kube_proxy::ServicePort> {
         .collect()
 }
 
-/// One `nft -f -` run: wall time, user and system CPU seconds, peak RSS (KiB); `None` when it
-/// was stopped at the cap.
+/// One `nft -f -` run: wall time, user and system CPU seconds, peak RSS (KiB); `capped` when it
+/// was killed at the cap (then `wall` is a lower bound and CPU/RSS are unknown).
 #[derive(Clone, Copy)]
 struct NftRun {
     wall: Duration,
@@ -102,8 +102,8 @@ struct NftRun {
 }
 
 /// `nft -f -` of `text` in `ns`, measured with `/usr/bin/time` (rusage of the nft process).
-/// Stopped (its process group killed; the nft batch is atomic, so nothing is half-loaded) after
-/// `cap`.
+/// Killed (its process group) after `cap`; the nft batch is atomic, so nothing is half-loaded,
+/// but a batch already in the kernel runs to its end first.
 fn nft_f(ns: &str, text: &str, cap: Duration) -> NftRun {
     let out = std::env::temp_dir().join(format!("{}.rusage", unique_name("s1b")));
     let t = Instant::now();
@@ -137,10 +137,13 @@ fn nft_f(ns: &str, text: &str, cap: Duration) -> NftRun {
                 .args(["-KILL", "--", &format!("-{pgid}")])
                 .status()
                 .ok();
-            (cap, true)
+            (Duration::ZERO, true)
         }
     };
     let res = waiter.join().unwrap().unwrap();
+    // A killed nft still finishes a batch the kernel is processing (SIGKILL does not interrupt
+    // it), so a capped run reports when the process really exited: a lower bound.
+    let wall = if capped { t.elapsed() } else { wall };
     let rusage = std::fs::read_to_string(&out).unwrap_or_default();
     std::fs::remove_file(&out).ok();
     assert!(
@@ -279,14 +282,14 @@ impl Row {
     fn ratio(&self) -> String {
         match (self.a_capped, self.b_capped) {
             (false, false) => format!("{:.2}", self.a_ms / self.b_ms),
-            (false, true) => format!("< {:.2}", self.a_ms / self.b_ms),
-            (true, false) => format!("> {:.2}", self.a_ms / self.b_ms),
+            (false, true) => format!("≤ {:.2}", self.a_ms / self.b_ms),
+            (true, false) => format!("≥ {:.2}", self.a_ms / self.b_ms),
             (true, true) => "n/a (both capped)".into(),
         }
     }
     fn time(ms: f64, capped: bool) -> String {
         if capped {
-            format!("> {} (cap)", human(ms))
+            format!("≥ {} (killed at cap)", human(ms))
         } else {
             human(ms)
         }
@@ -493,13 +496,17 @@ fn main() {
                 row.rounds
             );
             println!(
-                "S1 N={n} endpoints={eps} subject=kube-proxy-model nft_f_ms={:.0} cpu_s={:.1} nft_peak_rss_mib={:.1} capped={} ratio_time_a_over_b={} ratio_nft_rss_a_over_b={:.2}",
+                "S1 N={n} endpoints={eps} subject=kube-proxy-model nft_f_ms={:.0} cpu_s={:.1} nft_peak_rss_mib={:.1} capped={} ratio_time_a_over_b={} ratio_nft_rss_a_over_b={}",
                 row.b_ms,
                 row.b_cpu,
                 mib(row.b_nft_kib),
                 row.b_capped,
                 row.ratio(),
-                row.a_nft_kib as f64 / row.b_nft_kib.max(1) as f64
+                if row.a_capped || row.b_capped {
+                    "n/a".to_string()
+                } else {
+                    format!("{:.2}", row.a_nft_kib as f64 / row.b_nft_kib.max(1) as f64)
+                }
             );
             if eps == 2 {
                 s2(ns.name(), &mut st, n, eps);
