@@ -24,7 +24,7 @@ pub struct ClusterConfig {
 /// Fails with what is missing and how to install it, before anything is created.
 pub fn check_prerequisites(need_nft: bool, need_iptables: bool) -> anyhow::Result<()> {
     anyhow::ensure!(
-        nix_is_root(),
+        is_root(),
         "the node agent and the proxy create network namespaces and need root: run `svcnet up` \
          as root, or `svcnet up --disable agent,proxy` for the control plane and DNS alone"
     );
@@ -54,7 +54,7 @@ pub fn check_prerequisites(need_nft: bool, need_iptables: bool) -> anyhow::Resul
     Ok(())
 }
 
-fn nix_is_root() -> bool {
+fn is_root() -> bool {
     // SAFETY-free check: the effective uid from /proc, so this crate needs no libc.
     std::fs::read_to_string("/proc/self/status")
         .ok()
