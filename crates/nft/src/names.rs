@@ -69,6 +69,21 @@ pub fn firewall_chain(spn: &ServicePortName) -> String {
     per_service("firewall", spn)
 }
 
+/// nft's limit on set and map names (`NFT_SET_MAXNAMELEN` is 256 with the NUL).
+const MAX_SET_NAME: usize = 255;
+
+/// Named verdict map of the endpoints of a `service-…`/`local-…` chain that has more endpoints
+/// than a cascade handles: `<chain>-endpoints`, or `endpoints-<hash of chain>` should that be
+/// longer than nft allows.
+pub fn endpoints_map(chain: &str) -> String {
+    let name = format!("{chain}-endpoints");
+    if name.len() <= MAX_SET_NAME {
+        name
+    } else {
+        format!("endpoints-{}", hash8(chain))
+    }
+}
+
 fn endpoint_suffix(spn: &ServicePortName, ip: IpAddr, port: u16) -> String {
     format!("{spn}__{ip}/{port}")
 }

@@ -15,7 +15,7 @@ use svcnet_proxy::{
 
 use crate::names::TABLE;
 use crate::render::{Base, Element, Fragment, base, base_ops, service_fragment};
-use crate::tx::{Family, Op, SetDef, Transaction};
+use crate::tx::{Family, Op, SetDef, SetKind, Transaction};
 
 /// How a full sync treats the existing table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,14 +145,15 @@ impl Renderer {
                     push_fragment(&mut tx.ops, f, true);
                 }
                 push_elements(&mut tx.ops, &fragments);
-                for c in stale_chains {
-                    tx.push(Op::DeleteChain(c.clone()));
-                }
+                // Stale maps first: their elements still reference stale chains.
                 for s in stale_sets {
                     tx.push(Op::DeleteSet {
                         name: s.name.clone(),
                         kind: s.kind,
                     });
+                }
+                for c in stale_chains {
+                    tx.push(Op::DeleteChain(c.clone()));
                 }
             }
         }
@@ -198,12 +199,21 @@ impl Renderer {
             if old == new {
                 continue;
             }
-            for e in old.elements.difference(&new.elements) {
+            // Elements of a map deleted below go with it.
+            let dropped = |e: &&Element| {
+                old.sets.contains_key(e.set.as_ref()) && !new.sets.contains_key(e.set.as_ref())
+            };
+            for e in old
+                .elements
+                .difference(&new.elements)
+                .filter(|e| !dropped(e))
+            {
                 head.push(Op::DeleteElement {
                     set: e.set.to_string(),
                     key: e.key.clone(),
                 });
             }
+            let tail_start = tail.len();
             for name in old.chains.keys() {
                 if !new.chains.contains_key(name) {
                     head.push(Op::FlushChain(name.clone()));
@@ -215,14 +225,17 @@ impl Renderer {
                     adds.push(Op::AddSet(s.clone()));
                 }
             }
+            // Deleted before the chains (pushed to `tail` above) its elements may reference.
+            let mut set_deletes = Vec::new();
             for (name, s) in &old.sets {
                 if !new.sets.contains_key(name) {
-                    tail.push(Op::DeleteSet {
+                    set_deletes.push(Op::DeleteSet {
                         name: name.clone(),
                         kind: s.kind,
                     });
                 }
             }
+            tail.splice(tail_start..tail_start, set_deletes);
             for (name, rules) in &new.chains {
                 match old.chains.get(name) {
                     Some(old_rules) if old_rules == rules => continue,
@@ -297,7 +310,7 @@ fn fallbacks<'a>(
 fn push_elements(ops: &mut Vec<Op>, fragments: &BTreeMap<ServicePortName, Fragment>) {
     let mut by_set: BTreeMap<&str, Vec<&Element>> = BTreeMap::new();
     for e in fragments.values().flat_map(|f| &f.elements) {
-        by_set.entry(e.set).or_default().push(e);
+        by_set.entry(e.set.as_ref()).or_default().push(e);
     }
     for e in by_set.into_values().flatten() {
         ops.push(add_element(e));
@@ -313,9 +326,16 @@ fn add_element(e: &Element) -> Op {
 }
 
 /// Chain and set creation for one fragment (elements come later, once every chain exists).
+/// `flush` flushes the chains and the endpoints maps, never the affinity sets.
 fn push_fragment(ops: &mut Vec<Op>, f: &Fragment, flush: bool) {
     for s in f.sets.values() {
         ops.push(Op::AddSet(s.clone()));
+        if flush && s.kind == SetKind::Map {
+            ops.push(Op::FlushSet {
+                name: s.name.clone(),
+                kind: s.kind,
+            });
+        }
     }
     for name in f.chains.keys() {
         ops.push(Op::AddChain {

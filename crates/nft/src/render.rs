@@ -12,6 +12,7 @@
 //! Services without endpoints are rejected or dropped in filter hooks via the
 //! `no-endpoint-*` maps; `firewall-ips` enforces source ranges before DNAT.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::net::{IpAddr, SocketAddr};
@@ -26,10 +27,11 @@ use svcnet_proxy::{
 use crate::names::*;
 use crate::tx::{BaseChain, Family, Op, SetDef, SetKind};
 
-/// An element of a named set or map owned by one service port.
+/// An element of a named set or map owned by one service port: in a shared map, or in the
+/// port's own endpoints map.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Element {
-    pub set: &'static str,
+    pub set: Cow<'static, str>,
     pub key: String,
     pub value: Option<String>,
 }
@@ -39,9 +41,10 @@ pub struct Element {
 pub struct Fragment {
     /// Regular chains owned by the port and their rules.
     pub chains: BTreeMap<String, Vec<String>>,
-    /// Affinity sets owned by the port (dynamic; never flushed, so affinity survives resyncs).
+    /// Sets and maps owned by the port: affinity sets (dynamic; never flushed, so affinity
+    /// survives resyncs) and endpoints verdict maps (flushed on resync).
     pub sets: BTreeMap<String, SetDef>,
-    /// Elements in the shared maps and sets.
+    /// Elements in the shared maps and sets, and in the port's endpoints maps.
     pub elements: BTreeSet<Element>,
     /// The port's load-balancing algorithm could not be expressed; endpoints are chosen at
     /// random instead, and the runtime reports this (log and Event), never silently.
@@ -78,7 +81,8 @@ fn hook(kind: &'static str, hook: &'static str, priority: i32) -> Option<BaseCha
 }
 
 /// Up to this many endpoints a service chain picks one with a `numgen` cascade; above it, with
-/// one `numgen random mod N vmap` lookup (O(1) per new connection for large services).
+/// one `numgen random mod N vmap @<chain>-endpoints` lookup (O(1) per new connection for large
+/// services) in a named map: an anonymous one would cost O(sets in the table) to load.
 pub const CASCADE_MAX: usize = 8;
 
 /// Match for destinations that accept node-port traffic: any local address except loopback,
@@ -288,6 +292,8 @@ fn policy_chain(
     node: &DesiredNode,
     eps: &[DesiredEndpoint],
     internal: bool,
+    chain: &str,
+    f: &mut Fragment,
 ) -> (Vec<String>, Option<Fallback>) {
     let ip = ip_kw(family);
     let mut rules = Vec::new();
@@ -316,7 +322,7 @@ fn policy_chain(
             ));
         }
     }
-    let (choice, fallback) = endpoint_choice(family, d, eps);
+    let (choice, fallback) = endpoint_choice(family, d, eps, chain, f);
     rules.extend(choice);
     (rules, fallback)
 }
@@ -348,11 +354,14 @@ fn algorithm_plan(d: &DesiredServicePort, eps: &[DesiredEndpoint]) -> Result<Ker
 /// The rules picking one of `eps` for a new flow, and the fallback to report if the port's
 /// algorithm could not be expressed. Random (the default, and every fallback) is a cascade or
 /// a `numgen random` verdict map; rr/wrr, sh, dh and maglev are the [`kernel_plan`]'s slot
-/// expression (`numgen inc` or `jhash`) looked up in a verdict map of its slots.
+/// expression (`numgen inc` or `jhash`) looked up in a verdict map of its slots. A random
+/// vmap is the named map [`endpoints_map`] of `chain`, which this adds to `f`.
 fn endpoint_choice(
     family: Family,
     d: &DesiredServicePort,
     eps: &[DesiredEndpoint],
+    chain: &str,
+    f: &mut Fragment,
 ) -> (Vec<String>, Option<Fallback>) {
     // The default needs no plan (and most services have it: keep their rendering cheap).
     let default = matches!(d.lb_algorithm, None | Some(Algorithm::Random));
@@ -412,16 +421,29 @@ fn endpoint_choice(
             }
         }
     } else {
-        let entries: Vec<String> = slots
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{i} : goto {c}"))
-            .collect();
-        rules.push(format!(
-            "numgen random mod {} vmap {{ {} }}",
-            slots.len(),
-            entries.join(", ")
-        ));
+        // A named map: anonymous ones are what makes loading many services quadratic.
+        let map = endpoints_map(chain);
+        f.sets.insert(
+            map.clone(),
+            SetDef {
+                name: map.clone(),
+                kind: SetKind::Map,
+                // `numgen` has no named type; the modulus in `typeof` is only a label, kept
+                // constant so the declaration does not change with the endpoint count.
+                type_: "typeof numgen random mod 1 : verdict".into(),
+                flags: vec![],
+                timeout_seconds: None,
+                comment: None,
+            },
+        );
+        for (i, c) in slots.iter().enumerate() {
+            f.elements.insert(Element {
+                set: Cow::Owned(map.clone()),
+                key: i.to_string(),
+                value: Some(format!("goto {c}")),
+            });
+        }
+        rules.push(format!("numgen random mod {} vmap @{map}", slots.len()));
     }
     (rules, fallback)
 }
@@ -433,7 +455,11 @@ pub fn service_fragment(family: Family, d: &DesiredServicePort, node: &DesiredNo
     let proto = d.protocol.as_str();
     let mut f = Fragment::default();
     let mut elem = |set: &'static str, key: String, value: Option<String>| {
-        f.elements.insert(Element { set, key, value });
+        f.elements.insert(Element {
+            set: Cow::Borrowed(set),
+            key,
+            value,
+        });
     };
     let tuple = |addr: IpAddr, port: u16| format!("{} . {proto} . {port}", ip_literal(addr));
 
@@ -559,15 +585,33 @@ pub fn service_fragment(family: Family, d: &DesiredServicePort, node: &DesiredNo
     let mut endpoints: BTreeSet<&DesiredEndpoint> = BTreeSet::new();
     if cluster_used {
         let internal = d.internal_policy == TrafficPolicy::Cluster;
-        let (rules, fallback) = policy_chain(family, d, node, &d.cluster_endpoints, internal);
-        f.chains.insert(service_chain(spn), rules);
+        let chain = service_chain(spn);
+        let (rules, fallback) = policy_chain(
+            family,
+            d,
+            node,
+            &d.cluster_endpoints,
+            internal,
+            &chain,
+            &mut f,
+        );
+        f.chains.insert(chain, rules);
         f.fallback = f.fallback.take().or(fallback);
         endpoints.extend(&d.cluster_endpoints);
     }
     if local_used {
         let internal = d.internal_policy == TrafficPolicy::Local;
-        let (rules, fallback) = policy_chain(family, d, node, &d.local_endpoints, internal);
-        f.chains.insert(local_chain(spn), rules);
+        let chain = local_chain(spn);
+        let (rules, fallback) = policy_chain(
+            family,
+            d,
+            node,
+            &d.local_endpoints,
+            internal,
+            &chain,
+            &mut f,
+        );
+        f.chains.insert(chain, rules);
         f.fallback = f.fallback.take().or(fallback);
         endpoints.extend(&d.local_endpoints);
     }

@@ -55,7 +55,8 @@ pub enum SetKind {
 pub struct SetDef {
     pub name: String,
     pub kind: SetKind,
-    /// The `type` clause, e.g. `ipv4_addr . inet_proto . inet_service : verdict`.
+    /// The `type` clause, e.g. `ipv4_addr . inet_proto . inet_service : verdict`, or a whole
+    /// `typeof …` clause (for keys such as `numgen` that have no named type).
     pub type_: String,
     pub flags: Vec<&'static str>,
     pub timeout_seconds: Option<u32>,
@@ -180,9 +181,14 @@ fn write_op(f: &mut fmt::Formatter<'_>, t: &str, op: &Op) -> fmt::Result {
         Op::DeleteChain(name) => writeln!(f, "delete chain {t} {name}")?,
         Op::AddRule { chain, rule } => writeln!(f, "add rule {t} {chain} {rule}")?,
         Op::AddSet(s) => {
+            let type_word = if s.type_.starts_with("typeof ") {
+                ""
+            } else {
+                "type "
+            };
             write!(
                 f,
-                "add {} {t} {} {{ type {} ;",
+                "add {} {t} {} {{ {type_word}{} ;",
                 kind_word(s.kind),
                 s.name,
                 s.type_

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use expect_test::{Expect, expect};
+use svcnet_nft::names::endpoints_map;
 use svcnet_nft::render::CASCADE_MAX;
 use svcnet_nft::{FakeNft, Family, FullMode, Renderer};
 use svcnet_proxy::fixtures::*;
@@ -62,9 +63,7 @@ fn service_chain(fake: &FakeNft) -> String {
 /// The service chain's rules, one per line, with the endpoint chains' hashes elided so the
 /// snapshot shows the structure.
 fn service_rules(fake: &FakeNft) -> String {
-    let rules = fake.rules(&service_chain(fake)).unwrap();
-    let mut out = String::new();
-    for r in rules {
+    let elide = |r: &str| -> String {
         let elided: Vec<String> = r
             .split(' ')
             .map(|w| match w.strip_prefix("endpoint-") {
@@ -72,8 +71,19 @@ fn service_rules(fake: &FakeNft) -> String {
                 None => w.to_string(),
             })
             .collect();
-        out.push_str(&elided.join(" "));
+        elided.join(" ")
+    };
+    let rules = fake.rules(&service_chain(fake)).unwrap();
+    let mut out = String::new();
+    for r in rules {
+        out.push_str(&elide(&r));
         out.push('\n');
+        // A named endpoints map: its elements, indented under the rule.
+        if let Some((_, map)) = r.split_once("vmap @") {
+            for e in fake.elements(map) {
+                out.push_str(&format!("  {}\n", elide(&e)));
+            }
+        }
     }
     out
 }
@@ -91,7 +101,7 @@ fn ten_endpoints_pick_with_one_verdict_map() {
         .collect();
     expect![[r#"
         add rule ip svcnet service-AOKYFKGZ-default/big/tcp/http ip daddr 10.96.0.100 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-        add rule ip svcnet service-AOKYFKGZ-default/big/tcp/http numgen random mod 10 vmap { 0 : goto endpoint-VON5RFLQ-default/big/tcp/http__10.244.1.2/8080, 1 : goto endpoint-3DT5GW2H-default/big/tcp/http__10.244.2.2/8080, 2 : goto endpoint-ICD6JELO-default/big/tcp/http__10.244.3.2/8080, 3 : goto endpoint-4HLC6T33-default/big/tcp/http__10.244.4.2/8080, 4 : goto endpoint-NWDYGDFC-default/big/tcp/http__10.244.5.2/8080, 5 : goto endpoint-4OQL4DVJ-default/big/tcp/http__10.244.6.2/8080, 6 : goto endpoint-FSH67WHX-default/big/tcp/http__10.244.7.2/8080, 7 : goto endpoint-7USB4PXE-default/big/tcp/http__10.244.8.2/8080, 8 : goto endpoint-MYI5IAXM-default/big/tcp/http__10.244.9.2/8080, 9 : goto endpoint-XZ4JZOUU-default/big/tcp/http__10.244.10.2/8080 }
+        add rule ip svcnet service-AOKYFKGZ-default/big/tcp/http numgen random mod 10 vmap @service-AOKYFKGZ-default/big/tcp/http-endpoints
     "#]]
     .assert_eq(&service_lines);
     // Every vmap target exists, once, and is a DNAT chain to its endpoint.
@@ -102,6 +112,11 @@ fn ten_endpoints_pick_with_one_verdict_map() {
         .collect();
     assert_eq!(endpoint_chains.len(), 10, "{endpoint_chains:?}");
     let vmap_rule = &fake.rules(&service_chain(&fake)).unwrap()[1];
+    let (_, map) = vmap_rule.split_once("vmap @").unwrap();
+    assert_eq!(map, endpoints_map(&service_chain(&fake)));
+    let elements = fake.elements(map);
+    assert_eq!(elements.len(), 10, "{elements:?}");
+    let vmap_rule = elements.join(", ");
     for c in &endpoint_chains {
         assert_eq!(vmap_rule.matches(&format!("goto {c}")).count(), 1, "{c}");
         let ip = c.rsplit("__").next().unwrap().replace('/', ":");
@@ -163,7 +178,16 @@ fn partial_syncs_cross_the_cascade_limit_both_ways() {
         &mut fake,
         expect![[r#"
             ip daddr 10.96.0.100 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-            numgen random mod 9 vmap { 0 : goto endpoint-*/big/tcp/http__10.244.1.2/8080, 1 : goto endpoint-*/big/tcp/http__10.244.2.2/8080, 2 : goto endpoint-*/big/tcp/http__10.244.3.2/8080, 3 : goto endpoint-*/big/tcp/http__10.244.4.2/8080, 4 : goto endpoint-*/big/tcp/http__10.244.5.2/8080, 5 : goto endpoint-*/big/tcp/http__10.244.6.2/8080, 6 : goto endpoint-*/big/tcp/http__10.244.7.2/8080, 7 : goto endpoint-*/big/tcp/http__10.244.8.2/8080, 8 : goto endpoint-*/big/tcp/http__10.244.9.2/8080 }
+            numgen random mod 9 vmap @service-AOKYFKGZ-default/big/tcp/http-endpoints
+              0 : goto endpoint-*/big/tcp/http__10.244.1.2/8080
+              1 : goto endpoint-*/big/tcp/http__10.244.2.2/8080
+              2 : goto endpoint-*/big/tcp/http__10.244.3.2/8080
+              3 : goto endpoint-*/big/tcp/http__10.244.4.2/8080
+              4 : goto endpoint-*/big/tcp/http__10.244.5.2/8080
+              5 : goto endpoint-*/big/tcp/http__10.244.6.2/8080
+              6 : goto endpoint-*/big/tcp/http__10.244.7.2/8080
+              7 : goto endpoint-*/big/tcp/http__10.244.8.2/8080
+              8 : goto endpoint-*/big/tcp/http__10.244.9.2/8080
         "#]],
     );
 
@@ -174,9 +198,19 @@ fn partial_syncs_cross_the_cascade_limit_both_ways() {
         &mut r,
         &mut fake,
         expect![[r#"
-        ip daddr 10.96.0.100 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-        numgen random mod 10 vmap { 0 : goto endpoint-*/big/tcp/http__10.244.1.2/8080, 1 : goto endpoint-*/big/tcp/http__10.244.2.2/8080, 2 : goto endpoint-*/big/tcp/http__10.244.3.2/8080, 3 : goto endpoint-*/big/tcp/http__10.244.4.2/8080, 4 : goto endpoint-*/big/tcp/http__10.244.5.2/8080, 5 : goto endpoint-*/big/tcp/http__10.244.6.2/8080, 6 : goto endpoint-*/big/tcp/http__10.244.7.2/8080, 7 : goto endpoint-*/big/tcp/http__10.244.8.2/8080, 8 : goto endpoint-*/big/tcp/http__10.244.9.2/8080, 9 : goto endpoint-*/big/tcp/http__10.244.10.2/8080 }
-    "#]],
+            ip daddr 10.96.0.100 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
+            numgen random mod 10 vmap @service-AOKYFKGZ-default/big/tcp/http-endpoints
+              0 : goto endpoint-*/big/tcp/http__10.244.1.2/8080
+              1 : goto endpoint-*/big/tcp/http__10.244.2.2/8080
+              2 : goto endpoint-*/big/tcp/http__10.244.3.2/8080
+              3 : goto endpoint-*/big/tcp/http__10.244.4.2/8080
+              4 : goto endpoint-*/big/tcp/http__10.244.5.2/8080
+              5 : goto endpoint-*/big/tcp/http__10.244.6.2/8080
+              6 : goto endpoint-*/big/tcp/http__10.244.7.2/8080
+              7 : goto endpoint-*/big/tcp/http__10.244.8.2/8080
+              8 : goto endpoint-*/big/tcp/http__10.244.9.2/8080
+              9 : goto endpoint-*/big/tcp/http__10.244.10.2/8080
+        "#]],
     );
 
     // Back under the limit: the map is gone, the cascade is back, removed chains deleted.
@@ -199,4 +233,27 @@ fn partial_syncs_cross_the_cascade_limit_both_ways() {
             .count(),
         3
     );
+    assert!(
+        !fake.dump().contains(&endpoints_map(&service_chain(&fake))),
+        "the endpoints map outlived its last use"
+    );
+}
+
+#[test]
+fn periodic_resyncs_rewrite_and_drop_the_endpoints_map() {
+    // 10 endpoints, then 9 (a stale slot) then 3 (no map): each by a full `Reassert`, which
+    // must converge to a fresh `Recreate` of the same state.
+    let mut state = big_state(10);
+    let (mut r, mut fake, _) = full(&state);
+    let map = endpoints_map(&service_chain(&fake));
+    for (n, slots) in [(9, 9), (3, 0)] {
+        state.update_slice(&big_slice(n));
+        let plan = r.plan_full(&state.desired(IpFamily::V4), FullMode::Reassert);
+        fake.apply(&plan.tx).unwrap();
+        r.commit(plan);
+        let (_, fresh, _) = full(&state);
+        assert_eq!(fake.dump(), fresh.dump(), "{n} endpoints");
+        assert_eq!(fake.elements(&map).len(), slots, "{n} endpoints");
+    }
+    assert!(!fake.dump().contains(&map));
 }

@@ -34,6 +34,23 @@ fn sync(state: &mut ProxyState, r: &mut Renderer, exec: &NftExecutor) {
 }
 
 /// `n` fresh TCP connections from pod 0 to `addr`: replies counted per backend identity.
+/// The number of slots of the named verdict map the listed table's `numgen … vmap @…` rule
+/// uses, as
+/// the kernel lists it.
+fn map_slots(lab: &Lab, rules: &str) -> usize {
+    let rule = rules
+        .lines()
+        .find(|l| l.contains("numgen random mod") && l.contains("vmap @"))
+        .unwrap();
+    let (_, rest) = rule.split_once("vmap @").unwrap();
+    let map = rest.split_whitespace().next().unwrap();
+    let listed = lab
+        .node
+        .exec(&["nft", "list", "map", "ip", "svcnet", map])
+        .unwrap();
+    listed.matches(" : goto endpoint-").count()
+}
+
 fn spread(lab: &Lab, addr: SocketAddr, n: usize) -> BTreeMap<String, usize> {
     let replies = lab
         .pod(0)
@@ -102,9 +119,10 @@ fn ten_backends_are_chosen_uniformly_through_the_verdict_map() {
         .exec(&["nft", "list", "table", "ip", "svcnet"])
         .unwrap();
     assert!(
-        rules.contains("numgen random mod 10 vmap {"),
-        "the kernel should hold a 10-slot verdict map:\n{rules}"
+        rules.contains("numgen random mod 10 vmap @service-"),
+        "the kernel should pick through a named verdict map:\n{rules}"
     );
+    assert_eq!(map_slots(&lab, &rules), 10, "{rules}");
 
     let vip: SocketAddr = "10.96.0.10:80".parse().unwrap();
     let n = 500;
@@ -124,7 +142,11 @@ fn ten_backends_are_chosen_uniformly_through_the_verdict_map() {
         .node
         .exec(&["nft", "list", "table", "ip", "svcnet"])
         .unwrap();
-    assert!(rules.contains("numgen random mod 9 vmap {"), "{rules}");
+    assert!(
+        rules.contains("numgen random mod 9 vmap @service-"),
+        "{rules}"
+    );
+    assert_eq!(map_slots(&lab, &rules), 9, "{rules}");
     let n = 270;
     let c = spread(&lab, vip, n);
     assert_eq!(c.len(), BACKENDS - 1, "{c:?}");
