@@ -148,14 +148,14 @@ fn seeds_walkthrough_on_two_nodes() {
     };
     let dns = free_udp_port();
     let mut up = net.up("2", dns);
-    let nodes = wait_for("two nodes registered", || {
+    // Each node is created, then its status (Ready, InternalIP) written: wait for both.
+    let nodes = wait_for("two ready nodes with their InternalIPs", || {
         let nodes = up.ok(&["get", "nodes", "-o", "wide", "--no-headers"]);
-        (nodes.lines().count() == 2).then_some(nodes)
+        let ready = nodes.lines().filter(|l| l.contains(" Ready ")).count();
+        (ready == 2 && nodes.contains("172.29.7.2") && nodes.contains("172.29.7.3"))
+            .then_some(nodes)
     });
-    assert!(
-        nodes.contains("172.29.7.2") && nodes.contains("172.29.7.3"),
-        "{nodes}"
-    );
+    assert_eq!(nodes.lines().count(), 2, "{nodes}");
 
     up.ok(&["apply", "-f", &example("myapp.yaml")]);
     up.ok(&["apply", "-f", &example("statefulset-web.yaml")]);
