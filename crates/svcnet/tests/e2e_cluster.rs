@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use common::{Up, example, free_udp_port, wait_for};
+use common::{Up, curl, dig_sorted, example, free_udp_port, wait_for};
 
 /// One test's own name prefix and address ranges, so tests run in parallel.
 struct Net {
@@ -91,38 +91,6 @@ fn is_root() -> bool {
                 .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
         })
         .unwrap_or(false)
-}
-
-fn curl(url: &str) -> Option<String> {
-    let out = Command::new("curl")
-        .args(["-s", "-m", "3", url])
-        .output()
-        .unwrap();
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
-/// `dig +short` against svcnet's DNS on `dns`, answers sorted.
-fn dig_sorted(dns: std::net::SocketAddr, name: &str) -> Vec<String> {
-    let out = Command::new("dig")
-        .args([
-            "+short",
-            "+time=2",
-            "+tries=1",
-            "-p",
-            &dns.port().to_string(),
-            "@127.0.0.1",
-            name,
-        ])
-        .output()
-        .unwrap();
-    let mut answers: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    answers.sort();
-    answers
 }
 
 /// The `pod=` field of the built-in test server's answer.

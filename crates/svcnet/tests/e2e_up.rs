@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Up, example, free_udp_port, wait_for};
+use common::{Up, curl, dig_sorted, example, free_udp_port, wait_for};
 
 /// A pod on a node no agent runs (kwok style), so the test sets its status by hand.
 fn kwok_pod(name: &str) -> String {
@@ -87,31 +87,10 @@ fn up_serves_the_seed_walkthrough_to_kubectl() {
     );
 
     // Cluster DNS follows: the seeds' names resolve through `dig`.
-    let dig = |name: &str, qtype: &str| -> String {
-        let out = Command::new("dig")
-            .args([
-                "+short",
-                "+time=2",
-                "+tries=1",
-                "-p",
-                &dns.port().to_string(),
-                "@127.0.0.1",
-                name,
-                qtype,
-            ])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
-    };
-    assert_eq!(dig("myapp.default.svc.cluster.local", "A"), myapp[2]);
-    assert_eq!(
-        dig("kube-dns.kube-system.svc.cluster.local", "A"),
-        "10.96.0.10"
-    );
-    assert_eq!(
-        dig("kubernetes.default.svc.cluster.local", "A"),
-        "10.96.0.1"
-    );
+    let dig = |name: &str| dig_sorted(dns, name).join("\n");
+    assert_eq!(dig("myapp.default.svc.cluster.local"), myapp[2]);
+    assert_eq!(dig("kube-dns.kube-system.svc.cluster.local"), "10.96.0.10");
+    assert_eq!(dig("kubernetes.default.svc.cluster.local"), "10.96.0.1");
     let cname = Command::new("dig")
         .args([
             "+noall",
@@ -186,7 +165,7 @@ fn up_serves_the_seed_walkthrough_to_kubectl() {
     // DNS follows the pods marked ready by hand: the headless name has exactly their IPs, and
     // a deleted service's name is gone (NXDOMAIN).
     wait_for("headless answers with the ready pods", || {
-        let mut ips: Vec<String> = dig("myapp-headless.default.svc.cluster.local", "A")
+        let mut ips: Vec<String> = dig("myapp-headless.default.svc.cluster.local")
             .lines()
             .map(str::to_string)
             .collect();
@@ -323,15 +302,6 @@ subsets:
     let ip = up.ok(&["get", "svc", "dev", "-o", "jsonpath={.spec.clusterIP}"]);
     assert!(ip.starts_with("127.97."), "{ip}");
     let url = format!("http://{ip}:8080/");
-    let curl = |url: &str| {
-        let out = Command::new("curl")
-            .args(["-s", "-m", "3", url])
-            .output()
-            .unwrap();
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    };
     let reply = wait_for("the cluster IP answers", || curl(&url));
     assert_eq!(reply, "hello from dev");
     // Without endpoints the service refuses at once.

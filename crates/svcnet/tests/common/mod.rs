@@ -177,3 +177,36 @@ pub fn wait_for(what: &str, mut check: impl FnMut() -> Option<String>) -> String
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// `curl -s -m 3 URL`: the body when the request succeeded.
+pub fn curl(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-s", "-m", "3", url])
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// `dig +short` (A records) against svcnet's DNS on `dns`, answers sorted.
+pub fn dig_sorted(dns: std::net::SocketAddr, name: &str) -> Vec<String> {
+    let out = Command::new("dig")
+        .args([
+            "+short",
+            "+time=2",
+            "+tries=1",
+            "-p",
+            &dns.port().to_string(),
+            "@127.0.0.1",
+            name,
+        ])
+        .output()
+        .unwrap();
+    let mut answers: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    answers.sort();
+    answers
+}
