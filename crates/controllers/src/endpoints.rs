@@ -70,9 +70,10 @@ pub fn plan(service: &Service, pods: &[&Pod], existing: Option<&Endpoints>) -> E
         .unwrap_or_default();
 
     let mut entries: Vec<(EndpointAddress, Option<EndpointPort>, bool)> = Vec::new();
+    let selector = svcnet_apimachinery::selector::LabelSelector::from_map(selector);
     for pod in pods {
         if pod.metadata.namespace != service.metadata.namespace
-            || !crate::selector::map_matches(selector, pod.metadata.labels.as_ref())
+            || !podutil::labels_match(&selector, pod)
             || !podutil::should_be_endpoint(pod, tolerate)
         {
             continue;

@@ -21,6 +21,8 @@ use k8s_openapi::api::core::v1::{Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
+use svcnet_apimachinery::selector::LabelSelector;
+
 use crate::podutil::{self, is_ipv6};
 use crate::{
     ENDPOINTSLICE_CONTROLLER_NAME, LABEL_HEADLESS, LABEL_MANAGED_BY, LABEL_SERVICE_NAME,
@@ -94,12 +96,13 @@ pub fn plan(
         return plan_without_service(existing);
     };
     let max = max_endpoints_per_slice.max(1);
+    let selector = LabelSelector::from_map(selector);
     let selected: Vec<&Pod> = {
         let mut v: Vec<&Pod> = pods
             .iter()
             .copied()
             .filter(|p| p.metadata.namespace == service.metadata.namespace)
-            .filter(|p| crate::selector::map_matches(selector, p.metadata.labels.as_ref()))
+            .filter(|p| podutil::labels_match(&selector, p))
             .collect();
         v.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         v

@@ -20,7 +20,6 @@ pub mod mirroring;
 mod podutil;
 pub mod runtime;
 pub mod scheduler;
-mod selector;
 pub mod workloads;
 
 #[cfg(test)]

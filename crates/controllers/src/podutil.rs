@@ -8,6 +8,17 @@ use k8s_openapi::api::core::v1::{Pod, Service, ServicePort};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 /// The pod's `Ready` condition is `True`.
+/// Whether a pod's labels satisfy `selector` (no labels: the empty set).
+pub(crate) fn labels_match(
+    selector: &svcnet_apimachinery::selector::LabelSelector,
+    pod: &Pod,
+) -> bool {
+    match &pod.metadata.labels {
+        Some(labels) => selector.matches(labels),
+        None => selector.matches(&std::collections::BTreeMap::new()),
+    }
+}
+
 pub(crate) fn is_ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()

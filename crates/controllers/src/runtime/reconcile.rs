@@ -14,6 +14,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use svcnet_apimachinery::selector::LabelSelector;
 use tracing::{debug, warn};
 
 use super::informers::Informers;
@@ -24,7 +25,7 @@ use crate::endpointslice::{self, SlicePlan};
 use crate::workloads::PodPlan;
 use crate::{
     ENDPOINTSLICE_CONTROLLER_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, MIRRORING_CONTROLLER_NAME,
-    mirroring, podutil, scheduler, selector, workloads,
+    mirroring, podutil, scheduler, workloads,
 };
 
 /// The controllers this crate runs.
@@ -148,7 +149,7 @@ impl Controllers {
             .filter(|s| s.metadata.namespace == pod.metadata.namespace)
             .filter(|s| {
                 podutil::service_selector(s)
-                    .is_some_and(|sel| selector::map_matches(sel, pod.metadata.labels.as_ref()))
+                    .is_some_and(|sel| podutil::labels_match(&LabelSelector::from_map(sel), pod))
             })
             .map(|s| key_of(s.as_ref()))
             .collect();

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::endpointslice::controller_ref;
 use crate::podutil;
-use crate::selector::label_selector_matches;
+use svcnet_apimachinery::selector::LabelSelector;
 
 pub const LABEL_POD_TEMPLATE_HASH: &str = "pod-template-hash";
 
@@ -51,7 +51,9 @@ pub fn plan(
         .metadata
         .as_ref()
         .and_then(|m| m.labels.clone());
-    match label_selector_matches(&spec.selector, template_labels.as_ref()) {
+    let matches = LabelSelector::from_k8s(&spec.selector)
+        .map(|sel| sel.matches(&template_labels.clone().unwrap_or_default()));
+    match matches {
         Err(e) => {
             return Err(WorkloadError::InvalidSelector {
                 kind: "Deployment",

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::{PodPlan, WorkloadError, owned, pod_from_template, pod_template_hash};
 use crate::endpointslice::controller_ref;
 use crate::podutil;
-use crate::selector::label_selector_matches;
+use svcnet_apimachinery::selector::LabelSelector;
 
 pub const LABEL_POD_NAME: &str = "statefulset.kubernetes.io/pod-name";
 pub const LABEL_POD_INDEX: &str = "apps.kubernetes.io/pod-index";
@@ -36,7 +36,9 @@ pub fn plan(sts: &StatefulSet, pods: &[&Pod]) -> Result<PodPlan<StatefulSetStatu
         .metadata
         .as_ref()
         .and_then(|m| m.labels.clone());
-    match label_selector_matches(&spec.selector, template_labels.as_ref()) {
+    let matches = LabelSelector::from_k8s(&spec.selector)
+        .map(|sel| sel.matches(&template_labels.clone().unwrap_or_default()));
+    match matches {
         Err(e) => {
             return Err(WorkloadError::InvalidSelector {
                 kind: "StatefulSet",
