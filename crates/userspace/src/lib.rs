@@ -14,12 +14,13 @@
 //!
 //! Code map: [`table`] (pure: desired state → routes and listeners), [`rules`] (pure: the
 //! nftables transaction), [`state`] (lock-free counters, the route table, metrics), [`socket`]
-//! (namespace-aware sockets), `tcp`/`udp` (data paths), `workers` (one event loop per core
+//! (namespace-aware sockets), `tcp`/`udp` (data paths; `relay` splices TCP through pipes), `workers` (one event loop per core
 //! with `SO_REUSEPORT` listeners), [`proxy`] (sync, drain, metrics).
 //! This crate reads only the core's desired state, never API objects.
 
 pub mod error;
 pub mod proxy;
+mod relay;
 pub mod rules;
 pub mod socket;
 pub mod state;

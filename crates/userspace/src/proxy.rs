@@ -46,6 +46,9 @@ pub struct Config {
     pub maglev_table_size: u32,
     /// Data-path threads, each a single-threaded event loop with its own listeners.
     pub workers: usize,
+    /// Relay TCP with `splice(2)` through pipes (Linux; no copy into the process). `false`
+    /// uses buffered copies (the only way elsewhere), for comparison.
+    pub splice: bool,
 }
 
 impl Config {
@@ -61,6 +64,7 @@ impl Config {
             udp_idle_timeout: Duration::from_secs(30),
             maglev_table_size: svcnet_lb::maglev::DEFAULT_TABLE_SIZE,
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            splice: true,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The TCP data path: accept, recover the original destination, pick an endpoint (affinity,
-//! then the service's algorithm), connect with bounded retries, then splice both directions
-//! with half-close until either side ends or the endpoint's drain timeout passes.
+//! then the service's algorithm), connect with bounded retries, then relay both directions
+//! (`splice(2)` on Linux) with half-close until either side ends or the endpoint's drain
+//! timeout passes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,11 +13,12 @@ use svcnet_lb::Flow;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::proxy::Shared;
+use crate::relay::{Moved, relay};
 use crate::state::{EndpointState, FlowView, Route, ServiceState, now_ms};
 use crate::table::RouteKey;
 
-/// Splice buffer per direction.
-const BUFFER: usize = 64 * 1024;
+/// Endpoints tried per connection at most, whatever `max_attempts` says (kept on the stack).
+const MAX_TRIED: usize = 8;
 
 pub(crate) async fn serve(shared: Arc<Shared>, key: RouteKey, listener: std::net::TcpListener) {
     // Registered here, with the reactor of the worker that runs this loop.
@@ -68,10 +70,10 @@ pub(crate) fn choose(route: &Route, flow: &Flow, tried: &[usize]) -> Option<usiz
 async fn connect(shared: &Shared, route: &Route, flow: &Flow) -> Option<(usize, TcpStream)> {
     let cfg = &shared.config;
     let deadline = Instant::now() + cfg.connect_budget;
-    let mut tried = Vec::new();
-    for _ in 0..cfg.max_attempts.max(1) {
-        let i = choose(route, flow, &tried)?;
-        tried.push(i);
+    let mut tried = [0usize; MAX_TRIED];
+    for k in 0..cfg.max_attempts.clamp(1, MAX_TRIED) {
+        let i = choose(route, flow, &tried[..k])?;
+        tried[k] = i;
         let ep = &route.endpoints[i];
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -169,14 +171,19 @@ async fn handle(shared: Arc<Shared>, key: RouteKey, mut client: TcpStream, peer:
     let active = Active::new(ep.clone(), route.service.clone());
     drop(route);
     let evicted = crate::state::evicted(ep.eviction());
+    let moved = Moved::default();
     tokio::select! {
-        r = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, BUFFER, BUFFER) => {
-            if let Ok((to_endpoint, to_client)) = r {
-                active.bytes(to_endpoint, to_client);
+        r = relay(&mut client, &mut upstream, &moved, shared.config.splice) => {
+            if let Err(e) = r {
+                tracing::trace!(endpoint = %ep.addr, "relay ended: {e}");
             }
         }
         _ = evicted => {
             tracing::debug!(endpoint = %ep.addr, "drain timeout passed, closing a connection");
         }
     }
+    active.bytes(
+        moved.to_endpoint.load(Ordering::Relaxed),
+        moved.to_client.load(Ordering::Relaxed),
+    );
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use svcnet_proxy::fixtures::*;
 use svcnet_userspace::{Config, Mode, UserspaceProxy};
-use tokio::net::UdpSocket;
+use tokio::net::{TcpStream, UdpSocket};
 
 struct Setup {
     svc_ip: IpAddr,
@@ -286,4 +286,76 @@ async fn least_connection_avoids_the_busy_endpoint() {
         p.metrics()[0].algorithm,
         svcnet_lb::Algorithm::LeastConnection
     );
+}
+
+/// A backend that reads a whole request until the client's FIN, then sends it back and
+/// closes: the relay must pass the half-close on and keep the other direction running.
+async fn echo_after_eof(addr: SocketAddr) -> tokio::task::JoinHandle<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind(addr).await.unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            tokio::spawn(async move {
+                let mut all = Vec::new();
+                if s.read_to_end(&mut all).await.is_ok() {
+                    let _ = s.write_all(&all).await;
+                }
+            });
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_close_and_bulk_bytes_pass_intact() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let svc_ip = unique_ip(96);
+    let port = free_port(svc_ip).await;
+    let b = unique_ip(1);
+    let target = free_port(b).await;
+    let _server = echo_after_eof((b, target).into()).await;
+    let ip = svc_ip.to_string();
+    let svc = service("default", "bulk", |s| {
+        s.cluster_ip(&[&ip]).port("p", "TCP", i32::from(port));
+    });
+    let sl = slice("default", "bulk-1", "bulk", |s| {
+        s.port("p", "TCP", i32::from(target));
+        s.endpoint(&b.to_string(), NODE, |_| {});
+    });
+    let p = proxy();
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    // 3 MiB and a few odd bytes: many pipe fills per direction, a short last one.
+    let data: Vec<u8> = (0..3 * 1024 * 1024 + 77)
+        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+        .collect();
+    let mut rounds = Vec::new();
+    for _ in 0..3 {
+        let s = TcpStream::connect((svc_ip, port)).await.unwrap();
+        let (mut r, mut w) = s.into_split();
+        let sent = data.clone();
+        let writer = tokio::spawn(async move {
+            w.write_all(&sent).await.unwrap();
+            w.shutdown().await.unwrap(); // FIN: the backend answers only after it
+            w
+        });
+        let mut back = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), r.read_to_end(&mut back))
+            .await
+            .unwrap()
+            .unwrap();
+        drop(writer.await.unwrap());
+        rounds.push(back == data);
+    }
+    assert_eq!(rounds, [true; 3], "bytes came back altered");
+    // Counters: every byte each way, once the connections have ended.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let m = &p.metrics()[0];
+        let want = 3 * data.len() as u64;
+        if m.active == 0 {
+            assert_eq!((m.bytes_in, m.bytes_out), (want, want));
+            break;
+        }
+        assert!(Instant::now() < deadline, "connections still active: {m:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
