@@ -13,6 +13,7 @@ use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseI
 use hickory_server::zone_handler::{MessageRequest, MessageResponseBuilder};
 use tracing::{debug, warn};
 
+use super::cache::{AddressRegion, Served};
 use super::forward::{ForwardError, Forwarder};
 use crate::zone::{Addresses, Outcome, Zone, ZoneConfig};
 
@@ -21,21 +22,36 @@ use crate::zone::{Addresses, Outcome, Zone, ZoneConfig};
 const MAX_UDP_PAYLOAD: u16 = 4096;
 
 /// The published zone: `None` until the first complete sync (questions in the zone then get
-/// SERVFAIL). Cloning shares the same slot; [`ZoneHandle::publish`] swaps atomically.
+/// SERVFAIL). Cloning shares the same slot; [`ZoneHandle::publish`] swaps atomically, together
+/// with an empty answer cache for the new zone.
 #[derive(Debug, Clone, Default)]
 pub struct ZoneHandle {
-    inner: Arc<ArcSwapOption<Zone>>,
+    inner: Arc<ArcSwapOption<Served>>,
 }
 
 impl ZoneHandle {
     /// Make `zone` the answer to every later question.
     pub fn publish(&self, zone: Zone) {
-        self.inner.store(Some(Arc::new(zone)));
+        self.inner
+            .store(Some(Arc::new(Served::new(Arc::new(zone)))));
     }
 
     /// The zone now served, if synced.
     pub fn current(&self) -> Option<Arc<Zone>> {
-        self.inner.load_full()
+        self.inner.load().as_ref().map(|s| s.zone.clone())
+    }
+
+    /// The zone now served with its answer cache (a cheap guard for the packet path).
+    pub(crate) fn served(&self) -> arc_swap::Guard<Option<Arc<Served>>> {
+        self.inner.load()
+    }
+
+    /// Entries and bytes in the current zone's answer cache.
+    pub fn cache_stats(&self) -> (usize, usize) {
+        self.inner
+            .load()
+            .as_ref()
+            .map_or((0, 0), |s| s.cache.stats())
     }
 }
 
@@ -145,9 +161,17 @@ pub(crate) fn response_edns(request: &MessageRequest) -> Option<Edns> {
 /// Encode `reply` to `request` for UDP: at most the client's EDNS buffer size (512 without
 /// EDNS), dropping records and setting TC when it does not fit.
 pub(crate) fn encode_udp(request: &Request, reply: &Reply) -> Vec<u8> {
-    match super::wire::encode_fast(request.as_slice(), request, reply) {
-        Some(bytes) => bytes,
-        None => encode_general(request, reply),
+    encode_udp_region(request, reply).0
+}
+
+/// [`encode_udp`], also saying where `reply.addresses` were written (direct encoder only).
+pub(crate) fn encode_udp_region(
+    request: &Request,
+    reply: &Reply,
+) -> (Vec<u8>, Option<AddressRegion>) {
+    match super::wire::encode_fast_region(request.as_slice(), request, reply) {
+        Some(encoded) => encoded,
+        None => (encode_general(request, reply), None),
     }
 }
 
@@ -185,8 +209,19 @@ pub(crate) fn encode_general(request: &MessageRequest, reply: &Reply) -> Vec<u8>
 }
 
 impl Handler {
-    /// Everything that can be decided without I/O.
+    /// Everything that can be decided without I/O, from the zone now published.
     pub(crate) fn step(&self, request: &MessageRequest) -> Step {
+        let zone = self.zone.current();
+        self.step_in(request, zone.as_deref(), &mut rand::rng())
+    }
+
+    /// [`Handler::step`] against `zone` (`None`: not synced yet), shuffling with `rng`.
+    pub(crate) fn step_in<R: rand::Rng + ?Sized>(
+        &self,
+        request: &MessageRequest,
+        zone: Option<&Zone>,
+        rng: &mut R,
+    ) -> Step {
         if request.metadata.op_code != OpCode::Query {
             return Step::Done(Reply::error(ResponseCode::NotImp));
         }
@@ -196,8 +231,8 @@ impl Handler {
         let query = query.original();
         let (name, qtype, qclass) = (query.name(), query.query_type(), query.query_class());
 
-        let outcome = match self.zone.current() {
-            Some(zone) => zone.lookup(name, qtype, qclass, &mut rand::rng()),
+        let outcome = match zone {
+            Some(zone) => zone.lookup(name, qtype, qclass, rng),
             None if self.owns(name) => {
                 debug!(%name, "not synced yet: SERVFAIL");
                 return Step::Done(Reply::error(ResponseCode::ServFail));

@@ -1,6 +1,9 @@
 //! The DNS transport: UDP and TCP on one address (hickory-server), answering the cluster zone
 //! from the published snapshot and forwarding the rest.
 
+mod cache;
+#[cfg(test)]
+mod cache_tests;
 mod forward;
 mod handler;
 mod udp;

@@ -14,7 +14,8 @@ use hickory_server::server::Request;
 use tokio::net::UdpSocket;
 use tracing::debug;
 
-use super::handler::{Handler, Step, encode_udp};
+use super::cache::{Entry, FastRng, Noting};
+use super::handler::{Handler, Step, encode_udp, encode_udp_region};
 
 /// Largest request accepted; a question is far smaller, and EDNS options do not approach it.
 const MAX_REQUEST: usize = 4096;
@@ -22,6 +23,8 @@ const MAX_REQUEST: usize = 4096;
 /// Serve `socket` until the task is aborted.
 pub(crate) async fn serve_udp(socket: Arc<UdpSocket>, handler: Arc<Handler>) {
     let mut buf = vec![0u8; MAX_REQUEST];
+    let mut out = Vec::with_capacity(MAX_REQUEST);
+    let mut rng = FastRng::new();
     loop {
         let (n, src) = match socket.recv_from(&mut buf).await {
             Ok(received) => received,
@@ -31,9 +34,9 @@ pub(crate) async fn serve_udp(socket: Arc<UdpSocket>, handler: Arc<Handler>) {
                 continue;
             }
         };
-        match answer_packet(&handler, &buf[..n], src) {
+        match answer_packet(&handler, &buf[..n], src, &mut out, &mut rng) {
             Packet::Drop => {}
-            Packet::Reply(bytes) => send(&socket, &bytes, src).await,
+            Packet::Reply => send(&socket, &out, src).await,
             Packet::Later(request, step) => {
                 let (socket, handler) = (socket.clone(), handler.clone());
                 tokio::spawn(async move {
@@ -49,29 +52,70 @@ pub(crate) async fn serve_udp(socket: Arc<UdpSocket>, handler: Arc<Handler>) {
 pub(crate) enum Packet {
     /// Not a question we answer (too short, a response, no port to answer to).
     Drop,
-    /// The answer, ready to send.
-    Reply(Vec<u8>),
+    /// The answer is in the output buffer, ready to send.
+    Reply,
     /// The answer needs upstream I/O first.
     Later(Box<Request>, Step),
 }
 
-/// Decide on one datagram without I/O: the whole path a hostile packet can reach (the fuzz
-/// test drives it directly).
-pub(crate) fn answer_packet(handler: &Handler, packet: &[u8], src: SocketAddr) -> Packet {
+/// Decide on one datagram without I/O, writing an answer to `out`: the whole path a hostile
+/// packet can reach (the fuzz tests and the fuzz target drive it directly).
+///
+/// A datagram seen before in this zone snapshot (same bytes after the ID) is answered from the
+/// snapshot's cache; otherwise it is parsed, answered and, when the answer needs no I/O and is
+/// the same every time (up to the shuffle of addresses), kept.
+pub(crate) fn answer_packet(
+    handler: &Handler,
+    packet: &[u8],
+    src: SocketAddr,
+    out: &mut Vec<u8>,
+    rng: &mut FastRng,
+) -> Packet {
     // Too short for a header, a response (never answer those: reflection), or no port to
     // answer to: drop silently.
     if packet.len() < 12 || packet[2] & 0x80 != 0 || src.port() == 0 {
         return Packet::Drop;
     }
+    let served = handler.zone.served();
+    let served = served.as_ref();
+    if let Some(served) = served
+        && served.cache.answer(packet, out, rng)
+    {
+        return Packet::Reply;
+    }
     let request = match Request::from_bytes(packet.to_vec(), src, Protocol::Udp) {
         Ok(request) => request,
         Err(error) => {
             debug!(%src, %error, "malformed request: FORMERR");
-            return Packet::Reply(formerr(packet).to_vec());
+            out.clear();
+            out.extend_from_slice(&formerr(packet));
+            return Packet::Reply;
         }
     };
-    match handler.step(&request) {
-        Step::Done(reply) => Packet::Reply(encode_udp(&request, &reply)),
+    let mut noting = Noting::new(rng);
+    let step = handler.step_in(&request, served.map(|s| &*s.zone), &mut noting);
+    let drew = noting.used;
+    match step {
+        Step::Done(reply) => {
+            let (bytes, region) = encode_udp_region(&request, &reply);
+            if let Some(served) = served
+                && !bytes.is_empty()
+            {
+                // Keep only answers a copy can reproduce: no randomness, or the zone's
+                // shuffle of addresses that the cache redraws on every hit.
+                let shuffled = match (drew, reply.addresses.as_deref(), region) {
+                    (false, _, _) => Some(None),
+                    (true, Some(addresses), Some(region)) => Some(Some((addresses, region))),
+                    _ => None,
+                };
+                if let Some(entry) = shuffled.and_then(|s| Entry::new(&bytes, s)) {
+                    served.cache.insert(packet, entry);
+                }
+            }
+            out.clear();
+            out.extend_from_slice(&bytes);
+            Packet::Reply
+        }
         step => Packet::Later(Box::new(request), step),
     }
 }
@@ -173,18 +217,51 @@ mod fuzz {
     }
 
     fn check(h: &Handler, packet: &[u8]) {
+        // Twice: the second time may come from the answer cache.
+        let first = check_once(h, packet);
+        let second = check_once(h, packet);
+        match (first, second) {
+            (Some(a), Some(b)) => {
+                assert_eq!(
+                    a.metadata, b.metadata,
+                    "a cached answer has the same header"
+                );
+                assert_eq!(a.queries, b.queries);
+                let mut a_answers = a.answers.clone();
+                let mut b_answers = b.answers.clone();
+                if a.metadata.truncation {
+                    // A truncated shuffled answer is a fresh random subset each time.
+                    assert_eq!(a_answers.len(), b_answers.len());
+                } else {
+                    a_answers.sort_by_key(|r| r.to_string());
+                    b_answers.sort_by_key(|r| r.to_string());
+                    assert_eq!(a_answers, b_answers);
+                }
+                assert_eq!(a.authorities, b.authorities);
+                assert_eq!(a.additionals, b.additionals);
+            }
+            (a, b) => assert_eq!(a.is_some(), b.is_some()),
+        }
+    }
+
+    fn check_once(h: &Handler, packet: &[u8]) -> Option<Message> {
         let src = "127.0.0.1:5353".parse().unwrap();
-        match answer_packet(h, packet, src) {
-            Packet::Drop => assert!(packet.len() < 12 || packet[2] & 0x80 != 0),
-            Packet::Reply(bytes) => {
+        let mut bytes = Vec::new();
+        let mut rng = FastRng::new();
+        match answer_packet(h, packet, src, &mut bytes, &mut rng) {
+            Packet::Drop => {
+                assert!(packet.len() < 12 || packet[2] & 0x80 != 0);
+                None
+            }
+            Packet::Reply => {
                 assert!(bytes.len() >= 12);
                 assert_eq!(bytes[0..2], packet[0..2], "the ID is echoed");
                 assert!(bytes[2] & 0x80 != 0, "QR is set");
                 assert!(bytes.len() <= 4096);
                 // Whatever we send must itself be a well-formed message.
-                Message::from_vec(&bytes).expect("our answer parses");
+                Some(Message::from_vec(&bytes).expect("our answer parses"))
             }
-            Packet::Later(..) => {}
+            Packet::Later(..) => None,
         }
     }
 
@@ -268,9 +345,11 @@ mod timing {
         let n = 20_000;
         let t = Instant::now();
         let mut bytes = 0;
+        let mut out = Vec::new();
+        let mut rng = FastRng::new();
         for _ in 0..n {
-            if let Packet::Reply(b) = answer_packet(&h, &packet, src) {
-                bytes += b.len();
+            if let Packet::Reply = answer_packet(&h, &packet, src, &mut out, &mut rng) {
+                bytes += out.len();
             }
         }
         let per = t.elapsed() / n;

@@ -14,13 +14,25 @@ use hickory_proto::op::Edns;
 use hickory_proto::rr::{DNSClass, Name, RData, Record};
 use hickory_server::zone_handler::MessageRequest;
 
+use super::cache::{AddressRegion, address_record};
 use super::handler::{Reply, response_edns};
 
 /// Byte offset of the question name in a message.
 const QUESTION: usize = 12;
 
 /// Encode `reply` for UDP when its shape allows; `raw` is the request as received.
+#[cfg(test)]
 pub(crate) fn encode_fast(raw: &[u8], request: &MessageRequest, reply: &Reply) -> Option<Vec<u8>> {
+    encode_fast_region(raw, request, reply).map(|(bytes, _)| bytes)
+}
+
+/// [`encode_fast`], also saying where the records of `reply.addresses` are (they follow the
+/// question, one fixed-size record each, owners pointing at the question).
+pub(crate) fn encode_fast_region(
+    raw: &[u8],
+    request: &MessageRequest,
+    reply: &Reply,
+) -> Option<(Vec<u8>, Option<AddressRegion>)> {
     if request.queries.len() != 1 || !reply.additionals.is_empty() {
         return None;
     }
@@ -84,36 +96,30 @@ pub(crate) fn encode_fast(raw: &[u8], request: &MessageRequest, reply: &Reply) -
         RData::AAAA(a) => Some((IpAddr::V6(a.0), r.ttl)),
         _ => None,
     });
-    let addresses = reply
-        .addresses
-        .iter()
-        .flat_map(|a| a.ips.iter().map(|ip| Some((*ip, a.ttl))));
-    for item in records.chain(addresses) {
+    let mut region = None;
+    let mut cut = false;
+    for item in records {
         let (ip, ttl) = item?;
-        let mut buf = [0u8; 16];
-        let (rtype, rdata): (u16, &[u8]) = match ip {
-            IpAddr::V4(v4) => {
-                buf[..4].copy_from_slice(&v4.octets());
-                (1, &buf[..4])
-            }
-            IpAddr::V6(v6) => {
-                buf.copy_from_slice(&v6.octets());
-                (28, &buf)
-            }
-        };
-        if out.len() + 12 + rdata.len() + opt_len > max {
-            truncated = true;
+        if !push_address(&mut out, ip, ttl, opt_len, max) {
+            cut = true;
             break;
         }
-        // Owner (pointer to the question), type, class IN, TTL, rdlength, rdata.
-        out.extend_from_slice(&[0xc0, QUESTION as u8]);
-        out.extend_from_slice(&rtype.to_be_bytes());
-        out.extend_from_slice(&[0, 1]);
-        out.extend_from_slice(&ttl.to_be_bytes());
-        out.extend_from_slice(&[0, rdata.len() as u8]);
-        out.extend_from_slice(rdata);
         answers += 1;
     }
+    if let Some(a) = reply.addresses.as_deref().filter(|_| !cut) {
+        let at = out.len();
+        let mut shown = 0;
+        for ip in &a.ips {
+            if !push_address(&mut out, *ip, a.ttl, opt_len, max) {
+                cut = true;
+                break;
+            }
+            shown += 1;
+        }
+        answers += u16::try_from(shown).ok()?;
+        region = Some(AddressRegion { at, shown });
+    }
+    truncated |= cut;
 
     let mut authorities: u16 = 0;
     if let Some(soa) = soa {
@@ -137,7 +143,17 @@ pub(crate) fn encode_fast(raw: &[u8], request: &MessageRequest, reply: &Reply) -
     if truncated {
         out[2] |= 0x02;
     }
-    Some(out)
+    Some((out, region))
+}
+
+/// Append one address record if it fits in `max` with `reserve` bytes left over.
+fn push_address(out: &mut Vec<u8>, ip: IpAddr, ttl: u32, reserve: usize, max: usize) -> bool {
+    let len = if ip.is_ipv4() { 16 } else { 28 };
+    if out.len() + len + reserve > max {
+        return false;
+    }
+    address_record(out, ip, ttl);
+    true
 }
 
 /// The end of the (single) question: after its uncompressed name, type and class.

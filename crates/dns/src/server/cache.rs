@@ -1,0 +1,326 @@
+//! A cache of encoded UDP answers that belongs to one published zone snapshot.
+//!
+//! A question the zone answers without I/O is answered the same way every time for the life of
+//! a snapshot, except for its ID and the order of a headless service's addresses. So the first
+//! answer to a datagram is kept, keyed by the datagram's bytes after the ID (flags, question as
+//! sent, EDNS record), and later identical questions get a copy with their own ID. The key keeps
+//! the question's case: hickory compresses names case-sensitively, so an answer's bytes (an SRV
+//! target written as a pointer into the question or in full) depend on how the question was
+//! spelled; with the exact bytes as the key a hit is byte for byte what a fresh answer would be.
+//! Clients that randomise case (0x20) simply miss and take the general path.
+//!
+//! Address answers that the zone shuffled are kept with all their records pre-encoded (16 bytes
+//! for A, 28 for AAAA, owners are pointers to the question); each hit draws a fresh random
+//! selection and order of them with a partial Fisher–Yates shuffle, which is what the zone's
+//! shuffle followed by truncation would give. Any other answer that drew randomness (SRV of a
+//! headless service) is not kept.
+//!
+//! **Architecture Invariant:** a cache lives inside the snapshot it was filled from
+//! ([`Served`]); publishing a zone publishes a new, empty cache with it, atomically, so a cached
+//! answer never outlives the data it came from.
+
+use std::collections::HashMap;
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::net::IpAddr;
+use std::sync::{Arc, RwLock};
+
+use rand::RngCore;
+
+use crate::zone::{Addresses, Zone};
+
+/// Shards of the cache (each its own lock and byte budget).
+const SHARDS: usize = 16;
+/// Bytes one shard may hold before it is emptied (about 16 MiB for the whole cache).
+const SHARD_BUDGET: usize = 1 << 20;
+/// Longest datagram whose answer is kept (a key is the datagram minus its ID).
+pub(crate) const MAX_KEY_PACKET: usize = 512;
+/// Bookkeeping bytes charged per entry on top of its data.
+const ENTRY_OVERHEAD: usize = 96;
+
+/// A published zone and the answers computed from it.
+#[derive(Debug)]
+pub(crate) struct Served {
+    pub(crate) zone: Arc<Zone>,
+    pub(crate) cache: AnswerCache,
+}
+
+impl Served {
+    pub(crate) fn new(zone: Arc<Zone>) -> Self {
+        Served {
+            zone,
+            cache: AnswerCache::default(),
+        }
+    }
+}
+
+/// Encoded answers keyed by the question datagram without its ID.
+#[derive(Debug)]
+pub(crate) struct AnswerCache {
+    hasher: RandomState,
+    shards: [RwLock<Shard>; SHARDS],
+}
+
+impl Default for AnswerCache {
+    fn default() -> Self {
+        AnswerCache {
+            hasher: RandomState::new(),
+            shards: std::array::from_fn(|_| RwLock::new(Shard::default())),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    entries: HashMap<Box<[u8]>, Entry>,
+    bytes: usize,
+}
+
+/// One kept answer.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    /// The whole answer as first sent (its ID is overwritten on every hit).
+    bytes: Box<[u8]>,
+    shuffle: Option<Shuffle>,
+}
+
+/// Address records drawn afresh on every hit.
+#[derive(Debug)]
+struct Shuffle {
+    /// Offset of the first address record in `bytes`.
+    at: usize,
+    /// How many records the answer holds (fewer than `records` when it was truncated).
+    shown: usize,
+    /// Size of one record (all of one family).
+    size: usize,
+    /// Every address record the zone gave, encoded.
+    records: Box<[u8]>,
+}
+
+/// Where an encoded answer holds its address records (see `wire::encode_fast`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AddressRegion {
+    pub(crate) at: usize,
+    pub(crate) shown: usize,
+}
+
+impl Entry {
+    /// An entry for `bytes`. `shuffled` holds the addresses the zone shuffled, with where
+    /// `bytes` has them; `None` when the answer drew no randomness. Returns `None` when the
+    /// answer cannot be replayed (mixed address families).
+    pub(crate) fn new(
+        bytes: &[u8],
+        shuffled: Option<(&Addresses, AddressRegion)>,
+    ) -> Option<Entry> {
+        let shuffle = match shuffled {
+            None => None,
+            Some((addresses, region)) => {
+                let first = addresses.ips.first()?;
+                let v4 = first.is_ipv4();
+                if addresses.ips.iter().any(|ip| ip.is_ipv4() != v4) {
+                    return None;
+                }
+                let size = if v4 { 16 } else { 28 };
+                let mut records = Vec::with_capacity(addresses.ips.len() * size);
+                for ip in &addresses.ips {
+                    address_record(&mut records, *ip, addresses.ttl);
+                }
+                if region.shown > addresses.ips.len()
+                    || region.at + region.shown * size > bytes.len()
+                {
+                    return None;
+                }
+                Some(Shuffle {
+                    at: region.at,
+                    shown: region.shown,
+                    size,
+                    records: records.into_boxed_slice(),
+                })
+            }
+        };
+        Some(Entry {
+            bytes: bytes.into(),
+            shuffle,
+        })
+    }
+
+    fn cost(&self, key: &[u8]) -> usize {
+        key.len()
+            + self.bytes.len()
+            + self.shuffle.as_ref().map_or(0, |s| s.records.len())
+            + ENTRY_OVERHEAD
+    }
+
+    /// Write this answer for `packet` (same bytes after the ID) into `out`.
+    fn write(&self, packet: &[u8], out: &mut Vec<u8>, rng: &mut FastRng) {
+        out.clear();
+        match &self.shuffle {
+            None => out.extend_from_slice(&self.bytes),
+            Some(s) => {
+                out.extend_from_slice(&self.bytes[..s.at]);
+                let start = out.len();
+                out.extend_from_slice(&s.records);
+                let n = s.records.len() / s.size;
+                let region = &mut out[start..];
+                for i in 0..s.shown {
+                    let j = i + rng.below(n - i);
+                    if j != i {
+                        let (low, high) = region.split_at_mut(j * s.size);
+                        low[i * s.size..(i + 1) * s.size].swap_with_slice(&mut high[..s.size]);
+                    }
+                }
+                out.truncate(start + s.shown * s.size);
+                out.extend_from_slice(&self.bytes[s.at + s.shown * s.size..]);
+            }
+        }
+        out[0..2].copy_from_slice(&packet[0..2]);
+    }
+}
+
+impl AnswerCache {
+    /// Answer `packet` from the cache into `out`; false on a miss.
+    pub(crate) fn answer(&self, packet: &[u8], out: &mut Vec<u8>, rng: &mut FastRng) -> bool {
+        let Some(key) = packet.get(2..).filter(|_| packet.len() <= MAX_KEY_PACKET) else {
+            return false;
+        };
+        let shard = self.shard(key);
+        let Ok(shard) = shard.read() else {
+            return false;
+        };
+        match shard.entries.get(key) {
+            Some(entry) => {
+                entry.write(packet, out, rng);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Keep `entry` as the answer to datagrams equal to `packet` after the ID.
+    pub(crate) fn insert(&self, packet: &[u8], entry: Entry) {
+        let Some(key) = packet.get(2..).filter(|_| packet.len() <= MAX_KEY_PACKET) else {
+            return;
+        };
+        let cost = entry.cost(key);
+        let Ok(mut shard) = self.shard(key).write() else {
+            return;
+        };
+        if shard.bytes + cost > SHARD_BUDGET {
+            // Full (many distinct questions, e.g. random names): start over rather than track
+            // recency on the read path.
+            shard.entries.clear();
+            shard.bytes = 0;
+        }
+        if shard.entries.insert(key.into(), entry).is_none() {
+            shard.bytes += cost;
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> &RwLock<Shard> {
+        // The shard's map hashes again (two short SipHashes cost far less than the syscalls).
+        let h = self.hasher.hash_one(key);
+        &self.shards[(h >> 60) as usize % SHARDS]
+    }
+
+    /// Entries and bytes held (for tests and the bench).
+    pub(crate) fn stats(&self) -> (usize, usize) {
+        self.shards
+            .iter()
+            .filter_map(|s| s.read().ok())
+            .fold((0, 0), |(n, b), s| (n + s.entries.len(), b + s.bytes))
+    }
+}
+
+/// Append `<pointer to the question> A|AAAA IN <ttl> <ip>`.
+pub(crate) fn address_record(out: &mut Vec<u8>, ip: IpAddr, ttl: u32) {
+    // Owner: a pointer to the question name at offset 12.
+    out.extend_from_slice(&[0xc0, 12]);
+    match ip {
+        IpAddr::V4(v4) => {
+            out.extend_from_slice(&[0, 1, 0, 1]);
+            out.extend_from_slice(&ttl.to_be_bytes());
+            out.extend_from_slice(&[0, 4]);
+            out.extend_from_slice(&v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            out.extend_from_slice(&[0, 28, 0, 1]);
+            out.extend_from_slice(&ttl.to_be_bytes());
+            out.extend_from_slice(&[0, 16]);
+            out.extend_from_slice(&v6.octets());
+        }
+    }
+}
+
+/// A small, fast generator (wyrand) for shuffling answers; clients must not rely on the order,
+/// nothing here needs to be unpredictable to an attacker beyond that.
+#[derive(Debug, Clone)]
+pub(crate) struct FastRng(u64);
+
+impl FastRng {
+    /// Seeded from the thread's generator.
+    pub(crate) fn new() -> Self {
+        FastRng(rand::random())
+    }
+
+    #[cfg(test)]
+    pub(crate) fn seeded(seed: u64) -> Self {
+        FastRng(seed)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0xa076_1d64_78bd_642f);
+        let t = u128::from(self.0) * u128::from(self.0 ^ 0xe703_7ed1_a0b4_28db);
+        ((t >> 64) as u64) ^ (t as u64)
+    }
+
+    /// A number in `0..n` (`n` > 0; Lemire's multiply, bias below 2^-50 for answer sizes).
+    pub(crate) fn below(&mut self, n: usize) -> usize {
+        ((u128::from(self.next()) * n as u128) >> 64) as usize
+    }
+}
+
+impl RngCore for FastRng {
+    fn next_u32(&mut self) -> u32 {
+        self.next() as u32
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.next()
+    }
+
+    fn fill_bytes(&mut self, dst: &mut [u8]) {
+        for chunk in dst.chunks_mut(8) {
+            let bytes = self.next().to_le_bytes();
+            chunk.copy_from_slice(&bytes[..chunk.len()]);
+        }
+    }
+}
+
+/// Passes a generator through and notes whether it was drawn from.
+pub(crate) struct Noting<'a, R: RngCore> {
+    inner: &'a mut R,
+    pub(crate) used: bool,
+}
+
+impl<'a, R: RngCore> Noting<'a, R> {
+    pub(crate) fn new(inner: &'a mut R) -> Self {
+        Noting { inner, used: false }
+    }
+}
+
+impl<R: RngCore> RngCore for Noting<'_, R> {
+    fn next_u32(&mut self) -> u32 {
+        self.used = true;
+        self.inner.next_u32()
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.used = true;
+        self.inner.next_u64()
+    }
+
+    fn fill_bytes(&mut self, dst: &mut [u8]) {
+        self.used = true;
+        self.inner.fill_bytes(dst);
+    }
+}
