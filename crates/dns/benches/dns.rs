@@ -2,7 +2,8 @@
 //!
 //! `cargo bench -p svcnet-dns --bench dns` (needs `dnsperf` and `unbound` from Debian; the
 //! peer is skipped with a note when missing). Each scenario alternates three dnsperf rounds per
-//! subject; `SVCNET_BENCH_SECS` sets a round's length (default 2). Everything runs on 127.0.0.1.
+//! subject; `SVCNET_BENCH_SECS` sets a round's length (default 2), `SVCNET_BENCH_ROUNDS` the
+//! rounds (default 3). Everything runs on 127.0.0.1.
 //!
 //! Loads 10,000 services in 100 namespaces (100 headless ones with 100 endpoints each, the rest
 //! with 4 endpoints each: 49,600 endpoints), then measures zone rebuild time, query throughput
@@ -176,8 +177,13 @@ fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64) -> Option<Perf>
     })
 }
 
-/// dnsperf rounds per subject and scenario.
-const ROUNDS: usize = 3;
+/// dnsperf rounds per subject and scenario (`SVCNET_BENCH_ROUNDS`, default 3).
+fn rounds() -> usize {
+    std::env::var("SVCNET_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3)
+}
 
 /// The round with the median throughput.
 fn median(mut rounds: Vec<Perf>) -> Option<Perf> {
@@ -357,12 +363,24 @@ fn main() {
             // builds share these two cores); each figure is the median round.
             let mut mine_rounds = Vec::new();
             let mut their_rounds = Vec::new();
-            for _ in 0..ROUNDS {
+            for _ in 0..rounds() {
                 mine_rounds.extend(dnsperf(ours, &path, secs));
                 if unbound.is_some() {
                     their_rounds.extend(dnsperf(peer, &path, secs));
                 }
             }
+            let list = |rounds: &[Perf]| {
+                rounds
+                    .iter()
+                    .map(|r| format!("{:.0}", r.qps))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            println!(
+                "S6 scenario={name} rounds_qps svcnet=[{}] unbound=[{}]",
+                list(&mine_rounds),
+                list(&their_rounds)
+            );
             let mine = median(mine_rounds);
             let theirs = median(their_rounds);
             if let Some(m) = &mine {
@@ -391,6 +409,8 @@ fn main() {
         let _ = child.kill();
         let _ = child.wait();
     }
+    let rss_served = rss_mb();
+    let (cached, cached_bytes) = server.zone().cache_stats();
 
     // S7: a Service change → its answer changes (full rebuild + publish + a UDP query).
     let name = Name::from_ascii("svc-5.ns-5.svc.cluster.local.").unwrap();
@@ -437,7 +457,8 @@ fn main() {
     );
     let services_and_endpoints = objects.services.len() + endpoints;
     println!(
-        "S6 memory subject=svcnet rss_mb_before_load={rss_start:.1} rss_mb_loaded={rss_loaded:.1} coredns_formula_mb={:.1}",
+        "S6 memory subject=svcnet rss_mb_before_load={rss_start:.1} rss_mb_loaded={rss_loaded:.1} rss_mb_after_queries={rss_served:.1} answer_cache_entries={cached} answer_cache_kb={} coredns_formula_mb={:.1}",
+        cached_bytes / 1024,
         49.0 + 0.86 * services_and_endpoints as f64 / 1024.0 * 1.0
     );
     rt.block_on(server.shutdown()).unwrap();
