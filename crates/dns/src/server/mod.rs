@@ -93,7 +93,12 @@ impl DnsServer {
         });
         let udp = Arc::new(udp);
         let mut udp_tasks = JoinSet::new();
-        let loops = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+        // One receive loop per runtime worker (a second loop on one worker only adds a wasted
+        // `recvmmsg` per wake-up).
+        let loops = tokio::runtime::Handle::current()
+            .metrics()
+            .num_workers()
+            .clamp(1, 4);
         for _ in 0..loops {
             udp_tasks.spawn(udp::serve_udp(udp.clone(), handler.clone()));
         }

@@ -5,12 +5,16 @@
 //! about a third of the throughput of a local-data resolver; TCP stays on hickory-server. The
 //! parsing and encoding (EDNS size, truncation with TC) are still hickory's.
 
+use std::io::IoSliceMut;
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
+use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg};
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tracing::debug;
 
@@ -19,33 +23,83 @@ use super::handler::{Handler, Step, encode_udp, encode_udp_region};
 
 /// Largest request accepted; a question is far smaller, and EDNS options do not approach it.
 const MAX_REQUEST: usize = 4096;
+/// Datagrams taken from the socket per `recvmmsg` call.
+const BATCH: usize = 16;
 
-/// Serve `socket` until the task is aborted.
+/// Serve `socket` until the task is aborted: take whatever datagrams are queued (up to
+/// [`BATCH`]) in one `recvmmsg`, answer each, send each answer as soon as it is ready.
 pub(crate) async fn serve_udp(socket: Arc<UdpSocket>, handler: Arc<Handler>) {
-    let mut buf = vec![0u8; MAX_REQUEST];
+    let mut bufs: Box<[[u8; MAX_REQUEST]; BATCH]> = Box::new([[0u8; MAX_REQUEST]; BATCH]);
+    let mut received = Vec::with_capacity(BATCH);
     let mut out = Vec::with_capacity(MAX_REQUEST);
     let mut rng = FastRng::new();
+    let fd = socket.as_raw_fd();
     loop {
-        let (n, src) = match socket.recv_from(&mut buf).await {
-            Ok(received) => received,
+        if let Err(error) = socket.readable().await {
+            debug!(%error, "UDP socket not readable");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            continue;
+        }
+        match socket.try_io(Interest::READABLE, || receive(fd, &mut bufs, &mut received)) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(error) => {
                 debug!(%error, "UDP receive error");
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 continue;
             }
-        };
-        match answer_packet(&handler, &buf[..n], src, &mut out, &mut rng) {
-            Packet::Drop => {}
-            Packet::Reply => send(&socket, &out, src).await,
-            Packet::Later(request, step) => {
-                let (socket, handler) = (socket.clone(), handler.clone());
-                tokio::spawn(async move {
-                    let reply = handler.finish(step).await;
-                    send(&socket, &encode_udp(&request, &reply), src).await;
-                });
+        }
+        for (buf, &(n, src)) in bufs.iter().zip(&received) {
+            let Some(src) = src else {
+                continue;
+            };
+            match answer_packet(&handler, &buf[..n], src, &mut out, &mut rng) {
+                Packet::Drop => {}
+                Packet::Reply => send(&socket, &out, src).await,
+                Packet::Later(request, step) => {
+                    let (socket, handler) = (socket.clone(), handler.clone());
+                    tokio::spawn(async move {
+                        let reply = handler.finish(step).await;
+                        send(&socket, &encode_udp(&request, &reply), src).await;
+                    });
+                }
             }
         }
     }
+}
+
+/// One `recvmmsg` without waiting: the length and sender of each datagram now in `bufs`.
+fn receive(
+    fd: RawFd,
+    bufs: &mut [[u8; MAX_REQUEST]; BATCH],
+    received: &mut Vec<(usize, Option<SocketAddr>)>,
+) -> std::io::Result<()> {
+    received.clear();
+    // Two small allocations per batch (nix's headers hold raw pointers, so they cannot live
+    // across the task's awaits).
+    let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
+    let mut slices = bufs.each_mut().map(|b| [IoSliceMut::new(b)]);
+    let results = recvmmsg(
+        fd,
+        &mut headers,
+        slices.iter_mut(),
+        MsgFlags::MSG_DONTWAIT,
+        None,
+    )?;
+    for message in results {
+        let src = message.address.and_then(|a| socket_addr(&a));
+        received.push((message.bytes.min(MAX_REQUEST), src));
+    }
+    Ok(())
+}
+
+fn socket_addr(address: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(v4) = address.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*v4).into()));
+    }
+    address
+        .as_sockaddr_in6()
+        .map(|v6| SocketAddr::V6((*v6).into()))
 }
 
 /// What to do with one received datagram.
