@@ -209,6 +209,32 @@ impl FakeNft {
             .map(|c| c.rules.clone())
     }
 
+    /// Checks that every chain this fake has beyond `live` (a fresh full sync of the same
+    /// state) is empty, as a partial sync leaves the chains it defers deleting, then applies
+    /// `r`'s garbage collection and commits it.
+    pub fn collect_garbage(
+        &mut self,
+        r: &mut crate::Renderer,
+        live: &FakeNft,
+    ) -> Result<(), FakeError> {
+        let keep = live.chain_names();
+        for c in self.chain_names() {
+            let rules = self.rules(&c).unwrap_or_default();
+            if !keep.contains(&c) && !rules.is_empty() {
+                return Err(FakeError {
+                    index: 0,
+                    op: String::new(),
+                    message: format!("stale chain {c} still has rules: {rules:?}"),
+                });
+            }
+        }
+        if let Some(gc) = r.plan_gc() {
+            self.apply(&gc.tx)?;
+            r.commit(gc);
+        }
+        Ok(())
+    }
+
     /// Simulates someone else deleting a chain behind svcnet's back (drift).
     pub fn tamper_delete_chain(&mut self, chain: &str) {
         if let Some(t) = self.table.as_mut() {

@@ -23,5 +23,5 @@ pub mod tx;
 
 pub use apply::{ApplyError, NftExecutor};
 pub use fake::{FakeError, FakeNft};
-pub use plan::{FullMode, Plan, Renderer};
+pub use plan::{FullMode, GARBAGE_LIMIT, Plan, Renderer};
 pub use tx::{Family, Op, Transaction};

@@ -15,7 +15,7 @@ use svcnet_proxy::{
 
 use crate::names::TABLE;
 use crate::render::{Base, Element, Fragment, base, base_ops, service_fragment};
-use crate::tx::{Family, Op, SetDef, SetKind, Transaction};
+use crate::tx::{Family, Op, SetKind, Transaction};
 
 /// How a full sync treats the existing table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,8 +47,19 @@ enum Update {
     },
     Partial {
         fragments: BTreeMap<ServicePortName, Option<Fragment>>,
+        garbage: Garbage,
     },
 }
+
+/// Chains and sets no longer used, flushed (chains) but not yet deleted, by name. Partial syncs
+/// defer deletions (as kube-proxy's nftables proxier does with its stale chains) because `nft`
+/// must load its cache of the whole ruleset for a `delete`, which costs more than everything
+/// else a one-service change does; a later sync deletes them in a batch.
+type Garbage = BTreeMap<String, Option<SetKind>>;
+
+/// Deferred deletions are carried out by the partial sync that finds more than this many
+/// (and by every periodic full resync).
+pub const GARBAGE_LIMIT: usize = 512;
 
 impl Plan {
     pub fn is_full(&self) -> bool {
@@ -63,6 +74,7 @@ pub struct Renderer {
     table: String,
     node: Option<DesiredNode>,
     applied: BTreeMap<ServicePortName, Fragment>,
+    garbage: Garbage,
 }
 
 impl Renderer {
@@ -77,6 +89,7 @@ impl Renderer {
             table: table.into(),
             node: None,
             applied: BTreeMap::new(),
+            garbage: Garbage::new(),
         }
     }
 
@@ -96,6 +109,11 @@ impl Renderer {
     /// Number of service ports currently programmed.
     pub fn service_ports(&self) -> usize {
         self.applied.len()
+    }
+
+    /// Number of flushed chains and unused sets waiting for deletion.
+    pub fn garbage_len(&self) -> usize {
+        self.garbage.len()
     }
 
     /// Plans a full sync of `desired`.
@@ -126,17 +144,20 @@ impl Renderer {
                     fragments.values().flat_map(|f| f.chains.keys()).collect();
                 let new_sets: BTreeSet<&String> =
                     fragments.values().flat_map(|f| f.sets.keys()).collect();
-                let stale_chains: Vec<&String> = self
+                let stale_chains: BTreeSet<&String> = self
                     .applied
                     .values()
                     .flat_map(|f| f.chains.keys())
+                    .chain(self.garbage.iter().filter(|g| g.1.is_none()).map(|g| g.0))
                     .filter(|c| !new_chains.contains(c))
                     .collect();
-                let stale_sets: Vec<&SetDef> = self
+                let stale_sets: BTreeMap<&String, SetKind> = self
                     .applied
                     .values()
                     .flat_map(|f| f.sets.values())
-                    .filter(|s| !new_sets.contains(&s.name))
+                    .map(|s| (&s.name, s.kind))
+                    .chain(self.garbage.iter().filter_map(|(n, k)| Some((n, (*k)?))))
+                    .filter(|s| !new_sets.contains(s.0))
                     .collect();
                 for c in &stale_chains {
                     tx.push(Op::FlushChain((*c).clone()));
@@ -146,10 +167,10 @@ impl Renderer {
                 }
                 push_elements(&mut tx.ops, &fragments);
                 // Stale maps first: their elements still reference stale chains.
-                for s in stale_sets {
+                for (name, kind) in stale_sets {
                     tx.push(Op::DeleteSet {
-                        name: s.name.clone(),
-                        kind: s.kind,
+                        name: name.clone(),
+                        kind,
                     });
                 }
                 for c in stale_chains {
@@ -191,15 +212,16 @@ impl Renderer {
         }
         let empty = Fragment::default();
         let mut tx = Transaction::new(self.family, self.table.clone());
-        let (mut head, mut adds, mut rules_add, mut elems_add, mut tail) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut garbage = self.garbage.clone();
+        let (mut head, mut adds, mut rules_add, mut elems_add) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (old, new) in updates.values() {
             let old = old.unwrap_or(&empty);
             let new = new.as_ref().unwrap_or(&empty);
             if old == new {
                 continue;
             }
-            // Elements of a map deleted below go with it.
+            // Elements of a map going to the garbage stay in it (nothing looks it up).
             let dropped = |e: &&Element| {
                 old.sets.contains_key(e.set.as_ref()) && !new.sets.contains_key(e.set.as_ref())
             };
@@ -213,33 +235,35 @@ impl Renderer {
                     key: e.key.clone(),
                 });
             }
-            let tail_start = tail.len();
             for name in old.chains.keys() {
                 if !new.chains.contains_key(name) {
                     head.push(Op::FlushChain(name.clone()));
-                    tail.push(Op::DeleteChain(name.clone()));
+                    garbage.insert(name.clone(), None);
                 }
             }
-            for (name, s) in &new.sets {
-                if !old.sets.contains_key(name) {
-                    adds.push(Op::AddSet(s.clone()));
-                }
-            }
-            // Deleted before the chains (pushed to `tail` above) its elements may reference.
-            let mut set_deletes = Vec::new();
             for (name, s) in &old.sets {
                 if !new.sets.contains_key(name) {
-                    set_deletes.push(Op::DeleteSet {
+                    garbage.insert(name.clone(), Some(s.kind));
+                }
+            }
+            // Every set of the fragment is declared (`add` is idempotent), so that `nft` can
+            // compile rules naming it without loading its cache of the ruleset.
+            for (name, s) in &new.sets {
+                adds.push(Op::AddSet(s.clone()));
+                if garbage.remove(name).is_some() {
+                    adds.push(Op::FlushSet {
                         name: name.clone(),
                         kind: s.kind,
                     });
                 }
             }
-            tail.splice(tail_start..tail_start, set_deletes);
             for (name, rules) in &new.chains {
                 match old.chains.get(name) {
                     Some(old_rules) if old_rules == rules => continue,
                     Some(_) => adds.push(Op::FlushChain(name.clone())),
+                    None if garbage.remove(name).is_some() => {
+                        adds.push(Op::FlushChain(name.clone()));
+                    }
                     None => adds.push(Op::AddChain {
                         name: name.clone(),
                         base: None,
@@ -260,14 +284,34 @@ impl Renderer {
         tx.ops.extend(adds);
         tx.ops.extend(rules_add);
         tx.ops.extend(elems_add);
-        tx.ops.extend(tail);
+        if garbage.len() > GARBAGE_LIMIT {
+            push_deletions(&mut tx.ops, &garbage);
+            garbage.clear();
+        }
         let fragments: BTreeMap<ServicePortName, Option<Fragment>> =
             updates.into_iter().map(|(k, (_, new))| (k, new)).collect();
         let fallbacks = fallbacks(fragments.iter().filter_map(|(k, f)| Some((k, f.as_ref()?))));
         Some(Plan {
             tx,
             fallbacks,
-            update: Update::Partial { fragments },
+            update: Update::Partial { fragments, garbage },
+        })
+    }
+
+    /// Plans the deletion of every deferred chain and set; `None` when there are none.
+    pub fn plan_gc(&self) -> Option<Plan> {
+        if self.garbage.is_empty() || !self.has_applied() {
+            return None;
+        }
+        let mut tx = Transaction::new(self.family, self.table.clone());
+        push_deletions(&mut tx.ops, &self.garbage);
+        Some(Plan {
+            tx,
+            fallbacks: Vec::new(),
+            update: Update::Partial {
+                fragments: BTreeMap::new(),
+                garbage: Garbage::new(),
+            },
         })
     }
 
@@ -277,8 +321,10 @@ impl Renderer {
             Update::Full { node, fragments } => {
                 self.node = Some(node);
                 self.applied = fragments;
+                self.garbage.clear();
             }
-            Update::Partial { fragments } => {
+            Update::Partial { fragments, garbage } => {
+                self.garbage = garbage;
                 for (k, f) in fragments {
                     match f {
                         Some(f) => self.applied.insert(k, f),
@@ -303,6 +349,23 @@ fn fallbacks<'a>(
         .into_iter()
         .filter_map(|(k, f)| Some((k.clone(), f.fallback.clone()?)))
         .collect()
+}
+
+/// Deletes deferred garbage: sets first (their elements may reference the chains).
+fn push_deletions(ops: &mut Vec<Op>, garbage: &Garbage) {
+    for (name, kind) in garbage {
+        if let Some(kind) = kind {
+            ops.push(Op::DeleteSet {
+                name: name.clone(),
+                kind: *kind,
+            });
+        }
+    }
+    for (name, kind) in garbage {
+        if kind.is_none() {
+            ops.push(Op::DeleteChain(name.clone()));
+        }
+    }
 }
 
 /// All elements of all fragments, grouped by set so `Display` can batch them into one

@@ -136,11 +136,38 @@ fn kind_word(kind: SetKind) -> &'static str {
 
 impl fmt::Display for Transaction {
     /// One command per line, except that consecutive `add element` operations on the same set
-    /// are batched into one command (same effect, much faster for nft to parse).
+    /// are batched into one command (same effect, much faster for nft to parse), and a regular
+    /// chain's `add chain` and the `add rule`s that follow it for that chain are written as
+    /// one `add chain … { rule ; … }` block (same effect: the block appends to an existing
+    /// chain; `nft` compiles a block without loading its cache of the whole ruleset, while
+    /// `add rule` makes it load every chain first).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = format!("{} {}", self.family.as_str(), self.table);
         let mut i = 0;
         while i < self.ops.len() {
+            let block_of = match &self.ops[i] {
+                Op::AddChain { name, base: None } => Some((name, i + 1)),
+                Op::AddRule { chain, .. } => Some((chain, i)),
+                _ => None,
+            };
+            if let Some((chain, first_rule)) = block_of {
+                let mut rules = Vec::new();
+                let mut j = first_rule;
+                while let Some(Op::AddRule { chain: c, rule }) = self.ops.get(j) {
+                    if c != chain {
+                        break;
+                    }
+                    rules.push(rule.as_str());
+                    j += 1;
+                }
+                if rules.is_empty() {
+                    writeln!(f, "add chain {t} {chain}")?;
+                } else {
+                    writeln!(f, "add chain {t} {chain} {{ {} ; }}", rules.join(" ; "))?;
+                }
+                i = j;
+                continue;
+            }
             if let Op::AddElement { set, .. } = &self.ops[i] {
                 let mut items = Vec::new();
                 while let Some(Op::AddElement { set: s, key, value }) = self.ops.get(i) {

@@ -63,13 +63,11 @@ fn check(algorithm: Option<&str>, want: Expect) {
     let plan = Renderer::new(Family::Ip).plan_full(&s.desired(IpFamily::V4), FullMode::Recreate);
     let mut fake = FakeNft::new();
     fake.apply(&plan.tx).unwrap();
-    let text = plan.tx.to_string();
-    let mut rules: Vec<String> = text
-        .lines()
-        .filter(|l| l.starts_with("add rule ip svcnet service-") && !l.contains("-check "))
-        .map(|l| l.split_once(' ').unwrap().1.to_string())
-        .map(|l| l.split_once("service-").unwrap().1.to_string())
-        .map(|l| l.split_once(' ').unwrap().1.to_string())
+    let mut rules: Vec<String> = fake
+        .chain_names()
+        .into_iter()
+        .filter(|c| c.starts_with("service-") && c.contains('/'))
+        .flat_map(|c| fake.rules(&c).unwrap())
         .collect();
     for r in &mut rules {
         while let Some(i) = r.find("endpoint-") {

@@ -92,16 +92,15 @@ fn service_rules(fake: &FakeNft) -> String {
 fn ten_endpoints_pick_with_one_verdict_map() {
     const { assert!(10 > CASCADE_MAX) };
     let (_, fake, text) = full(&big_state(10));
-    let marker = "add rule ip svcnet nat-postrouting jump masquerading\n";
+    let marker = "add chain ip svcnet nat-postrouting { jump masquerading ; }\n";
     let (_, services) = text.split_once(marker).unwrap();
     let service_lines: String = services
         .lines()
-        .filter(|l| l.contains(" service-") && l.starts_with("add rule"))
+        .filter(|l| l.starts_with("add chain ip svcnet service-") && l.contains('{'))
         .map(|l| format!("{l}\n"))
         .collect();
     expect![[r#"
-        add rule ip svcnet service-AOKYFKGZ-default/big/tcp/http ip daddr 10.96.0.100 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-        add rule ip svcnet service-AOKYFKGZ-default/big/tcp/http numgen random mod 10 vmap @service-AOKYFKGZ-default/big/tcp/http-endpoints
+        add chain ip svcnet service-AOKYFKGZ-default/big/tcp/http { ip daddr 10.96.0.100 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade ; numgen random mod 10 vmap @service-AOKYFKGZ-default/big/tcp/http-endpoints ; }
     "#]]
     .assert_eq(&service_lines);
     // Every vmap target exists, once, and is a DNAT chain to its endpoint.
@@ -144,6 +143,8 @@ fn partial(state: &mut ProxyState, r: &mut Renderer, fake: &mut FakeNft, expect:
     fake.apply(&plan.tx).unwrap();
     r.commit(plan);
     let (_, fresh, _) = full(state);
+    fake.collect_garbage(r, &fresh).unwrap();
+    assert_eq!(r.garbage_len(), 0);
     assert_eq!(
         fake.dump(),
         fresh.dump(),

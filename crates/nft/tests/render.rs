@@ -54,6 +54,8 @@ fn partial(state: &mut ProxyState, r: &mut Renderer, fake: &mut FakeNft, expect:
     expect.assert_eq(&plan.tx.to_string());
     r.commit(plan);
     let (_, fresh, _) = full(state);
+    fake.collect_garbage(r, &fresh).unwrap();
+    assert_eq!(r.garbage_len(), 0);
     assert_eq!(
         fake.dump(),
         fresh.dump(),
@@ -74,56 +76,36 @@ fn full_ruleset_cluster_ip() {
         add map ip svcnet no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict ; comment "service IP . proto . port without endpoints" ; }
         add map ip svcnet no-endpoint-nodeports { type inet_proto . inet_service : verdict ; comment "proto . node port without endpoints" ; }
         add map ip svcnet firewall-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment "load-balancer IPs with source ranges" ; }
-        add chain ip svcnet mark-for-masquerade
-        add rule ip svcnet mark-for-masquerade meta mark set meta mark | 0x4000
-        add chain ip svcnet masquerading
-        add rule ip svcnet masquerading meta mark & 0x4000 == 0 return
-        add rule ip svcnet masquerading meta mark set meta mark ^ 0x4000
-        add rule ip svcnet masquerading masquerade fully-random
-        add chain ip svcnet reject-chain
-        add rule ip svcnet reject-chain reject
-        add chain ip svcnet services
-        add rule ip svcnet services ip daddr . meta l4proto . th dport vmap @service-ips
-        add rule ip svcnet services fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports
-        add chain ip svcnet firewall-check
-        add rule ip svcnet firewall-check ip daddr . meta l4proto . th dport vmap @firewall-ips
-        add chain ip svcnet service-endpoints-check
-        add rule ip svcnet service-endpoints-check ip daddr . meta l4proto . th dport vmap @no-endpoint-services
-        add chain ip svcnet nodeport-endpoints-check
-        add rule ip svcnet nodeport-endpoints-check fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports
-        add chain ip svcnet cluster-ips-check
-        add rule ip svcnet cluster-ips-check ip daddr @cluster-ips reject
-        add rule ip svcnet cluster-ips-check ip daddr { 10.96.0.0/12 } drop
+        add chain ip svcnet mark-for-masquerade { meta mark set meta mark | 0x4000 ; }
+        add chain ip svcnet masquerading { meta mark & 0x4000 == 0 return ; meta mark set meta mark ^ 0x4000 ; masquerade fully-random ; }
+        add chain ip svcnet reject-chain { reject ; }
+        add chain ip svcnet services { ip daddr . meta l4proto . th dport vmap @service-ips ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports ; }
+        add chain ip svcnet firewall-check { ip daddr . meta l4proto . th dport vmap @firewall-ips ; }
+        add chain ip svcnet service-endpoints-check { ip daddr . meta l4proto . th dport vmap @no-endpoint-services ; }
+        add chain ip svcnet nodeport-endpoints-check { fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @no-endpoint-nodeports ; }
+        add chain ip svcnet cluster-ips-check { ip daddr @cluster-ips reject ; ip daddr { 10.96.0.0/12 } drop ; }
         add chain ip svcnet filter-prerouting { type filter hook prerouting priority -110 ; }
-        add rule ip svcnet filter-prerouting ct state new jump firewall-check
+        add chain ip svcnet filter-prerouting { ct state new jump firewall-check ; }
         add chain ip svcnet filter-input { type filter hook input priority -110 ; }
-        add rule ip svcnet filter-input ct state new jump nodeport-endpoints-check
-        add rule ip svcnet filter-input ct state new jump service-endpoints-check
+        add chain ip svcnet filter-input { ct state new jump nodeport-endpoints-check ; ct state new jump service-endpoints-check ; }
         add chain ip svcnet filter-forward { type filter hook forward priority -110 ; }
-        add rule ip svcnet filter-forward ct state invalid drop
-        add rule ip svcnet filter-forward ct state new jump service-endpoints-check
-        add rule ip svcnet filter-forward ct state new jump cluster-ips-check
+        add chain ip svcnet filter-forward { ct state invalid drop ; ct state new jump service-endpoints-check ; ct state new jump cluster-ips-check ; }
         add chain ip svcnet filter-output { type filter hook output priority -110 ; }
-        add rule ip svcnet filter-output ct state new jump service-endpoints-check
-        add rule ip svcnet filter-output ct state new jump firewall-check
+        add chain ip svcnet filter-output { ct state new jump service-endpoints-check ; ct state new jump firewall-check ; }
         add chain ip svcnet filter-output-post-dnat { type filter hook output priority -90 ; }
-        add rule ip svcnet filter-output-post-dnat ct state new jump cluster-ips-check
+        add chain ip svcnet filter-output-post-dnat { ct state new jump cluster-ips-check ; }
         add chain ip svcnet nat-prerouting { type nat hook prerouting priority -100 ; }
-        add rule ip svcnet nat-prerouting jump services
+        add chain ip svcnet nat-prerouting { jump services ; }
         add chain ip svcnet nat-output { type nat hook output priority -100 ; }
-        add rule ip svcnet nat-output jump services
+        add chain ip svcnet nat-output { jump services ; }
         add chain ip svcnet nat-postrouting { type nat hook postrouting priority 100 ; }
-        add rule ip svcnet nat-postrouting jump masquerading
+        add chain ip svcnet nat-postrouting { jump masquerading ; }
         add chain ip svcnet endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080
         add chain ip svcnet endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080
         add chain ip svcnet service-SUSTUHLJ-default/web/tcp/http
-        add rule ip svcnet endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080 ip saddr 10.244.2.2 jump mark-for-masquerade
-        add rule ip svcnet endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080 meta l4proto tcp dnat to 10.244.2.2:8080
-        add rule ip svcnet endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080 ip saddr 10.244.1.2 jump mark-for-masquerade
-        add rule ip svcnet endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080 meta l4proto tcp dnat to 10.244.1.2:8080
-        add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-        add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 == 0 goto endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080
-        add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http goto endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080
+        add chain ip svcnet endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080 { ip saddr 10.244.2.2 jump mark-for-masquerade ; meta l4proto tcp dnat to 10.244.2.2:8080 ; }
+        add chain ip svcnet endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080 { ip saddr 10.244.1.2 jump mark-for-masquerade ; meta l4proto tcp dnat to 10.244.1.2:8080 ; }
+        add chain ip svcnet service-SUSTUHLJ-default/web/tcp/http { ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade ; numgen random mod 2 == 0 goto endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080 ; goto endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080 ; }
         add element ip svcnet cluster-ips { 10.96.0.10 }
         add element ip svcnet service-ips { 10.96.0.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http }
     "#]]
@@ -133,7 +115,7 @@ fn full_ruleset_cluster_ip() {
 
 /// The transaction text after the base objects (the per-service part).
 fn services_part(text: &str) -> String {
-    let marker = "add rule ip svcnet nat-postrouting jump masquerading\n";
+    let marker = "add chain ip svcnet nat-postrouting { jump masquerading ; }\n";
     text.split_once(marker)
         .map(|(_, rest)| rest.to_string())
         .unwrap_or_default()
@@ -189,31 +171,20 @@ fn full_ruleset_every_frontend_kind() {
         add set ip svcnet affinity-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 { type ipv4_addr ; flags dynamic,timeout ; timeout 60s ; }
         add chain ip svcnet endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353
         add chain ip svcnet service-2YY5BS5C-kube-system/dns/udp/dns
-        add rule ip svcnet endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 ip saddr 10.244.1.3 jump mark-for-masquerade
-        add rule ip svcnet endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 update @affinity-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 { ip saddr }
-        add rule ip svcnet endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 meta l4proto udp dnat to 10.244.1.3:5353
-        add rule ip svcnet service-2YY5BS5C-kube-system/dns/udp/dns ip daddr 10.96.0.10 udp dport 53 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-        add rule ip svcnet service-2YY5BS5C-kube-system/dns/udp/dns ip saddr @affinity-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 goto endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353
-        add rule ip svcnet service-2YY5BS5C-kube-system/dns/udp/dns goto endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353
+        add chain ip svcnet endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 { ip saddr 10.244.1.3 jump mark-for-masquerade ; update @affinity-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 { ip saddr } ; meta l4proto udp dnat to 10.244.1.3:5353 ; }
+        add chain ip svcnet service-2YY5BS5C-kube-system/dns/udp/dns { ip daddr 10.96.0.10 udp dport 53 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade ; ip saddr @affinity-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 goto endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 ; goto endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 ; }
         add chain ip svcnet endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443
         add chain ip svcnet endpoint-XIJUXMDY-shop/lb/tcp/https__10.244.2.5/8443
         add chain ip svcnet external-2ECW3NZX-shop/lb/tcp/https
         add chain ip svcnet firewall-2ECW3NZX-shop/lb/tcp/https
         add chain ip svcnet local-2ECW3NZX-shop/lb/tcp/https
         add chain ip svcnet service-2ECW3NZX-shop/lb/tcp/https
-        add rule ip svcnet endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443 ip saddr 10.244.1.5 jump mark-for-masquerade
-        add rule ip svcnet endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443 meta l4proto tcp dnat to 10.244.1.5:8443
-        add rule ip svcnet endpoint-XIJUXMDY-shop/lb/tcp/https__10.244.2.5/8443 ip saddr 10.244.2.5 jump mark-for-masquerade
-        add rule ip svcnet endpoint-XIJUXMDY-shop/lb/tcp/https__10.244.2.5/8443 meta l4proto tcp dnat to 10.244.2.5:8443
-        add rule ip svcnet external-2ECW3NZX-shop/lb/tcp/https ip saddr { 10.244.0.0/16 } goto service-2ECW3NZX-shop/lb/tcp/https
-        add rule ip svcnet external-2ECW3NZX-shop/lb/tcp/https fib saddr type local jump mark-for-masquerade
-        add rule ip svcnet external-2ECW3NZX-shop/lb/tcp/https fib saddr type local goto service-2ECW3NZX-shop/lb/tcp/https
-        add rule ip svcnet external-2ECW3NZX-shop/lb/tcp/https goto local-2ECW3NZX-shop/lb/tcp/https
-        add rule ip svcnet firewall-2ECW3NZX-shop/lb/tcp/https ip saddr != { 192.168.50.0/24 } drop
-        add rule ip svcnet local-2ECW3NZX-shop/lb/tcp/https goto endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443
-        add rule ip svcnet service-2ECW3NZX-shop/lb/tcp/https ip daddr 10.96.0.20 tcp dport 443 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-        add rule ip svcnet service-2ECW3NZX-shop/lb/tcp/https numgen random mod 2 == 0 goto endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443
-        add rule ip svcnet service-2ECW3NZX-shop/lb/tcp/https goto endpoint-XIJUXMDY-shop/lb/tcp/https__10.244.2.5/8443
+        add chain ip svcnet endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443 { ip saddr 10.244.1.5 jump mark-for-masquerade ; meta l4proto tcp dnat to 10.244.1.5:8443 ; }
+        add chain ip svcnet endpoint-XIJUXMDY-shop/lb/tcp/https__10.244.2.5/8443 { ip saddr 10.244.2.5 jump mark-for-masquerade ; meta l4proto tcp dnat to 10.244.2.5:8443 ; }
+        add chain ip svcnet external-2ECW3NZX-shop/lb/tcp/https { ip saddr { 10.244.0.0/16 } goto service-2ECW3NZX-shop/lb/tcp/https ; fib saddr type local jump mark-for-masquerade ; fib saddr type local goto service-2ECW3NZX-shop/lb/tcp/https ; goto local-2ECW3NZX-shop/lb/tcp/https ; }
+        add chain ip svcnet firewall-2ECW3NZX-shop/lb/tcp/https { ip saddr != { 192.168.50.0/24 } drop ; }
+        add chain ip svcnet local-2ECW3NZX-shop/lb/tcp/https { goto endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443 ; }
+        add chain ip svcnet service-2ECW3NZX-shop/lb/tcp/https { ip daddr 10.96.0.20 tcp dport 443 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade ; numgen random mod 2 == 0 goto endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443 ; goto endpoint-XIJUXMDY-shop/lb/tcp/https__10.244.2.5/8443 ; }
         add element ip svcnet cluster-ips { 10.96.0.30, 10.96.0.40, 10.96.0.10, 10.96.0.20 }
         add element ip svcnet firewall-ips { 203.0.113.7 . tcp . 443 : goto firewall-2ECW3NZX-shop/lb/tcp/https }
         add element ip svcnet no-endpoint-nodeports { tcp . 30080 : goto reject-chain }
@@ -244,12 +215,8 @@ fn partial_syncs_touch_only_what_changed() {
         expect![[r#"
             add chain ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080
             flush chain ip svcnet service-SUSTUHLJ-default/web/tcp/http
-            add rule ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080 ip saddr 10.244.3.2 jump mark-for-masquerade
-            add rule ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080 meta l4proto tcp dnat to 10.244.3.2:8080
-            add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-            add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http numgen random mod 3 == 0 goto endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080
-            add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http numgen random mod 2 == 0 goto endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080
-            add rule ip svcnet service-SUSTUHLJ-default/web/tcp/http goto endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080
+            add chain ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080 { ip saddr 10.244.3.2 jump mark-for-masquerade ; meta l4proto tcp dnat to 10.244.3.2:8080 ; }
+            add chain ip svcnet service-SUSTUHLJ-default/web/tcp/http { ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade ; numgen random mod 3 == 0 goto endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080 ; numgen random mod 2 == 0 goto endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080 ; goto endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080 ; }
         "#]],
     );
 
@@ -276,17 +243,13 @@ fn partial_syncs_touch_only_what_changed() {
         &mut r,
         &mut fake,
         expect![[r#"
-        delete element ip svcnet service-ips { 10.96.0.10 . tcp . 80 }
-        flush chain ip svcnet endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080
-        flush chain ip svcnet endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080
-        flush chain ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080
-        flush chain ip svcnet service-SUSTUHLJ-default/web/tcp/http
-        add element ip svcnet no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }
-        delete chain ip svcnet endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080
-        delete chain ip svcnet endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080
-        delete chain ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080
-        delete chain ip svcnet service-SUSTUHLJ-default/web/tcp/http
-    "#]],
+            delete element ip svcnet service-ips { 10.96.0.10 . tcp . 80 }
+            flush chain ip svcnet endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080
+            flush chain ip svcnet endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080
+            flush chain ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080
+            flush chain ip svcnet service-SUSTUHLJ-default/web/tcp/http
+            add element ip svcnet no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }
+        "#]],
     );
 
     // Services are deleted: nothing of them is left.
@@ -357,7 +320,7 @@ fn fake_rejects_dangling_references_atomically() {
     let err = fake.apply(&tx).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "op 1 (add rule ip svcnet x goto nowhere): dangling reference to chain nowhere"
+        "op 1 (add chain ip svcnet x { goto nowhere ; }): dangling reference to chain nowhere"
     );
     assert_eq!(
         fake.dump(),
@@ -386,13 +349,12 @@ fn ipv6_renders_in_its_own_table() {
     let mut fake = FakeNft::new();
     fake.apply(&plan.tx).unwrap();
     let text = plan.tx.to_string();
-    let marker = "add rule ip6 svcnet nat-postrouting jump masquerading\n";
+    let marker = "add chain ip6 svcnet nat-postrouting { jump masquerading ; }\n";
     expect![[r#"
         add chain ip6 svcnet endpoint-77OXVDJC-default/v6/tcp/__fd00.244.1..2/8080
         add chain ip6 svcnet service-KYX2TYW5-default/v6/tcp/
-        add rule ip6 svcnet endpoint-77OXVDJC-default/v6/tcp/__fd00.244.1..2/8080 ip6 saddr fd00:244:1::2 jump mark-for-masquerade
-        add rule ip6 svcnet endpoint-77OXVDJC-default/v6/tcp/__fd00.244.1..2/8080 meta l4proto tcp dnat to [fd00:244:1::2]:8080
-        add rule ip6 svcnet service-KYX2TYW5-default/v6/tcp/ goto endpoint-77OXVDJC-default/v6/tcp/__fd00.244.1..2/8080
+        add chain ip6 svcnet endpoint-77OXVDJC-default/v6/tcp/__fd00.244.1..2/8080 { ip6 saddr fd00:244:1::2 jump mark-for-masquerade ; meta l4proto tcp dnat to [fd00:244:1::2]:8080 ; }
+        add chain ip6 svcnet service-KYX2TYW5-default/v6/tcp/ { goto endpoint-77OXVDJC-default/v6/tcp/__fd00.244.1..2/8080 ; }
         add element ip6 svcnet cluster-ips { fd00:10:96::10 }
         add element ip6 svcnet service-ips { fd00:10:96::10 . tcp . 80 : goto service-KYX2TYW5-default/v6/tcp/ }
     "#]].assert_eq(text.split_once(marker).unwrap().1);
