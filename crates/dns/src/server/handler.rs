@@ -141,7 +141,7 @@ impl RequestHandler for Handler {
     }
 }
 
-fn response_metadata(request: &MessageRequest, reply: &Reply) -> Metadata {
+pub(crate) fn response_metadata(request: &MessageRequest, reply: &Reply) -> Metadata {
     let mut metadata = Metadata::response_from_request(&request.metadata);
     metadata.response_code = reply.rcode;
     metadata.authoritative = reply.authoritative;

@@ -5,6 +5,7 @@ mod cache;
 #[cfg(test)]
 mod cache_tests;
 mod forward;
+mod fuzzing;
 mod handler;
 mod udp;
 mod wire;
@@ -18,6 +19,7 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinSet;
 
 pub use forward::{ForwardError, Forwarder, Upstream, parse_resolv_conf};
+pub use fuzzing::PacketPath;
 pub use handler::{Handler, ZoneHandle};
 
 use crate::zone::ZoneConfig;
