@@ -14,6 +14,7 @@
 //! Hooks and priorities are documented in README.md as a contract for other software.
 
 pub mod apply;
+mod choice;
 pub mod conntrack;
 pub mod fake;
 pub mod names;

@@ -15,11 +15,12 @@
 //!
 //! `nft` runs as `/usr/bin/time -f %M -o <file> ip netns exec <ns> nft -f -` (rusage of the
 //! child). Each table is deleted (untimed) after its measurement. Reported: medians, and A/B.
-//! S2 (after the 2-endpoint rows): one service's endpoint replaced, as partial syncs through
-//! `NftExecutor::apply`, 20 times; p50/p99.
+//! S2 (after the 2-endpoint rows; `--s2-only` skips S1): one service's endpoint replaced, then
+//! one service added, as partial syncs through `NftExecutor::apply`, 20 times each; p50/p99,
+//! the deferred deletions as one batch, and the kernel's floor (one chain with a jump).
 //!
 //! Usage (root): `cargo run --release -p svcnet-nft --example sync_bench -- [N …] [--quick]
-//! [--rounds R] [--endpoints 2,10] [--dump]`. Default N = 1000 10000 30000 (`--quick`: 1000
+//! [--rounds R] [--endpoints 2,10] [--dump] [--s2-only]`. Default N = 1000 10000 30000 (`--quick`: 1000
 //! 10000); default rounds 3 below 30k, 2 at 30k and above. `--dump` prints both rulesets for 2
 //! services × 2 endpoints and exits.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark binary, not library code
@@ -310,14 +311,26 @@ impl Row {
     }
 }
 
-/// S2: one service's endpoint replaced, as partial syncs through the library's apply path.
+/// S2: one-service changes as partial syncs through the library's apply path, 20 of each:
+/// one endpoint of an existing service replaced, then a new service (2 endpoints) added.
+/// Then the deferred deletions those changes left, as one batch, and the floor: `nft -f` of a
+/// one-rule chain with a jump, which costs the kernel a validation of the whole table.
 fn s2(ns: &str, st: &mut ProxyState, n: usize, eps: usize) {
     let exec = NftExecutor::new(Some(ns.to_string()));
     let mut r = Renderer::new(Family::Ip);
     let plan = r.plan_full(&st.desired(IpFamily::V4), FullMode::Recreate);
     exec.apply(&plan.tx).unwrap();
     r.commit(plan);
-    let mut times = Vec::new();
+    let sync = |st: &mut ProxyState, r: &mut Renderer| {
+        let t = Instant::now();
+        let changes = st.take_changes();
+        let d = st.desired_for(IpFamily::V4, changes.services.keys());
+        let plan = r.plan_partial(&st.node_state(IpFamily::V4), &d).unwrap();
+        exec.apply(&plan.tx).unwrap();
+        r.commit(plan);
+        t.elapsed()
+    };
+    let (mut replace, mut add) = (Vec::new(), Vec::new());
     for round in 0..20 {
         let i = (round * 7919) % n;
         let name = format!("svc{i}");
@@ -328,18 +341,48 @@ fn s2(ns: &str, st: &mut ProxyState, n: usize, eps: usize) {
             }
             b.endpoint(&format!("10.250.{}.{}", round, i & 255), "n2", |_| {});
         }));
+        replace.push(sync(st, &mut r));
+    }
+    for round in 0..20 {
+        let name = format!("new{round}");
+        st.update_service(&service(NAMESPACE, &name, |b| {
+            b.cluster_ip(&[&format!("10.111.0.{}", round + 1)])
+                .port("http", "TCP", 80);
+        }))
+        .unwrap();
+        st.update_slice(&slice(NAMESPACE, &format!("{name}-1"), &name, |b| {
+            b.port("http", "TCP", 8080)
+                .endpoint(&format!("10.251.0.{}", round + 1), "n1", |_| {})
+                .endpoint(&format!("10.251.1.{}", round + 1), "n2", |_| {});
+        }));
+        add.push(sync(st, &mut r));
+    }
+    let garbage = r.garbage_len();
+    let t = Instant::now();
+    if let Some(gc) = r.plan_gc() {
+        exec.apply(&gc.tx).unwrap();
+        r.commit(gc);
+    }
+    let gc = t.elapsed();
+    let mut floor = Vec::new();
+    for k in 0..5 {
+        let mut tx = svcnet_nft::Transaction::new(Family::Ip, svcnet_nft::names::TABLE);
+        tx.push(svcnet_nft::Op::AddRule {
+            chain: format!("floor{k}"),
+            rule: "jump mark-for-masquerade".into(),
+        });
         let t = Instant::now();
-        let changes = st.take_changes();
-        let d = st.desired_for(IpFamily::V4, changes.services.keys());
-        let plan = r.plan_partial(&st.node_state(IpFamily::V4), &d).unwrap();
-        exec.apply(&plan.tx).unwrap();
-        r.commit(plan);
-        times.push(t.elapsed());
+        exec.apply(&tx).unwrap();
+        floor.push(t.elapsed());
     }
     println!(
-        "S2 N={n} endpoints={eps} subject=svcnet-nft change=endpoint-replace p50_ms={:.1} p99_ms={:.1}",
-        ms(pct(&mut times, 0.5)),
-        ms(pct(&mut times, 0.99))
+        "S2 N={n} endpoints={eps} subject=svcnet-nft endpoint_replace_p50_ms={:.1} endpoint_replace_p99_ms={:.1} add_service_p50_ms={:.1} add_service_p99_ms={:.1} deferred_deletions={garbage} gc_ms={:.1} kernel_floor_p50_ms={:.1}",
+        ms(pct(&mut replace, 0.5)),
+        ms(pct(&mut replace, 0.99)),
+        ms(pct(&mut add, 0.5)),
+        ms(pct(&mut add, 0.99)),
+        ms(gc),
+        ms(pct(&mut floor, 0.5)),
     );
     exec.delete_table(Family::Ip, svcnet_nft::names::TABLE)
         .unwrap();
@@ -353,6 +396,7 @@ struct Opts {
     row_budget: Duration,
     cap: Duration,
     dump: bool,
+    s2_only: bool,
 }
 
 fn opts() -> Opts {
@@ -364,6 +408,7 @@ fn opts() -> Opts {
         row_budget: Duration::from_secs(60),
         cap: Duration::from_secs(120),
         dump: false,
+        s2_only: false,
     };
     let mut quick = false;
     let mut args = std::env::args().skip(1);
@@ -376,6 +421,7 @@ fn opts() -> Opts {
         match a.as_str() {
             "--quick" => quick = true,
             "--dump" => o.dump = true,
+            "--s2-only" => o.s2_only = true,
             "--rounds" => o.rounds = num(&mut args, "--rounds") as usize,
             "--row-budget" => o.row_budget = Duration::from_secs(num(&mut args, "--row-budget")),
             "--cap" => o.cap = Duration::from_secs(num(&mut args, "--cap")),
@@ -426,6 +472,10 @@ fn main() {
             }
             let ns = NetNs::create(&unique_name("s1b")).expect("needs root");
             let mut st = state(n, eps);
+            if o.s2_only {
+                s2(ns.name(), &mut st, n, eps);
+                continue;
+            }
             let t = Instant::now();
             let kp = kube_proxy::ruleset(&kp_services(n, eps), CLUSTER_CIDR, SERVICE_CIDR);
             let kp_gen = t.elapsed();
