@@ -66,6 +66,7 @@ fn wait_listening(ns: &NetNs, addr: SocketAddr) {
     panic!("{addr} is not listening");
 }
 
+/// One round's figures for one subject (`None`: not measured for this subject).
 #[derive(Default, Clone)]
 struct Sample {
     ka_rps: f64,
@@ -73,6 +74,121 @@ struct Sample {
     p50_us: f64,
     p99_us: f64,
     gbps: Option<f64>,
+    /// CPU seconds of the proxy's own processes per GB relayed (iperf3 run).
+    cpu_s_per_gb: Option<f64>,
+    /// CPU seconds of the whole machine (all processes, softirq included) per GB.
+    machine_cpu_s_per_gb: Option<f64>,
+    udp_rps: Option<f64>,
+    udp_p50_us: Option<f64>,
+    udp_p99_us: Option<f64>,
+    /// Proxy CPU µs per keep-alive request and per new connection (diagnostics: less
+    /// sensitive to the machine's other load than the rates).
+    cpu_us_per_req: Option<f64>,
+    cpu_us_per_conn: Option<f64>,
+}
+
+/// User + system CPU seconds of processes (all their threads).
+fn proc_cpu(pids: &[u32]) -> f64 {
+    let tick = 100.0; // USER_HZ on Linux
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+        .map(|stat| {
+            // Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let t = |i: usize| {
+                f.get(i - 3)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            (t(14) + t(15)) / tick
+        })
+        .sum()
+}
+
+/// Busy CPU seconds of the whole machine so far (every CPU, minus idle and iowait).
+fn machine_busy() -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let f: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let total: f64 = f.iter().take(8).sum();
+    (total - f.get(3).unwrap_or(&0.0) - f.get(4).unwrap_or(&0.0)) / 100.0
+}
+
+/// Child processes of `pid` (nginx's workers).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = s.rsplit_once(')')?.1.to_string();
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(pid)
+        })
+        .collect()
+}
+
+/// A UDP request/response loop: `clients` threads in `ns`, each with its own socket (one flow
+/// each), send a 32-byte datagram and wait for the answer, for `secs`. Returns requests/s and
+/// p50/p99 round-trip µs; a reply missing after 200 ms counts as lost (not as a latency).
+fn udp_loop(ns: &NetNs, addr: SocketAddr, clients: usize, secs: u64) -> (f64, f64, f64) {
+    let (mut lat, lost) = ns
+        .run(move || {
+            std::thread::scope(|sc| {
+                let threads: Vec<_> = (0..clients)
+                    .map(|_| {
+                        sc.spawn(move || {
+                            let s = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+                            s.connect(addr).unwrap();
+                            s.set_read_timeout(Some(Duration::from_millis(200)))
+                                .unwrap();
+                            let (mut lat, mut lost) = (Vec::new(), 0u32);
+                            let mut buf = [0u8; 512];
+                            let end = Instant::now() + Duration::from_secs(secs);
+                            while Instant::now() < end && lost < 50 {
+                                let t = Instant::now();
+                                if s.send(&[b'q'; 32]).is_err() {
+                                    lost += 1;
+                                    continue;
+                                }
+                                match s.recv(&mut buf) {
+                                    Ok(_) => lat.push(t.elapsed().as_secs_f64() * 1e6),
+                                    Err(_) => lost += 1,
+                                }
+                            }
+                            (lat, lost)
+                        })
+                    })
+                    .collect();
+                threads.into_iter().fold((Vec::new(), 0), |(mut v, l), t| {
+                    let (lat, lost) = t.join().unwrap();
+                    v.extend(lat);
+                    (v, l + lost)
+                })
+            })
+        })
+        .unwrap();
+    if lost > 0 {
+        eprintln!("udp {addr}: {lost} requests lost");
+    }
+    lat.sort_by(|a, b| a.total_cmp(b));
+    let k = lat.len().max(1);
+    (
+        lat.len() as f64 / secs as f64,
+        lat.get(k / 2).copied().unwrap_or(f64::NAN),
+        lat.get(k * 99 / 100).copied().unwrap_or(f64::NAN),
+    )
 }
 
 fn wrk(ns: &str, url: &str, conns: u32, secs: u64, close: bool) -> f64 {
@@ -147,6 +263,9 @@ fn probe(ns: &NetNs, addr: SocketAddr, n: usize) -> (f64, f64) {
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
@@ -234,6 +353,7 @@ fn main() {
             "iperf3 server",
         )
     });
+    let _udp_server = svcnet_netns::test_support::serve_udp(&lab.pod(1).ns, 5353, "u").unwrap();
     wait_listening(&lab.pod(0).ns, SocketAddr::new(backend, 8080));
 
     // Peers in the node namespace.
@@ -255,7 +375,8 @@ fn main() {
              worker_processes 2; daemon off; pid {d}/stream.pid; error_log {d}/stream.err;\n\
              events {{ worker_connections 8000; }}\n\
              stream {{ server {{ listen 9002 backlog=4096; proxy_pass {backend}:8080; }}\n\
-             server {{ listen 9202; proxy_pass {backend}:5201; }} }}\n"
+             server {{ listen 9202; proxy_pass {backend}:5201; }}\n\
+             server {{ listen 9053 udp; proxy_pass {backend}:5353; proxy_responses 1; }} }}\n"
         ),
     );
     let _nginx = spawn(
@@ -270,7 +391,8 @@ fn main() {
             service("default", "bench", |s| {
                 s.cluster_ip(&[ip])
                     .port("http", "TCP", 80)
-                    .port("bulk", "TCP", 5201);
+                    .port("bulk", "TCP", 5201)
+                    .port("dns", "UDP", 53);
             }),
             [
                 slice("default", "bench-http", "bench", |s| {
@@ -279,6 +401,10 @@ fn main() {
                 }),
                 slice("default", "bench-bulk", "bench", |s| {
                     s.port("bulk", "TCP", 5201)
+                        .endpoint(&backend.to_string(), "n1", |_| {});
+                }),
+                slice("default", "bench-dns", "bench", |s| {
+                    s.port("dns", "UDP", 5353)
                         .endpoint(&backend.to_string(), "n1", |_| {});
                 }),
             ],
@@ -305,6 +431,7 @@ fn main() {
         .unwrap();
     let mut cfg = Config::new(Mode::Privileged);
     cfg.netns = Some(node.clone());
+    cfg.splice = env("S5_SPLICE", 1) != 0;
     let proxy = rt.block_on(async { UserspaceProxy::new(cfg) }).unwrap();
     let us = state("172.30.0.10");
     rt.block_on(proxy.sync(&[us.desired(IpFamily::V4)]))
@@ -317,91 +444,263 @@ fn main() {
     );
     nft.apply(&plan.tx).unwrap();
 
-    let subjects: Vec<(&str, IpAddr, u16, u16)> = vec![
-        ("direct", backend, 8080, 5201),
-        ("svcnet-userspace", "172.30.0.10".parse().unwrap(), 80, 5201),
-        ("haproxy-tcp", gateway, 9001, 9201),
-        ("nginx-stream", gateway, 9002, 9202),
-        ("svcnet-nftables", "10.96.0.30".parse().unwrap(), 80, 5201),
+    let me = std::process::id();
+    let nginx_pids = {
+        let mut v = vec![_nginx.0.id()];
+        v.extend(children(_nginx.0.id()));
+        v
+    };
+    let user: IpAddr = "172.30.0.10".parse().unwrap();
+    let kernel: IpAddr = "10.96.0.30".parse().unwrap();
+    // name, address, HTTP port, bulk port, UDP port (HAProxy has no UDP proxying), the
+    // proxy's own processes (none for the kernel paths).
+    type Subject = (&'static str, IpAddr, u16, u16, Option<u16>, Vec<u32>);
+    let subjects: Vec<Subject> = vec![
+        ("direct", backend, 8080, 5201, Some(5353), vec![]),
+        ("svcnet-userspace", user, 80, 5201, Some(53), vec![me]),
+        (
+            "haproxy-tcp",
+            gateway,
+            9001,
+            9201,
+            None,
+            vec![_haproxy.0.id()],
+        ),
+        ("nginx-stream", gateway, 9002, 9202, Some(9053), nginx_pids),
+        ("svcnet-nftables", kernel, 80, 5201, Some(53), vec![]),
     ];
-    for (_, ip, port, _) in &subjects {
+    // Filters for quicker A/B runs: S5_SUBJECTS=svcnet-userspace,haproxy-tcp (direct always
+    // runs: every ratio needs it), S5_METRICS=ka,nc,lat,bulk,udp.
+    let list = |k: &str| {
+        std::env::var(k)
+            .ok()
+            .map(|v| v.split(',').map(str::to_string).collect::<Vec<_>>())
+    };
+    let (only_subjects, only_metrics) = (list("S5_SUBJECTS"), list("S5_METRICS"));
+    let subjects: Vec<Subject> = subjects
+        .into_iter()
+        .filter(|s| {
+            s.0 == "direct"
+                || only_subjects
+                    .as_ref()
+                    .is_none_or(|o| o.iter().any(|n| n == s.0))
+        })
+        .collect();
+    let run = |m: &str| {
+        only_metrics
+            .as_ref()
+            .is_none_or(|o| o.iter().any(|n| n == m))
+    };
+    for (_, ip, port, ..) in &subjects {
         wait_listening(&lab.pod(0).ns, SocketAddr::new(*ip, *port));
     }
     let mut samples: BTreeMap<&str, Vec<Sample>> = BTreeMap::new();
     let started = Instant::now();
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let mut loads = vec![load()];
     for round in 0..rounds {
-        for (name, ip, port, bulk) in &subjects {
+        // Rotate the order each round so no subject always runs first (or after a given one).
+        let mut order: Vec<&Subject> = subjects.iter().collect();
+        order.rotate_left(round % subjects.len());
+        let mut cur: BTreeMap<&str, Sample> = BTreeMap::new();
+        // One metric for every subject, then the next: subjects of a metric run seconds apart.
+        for (name, ip, port, _, _, pids) in order.iter().filter(|_| run("ka")) {
             let url = format!("http://{}/", SocketAddr::new(*ip, *port));
-            let ka_rps = wrk(&client, &url, 32, secs, false);
-            let nc_rps = wrk(&client, &url, 8, secs, true);
-            let (p50_us, p99_us) = probe(&lab.pod(0).ns, SocketAddr::new(*ip, *port), 400);
-            let gbps = have_iperf
-                .then(|| iperf(&client, *ip, *bulk, secs))
-                .flatten();
+            let cpu0 = proc_cpu(pids);
+            let rps = wrk(&client, &url, 32, secs, false);
+            let c = cur.entry(name).or_default();
+            c.ka_rps = rps;
+            c.cpu_us_per_req =
+                (!pids.is_empty()).then(|| (proc_cpu(pids) - cpu0) * 1e6 / (rps * secs as f64));
+        }
+        for (name, ip, port, _, _, pids) in order.iter().filter(|_| run("nc")) {
+            let url = format!("http://{}/", SocketAddr::new(*ip, *port));
+            let cpu0 = proc_cpu(pids);
+            let rps = wrk(&client, &url, 8, secs, true);
+            let c = cur.entry(name).or_default();
+            c.nc_rps = rps;
+            c.cpu_us_per_conn =
+                (!pids.is_empty()).then(|| (proc_cpu(pids) - cpu0) * 1e6 / (rps * secs as f64));
+        }
+        for (name, ip, port, ..) in order.iter().filter(|_| run("lat")) {
+            let (p50, p99) = probe(&lab.pod(0).ns, SocketAddr::new(*ip, *port), 400);
+            let c = cur.entry(name).or_default();
+            (c.p50_us, c.p99_us) = (p50, p99);
+        }
+        if have_iperf && run("bulk") {
+            for (name, ip, _, bulk, _, pids) in &order {
+                let (cpu0, busy0) = (proc_cpu(pids), machine_busy());
+                let g = iperf(&client, *ip, *bulk, secs);
+                let (cpu, busy) = (proc_cpu(pids) - cpu0, machine_busy() - busy0);
+                let c = cur.entry(name).or_default();
+                c.gbps = g;
+                if let Some(g) = g {
+                    let gb = g * secs as f64 / 8.0;
+                    c.cpu_s_per_gb = (!pids.is_empty()).then_some(cpu / gb);
+                    c.machine_cpu_s_per_gb = Some(busy / gb);
+                }
+            }
+        }
+        for (name, ip, _, _, udp, _) in order.iter().filter(|_| run("udp")) {
+            if let Some(u) = udp {
+                let (rps, p50, p99) = udp_loop(&lab.pod(0).ns, SocketAddr::new(*ip, *u), 4, secs);
+                let c = cur.entry(name).or_default();
+                (c.udp_rps, c.udp_p50_us, c.udp_p99_us) = (Some(rps), Some(p50), Some(p99));
+            }
+        }
+        loads.push(load());
+        for (name, ..) in &subjects {
+            let c = cur.remove(name).unwrap_or_default();
+            let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
             eprintln!(
-                "round {round} {name}: ka {ka_rps:.0}/s new-conn {nc_rps:.0}/s p50 {p50_us:.0}us p99 {p99_us:.0}us {gbps:?} Gbit/s"
+                "round {round} {name}: ka {:.0}/s ({} cpu us/req) new-conn {:.0}/s ({} cpu us/conn) p50 {:.0}us p99 {:.0}us {} Gbit/s cpu {} s/GB (machine {}) udp {}/s p50 {}us p99 {}us",
+                c.ka_rps,
+                f(c.cpu_us_per_req, 1),
+                c.nc_rps,
+                f(c.cpu_us_per_conn, 1),
+                c.p50_us,
+                c.p99_us,
+                f(c.gbps, 2),
+                f(c.cpu_s_per_gb, 3),
+                f(c.machine_cpu_s_per_gb, 3),
+                f(c.udp_rps, 0),
+                f(c.udp_p50_us, 0),
+                f(c.udp_p99_us, 0),
             );
-            samples.entry(name).or_default().push(Sample {
-                ka_rps,
-                nc_rps,
-                p50_us,
-                p99_us,
-                gbps,
-            });
+            samples.entry(name).or_default().push(c);
         }
     }
+    let opt_median = |v: Vec<Option<f64>>| v.into_iter().collect::<Option<Vec<f64>>>().map(median);
     let med = |name: &str| {
-        let v = &samples[name];
+        let v = samples.get(name).cloned().unwrap_or_default();
         Sample {
             ka_rps: median(v.iter().map(|s| s.ka_rps).collect()),
             nc_rps: median(v.iter().map(|s| s.nc_rps).collect()),
             p50_us: median(v.iter().map(|s| s.p50_us).collect()),
             p99_us: median(v.iter().map(|s| s.p99_us).collect()),
-            gbps: v
-                .iter()
-                .map(|s| s.gbps)
-                .collect::<Option<Vec<f64>>>()
-                .map(median),
+            gbps: opt_median(v.iter().map(|s| s.gbps).collect()),
+            cpu_s_per_gb: opt_median(v.iter().map(|s| s.cpu_s_per_gb).collect()),
+            machine_cpu_s_per_gb: opt_median(v.iter().map(|s| s.machine_cpu_s_per_gb).collect()),
+            udp_rps: opt_median(v.iter().map(|s| s.udp_rps).collect()),
+            udp_p50_us: opt_median(v.iter().map(|s| s.udp_p50_us).collect()),
+            udp_p99_us: opt_median(v.iter().map(|s| s.udp_p99_us).collect()),
+            cpu_us_per_req: opt_median(v.iter().map(|s| s.cpu_us_per_req).collect()),
+            cpu_us_per_conn: opt_median(v.iter().map(|s| s.cpu_us_per_conn).collect()),
         }
     };
     let direct = med("direct");
-    let peer_best = |f: &dyn Fn(&Sample) -> f64| {
-        ["haproxy-tcp", "nginx-stream"]
-            .iter()
-            .map(|n| f(&med(n)))
-            .fold(f64::MIN, f64::max)
-    };
-    let (best_ka, best_nc) = (peer_best(&|s| s.ka_rps), peer_best(&|s| s.nc_rps));
-    let best_gbps = peer_best(&|s| s.gbps.unwrap_or(0.0));
     println!(
-        "S5 rounds={rounds} secs={secs} backend=nginx(1 worker) wrk -t1 (keep-alive -c32, new-conn -c8) probe=400 sequential connect+GET; medians; took {:.0}s",
-        started.elapsed().as_secs_f64()
+        "S5 rounds={rounds} secs={secs} splice={} backend=nginx(1 worker) wrk -t1 (keep-alive -c32, new-conn -c8) probe=400 sequential connect+GET iperf3 1 stream udp=4 clients request/response; medians; took {:.0}s; loadavg per round: {}",
+        env("S5_SPLICE", 1) != 0,
+        started.elapsed().as_secs_f64(),
+        loads
+            .iter()
+            .map(|l| l.split_whitespace().next().unwrap_or("?"))
+            .collect::<Vec<_>>()
+            .join(" ")
     );
+    let opt = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
     for (name, ..) in &subjects {
         let s = med(name);
-        let gb = s
-            .gbps
-            .map(|g| {
-                format!(
-                    " gbps={g:.2} gbps_ratio_direct={:.2} gbps_ratio_best_peer={:.2}",
-                    g / direct.gbps.unwrap_or(f64::NAN),
-                    g / best_gbps
-                )
-            })
-            .unwrap_or_default();
         println!(
-            "S5 subject={name} ka_rps={:.0} ka_ratio_direct={:.2} ka_ratio_best_peer={:.2} newconn_rps={:.0} newconn_ratio_direct={:.2} newconn_ratio_best_peer={:.2} p50_us={:.0} p99_us={:.0} added_p50_us={:.0} added_p99_us={:.0}{gb}",
+            "S5 subject={name} ka_rps={:.0} newconn_rps={:.0} p50_us={:.0} p99_us={:.0} added_p50_us={:.0} added_p99_us={:.0} gbps={} cpu_s_per_gb={} machine_cpu_s_per_gb={} udp_rps={} udp_p50_us={} udp_p99_us={} added_udp_p50_us={} cpu_us_per_req={} cpu_us_per_conn={}",
             s.ka_rps,
-            s.ka_rps / direct.ka_rps,
-            s.ka_rps / best_ka,
             s.nc_rps,
-            s.nc_rps / direct.nc_rps,
-            s.nc_rps / best_nc,
             s.p50_us,
             s.p99_us,
             s.p50_us - direct.p50_us,
             s.p99_us - direct.p99_us,
+            opt(s.gbps, 2),
+            opt(s.cpu_s_per_gb, 3),
+            opt(s.machine_cpu_s_per_gb, 3),
+            opt(s.udp_rps, 0),
+            opt(s.udp_p50_us, 0),
+            opt(s.udp_p99_us, 0),
+            opt(s.udp_p50_us.zip(direct.udp_p50_us).map(|(a, b)| a - b), 0),
+            opt(s.cpu_us_per_req, 1),
+            opt(s.cpu_us_per_conn, 1),
         );
+    }
+    // The goals: userspace against the best peer on every metric (≥ 1.0 is met; for latencies
+    // and costs the ratio is best peer / ours, so ≥ 1.0 always means "at least as good"), and
+    // the kernel path against direct.
+    let ours = med("svcnet-userspace");
+    let peers = [
+        ("haproxy-tcp", med("haproxy-tcp")),
+        ("nginx-stream", med("nginx-stream")),
+    ];
+    type Metric = (&'static str, fn(&Sample, &Sample) -> Option<f64>, bool);
+    let metrics: [Metric; 9] = [
+        ("keepalive_rps", |s, _| Some(s.ka_rps), true),
+        ("newconn_rps", |s, _| Some(s.nc_rps), true),
+        ("p50_us", |s, _| Some(s.p50_us), false),
+        ("p99_us", |s, _| Some(s.p99_us), false),
+        ("gbps", |s, _| s.gbps, true),
+        ("cpu_s_per_gb", |s, _| s.cpu_s_per_gb, false),
+        ("udp_rps", |s, _| s.udp_rps, true),
+        (
+            "added_udp_p50_us",
+            |s, d| Some(s.udp_p50_us? - d.udp_p50_us?),
+            false,
+        ),
+        (
+            "added_udp_p99_us",
+            |s, d| Some(s.udp_p99_us? - d.udp_p99_us?),
+            false,
+        ),
+    ];
+    for (metric, get, higher_better) in metrics {
+        let Some(us) = get(&ours, &direct) else {
+            continue;
+        };
+        let best = peers
+            .iter()
+            .filter_map(|(n, p)| get(p, &direct).filter(|v| *v > 0.0).map(|v| (*n, v)))
+            .reduce(|a, b| {
+                let better = if higher_better { b.1 > a.1 } else { b.1 < a.1 };
+                if better { b } else { a }
+            });
+        let Some((peer, best)) = best else { continue };
+        // Latencies are compared as totals: the direct path's latency is the same offset in
+        // both, so "ours adds no more than the peer" is "ours ≤ the peer's total".
+        let ratio = if higher_better { us / best } else { best / us };
+        // Paired per round: ours against the best peer of the same round, which cancels much
+        // of the machine's drifting load. Median and range over rounds.
+        let empty = Vec::new();
+        let rows = |n: &str| samples.get(n).unwrap_or(&empty);
+        let mut paired: Vec<f64> = (0..rounds)
+            .filter_map(|r| {
+                let d = rows("direct").get(r)?;
+                let u = get(rows("svcnet-userspace").get(r)?, d).filter(|v| *v > 0.0)?;
+                let b = ["haproxy-tcp", "nginx-stream"]
+                    .iter()
+                    .filter_map(|n| get(rows(n).get(r)?, d).filter(|v| *v > 0.0))
+                    .reduce(|a, b| if higher_better { a.max(b) } else { a.min(b) })?;
+                Some(if higher_better { u / b } else { b / u })
+            })
+            .collect();
+        paired.sort_by(|a, b| a.total_cmp(b));
+        let range = match (paired.first(), paired.last()) {
+            (Some(lo), Some(hi)) => format!("{lo:.2}..{hi:.2}"),
+            _ => "-".into(),
+        };
+        println!(
+            "S5 goal userspace metric={metric} ours={us:.3} best_peer={peer} best_peer_value={best:.3} ratio={ratio:.2} paired_ratio_median={:.2} paired_range={range} met={}",
+            median(paired.clone()),
+            if ratio >= 1.0 { "yes" } else { "no" }
+        );
+    }
+    let kpath = med("svcnet-nftables");
+    for (metric, get, _) in [metrics[0], metrics[1], metrics[4], metrics[6]] {
+        if let (Some(k), Some(d)) = (get(&kpath, &direct), get(&direct, &direct))
+            && k.is_finite()
+        {
+            println!(
+                "S5 goal nftables metric={metric} ours={k:.3} direct={d:.3} ratio={:.2} met={}",
+                k / d,
+                if k / d >= 0.95 { "yes" } else { "no" }
+            );
+        }
     }
     let m = proxy.metrics();
     println!(

@@ -14,8 +14,9 @@
 //!
 //! Code map: [`table`] (pure: desired state → routes and listeners), [`rules`] (pure: the
 //! nftables transaction), [`state`] (lock-free counters, the route table, metrics), [`socket`]
-//! (namespace-aware sockets), `tcp`/`udp` (data paths; `relay` splices TCP through pipes), `workers` (one event loop per core
-//! with `SO_REUSEPORT` listeners), [`proxy`] (sync, drain, metrics).
+//! (namespace-aware sockets), `tcp`/`udp` (data paths; `relay` copies small messages and
+//! splices bulk streams), `workers` (one event loop per core, all accepting from each route's
+//! listener), [`proxy`] (sync, drain, metrics).
 //! This crate reads only the core's desired state, never API objects.
 
 pub mod error;

@@ -1,7 +1,9 @@
 //! Sockets in the right network namespace. A socket keeps the namespace it was created in for
 //! its whole life, whichever thread later uses it, so listeners and upstream sockets are
 //! created on a thread that entered the node's namespace (through svcnet-netns) and are then
-//! handed to tokio; tokio's own worker threads never switch namespaces.
+//! handed to tokio; tokio's own worker threads never switch namespaces. The data path's
+//! worker threads (ours, not tokio's) enter the namespace once at start ([`enter`]), so
+//! upstream sockets are made right where they are used.
 
 use std::io;
 use std::net::SocketAddr;
@@ -16,6 +18,24 @@ use tokio::sync::oneshot;
 use crate::error::UserspaceError;
 
 type Request = (Domain, Type, oneshot::Sender<io::Result<Socket>>);
+
+thread_local! {
+    /// Set on a thread that entered the factory's namespace for good (a data-path worker).
+    static IN_NETNS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Moves the calling thread into `ns` for the rest of its life; sockets it makes are born there.
+pub(crate) fn enter(ns: &NetNs) -> io::Result<()> {
+    let file =
+        std::fs::File::open(std::path::Path::new(svcnet_netns::NETNS_RUN_DIR).join(ns.name()))?;
+    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)?;
+    IN_NETNS.set(true);
+    Ok(())
+}
+
+fn here() -> bool {
+    IN_NETNS.get()
+}
 
 /// Unconnected TCP sockets made ahead of time inside the namespace, so that opening an
 /// upstream connection does not wait for a round trip to the helper thread.
@@ -114,7 +134,7 @@ impl SocketFactory {
     }
 
     async fn socket(&self, domain: Domain, ty: Type) -> io::Result<Socket> {
-        let Some(helper) = &self.helper else {
+        let Some(helper) = self.helper.as_ref().filter(|_| !here()) else {
             return Socket::new(domain, ty, None);
         };
         if ty == Type::STREAM
@@ -135,21 +155,27 @@ impl SocketFactory {
         rx.await.map_err(|_| gone())?
     }
 
-    /// Connects to an endpoint within `timeout`.
+    /// Connects to an endpoint within `timeout`, with `TCP_NODELAY` (set before connecting).
     pub async fn connect_tcp(&self, addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
         let connect = async {
-            if self.helper.is_none() {
-                return TcpStream::connect(addr).await;
-            }
-            let s = self.socket(Domain::for_address(addr), Type::STREAM).await?;
-            s.set_nonblocking(true)?;
-            TcpSocket::from_std_stream(s.into()).connect(addr).await
+            let s = if self.helper.is_none() || here() {
+                // Non-blocking from birth (SOCK_NONBLOCK): no fcntl on this path.
+                if addr.is_ipv4() {
+                    TcpSocket::new_v4()?
+                } else {
+                    TcpSocket::new_v6()?
+                }
+            } else {
+                let s = self.socket(Domain::for_address(addr), Type::STREAM).await?;
+                s.set_nonblocking(true)?;
+                TcpSocket::from_std_stream(s.into())
+            };
+            s.set_nodelay(true)?;
+            s.connect(addr).await
         };
-        let stream = tokio::time::timeout(timeout, connect)
+        tokio::time::timeout(timeout, connect)
             .await
-            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
-        stream.set_nodelay(true)?;
-        Ok(stream)
+            .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))?
     }
 
     /// A UDP socket connected to an endpoint (one per client flow).
@@ -175,7 +201,8 @@ impl SocketFactory {
     }
 
     /// Binds `count` TCP listeners on one address with `SO_REUSEPORT` (inside the namespace),
-    /// so each worker accepts its own share; port 0 picks one port for all of them.
+    /// so each worker accepts its own share; port 0 picks one port for all of them. Accepted
+    /// connections inherit the listener's `TCP_NODELAY` (Linux), so it is set once here.
     pub fn listen_tcp(
         &self,
         addr: SocketAddr,
@@ -195,6 +222,7 @@ impl SocketFactory {
                 }
                 s.set_reuse_address(true)?;
                 s.set_reuse_port(true)?;
+                s.set_tcp_nodelay(true)?;
                 s.bind(&at.into())?;
                 s.listen(1024)?;
                 s.set_nonblocking(true)?;

@@ -142,6 +142,8 @@ impl Drop for Active {
 }
 
 async fn handle(shared: Arc<Shared>, key: RouteKey, mut client: TcpStream, peer: SocketAddr) {
+    // TCP_NODELAY: inherited from the listener on Linux; set where it is not.
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
     let _ = client.set_nodelay(true);
     let Some(route) = shared.table.load().routes.get(&key).cloned() else {
         reset(client);

@@ -1,6 +1,9 @@
-//! The data path's threads: one single-threaded tokio runtime per worker, each with its own
-//! `SO_REUSEPORT` listener per route, as nginx and HAProxy run one event loop per core. A
-//! connection lives on the worker that accepted it, so its wake-ups never cross threads.
+//! The data path's threads: one single-threaded tokio runtime per worker, as nginx and
+//! HAProxy run one event loop per core; every worker accepts from each route's one listening
+//! socket. A connection lives on the worker that accepted it, so its wake-ups never cross
+//! threads.
+//! With a node namespace, each worker thread enters it before it starts, so the sockets it
+//! makes for upstream connections are born there, without a round trip to another thread.
 
 use std::io;
 use std::thread::JoinHandle;
@@ -16,7 +19,7 @@ pub(crate) struct Workers {
 }
 
 impl Workers {
-    pub(crate) fn start(count: usize) -> io::Result<Self> {
+    pub(crate) fn start(count: usize, netns: Option<&str>) -> io::Result<Self> {
         let mut w = Self {
             handles: Vec::new(),
             stops: Vec::new(),
@@ -25,9 +28,19 @@ impl Workers {
         for i in 0..count.max(1) {
             let (handle_tx, handle_rx) = std::sync::mpsc::channel();
             let (stop_tx, stop_rx) = oneshot::channel::<()>();
+            let ns = netns
+                .map(svcnet_netns::NetNs::open)
+                .transpose()
+                .map_err(io::Error::other)?;
             let thread = std::thread::Builder::new()
                 .name(format!("svcnet-us-{i}"))
                 .spawn(move || {
+                    if let Some(ns) = ns
+                        && let Err(e) = crate::socket::enter(&ns)
+                    {
+                        let _ = handle_tx.send(Err(e));
+                        return;
+                    }
                     let rt = match tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
