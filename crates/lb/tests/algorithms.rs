@@ -222,6 +222,16 @@ fn moved(
     (0..m).filter(|&s| owner(a, s) != owner(b, s)).count() as f64 / m as f64
 }
 
+/// The paper's population (Algorithm 1 of Eisenbud et al., offset and skip from two hashes of
+/// each backend's name) with *ideal* random permutations, N = 100, M = 65537, 20 draws
+/// (`paper_model` below; 20 draws of a Python twin of it): adding a 101st backend moves
+/// 1.50–1.65 % of the slots (median 1.56 %), removing one 1.53–1.61 % (median 1.56 %). Only
+/// 0.99 % must move (the new backend's share); the rest is the algorithm's own cascade (a
+/// displaced backend takes its next preferred slot from another), which the paper trades for
+/// exact balance. The bound below is that model's worst draw, so a weaker permutation (for
+/// example correlated offset/skip hashes, or a table whose order depends on insertion) fails.
+const PAPER_SINGLE_CHANGE_MAX: f64 = 0.0165;
+
 #[test]
 fn maglev_balance_and_disruption_on_100_endpoints() {
     let base = maglev(100);
@@ -229,34 +239,90 @@ fn maglev_balance_and_disruption_on_100_endpoints() {
     let (lo, hi) = (65_537 / 100, 65_537 / 100 + 1);
     assert!(shares.iter().all(|s| *s == lo || *s == hi), "{shares:?}");
 
-    // Adding a 101st endpoint: 1/101 = 0.99 % of slots must move to it. Maglev's fill order
-    // cascades a little beyond that (the paper's Fig. 12): 1.54 % at M = 65537, 1.14 % at
-    // M = 655373. The bound pins that we are at the algorithm's figure, not worse.
+    // Adding a 101st endpoint: it takes exactly its share, and the total moved stays within
+    // what the paper's algorithm does.
     let grown = maglev(101);
+    let newcomer = grown.1.shares(101)[100];
+    assert!(
+        newcomer == 65_537 / 101 || newcomer == 65_537 / 101 + 1,
+        "{newcomer}"
+    );
     let add = moved(&base, &grown);
     assert!(
-        (0.0099..0.016).contains(&add),
+        (newcomer as f64 / 65_537.0..=PAPER_SINGLE_CHANGE_MAX).contains(&add),
         "adding one moved {:.3} %",
         add * 100.0
     );
-    // Removing one: its 1 % must move; others barely.
-    let mut shrunk_list = base.0.clone();
-    shrunk_list.remove(37);
-    let shrunk = (
-        shrunk_list.clone(),
-        MaglevTable::build(&shrunk_list, DEFAULT_TABLE_SIZE).unwrap(),
-    );
-    let remove = moved(&base, &shrunk);
-    assert!(
-        (0.0099..0.016).contains(&remove),
-        "removing one moved {:.3} %",
-        remove * 100.0
-    );
+    // Removing one (every tenth, in turn): its slots must move; others barely.
+    let mut removes = Vec::new();
+    for gone in (0..100).step_by(10) {
+        let mut list = base.0.clone();
+        list.remove(gone);
+        let t = MaglevTable::build(&list, DEFAULT_TABLE_SIZE).unwrap();
+        let remove = moved(&base, &(list, t));
+        let own = shares[gone] as f64 / 65_537.0;
+        assert!(
+            (own..=PAPER_SINGLE_CHANGE_MAX).contains(&remove),
+            "removing endpoint {gone} moved {:.3} %",
+            remove * 100.0
+        );
+        removes.push(remove * 100.0);
+    }
+    removes.sort_by(|a, b| a.total_cmp(b));
     println!(
-        "maglev M=65537 N=100: shares {lo}..{hi}, add one moved {:.3} %, remove one moved {:.3} %",
+        "maglev M=65537 N=100: shares {lo}..{hi}, add one moved {:.3} % (newcomer {newcomer} slots), remove one moved {:.3}..{:.3} %",
         add * 100.0,
-        remove * 100.0
+        removes[0],
+        removes[removes.len() - 1]
     );
+}
+
+/// Algorithm 1 of the paper, written from its pseudo-code and independent of `MaglevTable`:
+/// `perms[i] = (offset, skip)`; returns slot → backend.
+fn paper_model(perms: &[(u64, u64)], m: u64) -> Vec<usize> {
+    let mut entry = vec![usize::MAX; m as usize];
+    let mut next = vec![0u64; perms.len()];
+    let mut n = 0;
+    loop {
+        for (i, (offset, skip)) in perms.iter().enumerate() {
+            let mut c = (offset + next[i] * skip) % m;
+            while entry[c as usize] != usize::MAX {
+                next[i] += 1;
+                c = (offset + next[i] * skip) % m;
+            }
+            entry[c as usize] = i;
+            next[i] += 1;
+            n += 1;
+            if n == m {
+                return entry;
+            }
+        }
+    }
+}
+
+#[test]
+fn maglev_paper_algorithm_moves_more_than_the_minimum_too() {
+    // With ideal random permutations the paper's algorithm itself moves ~1.5 % of the slots
+    // when a 101st backend joins (0.99 % is the minimum): the cascade is the algorithm's, and
+    // our table (1.54 %) is within its range.
+    use rand::Rng;
+    let m = u64::from(DEFAULT_TABLE_SIZE);
+    for seed in 0..3u64 {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let perms: Vec<(u64, u64)> = (0..101)
+            .map(|_| (rng.random_range(0..m), rng.random_range(1..m)))
+            .collect();
+        let (a, b) = (paper_model(&perms[..100], m), paper_model(&perms, m));
+        let moved = a.iter().zip(&b).filter(|(x, y)| x != y).count() as f64 / m as f64;
+        println!(
+            "paper model, draw {seed}: add one moved {:.3} %",
+            moved * 100.0
+        );
+        assert!(
+            (0.014..=PAPER_SINGLE_CHANGE_MAX).contains(&moved),
+            "draw {seed}: {moved}"
+        );
+    }
 }
 
 #[test]
