@@ -423,7 +423,7 @@ fn main() {
     state.replace_slices(current.endpoint_slices.clone());
     state.snapshot(1);
     let mut builds = Vec::new();
-    for round in 0..40u32 {
+    for round in 0..200u32 {
         let ip = format!("10.97.{}.{}", round / 200, 1 + round % 200);
         current.services[index] = cluster_ip("ns-5", "svc-5", &[&ip], &[("http", "TCP", 80)]);
         let changed = current.services[index].clone();
@@ -450,10 +450,12 @@ fn main() {
         pct(&builds, 0.99)
     );
     println!(
-        "S7 N={} subject=svcnet change_to_answer_ms p50={:.1} p99={:.1}",
+        "S7 N={} subject=svcnet change_to_answer_ms p50={:.1} p99={:.1} max={:.1} samples={}",
         objects.services.len(),
         pct(&latencies, 0.5),
-        pct(&latencies, 0.99)
+        pct(&latencies, 0.99),
+        pct(&latencies, 1.0),
+        latencies.len()
     );
     let services_and_endpoints = objects.services.len() + endpoints;
     println!(
