@@ -49,6 +49,9 @@ pub struct Config {
     /// Relay TCP with `splice(2)` through pipes (Linux; no copy into the process). `false`
     /// uses buffered copies (the only way elsewhere), for comparison.
     pub splice: bool,
+    /// One `SO_REUSEPORT` listener per worker (the kernel spreads connections by hash)
+    /// instead of one listening socket every worker accepts from (the default).
+    pub reuseport: bool,
 }
 
 impl Config {
@@ -65,6 +68,7 @@ impl Config {
             maglev_table_size: svcnet_lb::maglev::DEFAULT_TABLE_SIZE,
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             splice: true,
+            reuseport: false,
         }
     }
 }
@@ -226,16 +230,21 @@ impl UserspaceProxy {
                 // free first, so a worker descheduled by other load on the machine holds up
                 // no queue of its own (per-worker SO_REUSEPORT queues measured a worse
                 // p50/p99 under load, see the README).
-                let shared = self.shared.sockets.listen_tcp(addr, 1)?;
-                let mut listeners = Vec::with_capacity(workers.len());
-                for l in &shared {
-                    for _ in 0..workers.len() {
-                        listeners.push(
-                            l.try_clone()
-                                .map_err(|e| UserspaceError::bind(addr, "TCP", e))?,
-                        );
+                let listeners = if self.shared.config.reuseport {
+                    self.shared.sockets.listen_tcp(addr, workers.len())?
+                } else {
+                    let shared = self.shared.sockets.listen_tcp(addr, 1)?;
+                    let mut v = Vec::with_capacity(workers.len());
+                    for l in &shared {
+                        for _ in 0..workers.len() {
+                            v.push(
+                                l.try_clone()
+                                    .map_err(|e| UserspaceError::bind(addr, "TCP", e))?,
+                            );
+                        }
                     }
-                }
+                    v
+                };
                 let port = listeners
                     .first()
                     .and_then(|l| l.local_addr().ok())

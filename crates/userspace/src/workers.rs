@@ -11,6 +11,9 @@ use std::thread::JoinHandle;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
+/// Period of each worker's idle timer (shorter than any connect timeout worth having).
+const TICK: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Running worker runtimes; stopped (tasks cancelled, threads joined) on drop.
 pub(crate) struct Workers {
     handles: Vec<Handle>,
@@ -53,7 +56,20 @@ impl Workers {
                     };
                     let _ = handle_tx.send(Ok(rt.handle().clone()));
                     rt.block_on(async {
-                        let _ = stop_rx.await;
+                        // A timer always pending a short way ahead. tokio wakes its own
+                        // driver (an eventfd write, then a spurious epoll round) whenever a
+                        // timer is set earlier than the driver's next planned wake-up, and
+                        // with no timer pending that is every timer: each connection's
+                        // connect timeout would cost a write, a read and an epoll_wait.
+                        let mut tick = tokio::time::interval(TICK);
+                        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        tokio::pin!(stop_rx);
+                        loop {
+                            tokio::select! {
+                                _ = &mut stop_rx => break,
+                                _ = tick.tick() => {}
+                            }
+                        }
                     });
                 })?;
             let handle = handle_rx
