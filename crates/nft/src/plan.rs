@@ -221,15 +221,17 @@ impl Renderer {
             if old == new {
                 continue;
             }
-            // Elements of a map going to the garbage stay in it (nothing looks it up).
-            let dropped = |e: &&Element| {
-                old.sets.contains_key(e.set.as_ref()) && !new.sets.contains_key(e.set.as_ref())
-            };
-            for e in old
+            // The fragment's own maps whose elements change are flushed and refilled (a
+            // `delete element` would make `nft` load its cache); elements of a map going to
+            // the garbage stay in it (nothing looks it up).
+            let changed: BTreeSet<&str> = old
                 .elements
-                .difference(&new.elements)
-                .filter(|e| !dropped(e))
-            {
+                .symmetric_difference(&new.elements)
+                .map(|e| e.set.as_ref())
+                .filter(|s| new.sets.contains_key(*s))
+                .collect();
+            let own = |e: &&Element| old.sets.contains_key(e.set.as_ref());
+            for e in old.elements.difference(&new.elements).filter(|e| !own(e)) {
                 head.push(Op::DeleteElement {
                     set: e.set.to_string(),
                     key: e.key.clone(),
@@ -250,7 +252,8 @@ impl Renderer {
             // compile rules naming it without loading its cache of the ruleset.
             for (name, s) in &new.sets {
                 adds.push(Op::AddSet(s.clone()));
-                if garbage.remove(name).is_some() {
+                let refill = changed.contains(name.as_str()) && old.sets.contains_key(name);
+                if garbage.remove(name).is_some() || refill {
                     adds.push(Op::FlushSet {
                         name: name.clone(),
                         kind: s.kind,
@@ -276,9 +279,28 @@ impl Renderer {
                     });
                 }
             }
-            for e in new.elements.difference(&old.elements) {
-                elems_add.push(add_element(e));
+            for e in &new.elements {
+                if changed.contains(e.set.as_ref()) || !old.elements.contains(e) {
+                    elems_add.push(add_element(e));
+                }
             }
+        }
+        // The shared sets receiving elements are declared too (see `Transaction`'s Display).
+        let shared: BTreeSet<&str> = elems_add
+            .iter()
+            .filter_map(|op| match op {
+                Op::AddElement { set, .. } => Some(set.as_str()),
+                _ => None,
+            })
+            .collect();
+        if !shared.is_empty() {
+            adds.extend(
+                base(self.family, node)
+                    .sets
+                    .into_iter()
+                    .filter(|d| shared.contains(d.name.as_str()))
+                    .map(Op::AddSet),
+            );
         }
         tx.ops.extend(head);
         tx.ops.extend(adds);

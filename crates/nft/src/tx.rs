@@ -1,6 +1,7 @@
 //! An nft transaction as a value: a list of operations whose `Display` is the canonical text
 //! that `nft -f -` applies atomically (all or nothing).
 
+use std::collections::HashMap;
 use std::fmt;
 
 /// Address family of a table.
@@ -140,11 +141,25 @@ impl fmt::Display for Transaction {
     /// chain's `add chain` and the `add rule`s that follow it for that chain are written as
     /// one `add chain … { rule ; … }` block (same effect: the block appends to an existing
     /// chain; `nft` compiles a block without loading its cache of the whole ruleset, while
-    /// `add rule` makes it load every chain first).
+    /// `add rule` makes it load every chain first). Likewise elements added to a set declared
+    /// earlier in the transaction are written as that declaration with `elements = { … }`
+    /// (`add element` would make `nft` load its cache).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = format!("{} {}", self.family.as_str(), self.table);
+        // The set declarations seen so far, for element blocks.
+        let mut declared: HashMap<&str, &SetDef> = HashMap::new();
         let mut i = 0;
         while i < self.ops.len() {
+            match &self.ops[i] {
+                Op::AddSet(d) => {
+                    declared.insert(&d.name, d);
+                }
+                Op::DeleteSet { name, .. } => {
+                    declared.remove(name.as_str());
+                }
+                Op::DeleteTable => declared.clear(),
+                _ => {}
+            }
             let block_of = match &self.ops[i] {
                 Op::AddChain { name, base: None } => Some((name, i + 1)),
                 Op::AddRule { chain, .. } => Some((chain, i)),
@@ -180,7 +195,16 @@ impl fmt::Display for Transaction {
                     });
                     i += 1;
                 }
-                writeln!(f, "add element {t} {set} {{ {} }}", items.join(", "))?;
+                match declared.get(set.as_str()) {
+                    Some(d) => writeln!(
+                        f,
+                        "add {} {t} {set} {{ {}elements = {{ {} }} ; }}",
+                        kind_word(d.kind),
+                        declaration(d),
+                        items.join(", ")
+                    )?,
+                    None => writeln!(f, "add element {t} {set} {{ {} }}", items.join(", "))?,
+                }
                 continue;
             }
             write_op(f, &t, &self.ops[i])?;
@@ -188,6 +212,26 @@ impl fmt::Display for Transaction {
         }
         Ok(())
     }
+}
+
+/// A set's declaration inside braces: `type … ; flags … ; timeout …s ; comment "…" ; `.
+fn declaration(s: &SetDef) -> String {
+    let type_word = if s.type_.starts_with("typeof ") {
+        ""
+    } else {
+        "type "
+    };
+    let mut out = format!("{type_word}{} ; ", s.type_);
+    if !s.flags.is_empty() {
+        out.push_str(&format!("flags {} ; ", s.flags.join(",")));
+    }
+    if let Some(to) = s.timeout_seconds {
+        out.push_str(&format!("timeout {to}s ; "));
+    }
+    if let Some(c) = &s.comment {
+        out.push_str(&format!("comment \"{c}\" ; "));
+    }
+    out
 }
 
 fn write_op(f: &mut fmt::Formatter<'_>, t: &str, op: &Op) -> fmt::Result {
@@ -207,30 +251,13 @@ fn write_op(f: &mut fmt::Formatter<'_>, t: &str, op: &Op) -> fmt::Result {
         Op::FlushChain(name) => writeln!(f, "flush chain {t} {name}")?,
         Op::DeleteChain(name) => writeln!(f, "delete chain {t} {name}")?,
         Op::AddRule { chain, rule } => writeln!(f, "add rule {t} {chain} {rule}")?,
-        Op::AddSet(s) => {
-            let type_word = if s.type_.starts_with("typeof ") {
-                ""
-            } else {
-                "type "
-            };
-            write!(
-                f,
-                "add {} {t} {} {{ {type_word}{} ;",
-                kind_word(s.kind),
-                s.name,
-                s.type_
-            )?;
-            if !s.flags.is_empty() {
-                write!(f, " flags {} ;", s.flags.join(","))?;
-            }
-            if let Some(to) = s.timeout_seconds {
-                write!(f, " timeout {to}s ;")?;
-            }
-            if let Some(c) = &s.comment {
-                write!(f, " comment \"{c}\" ;")?;
-            }
-            writeln!(f, " }}")?;
-        }
+        Op::AddSet(s) => writeln!(
+            f,
+            "add {} {t} {} {{ {} }}",
+            kind_word(s.kind),
+            s.name,
+            declaration(s).trim_end()
+        )?,
         Op::FlushSet { name, kind } => writeln!(f, "flush {} {t} {name}", kind_word(*kind))?,
         Op::DeleteSet { name, kind } => writeln!(f, "delete {} {t} {name}", kind_word(*kind))?,
         Op::AddElement {

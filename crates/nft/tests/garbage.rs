@@ -1,8 +1,9 @@
-//! Deferred deletion: partial syncs flush the chains they no longer need and leave their
-//! deletion (which makes `nft` load its cache of the whole ruleset) to a later batch.
+//! Partial syncs that keep `nft` from loading its cache of the whole ruleset: rules written as
+//! chain blocks, elements as set declarations, and deletions deferred to a later batch.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-use svcnet_nft::{FakeNft, Family, FullMode, GARBAGE_LIMIT, Op, Renderer};
+use svcnet_netns::{NetNs, unique_name};
+use svcnet_nft::{FakeNft, Family, FullMode, GARBAGE_LIMIT, NftExecutor, Op, Renderer};
 use svcnet_proxy::fixtures::*;
 use svcnet_proxy::{CoreConfig, IpFamily, NamespacedName, ProxyState};
 
@@ -163,4 +164,88 @@ fn a_periodic_resync_deletes_the_garbage() {
     r.commit(plan);
     assert_eq!(r.garbage_len(), 0);
     assert_eq!(fake.dump(), fresh(&s).dump());
+}
+
+/// The commands that make `nft` load its cache of the whole ruleset before compiling.
+const CACHE_LOADING: [&str; 6] = [
+    "add rule ",
+    "add element ",
+    "delete element ",
+    "delete chain ",
+    "delete map ",
+    "delete set ",
+];
+
+#[test]
+fn one_service_changes_write_nothing_that_makes_nft_load_its_cache() {
+    let ten: Vec<String> = (1..=10).map(|i| format!("10.244.{i}.2")).collect();
+    let ten: Vec<&str> = ten.iter().map(String::as_str).collect();
+    let mut s = state();
+    add_service(&mut s, "web", "10.96.0.10");
+    endpoints(&mut s, "web", &["10.244.1.2", "10.244.2.2"]);
+    add_service(&mut s, "big", "10.96.0.20");
+    endpoints(&mut s, "big", &ten);
+    s.take_changes();
+    // The real kernel (a fresh namespace) takes every transaction too.
+    let ns = NetNs::create(&unique_name("nftgc")).expect("needs root");
+    let kernel = NftExecutor::new(Some(ns.name().to_string()));
+    let mut r = Renderer::new(Family::Ip);
+    let mut fake = FakeNft::new();
+    let plan = r.plan_full(&s.desired(IpFamily::V4), FullMode::Recreate);
+    fake.apply(&plan.tx).unwrap();
+    kernel.apply(&plan.tx).unwrap();
+    r.commit(plan);
+
+    let mut texts = Vec::new();
+    let mut step = |s: &mut ProxyState, r: &mut Renderer, fake: &mut FakeNft| {
+        let changes = s.take_changes();
+        let desired = s.desired_for(IpFamily::V4, changes.services.keys());
+        let plan = r
+            .plan_partial(&s.node_state(IpFamily::V4), &desired)
+            .unwrap();
+        fake.apply(&plan.tx).unwrap();
+        if let Err(e) = kernel.apply(&plan.tx) {
+            panic!("nft rejected:\n{}\n{e}", plan.tx);
+        }
+        texts.push(plan.tx.to_string());
+        r.commit(plan);
+    };
+    // An endpoint replaced, in a cascade and in an endpoints map; an endpoint removed from
+    // the map; a service added.
+    endpoints(&mut s, "web", &["10.244.1.2", "10.244.9.9"]);
+    step(&mut s, &mut r, &mut fake);
+    let mut replaced = ten.clone();
+    replaced[3] = "10.244.99.4";
+    endpoints(&mut s, "big", &replaced);
+    step(&mut s, &mut r, &mut fake);
+    endpoints(&mut s, "big", &replaced[..9]);
+    step(&mut s, &mut r, &mut fake);
+    add_service(&mut s, "new", "10.96.0.30");
+    endpoints(&mut s, "new", &["10.244.7.2", "10.244.8.2"]);
+    step(&mut s, &mut r, &mut fake);
+
+    for text in &texts {
+        for line in text.lines() {
+            assert!(
+                !CACHE_LOADING.iter().any(|c| line.starts_with(c)),
+                "{line}\nin\n{text}"
+            );
+        }
+    }
+    let gc = r.plan_gc().unwrap();
+    kernel.apply(&gc.tx).unwrap();
+    let live = fresh(&s);
+    fake.collect_garbage(&mut r, &live).unwrap();
+    assert_eq!(fake.dump(), live.dump());
+    // The kernel holds exactly the live chains.
+    let listed = kernel.list_table(Family::Ip, "svcnet").unwrap().unwrap();
+    let mut kernel_chains: Vec<&str> = listed
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("chain "))
+        .map(|l| l.trim_end_matches(" {"))
+        .collect();
+    kernel_chains.sort();
+    let mut want = live.chain_names();
+    want.sort();
+    assert_eq!(kernel_chains, want);
 }

@@ -106,8 +106,8 @@ fn full_ruleset_cluster_ip() {
         add chain ip svcnet endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080 { ip saddr 10.244.2.2 jump mark-for-masquerade ; meta l4proto tcp dnat to 10.244.2.2:8080 ; }
         add chain ip svcnet endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080 { ip saddr 10.244.1.2 jump mark-for-masquerade ; meta l4proto tcp dnat to 10.244.1.2:8080 ; }
         add chain ip svcnet service-SUSTUHLJ-default/web/tcp/http { ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade ; numgen random mod 2 == 0 goto endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080 ; goto endpoint-AAOQDDFY-default/web/tcp/http__10.244.2.2/8080 ; }
-        add element ip svcnet cluster-ips { 10.96.0.10 }
-        add element ip svcnet service-ips { 10.96.0.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http }
+        add set ip svcnet cluster-ips { type ipv4_addr ; comment "active cluster IPs" ; elements = { 10.96.0.10 } ; }
+        add map ip svcnet service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment "service IP . proto . port to service chain" ; elements = { 10.96.0.10 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http } ; }
     "#]]
     .assert_eq(&text);
     assert!(fake.chain_names().len() > 10);
@@ -185,12 +185,12 @@ fn full_ruleset_every_frontend_kind() {
         add chain ip svcnet firewall-2ECW3NZX-shop/lb/tcp/https { ip saddr != { 192.168.50.0/24 } drop ; }
         add chain ip svcnet local-2ECW3NZX-shop/lb/tcp/https { goto endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443 ; }
         add chain ip svcnet service-2ECW3NZX-shop/lb/tcp/https { ip daddr 10.96.0.20 tcp dport 443 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade ; numgen random mod 2 == 0 goto endpoint-SE55U6IJ-shop/lb/tcp/https__10.244.1.5/8443 ; goto endpoint-XIJUXMDY-shop/lb/tcp/https__10.244.2.5/8443 ; }
-        add element ip svcnet cluster-ips { 10.96.0.30, 10.96.0.40, 10.96.0.10, 10.96.0.20 }
-        add element ip svcnet firewall-ips { 203.0.113.7 . tcp . 443 : goto firewall-2ECW3NZX-shop/lb/tcp/https }
-        add element ip svcnet no-endpoint-nodeports { tcp . 30080 : goto reject-chain }
-        add element ip svcnet no-endpoint-services { 10.96.0.30 . tcp . 80 : goto reject-chain, 10.96.0.40 . tcp . 80 : drop }
-        add element ip svcnet service-ips { 10.96.0.10 . udp . 53 : goto service-2YY5BS5C-kube-system/dns/udp/dns, 10.96.0.20 . tcp . 443 : goto service-2ECW3NZX-shop/lb/tcp/https, 198.51.100.9 . tcp . 443 : goto external-2ECW3NZX-shop/lb/tcp/https, 203.0.113.7 . tcp . 443 : goto external-2ECW3NZX-shop/lb/tcp/https }
-        add element ip svcnet service-nodeports { tcp . 30443 : goto external-2ECW3NZX-shop/lb/tcp/https }
+        add set ip svcnet cluster-ips { type ipv4_addr ; comment "active cluster IPs" ; elements = { 10.96.0.30, 10.96.0.40, 10.96.0.10, 10.96.0.20 } ; }
+        add map ip svcnet firewall-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment "load-balancer IPs with source ranges" ; elements = { 203.0.113.7 . tcp . 443 : goto firewall-2ECW3NZX-shop/lb/tcp/https } ; }
+        add map ip svcnet no-endpoint-nodeports { type inet_proto . inet_service : verdict ; comment "proto . node port without endpoints" ; elements = { tcp . 30080 : goto reject-chain } ; }
+        add map ip svcnet no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict ; comment "service IP . proto . port without endpoints" ; elements = { 10.96.0.30 . tcp . 80 : goto reject-chain, 10.96.0.40 . tcp . 80 : drop } ; }
+        add map ip svcnet service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; comment "service IP . proto . port to service chain" ; elements = { 10.96.0.10 . udp . 53 : goto service-2YY5BS5C-kube-system/dns/udp/dns, 10.96.0.20 . tcp . 443 : goto service-2ECW3NZX-shop/lb/tcp/https, 198.51.100.9 . tcp . 443 : goto external-2ECW3NZX-shop/lb/tcp/https, 203.0.113.7 . tcp . 443 : goto external-2ECW3NZX-shop/lb/tcp/https } ; }
+        add map ip svcnet service-nodeports { type inet_proto . inet_service : verdict ; comment "proto . node port to external chain" ; elements = { tcp . 30443 : goto external-2ECW3NZX-shop/lb/tcp/https } ; }
     "#]]
     .assert_eq(&services_part(&text));
 }
@@ -231,9 +231,11 @@ fn partial_syncs_touch_only_what_changed() {
         &mut r,
         &mut fake,
         expect![[r#"
-        add element ip svcnet cluster-ips { 10.96.0.11 }
-        add element ip svcnet no-endpoint-services { 10.96.0.11 . tcp . 443 : goto reject-chain }
-    "#]],
+            add set ip svcnet cluster-ips { type ipv4_addr ; comment "active cluster IPs" ; }
+            add map ip svcnet no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict ; comment "service IP . proto . port without endpoints" ; }
+            add set ip svcnet cluster-ips { type ipv4_addr ; comment "active cluster IPs" ; elements = { 10.96.0.11 } ; }
+            add map ip svcnet no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict ; comment "service IP . proto . port without endpoints" ; elements = { 10.96.0.11 . tcp . 443 : goto reject-chain } ; }
+        "#]],
     );
 
     // All endpoints of web go away: its chains are removed, it now rejects.
@@ -248,7 +250,8 @@ fn partial_syncs_touch_only_what_changed() {
             flush chain ip svcnet endpoint-SVLGPL42-default/web/tcp/http__10.244.1.2/8080
             flush chain ip svcnet endpoint-VCVRTEPX-default/web/tcp/http__10.244.3.2/8080
             flush chain ip svcnet service-SUSTUHLJ-default/web/tcp/http
-            add element ip svcnet no-endpoint-services { 10.96.0.10 . tcp . 80 : goto reject-chain }
+            add map ip svcnet no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict ; comment "service IP . proto . port without endpoints" ; }
+            add map ip svcnet no-endpoint-services { type ipv4_addr . inet_proto . inet_service : verdict ; comment "service IP . proto . port without endpoints" ; elements = { 10.96.0.10 . tcp . 80 : goto reject-chain } ; }
         "#]],
     );
 
@@ -355,7 +358,7 @@ fn ipv6_renders_in_its_own_table() {
         add chain ip6 svcnet service-KYX2TYW5-default/v6/tcp/
         add chain ip6 svcnet endpoint-77OXVDJC-default/v6/tcp/__fd00.244.1..2/8080 { ip6 saddr fd00:244:1::2 jump mark-for-masquerade ; meta l4proto tcp dnat to [fd00:244:1::2]:8080 ; }
         add chain ip6 svcnet service-KYX2TYW5-default/v6/tcp/ { goto endpoint-77OXVDJC-default/v6/tcp/__fd00.244.1..2/8080 ; }
-        add element ip6 svcnet cluster-ips { fd00:10:96::10 }
-        add element ip6 svcnet service-ips { fd00:10:96::10 . tcp . 80 : goto service-KYX2TYW5-default/v6/tcp/ }
+        add set ip6 svcnet cluster-ips { type ipv6_addr ; comment "active cluster IPs" ; elements = { fd00:10:96::10 } ; }
+        add map ip6 svcnet service-ips { type ipv6_addr . inet_proto . inet_service : verdict ; comment "service IP . proto . port to service chain" ; elements = { fd00:10:96::10 . tcp . 80 : goto service-KYX2TYW5-default/v6/tcp/ } ; }
     "#]].assert_eq(text.split_once(marker).unwrap().1);
 }
