@@ -2,8 +2,11 @@
 //! no task spawn or channel hop per packet; only questions that need the upstream get a task.
 //!
 //! hickory-server's own UDP loop spawns a task and crosses two channels per packet, which cost
-//! about a third of the throughput of a local-data resolver; TCP stays on hickory-server. The
-//! parsing and encoding (EDNS size, truncation with TC) are still hickory's.
+//! about a third of the throughput of a local-data resolver; TCP stays on hickory-server. Each
+//! wake-up takes every queued datagram (up to [`BATCH`]) with one `recvmmsg`. A datagram seen
+//! before in the current snapshot is answered from its answer cache (`cache.rs`); otherwise
+//! hickory parses it, the zone answers, and `wire.rs` or hickory encodes the answer (EDNS size,
+//! truncation with TC).
 
 use std::io::IoSliceMut;
 use std::net::SocketAddr;
