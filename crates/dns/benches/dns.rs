@@ -104,6 +104,14 @@ fn scenarios() -> Vec<(&'static str, String)> {
     out.push(("SRV", srv));
     out.push(("NXDOMAIN", nx));
     out.push(("search-5-step", search));
+    // Not one of S6's five: 400k distinct misses, more than a round sends, so almost every
+    // question misses svcnet's answer cache (the general path, plus the cache's inserts and
+    // resets); unbound answers them from its static local zone as always.
+    let mut unique = String::with_capacity(400_000 * 40);
+    for i in 0..400_000 {
+        writeln!(unique, "miss-{i}.ns-{}.svc.cluster.local A", i % NAMESPACES).unwrap();
+    }
+    out.push(("NXDOMAIN-uncached", unique));
     out
 }
 

@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use rand::RngCore;
@@ -37,6 +38,8 @@ const SHARD_BUDGET: usize = 1 << 20;
 pub(crate) const MAX_KEY_PACKET: usize = 512;
 /// Bookkeeping bytes charged per entry on top of its data.
 const ENTRY_OVERHEAD: usize = 96;
+/// Slots of the admission filter (8 bytes each).
+const DOORKEEPER: usize = 1 << 13;
 
 /// A published zone and the answers computed from it.
 #[derive(Debug)]
@@ -55,10 +58,16 @@ impl Served {
 }
 
 /// Encoded answers keyed by the question datagram without its ID.
+///
+/// A question's answer is kept the second time it misses: the first miss only leaves the
+/// question's hash in a slot of the admission filter (the "doorkeeper"), so questions asked once
+/// (random or mistyped names, an NXDOMAIN flood) cost no allocation and never push out the
+/// answers that are asked again and again.
 #[derive(Debug)]
 pub(crate) struct AnswerCache {
     hasher: RandomState,
     shards: [RwLock<Shard>; SHARDS],
+    doorkeeper: Box<[AtomicU64]>,
 }
 
 impl Default for AnswerCache {
@@ -66,6 +75,7 @@ impl Default for AnswerCache {
         AnswerCache {
             hasher: RandomState::new(),
             shards: std::array::from_fn(|_| RwLock::new(Shard::default())),
+            doorkeeper: (0..DOORKEEPER).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
@@ -194,6 +204,17 @@ impl AnswerCache {
             }
             None => false,
         }
+    }
+
+    /// Whether an answer to `packet` should be kept: true when the same question missed before
+    /// (and its hash is still in the filter).
+    pub(crate) fn admit(&self, packet: &[u8]) -> bool {
+        let Some(key) = packet.get(2..).filter(|_| packet.len() <= MAX_KEY_PACKET) else {
+            return false;
+        };
+        let h = self.hasher.hash_one(key);
+        let slot = &self.doorkeeper[(h as usize) % DOORKEEPER];
+        slot.swap(h, Ordering::Relaxed) == h
     }
 
     /// Keep `entry` as the answer to datagrams equal to `packet` after the ID.

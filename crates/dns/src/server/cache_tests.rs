@@ -1,5 +1,6 @@
 //! The answer cache seen through the UDP packet path: a hit is what a fresh answer would be,
-//! headless answers are drawn afresh, publishing a zone empties it.
+//! answers are kept from a question's second miss, headless answers are drawn afresh,
+//! publishing a zone empties it.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -107,7 +108,18 @@ fn hits_are_byte_for_byte_fresh_answers() {
         let fresh = ask(&handler(Some(&objects)), &query(7, name, qtype, edns)).unwrap();
         let warm = handler(Some(&objects));
         let first = ask(&warm, &query(1, name, qtype, edns)).unwrap();
-        assert!(warm.zone.cache_stats().0 == 1, "{name} {qtype} is kept");
+        assert_eq!(
+            warm.zone.cache_stats().0,
+            0,
+            "{name} {qtype}: asked once, not kept"
+        );
+        let second = ask(&warm, &query(2, name, qtype, edns)).unwrap();
+        assert_eq!(
+            warm.zone.cache_stats().0,
+            1,
+            "{name} {qtype}: asked twice, kept"
+        );
+        assert_eq!(first[2..], second[2..]);
         let hit = ask(&warm, &query(7, name, qtype, edns)).unwrap();
         assert_eq!(hit, fresh, "{name} {qtype}");
         assert_eq!(first[2..], hit[2..]);
@@ -166,8 +178,10 @@ fn servfail_before_sync_and_forwarded_questions_are_not_kept() {
     assert_eq!(m.metadata.response_code, ResponseCode::ServFail);
     h.zone
         .publish(Zone::build(h.config.clone(), &objects("10.96.0.5"), 1));
-    let m = Message::from_vec(&ask(&h, &packet).unwrap()).unwrap();
-    assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+    for _ in 0..2 {
+        let m = Message::from_vec(&ask(&h, &packet).unwrap()).unwrap();
+        assert_eq!(m.metadata.response_code, ResponseCode::NoError);
+    }
     // Out of the zone: needs the upstream, never answered from the cache.
     let out = query(9, "example.com.", RecordType::A, None);
     assert!(ask(&h, &out).is_none());
@@ -208,6 +222,7 @@ fn headless_hits_are_shuffled_afresh() {
     }
     assert!(orders.len() > 15, "orders repeat: {}", orders.len());
     assert_eq!(h.zone.cache_stats().0, 1, "served from one entry");
+    // The first two were fresh answers, the rest came from the cache: all shuffled alike.
 
     // Without EDNS only a few fit: each answer is a fresh random subset, truncated.
     let packet = query(5, "Web.default.svc.cluster.local.", RecordType::A, None);
@@ -227,6 +242,16 @@ fn headless_hits_are_shuffled_afresh() {
         "subsets vary: {}",
         seen.len()
     );
+}
+
+#[test]
+fn questions_asked_once_are_not_kept() {
+    let h = handler(Some(&objects("10.96.0.5")));
+    for i in 0..1000 {
+        let name = format!("miss-{i}.default.svc.cluster.local.");
+        assert!(ask(&h, &query(1, &name, RecordType::A, None)).is_some());
+    }
+    assert_eq!(h.zone.cache_stats(), (0, 0));
 }
 
 #[test]

@@ -120,7 +120,7 @@ pub(crate) enum Packet {
 ///
 /// A datagram seen before in this zone snapshot (same bytes after the ID) is answered from the
 /// snapshot's cache; otherwise it is parsed, answered and, when the answer needs no I/O and is
-/// the same every time (up to the shuffle of addresses), kept.
+/// the same every time (up to the shuffle of addresses), kept from its second miss on.
 pub(crate) fn answer_packet(
     handler: &Handler,
     packet: &[u8],
@@ -157,6 +157,7 @@ pub(crate) fn answer_packet(
             let (bytes, region) = encode_udp_region(&request, &reply);
             if let Some(served) = served
                 && !bytes.is_empty()
+                && served.cache.admit(packet)
             {
                 // Keep only answers a copy can reproduce: no randomness, or the zone's
                 // shuffle of addresses that the cache redraws on every hit.

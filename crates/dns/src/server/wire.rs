@@ -199,10 +199,8 @@ fn write_soa(out: &mut Vec<u8>, raw: &[u8], question_end: usize, soa: &Record) -
 
 /// Write `name`, ending in a pointer at the longest of its suffixes found in the question.
 fn write_name(out: &mut Vec<u8>, raw: &[u8], question_end: usize, name: &Name) -> Option<()> {
-    let total = name.iter().count();
     for (i, label) in name.iter().enumerate() {
-        let rest = name.trim_to(total - i);
-        if let Some(offset) = suffix_offset(raw, question_end, &rest) {
+        if let Some(offset) = suffix_offset(raw, question_end, || name.iter().skip(i)) {
             let pointer = 0xc000 | u16::try_from(offset).ok()?;
             out.extend_from_slice(&pointer.to_be_bytes());
             return Some(());
@@ -214,13 +212,18 @@ fn write_name(out: &mut Vec<u8>, raw: &[u8], question_end: usize, name: &Name) -
     Some(())
 }
 
-/// Where in the question name `suffix` starts, if the name ends with it (ignoring case).
-fn suffix_offset(raw: &[u8], question_end: usize, suffix: &Name) -> Option<usize> {
+/// Where in the question name the labels `suffix()` start, if the name ends with them (ignoring
+/// case).
+fn suffix_offset<'a, I: Iterator<Item = &'a [u8]>>(
+    raw: &[u8],
+    question_end: usize,
+    suffix: impl Fn() -> I,
+) -> Option<usize> {
     let name_end = question_end - 4;
     let mut i = QUESTION;
     while i < name_end {
         let mut j = i;
-        let mut labels = suffix.iter();
+        let mut labels = suffix();
         let matched = loop {
             let len = usize::from(raw[j]);
             match labels.next() {
