@@ -38,8 +38,8 @@ const SHARD_BUDGET: usize = 1 << 20;
 pub(crate) const MAX_KEY_PACKET: usize = 512;
 /// Bookkeeping bytes charged per entry on top of its data.
 const ENTRY_OVERHEAD: usize = 96;
-/// Slots of the admission filter (8 bytes each).
-const DOORKEEPER: usize = 1 << 13;
+/// Slots of the admission filter (8 bytes each, 512 KiB, zero pages until touched).
+const DOORKEEPER: usize = 1 << 16;
 
 /// A published zone and the answers computed from it.
 #[derive(Debug)]
@@ -213,8 +213,27 @@ impl AnswerCache {
             return false;
         };
         let h = self.hasher.hash_one(key);
-        let slot = &self.doorkeeper[(h as usize) % DOORKEEPER];
-        slot.swap(h, Ordering::Relaxed) == h
+        // Two candidate slots, so that two questions sharing one slot do not keep evicting
+        // each other's hash forever.
+        let first = &self.doorkeeper[(h as usize) % DOORKEEPER];
+        let second = &self.doorkeeper[((h >> 32) as usize ^ (h as usize >> 16)) % DOORKEEPER];
+        let (a, b) = (
+            first.load(Ordering::Relaxed),
+            second.load(Ordering::Relaxed),
+        );
+        if a == h || b == h {
+            // Admitted: its answer is about to be kept, the slot is free for others.
+            let slot = if a == h { first } else { second };
+            let _ = slot.compare_exchange(h, 0, Ordering::Relaxed, Ordering::Relaxed);
+            return true;
+        }
+        let slot = if a == 0 || (b != 0 && h & 1 == 0) {
+            first
+        } else {
+            second
+        };
+        slot.store(h, Ordering::Relaxed);
+        false
     }
 
     /// Keep `entry` as the answer to datagrams equal to `packet` after the ID.

@@ -255,6 +255,26 @@ fn questions_asked_once_are_not_kept() {
 }
 
 #[test]
+fn a_repeated_working_set_is_kept_whole() {
+    // Asked in rounds (as a resolver's clients do), 20,000 questions all end up kept: two
+    // questions sharing a doorkeeper slot must not keep evicting each other's first miss.
+    let h = handler(Some(&objects("10.96.0.5")));
+    let packets: Vec<Vec<u8>> = (0..20_000)
+        .map(|i| {
+            let name = format!("n-{i}.default.svc.cluster.local.");
+            query(1, &name, RecordType::A, None)
+        })
+        .collect();
+    for _ in 0..3 {
+        for packet in &packets {
+            ask(&h, packet).unwrap();
+        }
+    }
+    let (kept, _) = h.zone.cache_stats();
+    assert!(kept >= 19_900, "only {kept} of 20000 kept");
+}
+
+#[test]
 fn the_generator_spreads_evenly() {
     // Each of 10 slots should come first about a tenth of the time.
     let mut rng = FastRng::seeded(42);
