@@ -207,12 +207,15 @@ impl AnswerCache {
         }
     }
 
-    /// Whether an answer to `packet` should be kept: true when the same question missed before
-    /// (and its hash is still in the filter).
+    /// Whether an answer to `packet` should be kept: true when it is a plain question (see
+    /// [`plain_question`]) that missed before (and its hash is still in the filter).
     pub(crate) fn admit(&self, packet: &[u8]) -> bool {
         let Some(key) = packet.get(2..).filter(|_| packet.len() <= MAX_KEY_PACKET) else {
             return false;
         };
+        if !plain_question(packet) {
+            return false;
+        }
         let h = self.hasher.hash_one(key);
         // Two candidate slots, so that two questions sharing one slot do not keep evicting
         // each other's hash forever.
@@ -269,6 +272,33 @@ impl AnswerCache {
             .iter()
             .filter_map(|s| s.read().ok())
             .fold((0, 0), |(n, b), s| (n + s.entries.len(), b + s.bytes))
+    }
+}
+
+/// Whether `packet` is one question with a name free of compression pointers, and nothing else
+/// but an optional OPT record at the end: then its answer depends on its bytes after the ID
+/// alone. (A pointer may point into the ID, so two datagrams equal after the ID could then ask
+/// different names; the fuzz target found one.)
+pub(crate) fn plain_question(packet: &[u8]) -> bool {
+    let count = |at: usize| {
+        packet
+            .get(at..at + 2)
+            .map(|b| u16::from_be_bytes([b[0], b[1]]))
+    };
+    if count(4) != Some(1) || count(6) != Some(0) || count(8) != Some(0) {
+        return false;
+    }
+    let Some(end) = super::wire::question_end(packet) else {
+        return false;
+    };
+    match count(10) {
+        Some(0) => end == packet.len(),
+        // OPT: root owner, type 41, class (payload size), TTL, then its data to the end.
+        Some(1) => {
+            packet.get(end..end + 3) == Some(&[0, 0, 41][..])
+                && count(end + 9).map(|len| end + 11 + usize::from(len)) == Some(packet.len())
+        }
+        _ => false,
     }
 }
 

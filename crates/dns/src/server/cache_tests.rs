@@ -254,6 +254,42 @@ fn questions_asked_once_are_not_kept() {
     assert_eq!(h.zone.cache_stats(), (0, 0));
 }
 
+/// Found by the fuzz target: a question name pointing into the header (offset 1, the ID). The
+/// answer echoed the question bytes as received, so its pointer read the answer's own header
+/// and the answer did not parse; now such questions get FORMERR without a question section, and
+/// are never kept (two datagrams equal after the ID could ask different names).
+#[test]
+fn compressed_questions_get_formerr_and_are_not_kept() {
+    let h = handler(Some(&objects("10.96.0.5")));
+    // ID 0x12nn, opcode 6 with AA (the fuzzer's), or a standard query; name "5" + pointer to 1.
+    for flags in [0x34, 0x01] {
+        for id in [0x01, 0x02, 0x01, 0x02] {
+            let packet = [
+                0x12, id, flags, 0x00, 0, 1, 0, 0, 0, 0, 0, 0, 1, b'5', 0xc0, 0x01, 0, 1, 0, 1,
+            ];
+            assert!(!super::cache::plain_question(&packet));
+            let bytes = ask(&h, &packet).unwrap();
+            let m = Message::from_vec(&bytes).unwrap();
+            assert_eq!(m.metadata.id, 0x1200 | u16::from(id));
+            assert_eq!(m.metadata.response_code, ResponseCode::FormErr);
+            assert!(m.queries.is_empty());
+        }
+    }
+    assert_eq!(h.zone.cache_stats().0, 0);
+    assert!(super::cache::plain_question(&query(
+        1,
+        "a.b.",
+        RecordType::A,
+        Some(1232)
+    )));
+    assert!(super::cache::plain_question(&query(
+        1,
+        "a.b.",
+        RecordType::A,
+        None
+    )));
+}
+
 #[test]
 fn a_repeated_working_set_is_kept_whole() {
     // Asked in rounds (as a resolver's clients do), 10,000 questions all end up kept: two

@@ -15,7 +15,7 @@ use hickory_server::zone_handler::MessageResponseBuilder;
 
 use super::cache::FastRng;
 use super::forward::Forwarder;
-use super::handler::{Handler, Step, ZoneHandle, response_edns, response_metadata};
+use super::handler::{Handler, Step, ZoneHandle, echoed, response_edns, response_metadata};
 use super::udp::{Packet, answer_packet};
 use crate::fixtures::*;
 use crate::zone::{Objects, Zone, ZoneConfig};
@@ -123,7 +123,7 @@ impl PacketPath {
         };
         let edns = response_edns(&request);
         let addresses = reply.address_records();
-        let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
+        let response = MessageResponseBuilder::new(echoed(&request), edns.as_ref()).build(
             response_metadata(&request, &reply),
             reply.answers.iter().chain(&addresses),
             reply.authorities.iter(),

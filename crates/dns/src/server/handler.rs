@@ -2,15 +2,16 @@
 //! through the forwarder; wire details (EDNS buffer size, truncation, rcodes) are decided here.
 
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use arc_swap::ArcSwapOption;
 use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::{DNSClass, Name, Record, RecordType};
+use hickory_proto::serialize::binary::BinDecoder;
 use hickory_proto::serialize::binary::{BinEncodable, BinEncoder};
 use hickory_server::net::runtime::Time;
 use hickory_server::server::{Request, RequestHandler, ResponseHandler, ResponseInfo};
-use hickory_server::zone_handler::{MessageRequest, MessageResponseBuilder};
+use hickory_server::zone_handler::{MessageRequest, MessageResponseBuilder, Queries};
 use tracing::{debug, warn};
 
 use super::cache::{AddressRegion, Served};
@@ -119,7 +120,7 @@ impl RequestHandler for Handler {
         let metadata = response_metadata(request, &reply);
         let edns = response_edns(request);
         let addresses = reply.address_records();
-        let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
+        let response = MessageResponseBuilder::new(echoed(request), edns.as_ref()).build(
             metadata,
             reply.answers.iter().chain(&addresses),
             reply.authorities.iter(),
@@ -148,6 +149,43 @@ pub(crate) fn response_metadata(request: &MessageRequest, reply: &Reply) -> Meta
     metadata.truncation = reply.truncated;
     metadata.recursion_available = true;
     metadata
+}
+
+/// No questions, for answers that must not echo the request's (see [`echoed`]).
+static NO_QUESTIONS: LazyLock<Option<Queries>> =
+    LazyLock::new(|| Queries::read(&mut BinDecoder::new(&[]), 0).ok());
+
+/// The question section an answer echoes: none when a question name holds a compression
+/// pointer. A query has no earlier name to point at, and hickory echoes the question bytes as
+/// received, so a pointer into the header would read the answer's header instead (an
+/// unparseable answer; found by the fuzz target). [`Handler::step`] answers those FORMERR.
+pub(crate) fn echoed(request: &MessageRequest) -> &Queries {
+    match NO_QUESTIONS.as_ref() {
+        Some(none) if compressed_question(request) => none,
+        _ => &request.queries,
+    }
+}
+
+/// Whether a question name, as received, holds a compression pointer.
+fn compressed_question(request: &MessageRequest) -> bool {
+    let raw = request.queries.as_bytes();
+    let mut i = 0;
+    for _ in 0..request.queries.len() {
+        loop {
+            let Some(&len) = raw.get(i) else {
+                return true;
+            };
+            if len == 0 {
+                break;
+            }
+            if len & 0xc0 != 0 {
+                return true;
+            }
+            i += 1 + usize::from(len);
+        }
+        i += 5;
+    }
+    false
 }
 
 pub(crate) fn response_edns(request: &MessageRequest) -> Option<Edns> {
@@ -180,7 +218,7 @@ pub(crate) fn encode_general(request: &MessageRequest, reply: &Reply) -> Vec<u8>
     let edns = response_edns(request);
     let max = edns.as_ref().map(Edns::max_payload).unwrap_or(512);
     let addresses = reply.address_records();
-    let response = MessageResponseBuilder::new(&request.queries, edns.as_ref()).build(
+    let response = MessageResponseBuilder::new(echoed(request), edns.as_ref()).build(
         response_metadata(request, reply),
         reply.answers.iter().chain(&addresses),
         reply.authorities.iter(),
@@ -222,6 +260,9 @@ impl Handler {
         zone: Option<&Zone>,
         rng: &mut R,
     ) -> Step {
+        if compressed_question(request) {
+            return Step::Done(Reply::error(ResponseCode::FormErr));
+        }
         if request.metadata.op_code != OpCode::Query {
             return Step::Done(Reply::error(ResponseCode::NotImp));
         }

@@ -157,7 +157,7 @@ fn push_address(out: &mut Vec<u8>, ip: IpAddr, ttl: u32, reserve: usize, max: us
 }
 
 /// The end of the (single) question: after its uncompressed name, type and class.
-fn question_end(raw: &[u8]) -> Option<usize> {
+pub(crate) fn question_end(raw: &[u8]) -> Option<usize> {
     let mut i = QUESTION;
     loop {
         let len = usize::from(*raw.get(i)?);
