@@ -64,11 +64,20 @@ impl Served {
 /// question's hash in a slot of the admission filter (the "doorkeeper"), so questions asked once
 /// (random or mistyped names, an NXDOMAIN flood) cost no allocation and never push out the
 /// answers that are asked again and again.
-#[derive(Debug)]
 pub(crate) struct AnswerCache {
     hasher: RandomState,
     shards: [RwLock<Shard>; SHARDS],
     doorkeeper: Box<[AtomicU64]>,
+}
+
+impl std::fmt::Debug for AnswerCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (entries, bytes) = self.stats();
+        f.debug_struct("AnswerCache")
+            .field("entries", &entries)
+            .field("bytes", &bytes)
+            .finish()
+    }
 }
 
 impl Default for AnswerCache {
