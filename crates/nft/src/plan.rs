@@ -14,7 +14,7 @@ use svcnet_proxy::{
 };
 
 use crate::names::TABLE;
-use crate::render::{Base, Element, Fragment, base, base_ops, service_fragment};
+use crate::render::{Base, Element, Fragment, base, base_ops, base_sets, service_fragment};
 use crate::tx::{Family, Op, SetKind, Transaction};
 
 /// How a full sync treats the existing table.
@@ -295,8 +295,7 @@ impl Renderer {
             .collect();
         if !shared.is_empty() {
             adds.extend(
-                base(self.family, node)
-                    .sets
+                base_sets(self.family)
                     .into_iter()
                     .filter(|d| shared.contains(d.name.as_str()))
                     .map(Op::AddSet),

@@ -100,9 +100,8 @@ fn nodeport_daddr(family: Family, node: &DesiredNode) -> String {
     m
 }
 
-/// The base chains, maps and sets of one family.
-pub fn base(family: Family, node: &DesiredNode) -> Base {
-    let ip = ip_kw(family);
+/// The shared sets and maps of the base (they depend on the family only).
+pub fn base_sets(family: Family) -> Vec<SetDef> {
     let addr = family.addr_type();
     let map = |name: &str, type_: String, comment: &str| SetDef {
         name: name.to_string(),
@@ -112,7 +111,7 @@ pub fn base(family: Family, node: &DesiredNode) -> Base {
         timeout_seconds: None,
         comment: Some(comment.to_string()),
     };
-    let sets = vec![
+    vec![
         SetDef {
             name: CLUSTER_IPS.into(),
             kind: SetKind::Set,
@@ -146,7 +145,13 @@ pub fn base(family: Family, node: &DesiredNode) -> Base {
             format!("{addr} . inet_proto . inet_service : verdict"),
             "load-balancer IPs with source ranges",
         ),
-    ];
+    ]
+}
+
+/// The base chains, maps and sets of one family.
+pub fn base(family: Family, node: &DesiredNode) -> Base {
+    let ip = ip_kw(family);
+    let sets = base_sets(family);
     let tuple = format!("{ip} daddr . meta l4proto . th dport");
     let np = nodeport_daddr(family, node);
     let mut cluster_ips_check = vec![format!("{ip} daddr @{CLUSTER_IPS} reject")];

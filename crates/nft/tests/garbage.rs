@@ -3,7 +3,9 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use svcnet_netns::{NetNs, unique_name};
-use svcnet_nft::{FakeNft, Family, FullMode, GARBAGE_LIMIT, NftExecutor, Op, Renderer};
+use svcnet_nft::{
+    FakeNft, Family, FullMode, GARBAGE_LIMIT, NftExecutor, Op, Renderer, Transaction,
+};
 use svcnet_proxy::fixtures::*;
 use svcnet_proxy::{CoreConfig, IpFamily, NamespacedName, ProxyState};
 
@@ -31,24 +33,43 @@ fn add_service(s: &mut ProxyState, svc: &str, ip: &str) {
     .unwrap();
 }
 
-/// Applies a partial sync of the pending changes; returns its operations.
-fn sync(s: &mut ProxyState, r: &mut Renderer, fake: &mut FakeNft) -> Vec<Op> {
+/// A full sync of `s` applied to a fresh renderer and fake (and to `kernel`, when given).
+fn full(s: &ProxyState, kernel: Option<&NftExecutor>) -> (Renderer, FakeNft) {
+    let mut r = Renderer::new(Family::Ip);
+    let mut fake = FakeNft::new();
+    let plan = r.plan_full(&s.desired(IpFamily::V4), FullMode::Recreate);
+    fake.apply(&plan.tx).unwrap();
+    if let Some(k) = kernel {
+        k.apply(&plan.tx).unwrap();
+    }
+    r.commit(plan);
+    (r, fake)
+}
+
+/// Applies a partial sync of the pending changes to `fake` (and to `kernel`, when given);
+/// returns its transaction.
+fn sync(
+    s: &mut ProxyState,
+    r: &mut Renderer,
+    fake: &mut FakeNft,
+    kernel: Option<&NftExecutor>,
+) -> Transaction {
     let changes = s.take_changes();
     let desired = s.desired_for(IpFamily::V4, changes.services.keys());
     let plan = r
         .plan_partial(&s.node_state(IpFamily::V4), &desired)
         .unwrap();
     fake.apply(&plan.tx).unwrap();
-    let ops = plan.tx.ops.clone();
+    if let Some(Err(e)) = kernel.map(|k| k.apply(&plan.tx)) {
+        panic!("nft rejected:\n{}\n{e}", plan.tx);
+    }
+    let tx = plan.tx.clone();
     r.commit(plan);
-    ops
+    tx
 }
 
 fn fresh(s: &ProxyState) -> FakeNft {
-    let mut fake = FakeNft::new();
-    let plan = Renderer::new(Family::Ip).plan_full(&s.desired(IpFamily::V4), FullMode::Recreate);
-    fake.apply(&plan.tx).unwrap();
-    fake
+    full(s, None).1
 }
 
 fn is_delete(op: &Op) -> bool {
@@ -61,14 +82,10 @@ fn a_removed_endpoint_chain_is_flushed_now_and_reused_when_it_comes_back() {
     add_service(&mut s, "web", "10.96.0.10");
     endpoints(&mut s, "web", &["10.244.1.2", "10.244.2.2"]);
     s.take_changes();
-    let mut r = Renderer::new(Family::Ip);
-    let mut fake = FakeNft::new();
-    let plan = r.plan_full(&s.desired(IpFamily::V4), FullMode::Recreate);
-    fake.apply(&plan.tx).unwrap();
-    r.commit(plan);
+    let (mut r, mut fake) = full(&s, None);
 
     endpoints(&mut s, "web", &["10.244.1.2"]);
-    let ops = sync(&mut s, &mut r, &mut fake);
+    let ops = sync(&mut s, &mut r, &mut fake, None).ops;
     assert!(!ops.iter().any(is_delete), "{ops:?}");
     assert_eq!(r.garbage_len(), 1);
     let gone: Vec<String> = fake
@@ -81,7 +98,7 @@ fn a_removed_endpoint_chain_is_flushed_now_and_reused_when_it_comes_back() {
 
     // The endpoint comes back: its (empty) chain is filled again, not deleted later.
     endpoints(&mut s, "web", &["10.244.1.2", "10.244.2.2"]);
-    sync(&mut s, &mut r, &mut fake);
+    sync(&mut s, &mut r, &mut fake, None);
     assert_eq!(r.garbage_len(), 0);
     assert_eq!(fake.dump(), fresh(&s).dump());
     assert!(r.plan_gc().is_none());
@@ -95,18 +112,14 @@ fn an_endpoints_map_coming_back_from_the_garbage_is_flushed_first() {
     add_service(&mut s, "big", "10.96.0.20");
     endpoints(&mut s, "big", &many);
     s.take_changes();
-    let mut r = Renderer::new(Family::Ip);
-    let mut fake = FakeNft::new();
-    let plan = r.plan_full(&s.desired(IpFamily::V4), FullMode::Recreate);
-    fake.apply(&plan.tx).unwrap();
-    r.commit(plan);
+    let (mut r, mut fake) = full(&s, None);
 
     // Down to a cascade (the map goes to the garbage with its ten elements), then back up to
     // nine endpoints: the map must not keep a tenth slot pointing at a garbage chain.
     endpoints(&mut s, "big", &many[..2]);
-    sync(&mut s, &mut r, &mut fake);
+    sync(&mut s, &mut r, &mut fake, None);
     endpoints(&mut s, "big", &many[..9]);
-    sync(&mut s, &mut r, &mut fake);
+    sync(&mut s, &mut r, &mut fake, None);
     let live = fresh(&s);
     fake.collect_garbage(&mut r, &live).unwrap();
     assert_eq!(fake.dump(), live.dump());
@@ -122,16 +135,12 @@ fn garbage_past_the_limit_is_deleted_by_the_next_partial_sync() {
         endpoints(&mut s, &svc, &["10.244.1.2", "10.244.2.2"]);
     }
     s.take_changes();
-    let mut r = Renderer::new(Family::Ip);
-    let mut fake = FakeNft::new();
-    let plan = r.plan_full(&s.desired(IpFamily::V4), FullMode::Recreate);
-    fake.apply(&plan.tx).unwrap();
-    r.commit(plan);
+    let (mut r, mut fake) = full(&s, None);
 
     let mut deleted_at = None;
     for i in 0..n {
         s.delete_service(&NamespacedName::new("default", format!("s{i}")));
-        let ops = sync(&mut s, &mut r, &mut fake);
+        let ops = sync(&mut s, &mut r, &mut fake, None).ops;
         if ops.iter().any(is_delete) {
             deleted_at.get_or_insert(i);
         }
@@ -150,13 +159,9 @@ fn a_periodic_resync_deletes_the_garbage() {
     add_service(&mut s, "web", "10.96.0.10");
     endpoints(&mut s, "web", &["10.244.1.2", "10.244.2.2"]);
     s.take_changes();
-    let mut r = Renderer::new(Family::Ip);
-    let mut fake = FakeNft::new();
-    let plan = r.plan_full(&s.desired(IpFamily::V4), FullMode::Recreate);
-    fake.apply(&plan.tx).unwrap();
-    r.commit(plan);
+    let (mut r, mut fake) = full(&s, None);
     s.delete_service(&NamespacedName::new("default", "web"));
-    sync(&mut s, &mut r, &mut fake);
+    sync(&mut s, &mut r, &mut fake, None);
     assert_eq!(r.garbage_len(), 3);
 
     let plan = r.plan_full(&s.desired(IpFamily::V4), FullMode::Reassert);
@@ -189,26 +194,11 @@ fn one_service_changes_write_nothing_that_makes_nft_load_its_cache() {
     // The real kernel (a fresh namespace) takes every transaction too.
     let ns = NetNs::create(&unique_name("nftgc")).expect("needs root");
     let kernel = NftExecutor::new(Some(ns.name().to_string()));
-    let mut r = Renderer::new(Family::Ip);
-    let mut fake = FakeNft::new();
-    let plan = r.plan_full(&s.desired(IpFamily::V4), FullMode::Recreate);
-    fake.apply(&plan.tx).unwrap();
-    kernel.apply(&plan.tx).unwrap();
-    r.commit(plan);
+    let (mut r, mut fake) = full(&s, Some(&kernel));
 
     let mut texts = Vec::new();
     let mut step = |s: &mut ProxyState, r: &mut Renderer, fake: &mut FakeNft| {
-        let changes = s.take_changes();
-        let desired = s.desired_for(IpFamily::V4, changes.services.keys());
-        let plan = r
-            .plan_partial(&s.node_state(IpFamily::V4), &desired)
-            .unwrap();
-        fake.apply(&plan.tx).unwrap();
-        if let Err(e) = kernel.apply(&plan.tx) {
-            panic!("nft rejected:\n{}\n{e}", plan.tx);
-        }
-        texts.push(plan.tx.to_string());
-        r.commit(plan);
+        texts.push(sync(s, r, fake, Some(&kernel)).to_string());
     };
     // An endpoint replaced, in a cascade and in an endpoints map; an endpoint removed from
     // the map; a service added.

@@ -367,6 +367,10 @@ fn s2(ns: &str, st: &mut ProxyState, n: usize, eps: usize) {
     let mut floor = Vec::new();
     for k in 0..5 {
         let mut tx = svcnet_nft::Transaction::new(Family::Ip, svcnet_nft::names::TABLE);
+        tx.push(svcnet_nft::Op::AddChain {
+            name: format!("floor{k}"),
+            base: None,
+        });
         tx.push(svcnet_nft::Op::AddRule {
             chain: format!("floor{k}"),
             rule: "jump mark-for-masquerade".into(),
