@@ -3,18 +3,15 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use svcnet_netns::{NetNs, unique_name};
-use svcnet_nft::{
-    FakeNft, Family, FullMode, GARBAGE_LIMIT, NftExecutor, Op, Renderer, Transaction,
-};
+mod common;
+
+use common::{config, full, partial};
+use svcnet_nft::{FakeNft, Family, FullMode, GARBAGE_LIMIT, NftExecutor, Op, Renderer};
 use svcnet_proxy::fixtures::*;
-use svcnet_proxy::{CoreConfig, IpFamily, NamespacedName, ProxyState};
+use svcnet_proxy::{IpFamily, NamespacedName, ProxyState};
 
 fn state() -> ProxyState {
-    ProxyState::new(CoreConfig {
-        node_name: "n1".into(),
-        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
-        ..Default::default()
-    })
+    ProxyState::new(config())
 }
 
 fn endpoints(s: &mut ProxyState, svc: &str, ips: &[&str]) {
@@ -33,41 +30,6 @@ fn add_service(s: &mut ProxyState, svc: &str, ip: &str) {
     .unwrap();
 }
 
-/// A full sync of `s` applied to a fresh renderer and fake (and to `kernel`, when given).
-fn full(s: &ProxyState, kernel: Option<&NftExecutor>) -> (Renderer, FakeNft) {
-    let mut r = Renderer::new(Family::Ip);
-    let mut fake = FakeNft::new();
-    let plan = r.plan_full(&s.desired(IpFamily::V4), FullMode::Recreate);
-    fake.apply(&plan.tx).unwrap();
-    if let Some(k) = kernel {
-        k.apply(&plan.tx).unwrap();
-    }
-    r.commit(plan);
-    (r, fake)
-}
-
-/// Applies a partial sync of the pending changes to `fake` (and to `kernel`, when given);
-/// returns its transaction.
-fn sync(
-    s: &mut ProxyState,
-    r: &mut Renderer,
-    fake: &mut FakeNft,
-    kernel: Option<&NftExecutor>,
-) -> Transaction {
-    let changes = s.take_changes();
-    let desired = s.desired_for(IpFamily::V4, changes.services.keys());
-    let plan = r
-        .plan_partial(&s.node_state(IpFamily::V4), &desired)
-        .unwrap();
-    fake.apply(&plan.tx).unwrap();
-    if let Some(Err(e)) = kernel.map(|k| k.apply(&plan.tx)) {
-        panic!("nft rejected:\n{}\n{e}", plan.tx);
-    }
-    let tx = plan.tx.clone();
-    r.commit(plan);
-    tx
-}
-
 fn fresh(s: &ProxyState) -> FakeNft {
     full(s, None).1
 }
@@ -82,10 +44,10 @@ fn a_removed_endpoint_chain_is_flushed_now_and_reused_when_it_comes_back() {
     add_service(&mut s, "web", "10.96.0.10");
     endpoints(&mut s, "web", &["10.244.1.2", "10.244.2.2"]);
     s.take_changes();
-    let (mut r, mut fake) = full(&s, None);
+    let (mut r, mut fake, _) = full(&s, None);
 
     endpoints(&mut s, "web", &["10.244.1.2"]);
-    let ops = sync(&mut s, &mut r, &mut fake, None).ops;
+    let ops = partial(&mut s, &mut r, &mut fake, None).ops;
     assert!(!ops.iter().any(is_delete), "{ops:?}");
     assert_eq!(r.garbage_len(), 1);
     let gone: Vec<String> = fake
@@ -98,7 +60,7 @@ fn a_removed_endpoint_chain_is_flushed_now_and_reused_when_it_comes_back() {
 
     // The endpoint comes back: its (empty) chain is filled again, not deleted later.
     endpoints(&mut s, "web", &["10.244.1.2", "10.244.2.2"]);
-    sync(&mut s, &mut r, &mut fake, None);
+    partial(&mut s, &mut r, &mut fake, None);
     assert_eq!(r.garbage_len(), 0);
     assert_eq!(fake.dump(), fresh(&s).dump());
     assert!(r.plan_gc().is_none());
@@ -112,21 +74,21 @@ fn an_endpoints_map_coming_back_from_the_garbage_is_flushed_first() {
     add_service(&mut s, "big", "10.96.0.20");
     endpoints(&mut s, "big", &many);
     s.take_changes();
-    let (mut r, mut fake) = full(&s, None);
+    let (mut r, mut fake, _) = full(&s, None);
 
     // Down to a cascade (the map goes to the garbage with its ten elements), then back up to
     // nine endpoints: the map must not keep a tenth slot pointing at a garbage chain.
     endpoints(&mut s, "big", &many[..2]);
-    sync(&mut s, &mut r, &mut fake, None);
+    partial(&mut s, &mut r, &mut fake, None);
     endpoints(&mut s, "big", &many[..9]);
-    sync(&mut s, &mut r, &mut fake, None);
+    partial(&mut s, &mut r, &mut fake, None);
     let live = fresh(&s);
     fake.collect_garbage(&mut r, &live).unwrap();
     assert_eq!(fake.dump(), live.dump());
 }
 
 #[test]
-fn garbage_past_the_limit_is_deleted_by_the_next_partial_sync() {
+fn garbage_past_the_limit_is_deleted_by_the_next_partial_partial() {
     let mut s = state();
     let n = GARBAGE_LIMIT / 3 + 2; // each service leaves a service and two endpoint chains
     for i in 0..n {
@@ -135,12 +97,12 @@ fn garbage_past_the_limit_is_deleted_by_the_next_partial_sync() {
         endpoints(&mut s, &svc, &["10.244.1.2", "10.244.2.2"]);
     }
     s.take_changes();
-    let (mut r, mut fake) = full(&s, None);
+    let (mut r, mut fake, _) = full(&s, None);
 
     let mut deleted_at = None;
     for i in 0..n {
         s.delete_service(&NamespacedName::new("default", format!("s{i}")));
-        let ops = sync(&mut s, &mut r, &mut fake, None).ops;
+        let ops = partial(&mut s, &mut r, &mut fake, None).ops;
         if ops.iter().any(is_delete) {
             deleted_at.get_or_insert(i);
         }
@@ -159,9 +121,9 @@ fn a_periodic_resync_deletes_the_garbage() {
     add_service(&mut s, "web", "10.96.0.10");
     endpoints(&mut s, "web", &["10.244.1.2", "10.244.2.2"]);
     s.take_changes();
-    let (mut r, mut fake) = full(&s, None);
+    let (mut r, mut fake, _) = full(&s, None);
     s.delete_service(&NamespacedName::new("default", "web"));
-    sync(&mut s, &mut r, &mut fake, None);
+    partial(&mut s, &mut r, &mut fake, None);
     assert_eq!(r.garbage_len(), 3);
 
     let plan = r.plan_full(&s.desired(IpFamily::V4), FullMode::Reassert);
@@ -194,11 +156,11 @@ fn one_service_changes_write_nothing_that_makes_nft_load_its_cache() {
     // The real kernel (a fresh namespace) takes every transaction too.
     let ns = NetNs::create(&unique_name("nftgc")).expect("needs root");
     let kernel = NftExecutor::new(Some(ns.name().to_string()));
-    let (mut r, mut fake) = full(&s, Some(&kernel));
+    let (mut r, mut fake, _) = full(&s, Some(&kernel));
 
     let mut texts = Vec::new();
     let mut step = |s: &mut ProxyState, r: &mut Renderer, fake: &mut FakeNft| {
-        texts.push(sync(s, r, fake, Some(&kernel)).to_string());
+        texts.push(partial(s, r, fake, Some(&kernel)).to_string());
     };
     // An endpoint replaced, in a cascade and in an endpoints map; an endpoint removed from
     // the map; a service added.

@@ -4,20 +4,15 @@
 //! that cross the limit both ways converging to a fresh full sync.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod common;
+
+use common::{config, full};
 use expect_test::{Expect, expect};
 use svcnet_nft::names::endpoints_map;
 use svcnet_nft::render::CASCADE_MAX;
-use svcnet_nft::{FakeNft, Family, FullMode, Renderer};
+use svcnet_nft::{FakeNft, FullMode, Renderer};
 use svcnet_proxy::fixtures::*;
-use svcnet_proxy::{CoreConfig, IpFamily, ProxyState};
-
-fn config() -> CoreConfig {
-    CoreConfig {
-        node_name: "n1".into(),
-        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
-        ..Default::default()
-    }
-}
+use svcnet_proxy::{IpFamily, ProxyState};
 
 /// `big` with endpoints 10.244.1.2 … 10.244.n.2 on port 8080.
 fn big_slice(n: usize) -> k8s_openapi::api::discovery::v1::EndpointSlice {
@@ -37,16 +32,6 @@ fn big_state(n: usize) -> ProxyState {
     .unwrap();
     s.update_slice(&big_slice(n));
     s
-}
-
-fn full(state: &ProxyState) -> (Renderer, FakeNft, String) {
-    let mut r = Renderer::new(Family::Ip);
-    let mut fake = FakeNft::new();
-    let plan = r.plan_full(&state.desired(IpFamily::V4), FullMode::Recreate);
-    let text = plan.tx.to_string();
-    fake.apply(&plan.tx).unwrap();
-    r.commit(plan);
-    (r, fake, text)
 }
 
 /// The name of the one `service-…` chain in the fake.
@@ -91,7 +76,7 @@ fn service_rules(fake: &FakeNft) -> String {
 #[test]
 fn ten_endpoints_pick_with_one_verdict_map() {
     const { assert!(10 > CASCADE_MAX) };
-    let (_, fake, text) = full(&big_state(10));
+    let (_, fake, text) = full(&big_state(10), None);
     let marker = "add chain ip svcnet nat-postrouting { jump masquerading ; }\n";
     let (_, services) = text.split_once(marker).unwrap();
     let service_lines: String = services
@@ -131,25 +116,11 @@ fn ten_endpoints_pick_with_one_verdict_map() {
     assert!(!vmap_rule.contains("10 : goto"));
 }
 
-/// Takes the state's changes, applies a partial sync to `fake`, checks it converges to a
-/// fresh full sync, and snapshots the service chain.
+/// A partial sync of the state's changes: checks it converges to a fresh full sync and
+/// snapshots the service chain.
 fn partial(state: &mut ProxyState, r: &mut Renderer, fake: &mut FakeNft, expect: Expect) {
-    let changes = state.take_changes();
-    let desired = state.desired_for(IpFamily::V4, changes.services.keys());
-    let plan = r
-        .plan_partial(&state.node_state(IpFamily::V4), &desired)
-        .unwrap();
-    assert!(!plan.is_full());
-    fake.apply(&plan.tx).unwrap();
-    r.commit(plan);
-    let (_, fresh, _) = full(state);
-    fake.collect_garbage(r, &fresh).unwrap();
-    assert_eq!(r.garbage_len(), 0);
-    assert_eq!(
-        fake.dump(),
-        fresh.dump(),
-        "partial sync did not converge to the full ruleset"
-    );
+    common::partial(state, r, fake, None);
+    common::assert_converged(state, r, fake);
     expect.assert_eq(&service_rules(fake));
 }
 
@@ -157,7 +128,7 @@ fn partial(state: &mut ProxyState, r: &mut Renderer, fake: &mut FakeNft, expect:
 fn partial_syncs_cross_the_cascade_limit_both_ways() {
     let mut state = big_state(CASCADE_MAX);
     state.take_changes();
-    let (mut r, mut fake, _) = full(&state);
+    let (mut r, mut fake, _) = full(&state, None);
     expect![[r#"
         ip daddr 10.96.0.100 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
         numgen random mod 8 == 0 goto endpoint-*/big/tcp/http__10.244.1.2/8080
@@ -245,14 +216,14 @@ fn periodic_resyncs_rewrite_and_drop_the_endpoints_map() {
     // 10 endpoints, then 9 (a stale slot) then 3 (no map): each by a full `Reassert`, which
     // must converge to a fresh `Recreate` of the same state.
     let mut state = big_state(10);
-    let (mut r, mut fake, _) = full(&state);
+    let (mut r, mut fake, _) = full(&state, None);
     let map = endpoints_map(&service_chain(&fake));
     for (n, slots) in [(9, 9), (3, 0)] {
         state.update_slice(&big_slice(n));
         let plan = r.plan_full(&state.desired(IpFamily::V4), FullMode::Reassert);
         fake.apply(&plan.tx).unwrap();
         r.commit(plan);
-        let (_, fresh, _) = full(&state);
+        let (_, fresh, _) = full(&state, None);
         assert_eq!(fake.dump(), fresh.dump(), "{n} endpoints");
         assert_eq!(fake.elements(&map).len(), slots, "{n} endpoints");
     }

@@ -3,18 +3,13 @@
 //! converge to exactly what a fresh full sync produces.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod common;
+
+use common::{config, full};
 use expect_test::{Expect, expect};
 use svcnet_nft::{FakeNft, Family, FullMode, Renderer};
 use svcnet_proxy::fixtures::*;
-use svcnet_proxy::{CoreConfig, IpFamily, ProxyState};
-
-fn config() -> CoreConfig {
-    CoreConfig {
-        node_name: "n1".into(),
-        cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
-        ..Default::default()
-    }
-}
+use svcnet_proxy::{IpFamily, ProxyState};
 
 fn web_state() -> ProxyState {
     let mut s = ProxyState::new(config());
@@ -30,42 +25,17 @@ fn web_state() -> ProxyState {
     s
 }
 
-/// Full sync of `state` into a fresh fake; returns the renderer, the fake and the tx text.
-fn full(state: &ProxyState) -> (Renderer, FakeNft, String) {
-    let mut r = Renderer::new(Family::Ip);
-    let mut fake = FakeNft::new();
-    let plan = r.plan_full(&state.desired(IpFamily::V4), FullMode::Recreate);
-    let text = plan.tx.to_string();
-    fake.apply(&plan.tx).unwrap();
-    r.commit(plan);
-    (r, fake, text)
-}
-
-/// Takes the state's changes, plans and applies a partial sync; checks it converges to a fresh
-/// full sync; returns the transaction text.
+/// A partial sync of the state's changes: snapshots its transaction and checks it converges
+/// to a fresh full sync.
 fn partial(state: &mut ProxyState, r: &mut Renderer, fake: &mut FakeNft, expect: Expect) {
-    let changes = state.take_changes();
-    let desired = state.desired_for(IpFamily::V4, changes.services.keys());
-    let plan = r
-        .plan_partial(&state.node_state(IpFamily::V4), &desired)
-        .unwrap();
-    assert!(!plan.is_full());
-    fake.apply(&plan.tx).unwrap();
-    expect.assert_eq(&plan.tx.to_string());
-    r.commit(plan);
-    let (_, fresh, _) = full(state);
-    fake.collect_garbage(r, &fresh).unwrap();
-    assert_eq!(r.garbage_len(), 0);
-    assert_eq!(
-        fake.dump(),
-        fresh.dump(),
-        "partial sync did not converge to the full ruleset"
-    );
+    let tx = common::partial(state, r, fake, None);
+    expect.assert_eq(&tx.to_string());
+    common::assert_converged(state, r, fake);
 }
 
 #[test]
 fn full_ruleset_cluster_ip() {
-    let (_, fake, text) = full(&web_state());
+    let (_, fake, text) = full(&web_state(), None);
     expect![[r#"
         add table ip svcnet
         delete table ip svcnet
@@ -166,7 +136,7 @@ fn full_ruleset_every_frontend_kind() {
     s.update_slice(&slice("default", "itl-1", "itl", |s| {
         s.port("p", "TCP", 80).endpoint("10.244.2.9", "n2", |_| {});
     }));
-    let (_, _, text) = full(&s);
+    let (_, _, text) = full(&s, None);
     expect![[r#"
         add set ip svcnet affinity-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353 { type ipv4_addr ; flags dynamic,timeout ; timeout 60s ; }
         add chain ip svcnet endpoint-TCMDY6CB-kube-system/dns/udp/dns__10.244.1.3/5353
@@ -199,7 +169,7 @@ fn full_ruleset_every_frontend_kind() {
 fn partial_syncs_touch_only_what_changed() {
     let mut state = web_state();
     state.take_changes();
-    let (mut r, mut fake, _) = full(&state);
+    let (mut r, mut fake, _) = full(&state, None);
 
     // Scale up: one endpoint more.
     state.update_slice(&slice("default", "web-1", "web", |s| {
@@ -276,7 +246,7 @@ fn partial_syncs_touch_only_what_changed() {
 #[test]
 fn reassert_repairs_drift_and_removes_stale_chains() {
     let mut state = web_state();
-    let (mut r, mut fake, _) = full(&state);
+    let (mut r, mut fake, _) = full(&state, None);
     let svc_chain = fake
         .chain_names()
         .into_iter()
@@ -298,7 +268,7 @@ fn reassert_repairs_drift_and_removes_stale_chains() {
     let plan = r.plan_full(&state.desired(IpFamily::V4), FullMode::Recreate);
     fake.apply(&plan.tx).unwrap();
     r.commit(plan);
-    let (_, fresh, _) = full(&state);
+    let (_, fresh, _) = full(&state, None);
     assert_eq!(fake.dump(), fresh.dump());
 
     // Without tampering, a reassert is a clean no-op in effect.
@@ -309,7 +279,7 @@ fn reassert_repairs_drift_and_removes_stale_chains() {
 
 #[test]
 fn fake_rejects_dangling_references_atomically() {
-    let (_, mut fake, _) = full(&web_state());
+    let (_, mut fake, _) = full(&web_state(), None);
     let before = fake.dump();
     let mut tx = svcnet_nft::Transaction::new(Family::Ip, "svcnet");
     tx.push(svcnet_nft::Op::AddChain {
