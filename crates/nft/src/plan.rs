@@ -224,11 +224,11 @@ impl Renderer {
             // The fragment's own maps whose elements change are flushed and refilled (a
             // `delete element` would make `nft` load its cache); elements of a map going to
             // the garbage stay in it (nothing looks it up).
-            let changed: BTreeSet<&str> = old
+            let refilled: BTreeSet<&str> = old
                 .elements
                 .symmetric_difference(&new.elements)
                 .map(|e| e.set.as_ref())
-                .filter(|s| new.sets.contains_key(*s))
+                .filter(|s| new.sets.contains_key(*s) && old.sets.contains_key(*s))
                 .collect();
             let own = |e: &&Element| old.sets.contains_key(e.set.as_ref());
             for e in old.elements.difference(&new.elements).filter(|e| !own(e)) {
@@ -252,8 +252,7 @@ impl Renderer {
             // compile rules naming it without loading its cache of the ruleset.
             for (name, s) in &new.sets {
                 adds.push(Op::AddSet(s.clone()));
-                let refill = changed.contains(name.as_str()) && old.sets.contains_key(name);
-                if garbage.remove(name).is_some() || refill {
+                if garbage.remove(name).is_some() || refilled.contains(name.as_str()) {
                     adds.push(Op::FlushSet {
                         name: name.clone(),
                         kind: s.kind,
@@ -280,7 +279,7 @@ impl Renderer {
                 }
             }
             for e in &new.elements {
-                if changed.contains(e.set.as_ref()) || !old.elements.contains(e) {
+                if refilled.contains(e.set.as_ref()) || !old.elements.contains(e) {
                     elems_add.push(add_element(e));
                 }
             }
