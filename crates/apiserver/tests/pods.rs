@@ -311,10 +311,13 @@ async fn kubectl_delete_waits_for_the_agent() {
                     && p.metadata.deletion_timestamp.is_some()
                 {
                     tokio::time::sleep(Duration::from_millis(700)).await;
+                    // The moment the confirmation is sent: kubectl, watching, may
+                    // see it before this task runs again, so time it beforehand.
+                    let sent = Instant::now();
                     pods.delete("b", &grace(0, p.metadata.uid.as_deref()))
                         .await
                         .unwrap();
-                    return Instant::now();
+                    return sent;
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -327,11 +330,11 @@ async fn kubectl_delete_waits_for_the_agent() {
     })
     .await
     .unwrap();
-    let confirmed = confirmer.await.unwrap();
+    let confirmation_sent = confirmer.await.unwrap();
     assert!(ok && out.contains("pod \"b\" deleted"), "{out}");
     assert!(
-        kubectl_done >= confirmed,
-        "kubectl returned before the confirmation"
+        kubectl_done >= confirmation_sent,
+        "kubectl returned before the confirmation was sent"
     );
     assert!(pods.get_opt("b").await.unwrap().is_none());
 
