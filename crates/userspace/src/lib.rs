@@ -20,6 +20,8 @@
 //! This crate reads only the core's desired state, never API objects.
 
 pub mod error;
+#[cfg(target_os = "linux")]
+mod evloop;
 pub mod proxy;
 mod relay;
 pub mod rules;

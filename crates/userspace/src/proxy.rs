@@ -52,6 +52,9 @@ pub struct Config {
     /// One `SO_REUSEPORT` listener per worker (the kernel spreads connections by hash)
     /// instead of one listening socket every worker accepts from (the default).
     pub reuseport: bool,
+    /// Linux: TCP runs on svcnet's own edge-triggered epoll loops (the default there);
+    /// `false` runs it on tokio, the portable path (and the only one elsewhere).
+    pub event_loop: bool,
 }
 
 impl Config {
@@ -69,6 +72,7 @@ impl Config {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             splice: true,
             reuseport: false,
+            event_loop: cfg!(target_os = "linux"),
         }
     }
 }
@@ -89,14 +93,8 @@ struct Listener {
     port: u16,
     /// One accept loop per worker (UDP: one).
     tasks: Vec<AbortHandle>,
-}
-
-impl Listener {
-    fn abort(&self) {
-        for t in &self.tasks {
-            t.abort();
-        }
-    }
+    /// The id it is registered under with the TCP event loops.
+    looped: Option<u64>,
 }
 
 #[derive(Default)]
@@ -110,6 +108,7 @@ struct Control {
     listeners: BTreeMap<ListenerKey, Listener>,
     drains: HashMap<(ServicePortName, SocketAddr), AbortHandle>,
     programmed: BTreeSet<IpFamily>,
+    next_listener: u64,
 }
 
 /// What one sync did that the runtime should report (log lines, Events on the Service).
@@ -125,7 +124,10 @@ pub struct SyncReport {
 /// The userspace dataplane of one node.
 pub struct UserspaceProxy {
     shared: Arc<Shared>,
+    /// tokio runtimes: UDP, and TCP when it does not run on the event loops.
     workers: crate::workers::Workers,
+    #[cfg(target_os = "linux")]
+    loops: Option<crate::evloop::Loops>,
     control: tokio::sync::Mutex<Control>,
     registry: Mutex<Registry>,
 }
@@ -134,18 +136,40 @@ impl UserspaceProxy {
     /// Starts an empty dataplane (no listeners, no rules). Call inside a tokio runtime.
     pub fn new(config: Config) -> Result<Self, UserspaceError> {
         let sockets = SocketFactory::new(config.netns.as_deref())?;
-        let workers = crate::workers::Workers::start(config.workers, config.netns.as_deref())
+        let looped = cfg!(target_os = "linux") && config.event_loop;
+        // With TCP on the event loops, tokio is left only UDP, which one runtime serves.
+        let runtimes = if looped { 1 } else { config.workers };
+        let workers = crate::workers::Workers::start(runtimes, config.netns.as_deref())
+            .map_err(|e| UserspaceError::Workers(e.to_string()))?;
+        let shared = Arc::new(Shared {
+            config,
+            table: ArcSwap::from_pointee(Table::default()),
+            sockets,
+        });
+        #[cfg(target_os = "linux")]
+        let loops = looped
+            .then(|| crate::evloop::Loops::start(&shared, shared.config.workers))
+            .transpose()
             .map_err(|e| UserspaceError::Workers(e.to_string()))?;
         Ok(Self {
             workers,
-            shared: Arc::new(Shared {
-                config,
-                table: ArcSwap::from_pointee(Table::default()),
-                sockets,
-            }),
+            #[cfg(target_os = "linux")]
+            loops,
+            shared,
             control: tokio::sync::Mutex::new(Control::default()),
             registry: Mutex::new(Registry::default()),
         })
+    }
+
+    /// Stops a listener's accept loops; its established connections live on.
+    fn stop_listener(&self, l: &Listener) {
+        for t in &l.tasks {
+            t.abort();
+        }
+        #[cfg(target_os = "linux")]
+        if let (Some(loops), Some(id)) = (&self.loops, l.looped) {
+            loops.unlisten(id);
+        }
     }
 
     pub fn config(&self) -> &Config {
@@ -165,7 +189,8 @@ impl UserspaceProxy {
             if control.listeners.contains_key(*key) {
                 continue;
             }
-            match self.listen(key) {
+            control.next_listener += 1;
+            match self.listen(key, control.next_listener) {
                 Ok(l) => {
                     control.listeners.insert((*key).clone(), l);
                 }
@@ -201,7 +226,7 @@ impl UserspaceProxy {
         control.listeners.retain(|k, l| {
             let keep = wanted.contains(k);
             if !keep {
-                l.abort();
+                self.stop_listener(l);
             }
             keep
         });
@@ -211,9 +236,36 @@ impl UserspaceProxy {
         Ok(report)
     }
 
-    fn listen(&self, key: &ListenerKey) -> Result<Listener, UserspaceError> {
+    fn listen(&self, key: &ListenerKey, id: u64) -> Result<Listener, UserspaceError> {
         let addr = key.bind.socket_addr();
         let workers = self.workers.handles();
+        #[cfg(target_os = "linux")]
+        if let Some(loops) = &self.loops
+            && key.protocol != Protocol::Udp
+        {
+            // One listening socket; every loop registers it, exclusively.
+            let socket = self
+                .shared
+                .sockets
+                .listen_tcp(addr, 1)?
+                .pop()
+                .ok_or_else(|| {
+                    UserspaceError::bind(addr, "TCP", std::io::Error::other("no socket"))
+                })?;
+            let port = socket
+                .local_addr()
+                .map_err(|e| UserspaceError::bind(addr, "TCP", e))?
+                .port();
+            loops
+                .listen(id, &key.route, &socket)
+                .map_err(|e| UserspaceError::bind(addr, "TCP", e))?;
+            tracing::debug!(route = ?key.route, %addr, port, "listening");
+            return Ok(Listener {
+                port,
+                tasks: Vec::new(),
+                looped: Some(id),
+            });
+        }
         let (port, tasks) = match key.protocol {
             Protocol::Udp => {
                 let sock = self.shared.sockets.bind_udp(addr)?;
@@ -261,7 +313,11 @@ impl UserspaceProxy {
             }
         };
         tracing::debug!(route = ?key.route, %addr, port, "listening");
-        Ok(Listener { port, tasks })
+        Ok(Listener {
+            port,
+            tasks,
+            looped: None,
+        })
     }
 
     fn build_table(
@@ -449,7 +505,7 @@ impl UserspaceProxy {
     pub async fn shutdown(&self) -> Result<(), UserspaceError> {
         let mut control = self.control.lock().await;
         for (_, l) in std::mem::take(&mut control.listeners) {
-            l.abort();
+            self.stop_listener(&l);
         }
         for (_, d) in std::mem::take(&mut control.drains) {
             d.abort();
@@ -465,10 +521,10 @@ impl UserspaceProxy {
 
 impl Drop for UserspaceProxy {
     fn drop(&mut self) {
-        let control = self.control.get_mut();
-        for l in control.listeners.values() {
-            l.abort();
+        for l in std::mem::take(&mut self.control.get_mut().listeners).values() {
+            self.stop_listener(l);
         }
+        let control = self.control.get_mut();
         for d in control.drains.values() {
             d.abort();
         }

@@ -46,6 +46,9 @@ pub(crate) async fn relay(
 }
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) use imp::{Pipe, SCRATCH_SIZE, give as give_pipe, take as take_pipe};
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
 mod imp {
     use std::cell::RefCell;
     use std::io;
@@ -66,21 +69,22 @@ mod imp {
     /// Pipes kept per worker thread for later connections.
     const POOL_MAX: usize = 256;
 
-    struct Pipe {
-        read: OwnedFd,
-        write: OwnedFd,
+    /// A pipe for `splice`, from the calling thread's pool.
+    pub(crate) struct Pipe {
+        pub(crate) read: OwnedFd,
+        pub(crate) write: OwnedFd,
     }
 
     /// Scratch buffer per worker thread for small messages; a read that fills it switches the
     /// direction to splicing.
-    const SCRATCH_SIZE: usize = 16 * 1024;
+    pub(crate) const SCRATCH_SIZE: usize = 16 * 1024;
 
     thread_local! {
         static POOL: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
         static SCRATCH: RefCell<Box<[u8]>> = RefCell::new(vec![0; SCRATCH_SIZE].into_boxed_slice());
     }
 
-    fn take() -> io::Result<Pipe> {
+    pub(crate) fn take() -> io::Result<Pipe> {
         if let Some(p) = POOL.with_borrow_mut(Vec::pop) {
             return Ok(p);
         }
@@ -89,7 +93,7 @@ mod imp {
     }
 
     /// Returns an empty pipe to the pool (a pipe that still holds bytes is closed instead).
-    fn give(p: Pipe) {
+    pub(crate) fn give(p: Pipe) {
         POOL.with_borrow_mut(|v| {
             if v.len() < POOL_MAX {
                 v.push(p);

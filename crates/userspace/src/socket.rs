@@ -256,10 +256,14 @@ impl SocketFactory {
 
 /// The destination the client asked for before the kernel's redirect (`SO_ORIGINAL_DST`,
 /// IPv6 `IP6T_SO_ORIGINAL_DST`); `None` when the connection was not redirected.
-pub fn original_dst(stream: &TcpStream) -> Option<SocketAddr> {
+pub fn original_dst(stream: &impl std::os::fd::AsFd) -> Option<SocketAddr> {
     use nix::sys::socket::{getsockopt, sockopt};
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
-    match stream.local_addr().ok()? {
+    match socket2::SockRef::from(stream)
+        .local_addr()
+        .ok()?
+        .as_socket()?
+    {
         SocketAddr::V4(_) => {
             let sin = getsockopt(stream, sockopt::OriginalDst).ok()?;
             Some(SocketAddr::V4(SocketAddrV4::new(

@@ -72,6 +72,11 @@ impl EndpointState {
         self.evicted.send_replace(false);
     }
 
+    /// Whether the drain timeout after removal has passed.
+    pub fn is_evicted(&self) -> bool {
+        *self.evicted.borrow()
+    }
+
     /// A receiver that resolves when the endpoint is evicted.
     pub fn eviction(&self) -> watch::Receiver<bool> {
         self.evicted.subscribe()

@@ -18,7 +18,7 @@ use crate::state::{EndpointState, FlowView, Route, ServiceState, now_ms};
 use crate::table::RouteKey;
 
 /// Endpoints tried per connection at most, whatever `max_attempts` says (kept on the stack).
-const MAX_TRIED: usize = 8;
+pub(crate) const MAX_TRIED: usize = 8;
 
 pub(crate) async fn serve(shared: Arc<Shared>, key: RouteKey, listener: std::net::TcpListener) {
     // Registered here, with the reactor of the worker that runs this loop.

@@ -107,6 +107,46 @@ async fn cluster_ip_and_node_port_reach_every_endpoint_in_turn() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_endpoint_times_out_and_is_retried() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    // Pod 3 drops SYNs: its connect can only end by the proxy's timeout (500 ms here).
+    let lab = lab(3, &[1, 2, 3]);
+    lab.pod(3)
+        .ns
+        .exec(&[
+            "nft",
+            "add table inet silent { chain in { type filter hook input priority 0; tcp dport 8080 drop; }; }",
+        ])
+        .unwrap();
+    let (svc, sl) = web(&lab, &[1, 2, 3], |_| {});
+    let p = proxy(&lab);
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let started = Instant::now();
+    let t = tally(&lab.pod(0).ns, svc_addr(), 12);
+    let took = started.elapsed();
+    assert_eq!(t.values().sum::<usize>(), 12, "{t:?}");
+    assert!(!t.contains_key("b3"), "{t:?}");
+    assert!(
+        took >= Duration::from_millis(450),
+        "no connect waited for its timeout: {took:?}"
+    );
+    let m = &p.metrics()[0];
+    let silent = m
+        .endpoints
+        .iter()
+        .find(|e| e.addr.ip() == IpAddr::from(lab.pod(3).ipv4))
+        .unwrap();
+    assert_eq!(
+        silent.connect_failures, 1,
+        "timed out once, then backed off"
+    );
+    assert!(silent.down);
+    assert_eq!(silent.active, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_endpoint_is_retried_transparently() {
     if !is_root() {
         return eprintln!("skipped: needs root");

@@ -76,11 +76,23 @@ fn objects(
 }
 
 fn proxy() -> UserspaceProxy {
+    proxy_on(
+        Config::new(Mode::Unprivileged {
+            node_port_addresses: vec![],
+        })
+        .event_loop,
+    )
+}
+
+/// `event_loop`: TCP on svcnet's epoll loops (Linux's default) or on tokio (the portable
+/// path, the only one on macOS); the tests of retries, draining and relaying run on both.
+fn proxy_on(event_loop: bool) -> UserspaceProxy {
     let mut c = Config::new(Mode::Unprivileged {
         node_port_addresses: vec![],
     });
     c.connect_timeout = Duration::from_millis(500);
     c.drain_timeout = Duration::from_millis(600);
+    c.event_loop = event_loop;
     UserspaceProxy::new(c).unwrap()
 }
 
@@ -115,10 +127,19 @@ async fn round_robin_spreads_connections_evenly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_endpoint_is_retried_transparently_and_marked_down() {
+    dead_endpoint_case(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_endpoint_is_retried_transparently_and_marked_down_on_tokio() {
+    dead_endpoint_case(false).await;
+}
+
+async fn dead_endpoint_case(event_loop: bool) {
     let s = setup(2, 1).await;
     let dead = s.backends[2];
     let (svc, sl) = objects(&s, "TCP", &s.backends, |_| {});
-    let p = proxy();
+    let p = proxy_on(event_loop);
     p.sync(&desired(&[svc], &[sl])).await.unwrap();
     let t = tally(s.addr(), 20).await;
     assert_eq!(
@@ -187,9 +208,18 @@ async fn client_ip_affinity_expires_after_its_timeout() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn removed_endpoint_drains_established_connections() {
+    drain_case(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn removed_endpoint_drains_established_connections_on_tokio() {
+    drain_case(false).await;
+}
+
+async fn drain_case(event_loop: bool) {
     let s = setup(2, 0).await;
     let (svc, sl) = objects(&s, "TCP", &s.backends, |_| {});
-    let p = proxy();
+    let p = proxy_on(event_loop);
     p.sync(&desired(std::slice::from_ref(&svc), &[sl]))
         .await
         .unwrap();
@@ -307,6 +337,15 @@ async fn echo_after_eof(addr: SocketAddr) -> tokio::task::JoinHandle<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_close_and_bulk_bytes_pass_intact() {
+    half_close_case(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_close_and_bulk_bytes_pass_intact_on_tokio() {
+    half_close_case(false).await;
+}
+
+async fn half_close_case(event_loop: bool) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let svc_ip = unique_ip(96);
     let port = free_port(svc_ip).await;
@@ -321,7 +360,7 @@ async fn half_close_and_bulk_bytes_pass_intact() {
         s.port("p", "TCP", i32::from(target));
         s.endpoint(&b.to_string(), NODE, |_| {});
     });
-    let p = proxy();
+    let p = proxy_on(event_loop);
     p.sync(&desired(&[svc], &[sl])).await.unwrap();
     // 3 MiB and a few odd bytes: many pipe fills per direction, a short last one.
     let data: Vec<u8> = (0..3 * 1024 * 1024 + 77)
