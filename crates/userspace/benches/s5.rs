@@ -4,7 +4,8 @@
 //! namespaces, interleaved rounds, medians, printed as ratios; then Maglev table build time
 //! and disruption (S9).
 //!
-//! Run (root): `cargo bench -p svcnet-userspace --bench s5` (env `S5_ROUNDS`, `S5_SECS`).
+//! Run (root): `cargo bench -p svcnet-userspace --bench s5` (env `S5_ROUNDS`, `S5_SECS`;
+//! `S5_EVLOOP=0` puts the userspace TCP path on tokio instead of its epoll loops).
 //! Bounded: rounds × subjects × (2 wrk runs + iperf3 + a 400-request probe), about 2 minutes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -443,6 +444,7 @@ fn main() {
     cfg.netns = Some(node.clone());
     cfg.splice = env("S5_SPLICE", 1) != 0;
     cfg.reuseport = env("S5_REUSEPORT", 0) != 0;
+    cfg.event_loop = env("S5_EVLOOP", 1) != 0;
     if let Some(w) = std::env::var("S5_WORKERS")
         .ok()
         .and_then(|v| v.parse().ok())
