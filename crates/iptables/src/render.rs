@@ -304,7 +304,8 @@ fn addr(ip: IpAddr) -> String {
 /// The chain choosing among `eps`: masquerade check for cluster-IP traffic (when this chain
 /// serves internal traffic), affinity checks, then the statistic cascade: endpoint `i` of `n`
 /// is taken with probability w_i / (w_i + … + w_n), so each gets w_i / Σw (1/n for equal
-/// weights); the last rule matches unconditionally.
+/// weights), or, for round robin (`rr`), by the rule's own counter (`--mode nth --every
+/// n-i`); the last rule matches unconditionally.
 fn policy_chain(
     chain: &str,
     d: &DesiredServicePort,
@@ -349,12 +350,28 @@ fn policy_chain(
         }
     }
     let weights: Vec<u64> = eps.iter().map(|e| u64::from(e.weight.max(1))).collect();
+    let round_robin = svcnet_lb::resolve(d.lb_algorithm, svcnet_lb::Dataplane::Iptables).algorithm
+        == svcnet_lb::Algorithm::RoundRobin;
     for (i, ep) in eps.iter().enumerate() {
         let mut parts = vec![comment(format!(
             "{name} -> {}",
             endpoint_string(ep.ip, ep.port)
         ))];
-        if i + 1 < eps.len() {
+        if i + 1 < eps.len() && round_robin {
+            // Each rule counts the new connections that reach it and takes one in every
+            // n - i of them: exactly one of every n goes to each endpoint, in turn.
+            let every = (eps.len() - i).to_string();
+            parts.push(s(&[
+                "-m",
+                "statistic",
+                "--mode",
+                "nth",
+                "--every",
+                &every,
+                "--packet",
+                "0",
+            ]));
+        } else if i + 1 < eps.len() {
             let rest: u64 = weights[i..].iter().sum();
             let p = weights[i] as f64 / rest as f64;
             parts.push(s(&[

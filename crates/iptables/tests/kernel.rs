@@ -229,6 +229,29 @@ fn affinity_sticks() {
     }
 }
 
+/// `svcnet.io/lb-algorithm: rr`: the nth cascade hands new connections to the endpoints in
+/// turn, exactly (random would give three in a row to one endpoint about once in nine).
+#[test]
+fn round_robin_rotates_exactly() {
+    if !root() {
+        return;
+    }
+    let w = setup(Backend::Nft, &world());
+    let addr: SocketAddr = "10.96.0.21:80".parse().unwrap();
+    let ids: Vec<String> = client_ns(&w, Client::Pod(CLIENT_POD))
+        .run(|| {
+            (0..30)
+                .map(|_| tcp_ask(addr, Duration::from_secs(2)).unwrap().identity)
+                .collect()
+        })
+        .unwrap();
+    for turn in ids.chunks(3) {
+        let distinct: std::collections::BTreeSet<&String> = turn.iter().collect();
+        assert_eq!(distinct.len(), 3, "{ids:?}");
+    }
+    assert_eq!(ids[3..], ids[..27], "the same order every turn: {ids:?}");
+}
+
 /// Partial syncs in the kernel: scale, empty, delete, add; then someone flushes the tables and
 /// the canary makes the next sync full, which restores service.
 #[test]

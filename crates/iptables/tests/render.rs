@@ -155,6 +155,27 @@ fn world_services() {
     let s = world();
     check(
         &s,
+        "default/rr",
+        expect![[r#"
+        nat    :SVCNET-SEP-CIR4PJWIC5KX46HY - [0:0]
+        nat    :SVCNET-SEP-EUQ4ZMT66AHUTDCY - [0:0]
+        nat    :SVCNET-SEP-I3G4LVD2QB6X32CC - [0:0]
+        nat    :SVCNET-SVC-Y2JJW5KOTIA4SWU2 - [0:0]
+        nat    -A SVCNET-SERVICES -m comment --comment "default/rr cluster IP" -m tcp -p tcp -d 10.96.0.21 --dport 80 -j SVCNET-SVC-Y2JJW5KOTIA4SWU2
+        nat    -A SVCNET-SEP-CIR4PJWIC5KX46HY -m comment --comment "default/rr" -s 10.244.3.2 -j SVCNET-MARK-MASQ
+        nat    -A SVCNET-SEP-CIR4PJWIC5KX46HY -m comment --comment "default/rr" -m tcp -p tcp -j DNAT --to-destination 10.244.3.2:8080
+        nat    -A SVCNET-SEP-EUQ4ZMT66AHUTDCY -m comment --comment "default/rr" -s 10.244.2.2 -j SVCNET-MARK-MASQ
+        nat    -A SVCNET-SEP-EUQ4ZMT66AHUTDCY -m comment --comment "default/rr" -m tcp -p tcp -j DNAT --to-destination 10.244.2.2:8080
+        nat    -A SVCNET-SEP-I3G4LVD2QB6X32CC -m comment --comment "default/rr" -s 10.244.1.2 -j SVCNET-MARK-MASQ
+        nat    -A SVCNET-SEP-I3G4LVD2QB6X32CC -m comment --comment "default/rr" -m tcp -p tcp -j DNAT --to-destination 10.244.1.2:8080
+        nat    -A SVCNET-SVC-Y2JJW5KOTIA4SWU2 -m comment --comment "default/rr cluster IP" -m tcp -p tcp -d 10.96.0.21 --dport 80 ! -s 10.244.0.0/16 -j SVCNET-MARK-MASQ
+        nat    -A SVCNET-SVC-Y2JJW5KOTIA4SWU2 -m comment --comment "default/rr -> 10.244.1.2:8080" -m statistic --mode nth --every 3 --packet 0 -j SVCNET-SEP-I3G4LVD2QB6X32CC
+        nat    -A SVCNET-SVC-Y2JJW5KOTIA4SWU2 -m comment --comment "default/rr -> 10.244.2.2:8080" -m statistic --mode nth --every 2 --packet 0 -j SVCNET-SEP-EUQ4ZMT66AHUTDCY
+        nat    -A SVCNET-SVC-Y2JJW5KOTIA4SWU2 -m comment --comment "default/rr -> 10.244.3.2:8080" -j SVCNET-SEP-CIR4PJWIC5KX46HY
+    "#]],
+    );
+    check(
+        &s,
         "default/sticky",
         expect![[r#"
         nat    :SVCNET-SEP-6VSJZUSQZX2522B5 - [0:0]

@@ -233,17 +233,10 @@ async fn sync_nft(
     out
 }
 
-/// What iptables reports for a service: svcnet's iptables rules choose endpoints with
-/// `-m statistic --mode random` only, so any other request is a fallback.
+/// What iptables reports for a service: its rules choose endpoints with `-m statistic`,
+/// `--mode random` (the default) or `--mode nth` (round robin); anything else is a fallback.
 fn iptables_fallback(requested: Option<Algorithm>) -> Option<Fallback> {
-    let requested = requested.filter(|a| *a != Algorithm::Random)?;
-    let resolved = svcnet_lb::resolve(Some(requested), Dataplane::Iptables);
-    Some(resolved.fallback.unwrap_or(Fallback {
-        requested,
-        used: Algorithm::Random,
-        dataplane: Dataplane::Iptables,
-        why: "svcnet's iptables rules choose endpoints with -m statistic --mode random only",
-    }))
+    svcnet_lb::resolve(requested, Dataplane::Iptables).fallback
 }
 
 async fn sync_iptables(
@@ -414,19 +407,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn iptables_reports_every_algorithm_but_random() {
+    fn iptables_reports_every_algorithm_but_random_and_round_robin() {
         assert_eq!(iptables_fallback(None), None);
         assert_eq!(iptables_fallback(Some(Algorithm::Random)), None);
+        assert_eq!(iptables_fallback(Some(Algorithm::RoundRobin)), None);
         let lc = iptables_fallback(Some(Algorithm::LeastConnection)).unwrap();
         assert_eq!(
             (lc.used, lc.dataplane),
             (Algorithm::Random, Dataplane::Iptables)
         );
-        let rr = iptables_fallback(Some(Algorithm::RoundRobin)).unwrap();
-        assert_eq!(rr.requested, Algorithm::RoundRobin);
+        let mg = iptables_fallback(Some(Algorithm::Maglev)).unwrap();
         assert!(
-            rr.to_string().contains("statistic --mode random only"),
-            "{rr}"
+            mg.to_string().contains("no hash or weighted-cycle match"),
+            "{mg}"
         );
     }
 }

@@ -102,6 +102,19 @@ pub fn world() -> ProxyState {
     add(service("default", "headless", |b| {
         b.cluster_ip(&["None"]).port("", "TCP", 80);
     }));
+    // Round robin by annotation: `-m statistic --mode nth` instead of `--mode random`.
+    let mut rr = service("default", "rr", |b| {
+        b.cluster_ip(&["10.96.0.21"]).port("", "TCP", 80);
+    });
+    rr.metadata.annotations = Some(
+        [(
+            svcnet_proxy::algorithm::ANNOTATION.to_string(),
+            "rr".to_string(),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    add(rr);
     add(service("kube-system", "dns", |b| {
         b.cluster_ip(&["10.96.0.20"]).port("dns", "UDP", 53);
     }));
@@ -114,6 +127,7 @@ pub fn world() -> ProxyState {
     backends(&mut s, "default", "remote", "", "TCP", &[2]);
     backends(&mut s, "default", "itl", "", "TCP", &[2]);
     backends(&mut s, "default", "headless", "", "TCP", &[1, 2]);
+    backends(&mut s, "default", "rr", "", "TCP", &[1, 2, 3]);
     backends(&mut s, "kube-system", "dns", "dns", "UDP", &[1, 2]);
     s
 }

@@ -137,9 +137,21 @@ impl Tracer<'_> {
                         }
                         "statistic" => {
                             assert_eq!(next(&mut i), "--mode", "{args:?}");
-                            assert_eq!(next(&mut i), "random", "{args:?}");
-                            assert_eq!(next(&mut i), "--probability", "{args:?}");
-                            let v: f64 = next(&mut i).parse().unwrap();
+                            let v: f64 = match next(&mut i) {
+                                "random" => {
+                                    assert_eq!(next(&mut i), "--probability", "{args:?}");
+                                    next(&mut i).parse().unwrap()
+                                }
+                                // One in every N reaching the rule: a share of 1/N.
+                                "nth" => {
+                                    assert_eq!(next(&mut i), "--every", "{args:?}");
+                                    let every: u32 = next(&mut i).parse().unwrap();
+                                    assert_eq!(next(&mut i), "--packet", "{args:?}");
+                                    assert_eq!(next(&mut i), "0", "{args:?}");
+                                    1.0 / f64::from(every)
+                                }
+                                m => panic!("statistic mode {m}: {args:?}"),
+                            };
                             assert!((0.0..=1.0).contains(&v));
                             p.probability = Some(v);
                         }
