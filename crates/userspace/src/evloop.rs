@@ -209,6 +209,8 @@ struct Ready {
     /// The peer closed its side (or the socket failed): reads go on until they return 0 or
     /// an error, whatever a short read suggests, since no new edge will come.
     hup: bool,
+    /// `EPOLLERR` or `EPOLLHUP` was reported.
+    failed: bool,
 }
 
 /// One direction of a relayed connection.
@@ -519,6 +521,7 @@ impl Loop {
         if failed || flags.contains(EpollFlags::EPOLLRDHUP) {
             r.hup = true;
         }
+        r.failed |= failed;
         match conn.phase {
             Phase::Connecting { .. } if side == UPSTREAM as usize && r.writable => {
                 self.connected(index)
@@ -537,10 +540,15 @@ impl Loop {
         else {
             return;
         };
-        let err = match conn.socks[1].as_ref().map(TcpStream::take_error) {
-            Some(Ok(None)) => None,
-            Some(Ok(Some(e)) | Err(e)) => Some(e),
+        // A failed connect always raises EPOLLERR; without it, writable means connected,
+        // and the SO_ERROR read (one system call per connection) is skipped.
+        let err = match conn.socks[1].as_ref() {
             None => return,
+            Some(_) if !conn.ready[1].failed => None,
+            Some(s) => Some(match s.take_error() {
+                Ok(Some(e)) | Err(e) => e,
+                Ok(None) => io::Error::other("the connection failed"),
+            }),
         };
         if let Some(e) = err {
             connect_failed(route, i, self.shared.config.backoff, &e);
