@@ -9,14 +9,15 @@
 //! load-balancer IPs) to a listener per route, and the original destination is recovered
 //! with `SO_ORIGINAL_DST`; *unprivileged* — with a loopback service CIDR (127.96.0.0/16) each
 //! frontend address is bound directly. Sockets are created inside the node's network
-//! namespace when one is given, then handed to tokio. Config changes swap an immutable route
-//! table ([`arc_swap`]); the data path takes no lock on it.
+//! namespace when one is given, then handed to the data path's threads. Config changes swap
+//! an immutable route table ([`arc_swap`]); the data path takes no lock on it.
 //!
 //! Code map: [`table`] (pure: desired state → routes and listeners), [`rules`] (pure: the
 //! nftables transaction), [`state`] (lock-free counters, the route table, metrics), [`socket`]
-//! (namespace-aware sockets), `tcp`/`udp` (data paths; `relay` copies small messages and
-//! splices bulk streams), `workers` (one event loop per core, all accepting from each route's
-//! listener), [`proxy`] (sync, drain, metrics).
+//! (namespace-aware sockets), `evloop` (Linux's TCP data path: one edge-triggered epoll loop
+//! per core, all accepting from each route's listener), `tcp`/`udp` (tokio data paths: TCP
+//! where there is no epoll loop, UDP everywhere; `relay` copies small messages and splices
+//! bulk streams), `workers` (the tokio runtimes), [`proxy`] (sync, drain, metrics).
 //! This crate reads only the core's desired state, never API objects.
 
 pub mod error;
