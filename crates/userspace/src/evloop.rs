@@ -571,7 +571,9 @@ impl Loop {
         let Some(conn) = self.conns.get_mut(index) else {
             return;
         };
-        let r = pump(conn, 0, &mut self.scratch).and_then(|()| pump(conn, 1, &mut self.scratch));
+        let splice = self.shared.config.splice;
+        let scratch = &mut self.scratch;
+        let r = pump(conn, 0, scratch, splice).and_then(|()| pump(conn, 1, scratch, splice));
         if let Err(e) = &r {
             tracing::trace!("relay ended: {e}");
         }
@@ -724,8 +726,8 @@ fn splice_flags() -> SpliceFFlags {
 /// Moves what can move now in direction `d` (0: client → endpoint, 1: endpoint → client):
 /// first what is held for the destination, then new reads, until a side would block or the
 /// source ends (then its FIN is passed on, unless the other direction ended already and the
-/// connection closes anyway).
-fn pump(conn: &mut Conn, d: usize, scratch: &mut [u8]) -> io::Result<()> {
+/// connection closes anyway). Without `splice`, bulk streams are copied too.
+fn pump(conn: &mut Conn, d: usize, scratch: &mut [u8], use_splice: bool) -> io::Result<()> {
     let o = 1 - d;
     let other_ended = conn.dirs[o].ended;
     let (Some(from), Some(to)) = (&conn.socks[d], &conn.socks[o]) else {
@@ -802,10 +804,10 @@ fn pump(conn: &mut Conn, d: usize, scratch: &mut [u8]) -> io::Result<()> {
             dir.held = n;
             continue;
         }
-        if n == scratch.len() {
+        if n == scratch.len() && use_splice {
             // A full read: a bulk stream; the rest of this direction is spliced.
             dir.pipe = Some(take_pipe()?);
-        } else if !ready[d].hup {
+        } else if n < scratch.len() && !ready[d].hup {
             // A short read drained the socket: a later arrival raises a new edge.
             ready[d].readable = false;
         }

@@ -46,8 +46,9 @@ pub struct Config {
     pub maglev_table_size: u32,
     /// Data-path threads, each a single-threaded event loop with its own listeners.
     pub workers: usize,
-    /// Relay TCP with `splice(2)` through pipes (Linux; no copy into the process). `false`
-    /// uses buffered copies (the only way elsewhere), for comparison.
+    /// Relay bulk TCP streams with `splice(2)` through pipes (Linux; no copy into the
+    /// process). `false` copies them through the process (the only way elsewhere), for
+    /// comparison.
     pub splice: bool,
     /// One `SO_REUSEPORT` listener per worker (the kernel spreads connections by hash)
     /// instead of one listening socket every worker accepts from (the default).

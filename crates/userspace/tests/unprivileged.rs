@@ -76,23 +76,19 @@ fn objects(
 }
 
 fn proxy() -> UserspaceProxy {
-    proxy_on(
-        Config::new(Mode::Unprivileged {
-            node_port_addresses: vec![],
-        })
-        .event_loop,
-    )
+    proxy_with(|_| {})
 }
 
-/// `event_loop`: TCP on svcnet's epoll loops (Linux's default) or on tokio (the portable
-/// path, the only one on macOS); the tests of retries, draining and relaying run on both.
-fn proxy_on(event_loop: bool) -> UserspaceProxy {
+/// A proxy with the tests' timeouts, then `f`'s changes: `event_loop` picks TCP on svcnet's
+/// epoll loops (Linux's default) or on tokio (the portable path, the only one on macOS); the
+/// tests of retries, draining and relaying run on both.
+fn proxy_with(f: impl FnOnce(&mut Config)) -> UserspaceProxy {
     let mut c = Config::new(Mode::Unprivileged {
         node_port_addresses: vec![],
     });
     c.connect_timeout = Duration::from_millis(500);
     c.drain_timeout = Duration::from_millis(600);
-    c.event_loop = event_loop;
+    f(&mut c);
     UserspaceProxy::new(c).unwrap()
 }
 
@@ -139,7 +135,7 @@ async fn dead_endpoint_case(event_loop: bool) {
     let s = setup(2, 1).await;
     let dead = s.backends[2];
     let (svc, sl) = objects(&s, "TCP", &s.backends, |_| {});
-    let p = proxy_on(event_loop);
+    let p = proxy_with(|c| c.event_loop = event_loop);
     p.sync(&desired(&[svc], &[sl])).await.unwrap();
     let t = tally(s.addr(), 20).await;
     assert_eq!(
@@ -219,7 +215,7 @@ async fn removed_endpoint_drains_established_connections_on_tokio() {
 async fn drain_case(event_loop: bool) {
     let s = setup(2, 0).await;
     let (svc, sl) = objects(&s, "TCP", &s.backends, |_| {});
-    let p = proxy_on(event_loop);
+    let p = proxy_with(|c| c.event_loop = event_loop);
     p.sync(&desired(std::slice::from_ref(&svc), &[sl]))
         .await
         .unwrap();
@@ -337,15 +333,21 @@ async fn echo_after_eof(addr: SocketAddr) -> tokio::task::JoinHandle<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_close_and_bulk_bytes_pass_intact() {
-    half_close_case(true).await;
+    half_close_case(|_| {}).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn half_close_and_bulk_bytes_pass_intact_on_tokio() {
-    half_close_case(false).await;
+    half_close_case(|c| c.event_loop = false).await;
 }
 
-async fn half_close_case(event_loop: bool) {
+/// Bulk streams copied through the process instead of spliced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn half_close_and_bulk_bytes_pass_intact_copying() {
+    half_close_case(|c| c.splice = false).await;
+}
+
+async fn half_close_case(configure: impl FnOnce(&mut Config)) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let svc_ip = unique_ip(96);
     let port = free_port(svc_ip).await;
@@ -360,7 +362,7 @@ async fn half_close_case(event_loop: bool) {
         s.port("p", "TCP", i32::from(target));
         s.endpoint(&b.to_string(), NODE, |_| {});
     });
-    let p = proxy_on(event_loop);
+    let p = proxy_with(configure);
     p.sync(&desired(&[svc], &[sl])).await.unwrap();
     // 3 MiB and a few odd bytes: many pipe fills per direction, a short last one.
     let data: Vec<u8> = (0..3 * 1024 * 1024 + 77)
