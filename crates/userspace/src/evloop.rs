@@ -45,7 +45,7 @@ use crate::proxy::Shared;
 use crate::relay::{Pipe, SCRATCH_SIZE, give_pipe, take_pipe};
 use crate::state::{EndpointState, Route};
 use crate::table::RouteKey;
-use crate::tcp::{Active, MAX_TRIED, choose};
+use crate::tcp::{Active, MAX_TRIED, choose, connect_failed, flow, reset};
 
 /// The longest a loop sleeps: the period of its drain check.
 const TICK: Duration = Duration::from_millis(200);
@@ -408,17 +408,7 @@ impl Loop {
             reset(client);
             return;
         };
-        // Only destination hashing needs the original destination; skip the syscalls otherwise.
-        let destination = if route.algorithm() == svcnet_lb::Algorithm::DestinationHash {
-            self.shared
-                .privileged()
-                .then(|| crate::socket::original_dst(&client))
-                .flatten()
-                .or_else(|| client.local_addr().ok())
-                .unwrap_or(peer)
-        } else {
-            peer
-        };
+        let flow = flow(&self.shared, &route, &client, peer);
         let entry = self.conns.vacant_entry();
         let index = entry.key();
         if let Err(e) = self.epoll.add(
@@ -436,10 +426,7 @@ impl Loop {
             dirs: [Dir::default(), Dir::default()],
             phase: Phase::Connecting {
                 route,
-                flow: Flow {
-                    client: peer,
-                    destination,
-                },
+                flow,
                 tried: [0; MAX_TRIED],
                 attempts: 0,
                 budget,
@@ -671,23 +658,6 @@ fn current(phase: &Phase) -> Option<usize> {
         } => attempts.checked_sub(1).map(|k| tried[k]),
         _ => None,
     }
-}
-
-fn connect_failed(route: &Route, i: usize, backoff: Duration, e: &io::Error) {
-    let ep = &route.endpoints[i];
-    ep.connect_failures.fetch_add(1, Ordering::Relaxed);
-    route
-        .service
-        .stats
-        .connect_failures
-        .fetch_add(1, Ordering::Relaxed);
-    ep.mark_down(backoff);
-    tracing::debug!(service = %route.name(), endpoint = %ep.addr, "connect failed, trying another endpoint: {e}");
-}
-
-/// Closes a client connection with a TCP RST (so the client fails at once).
-fn reset(client: TcpStream) {
-    let _ = SockRef::from(&client).set_linger(Some(Duration::ZERO));
 }
 
 /// `accept4(2)`: the connection non-blocking and close-on-exec, with its peer, in one call.

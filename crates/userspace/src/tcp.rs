@@ -4,6 +4,7 @@
 //! timeout passes.
 
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -45,9 +46,42 @@ pub(crate) async fn serve(shared: Arc<Shared>, key: RouteKey, listener: std::net
 }
 
 /// Closes a client connection with a TCP RST (so the client fails at once).
-fn reset(client: TcpStream) {
+pub(crate) fn reset<S: AsFd>(client: S) {
     let _ = SockRef::from(&client).set_linger(Some(Duration::ZERO));
     drop(client);
+}
+
+/// The flow a new connection is balanced by. Only destination hashing needs the original
+/// destination; the system calls are skipped otherwise.
+pub(crate) fn flow(shared: &Shared, route: &Route, client: &impl AsFd, peer: SocketAddr) -> Flow {
+    let destination = if route.algorithm() == svcnet_lb::Algorithm::DestinationHash {
+        shared
+            .privileged()
+            .then(|| crate::socket::original_dst(client))
+            .flatten()
+            .or_else(|| SockRef::from(client).local_addr().ok()?.as_socket())
+            .unwrap_or(peer)
+    } else {
+        peer
+    };
+    Flow {
+        client: peer,
+        destination,
+    }
+}
+
+/// Counts a failed connect against the endpoint and its service, and marks the endpoint down
+/// for `backoff`.
+pub(crate) fn connect_failed(route: &Route, i: usize, backoff: Duration, e: &std::io::Error) {
+    let ep = &route.endpoints[i];
+    ep.connect_failures.fetch_add(1, Ordering::Relaxed);
+    route
+        .service
+        .stats
+        .connect_failures
+        .fetch_add(1, Ordering::Relaxed);
+    ep.mark_down(backoff);
+    tracing::debug!(service = %route.name(), endpoint = %ep.addr, "connect failed, trying another endpoint: {e}");
 }
 
 /// Picks the next endpoint for a flow: the client's affinity pin if still usable, else the
@@ -93,16 +127,7 @@ async fn connect(shared: &Shared, route: &Route, flow: &Flow) -> Option<(usize, 
                 }
                 return Some((i, s));
             }
-            Err(e) => {
-                ep.connect_failures.fetch_add(1, Ordering::Relaxed);
-                route
-                    .service
-                    .stats
-                    .connect_failures
-                    .fetch_add(1, Ordering::Relaxed);
-                ep.mark_down(cfg.backoff);
-                tracing::debug!(service = %route.name(), endpoint = %ep.addr, "connect failed, trying another endpoint: {e}");
-            }
+            Err(e) => connect_failed(route, i, cfg.backoff, &e),
         }
     }
     None
@@ -149,21 +174,7 @@ async fn handle(shared: Arc<Shared>, key: RouteKey, mut client: TcpStream, peer:
         reset(client);
         return;
     };
-    // Only destination hashing needs the original destination; skip the syscalls otherwise.
-    let destination = if route.algorithm() == svcnet_lb::Algorithm::DestinationHash {
-        shared
-            .privileged()
-            .then(|| crate::socket::original_dst(&client))
-            .flatten()
-            .or_else(|| client.local_addr().ok())
-            .unwrap_or(peer)
-    } else {
-        peer
-    };
-    let flow = Flow {
-        client: peer,
-        destination,
-    };
+    let flow = flow(&shared, &route, &client, peer);
     let Some((i, mut upstream)) = connect(&shared, &route, &flow).await else {
         route.service.stats.refused.fetch_add(1, Ordering::Relaxed);
         reset(client);
