@@ -448,4 +448,19 @@ async fn hostile_packets_do_not_stop_the_server() {
     assert!(answer.contains("10.96.221.214"), "{answer}");
     let tcp = dig(addr, "myapp.default.svc.cluster.local A", &["+tcp"]).await;
     assert!(tcp.contains("10.96.221.214"), "{tcp}");
+    // The UDP ledger: the three datagrams shorter than a header were dropped, everything
+    // received was either answered or dropped.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    let mut st = f.server.udp_stats();
+    while st.answered + st.dropped < st.received && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        st = f.server.udp_stats();
+    }
+    assert!(
+        st.dropped >= 3
+            && st.answered >= 2
+            && st.received == st.answered + st.dropped
+            && st.send_failed == 0,
+        "{st:?}"
+    );
 }

@@ -66,8 +66,9 @@ fn normalize(out: &str) -> Seen {
 }
 
 /// `expected` equals `got`, except that TTLs of records from the upstream (served from the
-/// forwarder's cache, which ages them) may be lower by up to 2 s.
-fn matches(expected: &str, got: &str, cluster_ttls: &[&str]) -> bool {
+/// forwarder's cache, which ages them) may be lower by up to `aged` seconds (the time since
+/// the upstream first answered, rounded up).
+fn matches(expected: &str, got: &str, cluster_ttls: &[&str], aged: u32) -> bool {
     let (e, g): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), got.lines().collect());
     e.len() == g.len()
         && e.iter().zip(&g).all(|(e, g)| {
@@ -83,7 +84,7 @@ fn matches(expected: &str, got: &str, cluster_ttls: &[&str]) -> bool {
                     .zip(&gf)
                     .enumerate()
                     .all(|(i, (a, b))| i == 3 || a == b)
-                && matches!((ttl(&ef), ttl(&gf)), (Some(x), Some(y)) if y <= x && x - y <= 2)
+                && matches!((ttl(&ef), ttl(&gf)), (Some(x), Some(y)) if y <= x && x - y <= aged)
         })
 }
 
@@ -101,7 +102,10 @@ async fn dig(addr: SocketAddr, query: &str, tcp: bool) -> String {
             "+authority",
             "+additional",
             "+comments",
-            "+tries=1",
+            // A second try after 3 s, as every resolver does, so a loaded CI machine does not
+            // fail a query by timing; the server's own ledger (checked after each round) must
+            // still show every datagram it received answered.
+            "+tries=2",
             "+time=3",
             "+nocookie",
             if tcp { "+tcp" } else { "+notcp" },
@@ -134,6 +138,8 @@ async fn rule_table_over_udp_and_tcp() {
     }
 
     let cases = rule_table::cases().unwrap();
+    // Forwarded answers age in the forwarder's cache from the first round on.
+    let started = std::time::Instant::now();
     // Three rounds of the same questions: the first two take the general path (an answer is
     // kept on its second miss), the third is answered from each zone's answer cache, and must
     // be the same.
@@ -165,7 +171,8 @@ async fn rule_table_over_udp_and_tcp() {
                         let seen = normalize(&raw);
                         let transport = if tcp { "TCP" } else { "UDP" };
                         let mut problems = Vec::new();
-                        if !matches(&expected, &seen.text, &["30", "28800"]) {
+                        let aged = started.elapsed().as_secs() as u32 + 1;
+                        if !matches(&expected, &seen.text, &["30", "28800"], aged) {
                             problems.push(format!("--- expected\n{expected}--- got\n{}", seen.text));
                         }
                         if seen.authoritative != authoritative {
@@ -196,6 +203,22 @@ async fn rule_table_over_udp_and_tcp() {
             failures.len(),
             failures.join("\n\n")
         );
+        for (mode, server) in &servers {
+            // An answer is counted just after its send returns, which dig may beat.
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+            let mut st = server.udp_stats();
+            while st.answered < st.received && std::time::Instant::now() < deadline {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                st = server.udp_stats();
+            }
+            assert!(
+                st.received > 0
+                    && st.answered == st.received
+                    && st.dropped == 0
+                    && st.send_failed == 0,
+                "round {round}, pods {mode:?}: a UDP question went unanswered: {st:?}"
+            );
+        }
     }
     let kept: usize = servers.iter().map(|(_, s)| s.zone().cache_stats().0).sum();
     assert!(kept >= 50, "only {kept} answers kept after two rounds");
@@ -219,16 +242,19 @@ fn normalize_reads_digs_text() {
     assert!(matches(
         "  x. 60 IN A 1.2.3.4",
         "  x. 59 IN A 1.2.3.4",
-        &["30"]
+        &["30"],
+        2
     ));
     assert!(!matches(
         "  x. 30 IN A 1.2.3.4",
         "  x. 29 IN A 1.2.3.4",
-        &["30"]
+        &["30"],
+        2
     ));
     assert!(!matches(
         "  x. 60 IN A 1.2.3.4",
         "  x. 60 IN A 1.2.3.5",
-        &["30"]
+        &["30"],
+        2
     ));
 }

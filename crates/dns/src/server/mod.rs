@@ -21,6 +21,7 @@ use tokio::task::JoinSet;
 pub use forward::{ForwardError, Forwarder, Upstream, parse_resolv_conf};
 pub use fuzzing::PacketPath;
 pub use handler::{Handler, ZoneHandle};
+pub use udp::UdpStats;
 
 use crate::zone::ZoneConfig;
 
@@ -61,6 +62,7 @@ impl DnsError {
 pub struct DnsServer {
     server: Server<SharedHandler>,
     udp: JoinSet<()>,
+    udp_counters: Arc<udp::UdpCounters>,
     local_addr: SocketAddr,
     zone: ZoneHandle,
     upstreams: Vec<SocketAddr>,
@@ -94,6 +96,7 @@ impl DnsServer {
             forwarder,
         });
         let udp = Arc::new(udp);
+        let udp_counters = Arc::new(udp::UdpCounters::default());
         let mut udp_tasks = JoinSet::new();
         // One receive loop per runtime worker (a second loop on one worker only adds a wasted
         // `recvmmsg` per wake-up).
@@ -102,13 +105,18 @@ impl DnsServer {
             .num_workers()
             .clamp(1, 4);
         for _ in 0..loops {
-            udp_tasks.spawn(udp::serve_udp(udp.clone(), handler.clone()));
+            udp_tasks.spawn(udp::serve_udp(
+                udp.clone(),
+                handler.clone(),
+                udp_counters.clone(),
+            ));
         }
         let mut server = Server::new(SharedHandler(handler));
         server.register_listener(tcp, TCP_TIMEOUT, 64);
         Ok(DnsServer {
             server,
             udp: udp_tasks,
+            udp_counters,
             local_addr,
             zone,
             upstreams,
@@ -123,6 +131,11 @@ impl DnsServer {
     /// Where zone snapshots are published.
     pub fn zone(&self) -> ZoneHandle {
         self.zone.clone()
+    }
+
+    /// What the UDP path did so far: datagrams received, answered, dropped, failed to send.
+    pub fn udp_stats(&self) -> UdpStats {
+        self.udp_counters.stats()
     }
 
     /// The upstreams actually used (loops to ourselves removed).

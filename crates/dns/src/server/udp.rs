@@ -12,6 +12,7 @@ use std::io::IoSliceMut;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hickory_server::net::xfer::Protocol;
@@ -29,9 +30,53 @@ const MAX_REQUEST: usize = 4096;
 /// Datagrams taken from the socket per `recvmmsg` call.
 const BATCH: usize = 16;
 
+/// What the UDP path did with the datagrams it took, for `DnsServer::udp_stats`: once the
+/// server is idle, every datagram received was either answered, dropped, or failed to send.
+#[derive(Debug, Default)]
+pub(crate) struct UdpCounters {
+    received: AtomicU64,
+    answered: AtomicU64,
+    dropped: AtomicU64,
+    send_failed: AtomicU64,
+}
+
+/// A point-in-time copy of the UDP counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Datagrams taken from the socket.
+    pub received: u64,
+    /// Answers sent.
+    pub answered: u64,
+    /// Datagrams not answered on purpose (too short, a response, no source port, nothing to
+    /// encode).
+    pub dropped: u64,
+    /// Answers the socket refused.
+    pub send_failed: u64,
+}
+
+impl UdpCounters {
+    pub(crate) fn stats(&self) -> UdpStats {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        UdpStats {
+            received: load(&self.received),
+            answered: load(&self.answered),
+            dropped: load(&self.dropped),
+            send_failed: load(&self.send_failed),
+        }
+    }
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Serve `socket` until the task is aborted: take whatever datagrams are queued (up to
 /// [`BATCH`]) in one `recvmmsg`, answer each, send each answer as soon as it is ready.
-pub(crate) async fn serve_udp(socket: Arc<UdpSocket>, handler: Arc<Handler>) {
+pub(crate) async fn serve_udp(
+    socket: Arc<UdpSocket>,
+    handler: Arc<Handler>,
+    counters: Arc<UdpCounters>,
+) {
     let mut bufs: Box<[[u8; MAX_REQUEST]; BATCH]> = Box::new([[0u8; MAX_REQUEST]; BATCH]);
     let mut received = Vec::with_capacity(BATCH);
     let mut out = Vec::with_capacity(MAX_REQUEST);
@@ -53,17 +98,20 @@ pub(crate) async fn serve_udp(socket: Arc<UdpSocket>, handler: Arc<Handler>) {
             }
         }
         for (buf, &(n, src)) in bufs.iter().zip(&received) {
+            bump(&counters.received);
             let Some(src) = src else {
+                bump(&counters.dropped);
                 continue;
             };
             match answer_packet(&handler, &buf[..n], src, &mut out, &mut rng) {
-                Packet::Drop => {}
-                Packet::Reply => send(&socket, &out, src).await,
+                Packet::Drop => bump(&counters.dropped),
+                Packet::Reply => send(&socket, &out, src, &counters).await,
                 Packet::Later(request, step) => {
-                    let (socket, handler) = (socket.clone(), handler.clone());
+                    let (socket, handler, counters) =
+                        (socket.clone(), handler.clone(), counters.clone());
                     tokio::spawn(async move {
                         let reply = handler.finish(step).await;
-                        send(&socket, &encode_udp(&request, &reply), src).await;
+                        send(&socket, &encode_udp(&request, &reply), src, &counters).await;
                     });
                 }
             }
@@ -178,12 +226,17 @@ pub(crate) fn answer_packet(
     }
 }
 
-async fn send(socket: &UdpSocket, bytes: &[u8], to: SocketAddr) {
+async fn send(socket: &UdpSocket, bytes: &[u8], to: SocketAddr, counters: &UdpCounters) {
     if bytes.is_empty() {
+        bump(&counters.dropped);
         return;
     }
-    if let Err(error) = socket.send_to(bytes, to).await {
-        debug!(%to, %error, "UDP send error");
+    match socket.send_to(bytes, to).await {
+        Ok(_) => bump(&counters.answered),
+        Err(error) => {
+            bump(&counters.send_failed);
+            debug!(%to, %error, "UDP send error");
+        }
     }
 }
 
