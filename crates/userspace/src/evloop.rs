@@ -87,8 +87,11 @@ enum Command {
     Unlisten {
         id: u64,
     },
+    /// An endpoint's drain timeout passed: close its connections now, not at the next tick.
+    Sweep,
 }
 
+#[derive(Clone)]
 struct LoopHandle {
     commands: mpsc::Sender<Command>,
     wake: Arc<EventFd>,
@@ -174,6 +177,23 @@ impl Loops {
     pub(crate) fn unlisten(&self, id: u64) {
         for h in &self.handles {
             h.send(Command::Unlisten { id });
+        }
+    }
+
+    /// A handle that makes every loop close connections to evicted endpoints at once.
+    pub(crate) fn sweeper(&self) -> Sweeper {
+        Sweeper(self.handles.clone())
+    }
+}
+
+/// Sends [`Command::Sweep`] to every loop (cheap to clone, safe to keep after the loops stop).
+#[derive(Clone)]
+pub(crate) struct Sweeper(Vec<LoopHandle>);
+
+impl Sweeper {
+    pub(crate) fn sweep(&self) {
+        for h in &self.0 {
+            h.send(Command::Sweep);
         }
     }
 }
@@ -356,6 +376,7 @@ impl Loop {
                         resting: None,
                     });
                 }
+                Command::Sweep => self.next_tick = Instant::now(),
                 Command::Unlisten { id } => {
                     let keys: Vec<usize> = self
                         .listeners

@@ -416,9 +416,16 @@ impl UserspaceProxy {
                 continue; // already draining
             }
             let (ep, drain) = (ep.clone(), self.shared.config.drain_timeout);
+            #[cfg(target_os = "linux")]
+            let sweeper = self.loops.as_ref().map(crate::evloop::Loops::sweeper);
             let task = tokio::spawn(async move {
                 tokio::time::sleep(drain).await;
                 ep.evict();
+                // The event loops check evictions on their tick; tell them now.
+                #[cfg(target_os = "linux")]
+                if let Some(s) = sweeper {
+                    s.sweep();
+                }
             });
             control.drains.insert(key.clone(), task.abort_handle());
         }
