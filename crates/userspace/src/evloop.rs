@@ -336,10 +336,11 @@ impl Loop {
                     side => self.event(index, side as usize, ev.events()),
                 }
             }
+            self.timers();
+            // After the batch (and the timers), no event can still name a closed slot.
             for i in self.closed.drain(..) {
                 self.conns.try_remove(i);
             }
-            self.timers();
         }
     }
 
@@ -558,9 +559,7 @@ impl Loop {
             }),
         };
         if let Some(e) = err {
-            connect_failed(route, i, self.shared.config.backoff, &e);
-            conn.socks[1] = None;
-            self.attempt(index);
+            self.retry(index, &e);
             return;
         }
         let ep = route.endpoints[i].clone();
@@ -625,24 +624,16 @@ impl Loop {
                 break;
             }
             self.deadlines.pop();
-            let Some(conn) = self.conns.get_mut(index) else {
-                continue;
-            };
-            let Phase::Connecting {
-                route, serial: s, ..
-            } = &conn.phase
-            else {
-                continue;
-            };
-            if *s != serial {
-                continue;
+            // Only the attempt this deadline was set for (the connection may have moved on).
+            let current_attempt = self.conns.get(index).is_some_and(
+                |c| matches!(c.phase, Phase::Connecting { serial: s, .. } if s == serial),
+            );
+            if current_attempt {
+                self.retry(
+                    index,
+                    &io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
+                );
             }
-            if let Some(i) = current(&conn.phase) {
-                let e = io::Error::new(io::ErrorKind::TimedOut, "connect timed out");
-                connect_failed(route, i, self.shared.config.backoff, &e);
-            }
-            conn.socks[1] = None;
-            self.attempt(index);
         }
         for (key, l) in self.listeners.iter_mut() {
             if l.resting.is_some_and(|t| t <= now) {
@@ -664,10 +655,20 @@ impl Loop {
                 tracing::debug!("drain timeout passed, closing a connection");
                 self.close(index, false);
             }
-            for i in self.closed.drain(..) {
-                self.conns.try_remove(i);
-            }
         }
+    }
+
+    /// The connect in flight failed: count it against its endpoint (marked down), drop the
+    /// socket, and try the next endpoint.
+    fn retry(&mut self, index: usize, e: &io::Error) {
+        let Some(conn) = self.conns.get_mut(index) else {
+            return;
+        };
+        if let (Phase::Connecting { route, .. }, Some(i)) = (&conn.phase, current(&conn.phase)) {
+            connect_failed(route, i, self.shared.config.backoff, e);
+        }
+        conn.socks[1] = None;
+        self.attempt(index);
     }
 }
 
