@@ -8,14 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hickory_proto::op::{Message, MessageType};
-use hickory_proto::serialize::binary::BinEncoder;
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
-use hickory_server::zone_handler::MessageResponseBuilder;
 
 use super::cache::FastRng;
 use super::forward::Forwarder;
-use super::handler::{Handler, Step, ZoneHandle, echoed, response_edns, response_metadata};
+use super::handler::{Handler, Step, ZoneHandle, encode_response};
 use super::udp::{Packet, answer_packet};
 use crate::fixtures::*;
 use crate::zone::{Objects, Zone, ZoneConfig};
@@ -121,19 +119,7 @@ impl PacketPath {
         let Step::Done(reply) = self.handler.step(&request) else {
             return Ok(None);
         };
-        let edns = response_edns(&request);
-        let addresses = reply.address_records();
-        let response = MessageResponseBuilder::new(echoed(&request), edns.as_ref()).build(
-            response_metadata(&request, &reply),
-            reply.answers.iter().chain(&addresses),
-            reply.authorities.iter(),
-            std::iter::empty(),
-            reply.additionals.iter(),
-        );
-        let mut bytes = Vec::with_capacity(512);
-        let mut encoder = BinEncoder::new(&mut bytes);
-        response
-            .destructive_emit(&mut encoder)
+        let bytes = encode_response(&request, &reply, u16::MAX)
             .map_err(|e| format!("cannot encode the TCP answer: {e}"))?;
         check_answer(packet, &bytes, usize::from(u16::MAX))?;
         Ok(Some(bytes))

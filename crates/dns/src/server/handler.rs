@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::sync::{Arc, LazyLock};
 
 use arc_swap::ArcSwapOption;
+use hickory_proto::ProtoError;
 use hickory_proto::op::{Edns, Header, HeaderCounts, Metadata, OpCode, ResponseCode};
 use hickory_proto::rr::{DNSClass, Name, Record, RecordType};
 use hickory_proto::serialize::binary::BinDecoder;
@@ -213,10 +214,14 @@ pub(crate) fn encode_udp_region(
     }
 }
 
-/// [`encode_udp`] through hickory's general encoder (any record types and sections).
-pub(crate) fn encode_general(request: &MessageRequest, reply: &Reply) -> Vec<u8> {
+/// The answer to `request` encoded by hickory's general encoder (any record types and
+/// sections) within `max` bytes; an error when it cannot be.
+pub(crate) fn encode_response(
+    request: &MessageRequest,
+    reply: &Reply,
+    max: u16,
+) -> Result<Vec<u8>, ProtoError> {
     let edns = response_edns(request);
-    let max = edns.as_ref().map(Edns::max_payload).unwrap_or(512);
     let addresses = reply.address_records();
     let response = MessageResponseBuilder::new(echoed(request), edns.as_ref()).build(
         response_metadata(request, reply),
@@ -228,7 +233,17 @@ pub(crate) fn encode_general(request: &MessageRequest, reply: &Reply) -> Vec<u8>
     let mut bytes = Vec::with_capacity(512);
     let mut encoder = BinEncoder::new(&mut bytes);
     encoder.set_max_size(max);
-    if response.destructive_emit(&mut encoder).is_ok() {
+    response.destructive_emit(&mut encoder)?;
+    Ok(bytes)
+}
+
+/// [`encode_udp`] through hickory's general encoder, within the client's EDNS size (512
+/// without EDNS).
+pub(crate) fn encode_general(request: &MessageRequest, reply: &Reply) -> Vec<u8> {
+    let max = response_edns(request)
+        .as_ref()
+        .map_or(512, Edns::max_payload);
+    if let Ok(bytes) = encode_response(request, reply, max) {
         return bytes;
     }
     // Encoding failed: a bare SERVFAIL header.
