@@ -4,14 +4,13 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
-use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
-use hickory_proto::rr::{Name, RData, RecordType};
+use hickory_proto::op::{Message, ResponseCode};
+use hickory_proto::rr::{RData, RecordType};
 
 use super::cache::FastRng;
-use super::forward::Forwarder;
 use super::handler::{Handler, ZoneHandle};
+use super::test_support::query;
 use super::udp::{Packet, answer_packet};
 use crate::fixtures::*;
 use crate::zone::{Objects, Zone, ZoneConfig};
@@ -39,23 +38,7 @@ fn handler(zone: Option<&Objects>) -> Handler {
     if let Some(objects) = zone {
         handle.publish(Zone::build(config.clone(), objects, 1));
     }
-    Handler {
-        config,
-        zone: handle,
-        forwarder: Arc::new(Forwarder::new(vec![], None, Duration::from_millis(10))),
-    }
-}
-
-fn query(id: u16, name: &str, qtype: RecordType, edns: Option<u16>) -> Vec<u8> {
-    let mut m = Message::new(id, MessageType::Query, OpCode::Query);
-    m.metadata.recursion_desired = true;
-    m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
-    if let Some(size) = edns {
-        let mut e = Edns::new();
-        e.set_max_payload(size);
-        m.set_edns(e);
-    }
-    m.to_vec().unwrap()
+    Handler::offline(config, handle)
 }
 
 fn ask(h: &Handler, packet: &[u8]) -> Option<Vec<u8>> {

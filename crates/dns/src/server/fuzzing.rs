@@ -3,16 +3,13 @@
 //! zone, encoder), and the TCP side's parse–answer–encode, each followed by a check of what
 //! would be sent.
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
-
 use hickory_proto::op::{Message, MessageType};
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 use super::cache::FastRng;
-use super::forward::Forwarder;
 use super::handler::{Handler, Step, ZoneHandle, encode_response};
 use super::udp::{Packet, answer_packet};
 use crate::fixtures::*;
@@ -36,11 +33,7 @@ impl PacketPath {
         let handle = ZoneHandle::default();
         handle.publish(zone);
         PacketPath {
-            handler: Handler {
-                config,
-                zone: handle,
-                forwarder: Arc::new(Forwarder::new(vec![], None, Duration::from_millis(10))),
-            },
+            handler: Handler::offline(config, handle),
             rng: FastRng::new(),
             out: Vec::with_capacity(4096),
             source: SocketAddr::from(([127, 0, 0, 1], 5353)),

@@ -262,6 +262,20 @@ pub(crate) fn encode_general(request: &MessageRequest, reply: &Reply) -> Vec<u8>
 }
 
 impl Handler {
+    /// A handler with no upstream (forwarded questions fail after 10 ms): for the packet path
+    /// of the fuzz target and the tests.
+    pub(crate) fn offline(config: Arc<ZoneConfig>, zone: ZoneHandle) -> Handler {
+        Handler {
+            config,
+            zone,
+            forwarder: Arc::new(Forwarder::new(
+                vec![],
+                None,
+                std::time::Duration::from_millis(10),
+            )),
+        }
+    }
+
     /// Everything that can be decided without I/O, from the zone now published.
     pub(crate) fn step(&self, request: &MessageRequest) -> Step {
         let zone = self.zone.current();

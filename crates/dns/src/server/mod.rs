@@ -7,6 +7,8 @@ mod cache_tests;
 mod forward;
 mod fuzzing;
 mod handler;
+#[cfg(test)]
+mod test_support;
 mod udp;
 mod wire;
 

@@ -256,13 +256,11 @@ fn formerr(packet: &[u8]) -> [u8; 12] {
 #[cfg(test)]
 mod fuzz {
     use std::sync::Arc;
-    use std::time::Duration;
 
-    use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
-    use hickory_proto::rr::{Name, RecordType};
+    use hickory_proto::op::Message;
+    use hickory_proto::rr::RecordType;
     use proptest::prelude::*;
 
-    use super::super::forward::Forwarder;
     use super::super::handler::ZoneHandle;
     use super::*;
     use crate::fixtures::*;
@@ -293,22 +291,11 @@ mod fuzz {
         };
         let zone = ZoneHandle::default();
         zone.publish(Zone::build(config.clone(), &objects, 1));
-        Handler {
-            config,
-            zone,
-            forwarder: Arc::new(Forwarder::new(vec![], None, Duration::from_millis(10))),
-        }
+        Handler::offline(config, zone)
     }
 
     fn query(name: &str, qtype: RecordType, edns: Option<u16>) -> Vec<u8> {
-        let mut m = Message::new(0x4242, MessageType::Query, OpCode::Query);
-        m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
-        if let Some(size) = edns {
-            let mut e = Edns::new();
-            e.set_max_payload(size);
-            m.set_edns(e);
-        }
-        m.to_vec().unwrap()
+        super::super::test_support::query(0x4242, name, qtype, edns)
     }
 
     fn seeds() -> Vec<Vec<u8>> {
@@ -415,12 +402,10 @@ mod fuzz {
 mod timing {
     use super::*;
     use crate::fixtures::*;
-    use crate::server::forward::Forwarder;
     use crate::server::handler::ZoneHandle;
     use crate::zone::{Objects, Zone, ZoneConfig};
-    use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
-    use hickory_proto::rr::{Name, RecordType};
-    use std::time::{Duration, Instant};
+    use hickory_proto::rr::RecordType;
+    use std::time::Instant;
 
     #[test]
     #[ignore = "timing probe: cargo test --release -p svcnet-dns timing -- --ignored --nocapture"]
@@ -438,20 +423,13 @@ mod timing {
         };
         let zone = ZoneHandle::default();
         zone.publish(Zone::build(config.clone(), &objects, 1));
-        let h = Handler {
-            config,
-            zone,
-            forwarder: Arc::new(Forwarder::new(vec![], None, Duration::from_millis(10))),
-        };
-        let mut m = Message::new(7, MessageType::Query, OpCode::Query);
-        m.add_query(Query::query(
-            Name::from_ascii("big.default.svc.cluster.local.").unwrap(),
+        let h = Handler::offline(config, zone);
+        let packet = super::super::test_support::query(
+            7,
+            "big.default.svc.cluster.local.",
             RecordType::A,
-        ));
-        let mut e = Edns::new();
-        e.set_max_payload(4096);
-        m.set_edns(e);
-        let packet = m.to_vec().unwrap();
+            Some(4096),
+        );
         let src = "127.0.0.1:5353".parse().unwrap();
         let n = 20_000;
         let t = Instant::now();

@@ -252,7 +252,7 @@ fn suffix_offset<'a, I: Iterator<Item = &'a [u8]>>(
 mod tests {
     use std::net::{Ipv4Addr, Ipv6Addr};
 
-    use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+    use hickory_proto::op::{Message, ResponseCode};
     use hickory_proto::rr::rdata::{A, AAAA, SOA};
     use hickory_proto::rr::{Name, RData, Record, RecordType};
     use hickory_server::net::xfer::Protocol;
@@ -262,16 +262,8 @@ mod tests {
     use super::*;
 
     fn request(name: &str, qtype: RecordType, edns: Option<u16>) -> Request {
-        let mut m = Message::new(0x1234, MessageType::Query, OpCode::Query);
-        m.metadata.recursion_desired = true;
-        m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
-        if let Some(size) = edns {
-            let mut e = Edns::new();
-            e.set_max_payload(size);
-            m.set_edns(e);
-        }
         Request::from_bytes(
-            m.to_vec().unwrap(),
+            super::super::test_support::query(0x1234, name, qtype, edns),
             "127.0.0.1:5353".parse().unwrap(),
             Protocol::Udp,
         )
