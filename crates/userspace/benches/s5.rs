@@ -86,10 +86,30 @@ struct Sample {
     /// sensitive to the machine's other load than the rates).
     cpu_us_per_req: Option<f64>,
     cpu_us_per_conn: Option<f64>,
+    /// Whole-machine busy CPU µs per keep-alive request and per new connection (client,
+    /// backend, proxy, softirq and kernel workers together), and how busy the machine was
+    /// during the keep-alive run (1.0: every CPU).
+    machine_us_per_req: Option<f64>,
+    machine_us_per_conn: Option<f64>,
+    machine_busy_ka: Option<f64>,
+    /// The proxy's user-mode CPU µs per keep-alive request and per new connection: its own
+    /// code, without the kernel's TCP work done in its system calls.
+    user_us_per_req: Option<f64>,
+    user_us_per_conn: Option<f64>,
 }
 
-/// User + system CPU seconds of processes (all their threads).
-fn proc_cpu(pids: &[u32]) -> f64 {
+/// CPU spent while `f` ran: the proxy's processes (user + system, and user alone) and the
+/// whole machine, in seconds.
+fn cpu_during<T>(pids: &[u32], f: impl FnOnce() -> T) -> (T, [f64; 3]) {
+    let (p0, busy0) = (proc_times(pids), machine_busy());
+    let out = f();
+    let (p, busy) = (proc_times(pids), machine_busy());
+    let user = p[0] - p0[0];
+    (out, [user + p[1] - p0[1], user, busy - busy0])
+}
+
+/// User and system CPU seconds of processes (all their threads).
+fn proc_times(pids: &[u32]) -> [f64; 2] {
     let tick = 100.0; // USER_HZ on Linux
     pids.iter()
         .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
@@ -102,9 +122,14 @@ fn proc_cpu(pids: &[u32]) -> f64 {
                     .and_then(|v| v.parse::<f64>().ok())
                     .unwrap_or(0.0)
             };
-            (t(14) + t(15)) / tick
+            [t(14) / tick, t(15) / tick]
         })
-        .sum()
+        .fold([0.0; 2], |a, b| [a[0] + b[0], a[1] + b[1]])
+}
+
+/// CPUs the machine has.
+fn cpus() -> f64 {
+    std::thread::available_parallelism().map_or(1.0, |n| n.get() as f64)
 }
 
 /// Busy CPU seconds of the whole machine so far (every CPU, minus idle and iowait).
@@ -559,22 +584,25 @@ fn main() {
         for (name, ip, port, _, _, pids) in order.iter().filter(|_| run("ka")) {
             fresh();
             let url = format!("http://{}/", SocketAddr::new(*ip, *port));
-            let cpu0 = proc_cpu(pids);
-            let rps = wrk(&client, &url, 32, secs, false);
+            let (rps, [cpu, user, busy]) = cpu_during(pids, || wrk(&client, &url, 32, secs, false));
+            let per = |s: f64| s * 1e6 / (rps * secs as f64);
             let c = cur.entry(name).or_default();
             c.ka_rps = rps;
-            c.cpu_us_per_req =
-                (!pids.is_empty()).then(|| (proc_cpu(pids) - cpu0) * 1e6 / (rps * secs as f64));
+            c.machine_us_per_req = Some(per(busy));
+            c.machine_busy_ka = Some(busy / (secs as f64 * cpus()));
+            c.user_us_per_req = (!pids.is_empty()).then(|| per(user));
+            c.cpu_us_per_req = (!pids.is_empty()).then(|| per(cpu));
         }
         for (name, ip, port, _, _, pids) in order.iter().filter(|_| run("nc")) {
             fresh();
             let url = format!("http://{}/", SocketAddr::new(*ip, *port));
-            let cpu0 = proc_cpu(pids);
-            let rps = wrk(&client, &url, 8, secs, true);
+            let (rps, [cpu, user, busy]) = cpu_during(pids, || wrk(&client, &url, 8, secs, true));
+            let per = |s: f64| s * 1e6 / (rps * secs as f64);
             let c = cur.entry(name).or_default();
             c.nc_rps = rps;
-            c.cpu_us_per_conn =
-                (!pids.is_empty()).then(|| (proc_cpu(pids) - cpu0) * 1e6 / (rps * secs as f64));
+            c.machine_us_per_conn = Some(per(busy));
+            c.user_us_per_conn = (!pids.is_empty()).then(|| per(user));
+            c.cpu_us_per_conn = (!pids.is_empty()).then(|| per(cpu));
         }
         for (name, ip, port, ..) in order.iter().filter(|_| run("lat")) {
             fresh();
@@ -585,9 +613,7 @@ fn main() {
         if have_iperf && run("bulk") {
             for (name, ip, _, bulk, _, pids) in &order {
                 fresh();
-                let (cpu0, busy0) = (proc_cpu(pids), machine_busy());
-                let g = iperf(&client, *ip, *bulk, secs);
-                let (cpu, busy) = (proc_cpu(pids) - cpu0, machine_busy() - busy0);
+                let (g, [cpu, _, busy]) = cpu_during(pids, || iperf(&client, *ip, *bulk, secs));
                 let c = cur.entry(name).or_default();
                 c.gbps = g;
                 if let Some(g) = g {
@@ -610,11 +636,16 @@ fn main() {
             let c = cur.remove(name).unwrap_or_default();
             let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
             eprintln!(
-                "round {round} {name}: ka {:.0}/s ({} cpu us/req) new-conn {:.0}/s ({} cpu us/conn) p50 {:.0}us p99 {:.0}us {} Gbit/s cpu {} s/GB (machine {}) udp {}/s p50 {}us p99 {}us",
+                "round {round} {name}: ka {:.0}/s ({} cpu us/req, {} user, machine {} us/req, {} busy) new-conn {:.0}/s ({} cpu us/conn, {} user, machine {} us/conn) p50 {:.0}us p99 {:.0}us {} Gbit/s cpu {} s/GB (machine {}) udp {}/s p50 {}us p99 {}us",
                 c.ka_rps,
                 f(c.cpu_us_per_req, 1),
+                f(c.user_us_per_req, 1),
+                f(c.machine_us_per_req, 1),
+                f(c.machine_busy_ka, 2),
                 c.nc_rps,
                 f(c.cpu_us_per_conn, 1),
+                f(c.user_us_per_conn, 1),
+                f(c.machine_us_per_conn, 1),
                 c.p50_us,
                 c.p99_us,
                 f(c.gbps, 2),
@@ -643,6 +674,11 @@ fn main() {
             udp_p99_us: opt_median(v.iter().map(|s| s.udp_p99_us).collect()),
             cpu_us_per_req: opt_median(v.iter().map(|s| s.cpu_us_per_req).collect()),
             cpu_us_per_conn: opt_median(v.iter().map(|s| s.cpu_us_per_conn).collect()),
+            machine_us_per_req: opt_median(v.iter().map(|s| s.machine_us_per_req).collect()),
+            machine_busy_ka: opt_median(v.iter().map(|s| s.machine_busy_ka).collect()),
+            user_us_per_req: opt_median(v.iter().map(|s| s.user_us_per_req).collect()),
+            machine_us_per_conn: opt_median(v.iter().map(|s| s.machine_us_per_conn).collect()),
+            user_us_per_conn: opt_median(v.iter().map(|s| s.user_us_per_conn).collect()),
         }
     };
     let direct = med("direct");
@@ -660,7 +696,7 @@ fn main() {
     for (name, ..) in &subjects {
         let s = med(name);
         println!(
-            "S5 subject={name} ka_rps={:.0} newconn_rps={:.0} p50_us={:.0} p99_us={:.0} added_p50_us={:.0} added_p99_us={:.0} gbps={} cpu_s_per_gb={} machine_cpu_s_per_gb={} udp_rps={} udp_p50_us={} udp_p99_us={} added_udp_p50_us={} cpu_us_per_req={} cpu_us_per_conn={}",
+            "S5 subject={name} ka_rps={:.0} newconn_rps={:.0} p50_us={:.0} p99_us={:.0} added_p50_us={:.0} added_p99_us={:.0} gbps={} cpu_s_per_gb={} machine_cpu_s_per_gb={} udp_rps={} udp_p50_us={} udp_p99_us={} added_udp_p50_us={} cpu_us_per_req={} cpu_us_per_conn={} machine_us_per_req={} machine_busy_ka={} user_us_per_req={} machine_us_per_conn={} user_us_per_conn={}",
             s.ka_rps,
             s.nc_rps,
             s.p50_us,
@@ -676,6 +712,11 @@ fn main() {
             opt(s.udp_p50_us.zip(direct.udp_p50_us).map(|(a, b)| a - b), 0),
             opt(s.cpu_us_per_req, 1),
             opt(s.cpu_us_per_conn, 1),
+            opt(s.machine_us_per_req, 1),
+            opt(s.machine_busy_ka, 2),
+            opt(s.user_us_per_req, 1),
+            opt(s.machine_us_per_conn, 1),
+            opt(s.user_us_per_conn, 1),
         );
     }
     // The goals: userspace against the best peer on every metric (≥ 1.0 is met; for latencies
