@@ -6,18 +6,79 @@
 //! and never a tokio worker), and removes it on drop. [`command`] builds a `Command` that runs
 //! inside a named namespace. [`test_support`] builds real test topologies (pods, node, external
 //! client) with echo servers. Nothing here knows about Kubernetes.
+//!
+//! Namespaces are Linux's. Elsewhere (macOS) the crate builds, every namespace operation fails
+//! with `ENOSYS`, and [`command`] without a namespace runs programs as usual, so code that names
+//! no namespace (the userspace proxy, unprivileged) runs there unchanged.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use nix::mount::{MntFlags, MsFlags, mount, umount2};
-use nix::sched::{CloneFlags, setns, unshare};
-
+#[cfg(target_os = "linux")]
 pub mod sandbox;
 pub mod signals;
 pub mod test_support;
+
+/// The namespace system calls: Linux's, or `ENOSYS` elsewhere.
+mod sys {
+    #[cfg(target_os = "linux")]
+    pub(crate) use linux::*;
+    #[cfg(not(target_os = "linux"))]
+    pub(crate) use other::*;
+
+    #[cfg(target_os = "linux")]
+    mod linux {
+        use std::fs::File;
+        use std::path::Path;
+
+        use nix::mount::{MntFlags, MsFlags, mount, umount2};
+        use nix::sched::{CloneFlags, setns, unshare};
+
+        /// Moves the calling thread into a new network namespace and bind-mounts it at `at`.
+        pub(crate) fn new_netns_at(at: &Path) -> Result<(), (&'static str, nix::Error)> {
+            unshare(CloneFlags::CLONE_NEWNET).map_err(|e| ("unshare", e))?;
+            mount(
+                Some("/proc/thread-self/ns/net"),
+                at,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|e| ("bind mount", e))
+        }
+
+        /// Moves the calling thread into the network namespace open as `file`.
+        pub(crate) fn enter(file: &File) -> nix::Result<()> {
+            setns(file, CloneFlags::CLONE_NEWNET)
+        }
+
+        pub(crate) fn unmount(at: &Path) -> nix::Result<()> {
+            umount2(at, MntFlags::MNT_DETACH)
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    mod other {
+        use std::fs::File;
+        use std::path::Path;
+
+        use nix::errno::Errno;
+
+        pub(crate) fn new_netns_at(_: &Path) -> Result<(), (&'static str, nix::Error)> {
+            Err(("unshare", Errno::ENOSYS))
+        }
+
+        pub(crate) fn enter(_: &File) -> nix::Result<()> {
+            Err(Errno::ENOSYS)
+        }
+
+        pub(crate) fn unmount(_: &Path) -> nix::Result<()> {
+            Err(Errno::ENOSYS)
+        }
+    }
+}
 
 /// Where persistent namespaces are bind-mounted (iproute2's convention).
 pub const NETNS_RUN_DIR: &str = "/run/netns";
@@ -84,15 +145,7 @@ impl NetNs {
                 action,
                 source,
             };
-            unshare(CloneFlags::CLONE_NEWNET).map_err(|e| sys("unshare", e))?;
-            mount(
-                Some("/proc/thread-self/ns/net"),
-                &thread_path,
-                None::<&str>,
-                MsFlags::MS_BIND,
-                None::<&str>,
-            )
-            .map_err(|e| sys("bind mount", e))
+            sys::new_netns_at(&thread_path).map_err(|(action, e)| sys(action, e))
         })
         .join()
         .map_err(|_| NetnsError::Panicked {
@@ -138,7 +191,7 @@ impl NetNs {
         })?;
         std::thread::scope(|s| {
             s.spawn(move || {
-                setns(&file, CloneFlags::CLONE_NEWNET).map_err(|e| NetnsError::Sys {
+                sys::enter(&file).map_err(|e| NetnsError::Sys {
                     name: self.name.clone(),
                     action: "setns",
                     source: e,
@@ -149,6 +202,21 @@ impl NetNs {
             .map_err(|_| NetnsError::Panicked {
                 name: self.name.clone(),
             })?
+        })
+    }
+
+    /// Moves the calling thread into this namespace for the rest of its life (a data-path
+    /// thread that makes its sockets there).
+    pub fn enter(&self) -> Result<(), NetnsError> {
+        let file = File::open(&self.path).map_err(|e| NetnsError::Io {
+            name: self.name.clone(),
+            action: "open",
+            source: e,
+        })?;
+        sys::enter(&file).map_err(|e| NetnsError::Sys {
+            name: self.name.clone(),
+            action: "setns",
+            source: e,
         })
     }
 
@@ -164,7 +232,7 @@ impl NetNs {
         })?;
         let (tx, rx) = std::sync::mpsc::channel();
         let handle = std::thread::spawn(move || {
-            let entered = setns(&file, CloneFlags::CLONE_NEWNET);
+            let entered = sys::enter(&file);
             let ok = entered.is_ok();
             let _ = tx.send(entered);
             if ok {
@@ -211,7 +279,7 @@ impl NetNs {
 
     fn remove(&self) -> Result<(), NetnsError> {
         // Try both steps even if the first fails (a half-created namespace has no mount).
-        let unmounted = umount2(&self.path, MntFlags::MNT_DETACH).map_err(|e| NetnsError::Sys {
+        let unmounted = sys::unmount(&self.path).map_err(|e| NetnsError::Sys {
             name: self.name.clone(),
             action: "unmount",
             source: e,

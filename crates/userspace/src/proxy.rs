@@ -94,7 +94,8 @@ struct Listener {
     port: u16,
     /// One accept loop per worker (UDP: one).
     tasks: Vec<AbortHandle>,
-    /// The id it is registered under with the TCP event loops.
+    /// The id it is registered under with the TCP event loops (Linux).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     looped: Option<u64>,
 }
 
@@ -237,6 +238,8 @@ impl UserspaceProxy {
         Ok(report)
     }
 
+    // `id` names the listener to the Linux event loops.
+    #[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
     fn listen(&self, key: &ListenerKey, id: u64) -> Result<Listener, UserspaceError> {
         let addr = key.bind.socket_addr();
         let workers = self.workers.handles();

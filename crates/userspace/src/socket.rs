@@ -26,9 +26,7 @@ thread_local! {
 
 /// Moves the calling thread into `ns` for the rest of its life; sockets it makes are born there.
 pub(crate) fn enter(ns: &NetNs) -> io::Result<()> {
-    let file =
-        std::fs::File::open(std::path::Path::new(svcnet_netns::NETNS_RUN_DIR).join(ns.name()))?;
-    nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)?;
+    ns.enter().map_err(io::Error::other)?;
     IN_NETNS.set(true);
     Ok(())
 }
@@ -256,6 +254,7 @@ impl SocketFactory {
 
 /// The destination the client asked for before the kernel's redirect (`SO_ORIGINAL_DST`,
 /// IPv6 `IP6T_SO_ORIGINAL_DST`); `None` when the connection was not redirected.
+#[cfg(target_os = "linux")]
 pub fn original_dst(stream: &impl std::os::fd::AsFd) -> Option<SocketAddr> {
     use nix::sys::socket::{getsockopt, sockopt};
     use std::net::{Ipv4Addr, Ipv6Addr, SocketAddrV4, SocketAddrV6};
@@ -281,4 +280,10 @@ pub fn original_dst(stream: &impl std::os::fd::AsFd) -> Option<SocketAddr> {
             )))
         }
     }
+}
+
+/// Redirects are Linux's (privileged mode); elsewhere no connection was redirected.
+#[cfg(not(target_os = "linux"))]
+pub fn original_dst(_stream: &impl std::os::fd::AsFd) -> Option<SocketAddr> {
+    None
 }
