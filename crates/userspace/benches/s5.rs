@@ -775,6 +775,37 @@ fn main() {
             if ratio >= 1.0 { "yes" } else { "no" }
         );
     }
+    // What any proxy could gain over each peer: on a busy machine throughput follows machine
+    // CPU per request, and a proxy whose own code cost nothing would save only the peer's
+    // user-mode share of it (the kernel's TCP work for the proxy's two sockets stays).
+    type Per = fn(&Sample) -> Option<f64>;
+    let shares: [(&str, Per, Per); 2] = [
+        (
+            "keepalive_rps",
+            |s| s.machine_us_per_req,
+            |s| s.user_us_per_req,
+        ),
+        (
+            "newconn_rps",
+            |s| s.machine_us_per_conn,
+            |s| s.user_us_per_conn,
+        ),
+    ];
+    for (metric, machine, user) in shares {
+        let ceilings: Vec<String> = std::iter::once(("svcnet-userspace", &ours))
+            .chain(peers.iter().map(|(n, p)| (*n, p)))
+            .filter_map(|(n, s)| {
+                let (m, u) = (machine(s)?, user(s)?);
+                Some(format!(
+                    "{n}: user {u:.1} of {m:.1} us, zero-cost ceiling {:.2}x",
+                    m / (m - u)
+                ))
+            })
+            .collect();
+        if !ceilings.is_empty() {
+            println!("S5 ceiling metric={metric} {}", ceilings.join("; "));
+        }
+    }
     let (kpath, floor_row) = (med("svcnet-nftables"), med("dnat-floor"));
     for (metric, get, _) in [metrics[0], metrics[1], metrics[4], metrics[6]] {
         if let (Some(k), Some(d)) = (get(&kpath, &direct), get(&direct, &direct))
