@@ -1,6 +1,13 @@
 //! Discovery documents (`/api`, `/apis`, group versions), `/version`, and the OpenAPI v3
-//! documents kubectl reads to learn that the server validates fields itself.
+//! documents kubectl reads to learn that the server validates fields itself and to explain
+//! the served kinds' fields (`kubectl explain`).
 
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::LazyLock;
+
+use schemars::JsonSchema;
+use schemars::generate::{SchemaGenerator, SchemaSettings};
 use serde_json::{Value, json};
 
 use crate::registry::{self, RESOURCES, ResourceInfo};
@@ -137,28 +144,113 @@ fn gv_path(group: &str, version: &str) -> String {
     }
 }
 
+/// Every group-version's OpenAPI v3 document, built once, with a hash of its content (kubectl
+/// caches a document by its URL, so the URL changes when the document does).
+static OPENAPI: LazyLock<BTreeMap<String, (Value, String)>> = LazyLock::new(|| {
+    registry::group_versions()
+        .into_iter()
+        .filter_map(|(g, v)| {
+            let doc = build_openapi(g, v).ok()?;
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            doc.to_string().hash(&mut h);
+            Some((gv_path(g, v), (doc, format!("{:016x}", h.finish()))))
+        })
+        .collect()
+});
+
 /// `/openapi/v3`: where each group-version's document is.
 pub fn openapi_index() -> Value {
-    let mut paths = serde_json::Map::new();
-    for (g, v) in registry::group_versions() {
-        let p = gv_path(g, v);
-        paths.insert(
-            p.clone(),
-            json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash=svcnet-{}", crate::discovery::GIT_VERSION)}),
-        );
-    }
+    let paths: serde_json::Map<String, Value> = OPENAPI
+        .iter()
+        .map(|(p, (_, hash))| {
+            (
+                p.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}),
+            )
+        })
+        .collect();
     json!({"paths": paths})
+}
+
+/// The OpenAPI v3 document of one group-version.
+pub fn openapi_group_version(group: &str, version: &str) -> Result<Value, ApiError> {
+    OPENAPI
+        .get(&gv_path(group, version))
+        .map(|(doc, _)| doc.clone())
+        .ok_or(ApiError::NoRoute)
+}
+
+/// The field schemas of a group-version's served kinds, as OpenAPI v3 components: k8s-openapi's
+/// schemas of its types (descriptions from the Kubernetes API, and every type they reference),
+/// each served kind tagged with its group-version-kind, which is how `kubectl explain` finds
+/// it. Returns the components and each kind's schema name.
+fn kind_schemas(
+    group: &str,
+    version: &str,
+) -> (
+    serde_json::Map<String, Value>,
+    HashMap<&'static str, String>,
+) {
+    use k8s_openapi::api::apps::v1 as apps;
+    use k8s_openapi::api::coordination::v1 as coordination;
+    use k8s_openapi::api::core::v1 as core;
+    use k8s_openapi::api::discovery::v1 as discovery;
+    use k8s_openapi::api::events::v1 as events;
+
+    fn add<T: JsonSchema>(g: &mut SchemaGenerator) -> String {
+        g.subschema_for::<T>();
+        T::schema_name().into_owned()
+    }
+    let mut g = SchemaSettings::openapi3().into_generator();
+    let mut names = HashMap::new();
+    for r in RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let name = match (r.group, r.version, r.kind) {
+            ("", "v1", "Namespace") => add::<core::Namespace>(&mut g),
+            ("", "v1", "Node") => add::<core::Node>(&mut g),
+            ("", "v1", "Pod") => add::<core::Pod>(&mut g),
+            ("", "v1", "Service") => add::<core::Service>(&mut g),
+            ("", "v1", "Endpoints") => add::<core::Endpoints>(&mut g),
+            ("", "v1", "Event") => add::<core::Event>(&mut g),
+            ("", "v1", "ConfigMap") => add::<core::ConfigMap>(&mut g),
+            ("", "v1", "ServiceAccount") => add::<core::ServiceAccount>(&mut g),
+            ("discovery.k8s.io", "v1", "EndpointSlice") => add::<discovery::EndpointSlice>(&mut g),
+            ("apps", "v1", "Deployment") => add::<apps::Deployment>(&mut g),
+            ("apps", "v1", "StatefulSet") => add::<apps::StatefulSet>(&mut g),
+            ("apps", "v1", "ReplicaSet") => add::<apps::ReplicaSet>(&mut g),
+            ("events.k8s.io", "v1", "Event") => add::<events::Event>(&mut g),
+            ("coordination.k8s.io", "v1", "Lease") => add::<coordination::Lease>(&mut g),
+            _ => continue,
+        };
+        names.insert(r.kind, name);
+    }
+    let mut schemas = g.take_definitions(true);
+    for r in RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        if let Some(Value::Object(o)) = names.get(r.kind).and_then(|n| schemas.get_mut(n)) {
+            o.insert(
+                "x-kubernetes-group-version-kind".into(),
+                json!([{"group": r.group, "version": r.version, "kind": r.kind}]),
+            );
+        }
+    }
+    (schemas, names)
 }
 
 fn query_param(name: &str, description: &str) -> Value {
     json!({"name": name, "in": "query", "description": description, "schema": {"type": "string", "uniqueItems": true}})
 }
 
-/// The OpenAPI v3 document of one group-version. It describes every object path and its
-/// operations; each PATCH lists `fieldValidation` (and `dryRun`), which tells kubectl to leave
-/// field validation to the server. Schemas are open (`x-kubernetes-preserve-unknown-fields`)
-/// because the server, not the client, validates.
-pub fn openapi_group_version(group: &str, version: &str) -> Result<Value, ApiError> {
+/// Builds the OpenAPI v3 document of one group-version. It describes every object path and
+/// its operations; each PATCH lists `fieldValidation` (and `dryRun`), which tells kubectl to
+/// leave field validation to the server. Each kind's schema is its full field schema (for
+/// `kubectl explain`); a kind without one would get an open schema
+/// (`x-kubernetes-preserve-unknown-fields`), since the server, not the client, validates.
+fn build_openapi(group: &str, version: &str) -> Result<Value, ApiError> {
     let resources: Vec<&ResourceInfo> = RESOURCES
         .iter()
         .filter(|r| r.group == group && r.version == version)
@@ -167,7 +259,7 @@ pub fn openapi_group_version(group: &str, version: &str) -> Result<Value, ApiErr
         return Err(ApiError::NoRoute);
     }
     let mut paths = serde_json::Map::new();
-    let mut schemas = serde_json::Map::new();
+    let (mut schemas, names) = kind_schemas(group, version);
     for r in resources {
         let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
         let base = if r.group.is_empty() {
@@ -180,12 +272,14 @@ pub fn openapi_group_version(group: &str, version: &str) -> Result<Value, ApiErr
         } else {
             format!("{base}/{}", r.plural)
         };
-        let schema_name = format!(
-            "io.svcnet.{}.{}.{}",
-            if r.group.is_empty() { "core" } else { r.group },
-            r.version,
-            r.kind
-        );
+        let schema_name = names.get(r.kind).cloned().unwrap_or_else(|| {
+            format!(
+                "io.svcnet.{}.{}.{}",
+                if r.group.is_empty() { "core" } else { r.group },
+                r.version,
+                r.kind
+            )
+        });
         let schema_ref = json!({"$ref": format!("#/components/schemas/{schema_name}")});
         let body = |ct: &[&str]| {
             let content: serde_json::Map<String, Value> = ct
@@ -238,15 +332,14 @@ pub fn openapi_group_version(group: &str, version: &str) -> Result<Value, ApiErr
                 "delete": {"operationId": format!("delete{}", r.kind), "x-kubernetes-action": "delete", "x-kubernetes-group-version-kind": gvk, "parameters": [query_param("dryRun", "When present, indicates that modifications should not be persisted.")], "responses": ok},
             }),
         );
-        schemas.insert(
-            schema_name,
+        schemas.entry(schema_name).or_insert_with(|| {
             json!({
                 "type": "object",
                 "description": format!("{} ({}). Validated by the server.", r.kind, r.api_version()),
                 "x-kubernetes-group-version-kind": [gvk],
                 "x-kubernetes-preserve-unknown-fields": true,
-            }),
-        );
+            })
+        });
     }
     Ok(json!({
         "openapi": "3.0.0",

@@ -208,3 +208,84 @@ async fn kubectl_drives_the_server() {
     .unwrap();
     ts.stop().await;
 }
+
+/// `kubectl explain` reads the served OpenAPI v3 documents: every served kind has its field
+/// schema with the Kubernetes API's descriptions, down to nested fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_explains_the_served_kinds() {
+    if !Path::new(KUBECTL).exists() {
+        panic!("{KUBECTL} is missing: the end-to-end test needs kubectl 1.33");
+    }
+    let ts = common::TestServer::start().await;
+    let kubeconfig = ts.server().kubeconfig_path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let k = Kubectl {
+            kubeconfig: &kubeconfig,
+        };
+        let out = k.ok(&["explain", "svc"]);
+        for want in [
+            "KIND:       Service",
+            "VERSION:    v1",
+            "Service is a named abstraction of software service",
+            "spec\t<ServiceSpec>",
+            "status\t<ServiceStatus>",
+        ] {
+            assert!(out.contains(want), "{want:?} missing from:\n{out}");
+        }
+        let out = k.ok(&["explain", "svc.spec.ports.targetPort"]);
+        assert!(out.contains("FIELD: targetPort <IntOrString>"), "{out}");
+        assert!(
+            out.contains("Number or name of the port to access on the pods"),
+            "{out}"
+        );
+        let out = k.ok(&["explain", "svc.spec.publishNotReadyAddresses"]);
+        assert!(out.contains("<boolean>"), "{out}");
+        let out = k.ok(&["explain", "endpointslices.endpoints.conditions"]);
+        for want in [
+            "GROUP:      discovery.k8s.io",
+            "ready\t<boolean>",
+            "serving\t<boolean>",
+            "terminating\t<boolean>",
+            "publishNotReadyAddresses",
+        ] {
+            assert!(out.contains(want), "{want:?} missing from:\n{out}");
+        }
+        let out = k.ok(&["explain", "deploy.spec", "--recursive"]);
+        assert!(out.contains("replicas\t<integer>"), "{out}");
+        assert!(
+            out.contains("selector\t<LabelSelector> -required-"),
+            "{out}"
+        );
+        // Every served kind, by the name kubectl resolves through discovery.
+        for kind in [
+            "namespaces",
+            "nodes",
+            "pods",
+            "services",
+            "endpoints",
+            "events",
+            "configmaps",
+            "serviceaccounts",
+            "endpointslices",
+            "deployments",
+            "statefulsets",
+            "replicasets",
+            "events --api-version=events.k8s.io/v1",
+            "leases",
+        ] {
+            let args: Vec<&str> = std::iter::once("explain").chain(kind.split(' ')).collect();
+            let out = k.ok(&args);
+            for want in ["KIND:", "DESCRIPTION:", "FIELDS:", "metadata\t<ObjectMeta>"] {
+                assert!(out.contains(want), "{kind}: {want:?} missing from:\n{out}");
+            }
+            if kind.contains("events.k8s.io") {
+                assert!(out.contains("GROUP:      events.k8s.io"), "{out}");
+            }
+        }
+        let err = k.fails(&["explain", "svc.spec.nosuch"]);
+        assert!(err.contains("nosuch"), "{err}");
+    })
+    .await
+    .unwrap();
+    ts.stop().await;
+}
