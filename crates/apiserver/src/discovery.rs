@@ -348,3 +348,84 @@ fn build_openapi(group: &str, version: &str) -> Result<Value, ApiError> {
         "components": {"schemas": schemas},
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// Every `$ref` in `v`, recursively.
+    fn refs<'a>(v: &'a Value, out: &mut Vec<&'a str>) {
+        match v {
+            Value::Object(o) => {
+                if let Some(Value::String(r)) = o.get("$ref") {
+                    out.push(r);
+                }
+                o.values().for_each(|v| refs(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| refs(v, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn openapi_documents_are_closed_and_tag_every_served_kind() {
+        for (g, v) in registry::group_versions() {
+            let doc = openapi_group_version(g, v).unwrap();
+            let schemas = doc["components"]["schemas"].as_object().unwrap();
+            // No reference dangles: every one names a component of the same document.
+            let mut all = Vec::new();
+            refs(&doc, &mut all);
+            assert!(!all.is_empty());
+            for r in all {
+                let name = r.strip_prefix("#/components/schemas/").unwrap();
+                assert!(schemas.contains_key(name), "{g}/{v}: dangling {r}");
+            }
+            // Every served kind has a full schema tagged with its group-version-kind.
+            for r in RESOURCES.iter().filter(|r| r.group == g && r.version == v) {
+                let tagged: Vec<&Value> = schemas
+                    .values()
+                    .filter(|s| {
+                        s["x-kubernetes-group-version-kind"]
+                            .as_array()
+                            .is_some_and(|a| a.iter().any(|k| k["kind"] == r.kind))
+                    })
+                    .collect();
+                assert_eq!(tagged.len(), 1, "{g}/{v} {}", r.kind);
+                assert!(
+                    tagged[0]["properties"]["metadata"].is_object(),
+                    "{}",
+                    r.kind
+                );
+                assert!(
+                    tagged[0]
+                        .get("x-kubernetes-preserve-unknown-fields")
+                        .is_none()
+                );
+            }
+            eprintln!(
+                "{g}/{v}: {} schemas, {} bytes",
+                schemas.len(),
+                doc.to_string().len()
+            );
+        }
+        let core = openapi_group_version("", "v1").unwrap();
+        let spec =
+            &core["components"]["schemas"]["io.k8s.api.core.v1.Service"]["properties"]["spec"];
+        assert_eq!(
+            spec["allOf"][0]["$ref"],
+            "#/components/schemas/io.k8s.api.core.v1.ServiceSpec"
+        );
+        // The index points at each document by a URL that carries the document's hash.
+        let index = openapi_index();
+        let url = index["paths"]["api/v1"]["serverRelativeURL"]
+            .as_str()
+            .unwrap();
+        assert!(url.starts_with("/openapi/v3/api/v1?hash="), "{url}");
+        assert_eq!(
+            url,
+            format!("/openapi/v3/api/v1?hash={}", OPENAPI["api/v1"].1)
+        );
+    }
+}
