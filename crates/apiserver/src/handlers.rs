@@ -164,13 +164,45 @@ async fn list(
 ) -> Result<Response, ApiError> {
     let res = req.resource;
     let sel = selectors(req)?;
-    let list = state
-        .store
-        .list(&res.ns_prefix(req.namespace.as_deref()))
-        .await?;
-    let items: Vec<Value> = list.items.into_iter().filter(|o| sel.matches(o)).collect();
-    let rv = list.revision.to_string();
-    let body = match format(headers, req.query.include_object) {
+    let q = &req.query;
+    // What a continue token is bound to: the same resource, namespace and selectors.
+    let scope = format!(
+        "{}|{}|{}|{}",
+        res.qualified(),
+        req.namespace.as_deref().unwrap_or(""),
+        q.label_selector.as_deref().unwrap_or(""),
+        q.field_selector.as_deref().unwrap_or("")
+    );
+    let mut page = match &q.continue_token {
+        Some(token) => {
+            // As upstream: "0" (any version, which kube-rs watchers send on every page) may
+            // come with a token; any other version may not.
+            if q.resource_version
+                .as_deref()
+                .is_some_and(|v| !v.is_empty() && v != "0")
+            {
+                return Err(ApiError::BadRequest(
+                    "specifying resource version is not allowed when using continue".into(),
+                ));
+            }
+            state.cursors.next(&scope, token, q.limit)?
+        }
+        None => {
+            let list = state
+                .store
+                .list(&res.ns_prefix(req.namespace.as_deref()))
+                .await?;
+            let items: Vec<Value> = list.items.into_iter().filter(|o| sel.matches(o)).collect();
+            let filtered = q.label_selector.is_some() || q.field_selector.is_some();
+            let rv = list.revision.to_string();
+            state.cursors.first(scope, rv, items, q.limit, filtered)
+        }
+    };
+    let (items, rv) = (
+        std::mem::take(&mut page.items),
+        page.resource_version.clone(),
+    );
+    let mut body = match format(headers, req.query.include_object) {
         Format::Table(include) => match machinery::to_table(res, &items, include) {
             Some(mut t) => {
                 t["metadata"]["resourceVersion"] = json!(rv);
@@ -186,6 +218,7 @@ async fn list(
         }),
         Format::Object => plain_list(res, items, &rv),
     };
+    page.annotate(&mut body);
     Ok(json_response(StatusCode::OK, &body, &[]))
 }
 

@@ -32,6 +32,7 @@ mod handlers;
 mod logs;
 mod machinery;
 mod objects;
+mod paging;
 mod protobuf;
 mod registry;
 pub mod request;

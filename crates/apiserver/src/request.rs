@@ -78,6 +78,10 @@ pub struct Query {
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
     pub resource_version: Option<String>,
+    /// `limit` of a list (0: no limit).
+    pub limit: Option<usize>,
+    /// `continue` of a list: the token of its next page.
+    pub continue_token: Option<String>,
     pub timeout_seconds: Option<u64>,
     pub allow_watch_bookmarks: bool,
     pub send_initial_events: bool,
@@ -119,6 +123,10 @@ fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
             "labelSelector" if !v.is_empty() => query.label_selector = Some(v),
             "fieldSelector" if !v.is_empty() => query.field_selector = Some(v),
             "resourceVersion" => query.resource_version = Some(v),
+            "limit" => {
+                query.limit = Some(usize::try_from(non_negative(&k, &v)?).unwrap_or(usize::MAX))
+            }
+            "continue" if !v.is_empty() => query.continue_token = Some(v),
             "timeoutSeconds" => {
                 query.timeout_seconds =
                     Some(v.parse().map_err(|_| {

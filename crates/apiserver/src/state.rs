@@ -26,6 +26,8 @@ pub struct AppState {
     pub(crate) gc: Notify,
     /// The address the server answers on (for discovery and the `kubernetes` service).
     pub(crate) addr: SocketAddr,
+    /// Snapshots of paged lists (`limit` / `continue`).
+    pub(crate) cursors: crate::paging::Cursors,
 }
 
 /// The handle handlers receive.
@@ -47,6 +49,7 @@ impl AppState {
             shutdown: CancellationToken::new(),
             gc: Notify::new(),
             addr,
+            cursors: crate::paging::Cursors::default(),
         });
         let warnings = state
             .rebuild_allocators()

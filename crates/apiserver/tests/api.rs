@@ -655,3 +655,72 @@ async fn finalizers_and_garbage_collection() {
     );
     ts.stop().await;
 }
+
+/// More objects than a kube-rs watcher's page (500): its initial list walks the pages with
+/// the continue tokens (sending resourceVersion 0 on each) and sees every object once.
+#[tokio::test]
+async fn watchers_page_through_long_lists() {
+    use kube::runtime::watcher;
+    let ts = common::TestServer::start().await;
+    let client = ts.client().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let n = 1203;
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let cms = cms.clone();
+            async move {
+                let cm: ConfigMap =
+                    serde_json::from_value(json!({"metadata": {"name": format!("cm-{i:04}")}}))
+                        .unwrap();
+                cms.create(&PostParams::default(), &cm).await.map(drop)
+            }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await
+        .unwrap();
+    // A plain paged list: three pages of one snapshot.
+    let first = cms.list(&ListParams::default().limit(500)).await.unwrap();
+    assert_eq!(first.items.len(), 500);
+    let token = first.metadata.continue_.clone().unwrap();
+    assert_eq!(
+        first.metadata.remaining_item_count,
+        Some(n - 500 + existing(&cms).await)
+    );
+    let second = cms
+        .list(&ListParams::default().limit(500).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(second.items.len(), 500);
+    assert_eq!(
+        second.metadata.resource_version,
+        first.metadata.resource_version
+    );
+    // The watcher: every object exactly once before InitDone.
+    let mut seen = HashSet::new();
+    let mut events = std::pin::pin!(watcher(cms.clone(), watcher::Config::default()));
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), events.try_next()).await {
+            Ok(Ok(Some(watcher::Event::InitApply(cm)))) => {
+                assert!(
+                    seen.insert(cm.metadata.name.unwrap()),
+                    "an object came twice"
+                );
+            }
+            Ok(Ok(Some(watcher::Event::InitDone))) => break,
+            Ok(Ok(Some(_))) => {}
+            other => panic!("watcher ended before its initial list: {other:?}"),
+        }
+    }
+    let ours = seen.iter().filter(|n| n.starts_with("cm-")).count();
+    assert_eq!(ours, n as usize);
+}
+
+/// ConfigMaps in `default` besides the test's own (a controller may publish some).
+async fn existing(cms: &Api<ConfigMap>) -> i64 {
+    let all = cms.list(&ListParams::default()).await.unwrap();
+    all.items
+        .iter()
+        .filter(|c| !c.metadata.name.as_deref().unwrap_or("").starts_with("cm-"))
+        .count() as i64
+}

@@ -289,3 +289,133 @@ async fn kubectl_explains_the_served_kinds() {
     .unwrap();
     ts.stop().await;
 }
+
+/// `limit` and `continue`: pages of one snapshot (an object created between pages is not in
+/// them, and every page carries the first page's resourceVersion), refused bad tokens, and
+/// kubectl's own chunked listing (`--chunk-size`) in every output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_come_in_pages_of_one_snapshot() {
+    if !Path::new(KUBECTL).exists() {
+        panic!("{KUBECTL} is missing: the end-to-end test needs kubectl 1.33");
+    }
+    let ts = common::TestServer::start().await;
+    let kubeconfig = ts.server().kubeconfig_path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let k = Kubectl {
+            kubeconfig: &kubeconfig,
+        };
+        k.ok(&["create", "namespace", "paged"]);
+        for i in 0..5 {
+            k.ok(&[
+                "create",
+                "service",
+                "clusterip",
+                &format!("s{i}"),
+                "--tcp=80",
+                "-n",
+                "paged",
+            ]);
+        }
+        let get = |query: &str| -> serde_json::Value {
+            let out = k.ok(&[
+                "get",
+                "--raw",
+                &format!("/api/v1/namespaces/paged/services?{query}"),
+            ]);
+            serde_json::from_str(&out).unwrap()
+        };
+        let names = |list: &serde_json::Value| -> Vec<String> {
+            list["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let first = get("limit=2");
+        assert_eq!(names(&first), ["s0", "s1"]);
+        assert_eq!(first["metadata"]["remainingItemCount"], 3);
+        let rv = first["metadata"]["resourceVersion"].clone();
+        let token = first["metadata"]["continue"].as_str().unwrap().to_string();
+        // Created after the first page: not part of this list.
+        k.ok(&[
+            "create",
+            "service",
+            "clusterip",
+            "s5",
+            "--tcp=80",
+            "-n",
+            "paged",
+        ]);
+        let second = get(&format!("limit=2&continue={token}"));
+        assert_eq!(names(&second), ["s2", "s3"]);
+        assert_eq!(second["metadata"]["resourceVersion"], rv);
+        let token = second["metadata"]["continue"].as_str().unwrap().to_string();
+        let last = get(&format!("limit=2&continue={token}"));
+        assert_eq!(names(&last), ["s4"]);
+        assert!(last["metadata"].get("continue").is_none(), "{last}");
+        // A selector leaves the remaining count unknown; a limit that fits makes no token.
+        let sel = get("limit=1&fieldSelector=metadata.namespace%3Dpaged");
+        assert!(sel["metadata"]["continue"].is_string());
+        assert!(sel["metadata"].get("remainingItemCount").is_none(), "{sel}");
+        assert!(get("limit=100")["metadata"].get("continue").is_none());
+        // Bad tokens, and a token with a resourceVersion.
+        let err = k.fails(&[
+            "get",
+            "--raw",
+            "/api/v1/namespaces/paged/services?continue=bm9wZQ",
+        ]);
+        assert!(err.contains("continue key is not valid"), "{err}");
+        let err = k.fails(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/namespaces/paged/services?continue={token}&resourceVersion=1"),
+        ]);
+        assert!(err.contains("not allowed when using continue"), "{err}");
+        // A token names its cursor and the list it belongs to: not another list's, and not
+        // once its last page has been served (410 Expired: start a new list).
+        let err = k.fails(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/namespaces/paged/services?continue={token}"),
+        ]);
+        assert!(err.contains("Expired"), "{err}");
+        let fresh = get("limit=1")["metadata"]["continue"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let err = k.fails(&[
+            "get",
+            "--raw",
+            &format!("/api/v1/services?continue={fresh}"),
+        ]);
+        assert!(err.contains("continue key is not valid"), "{err}");
+        // resourceVersion 0 (any) may come with a token, as kube-rs watchers send it.
+        let zero = get(&format!("limit=1&continue={fresh}&resourceVersion=0"));
+        assert_eq!(names(&zero), ["s1"]);
+        // kubectl's chunked lists: every object, in pages (its requests carry the tokens).
+        let o = k.run(&[
+            "get",
+            "services",
+            "-n",
+            "paged",
+            "--chunk-size=2",
+            "-o",
+            "name",
+            "-v=6",
+        ]);
+        assert!(o.ok, "{}", o.stderr);
+        let got: Vec<&str> = o.stdout.lines().collect();
+        let want: Vec<String> = (0..6).map(|i| format!("service/s{i}")).collect();
+        assert_eq!(got, want, "{}", o.stderr);
+        assert!(o.stderr.matches("continue=").count() >= 2, "{}", o.stderr);
+        let table = k.ok(&["get", "services", "-n", "paged", "--chunk-size=4"]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 7, "{table}");
+        assert!(lines[0].starts_with("NAME"), "{table}");
+        assert_eq!(table.matches("NAME").count(), 1, "{table}");
+    })
+    .await
+    .unwrap();
+    ts.stop().await;
+}
