@@ -47,6 +47,23 @@ impl Kubectl<'_> {
     }
 }
 
+/// Runs `f` with kubectl 1.33 against a fresh server, on a blocking thread.
+async fn with_kubectl(f: impl FnOnce(&Kubectl<'_>) + Send + 'static) {
+    if !Path::new(KUBECTL).exists() {
+        panic!("{KUBECTL} is missing: the end-to-end test needs kubectl 1.33");
+    }
+    let ts = common::TestServer::start().await;
+    let kubeconfig = ts.server().kubeconfig_path().to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        f(&Kubectl {
+            kubeconfig: &kubeconfig,
+        })
+    })
+    .await
+    .unwrap();
+    ts.stop().await;
+}
+
 const APP: &str = r#"
 apiVersion: apps/v1
 kind: Deployment
@@ -213,15 +230,7 @@ async fn kubectl_drives_the_server() {
 /// schema with the Kubernetes API's descriptions, down to nested fields.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_explains_the_served_kinds() {
-    if !Path::new(KUBECTL).exists() {
-        panic!("{KUBECTL} is missing: the end-to-end test needs kubectl 1.33");
-    }
-    let ts = common::TestServer::start().await;
-    let kubeconfig = ts.server().kubeconfig_path().to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let k = Kubectl {
-            kubeconfig: &kubeconfig,
-        };
+    with_kubectl(|k| {
         let out = k.ok(&["explain", "svc"]);
         for want in [
             "KIND:       Service",
@@ -285,9 +294,7 @@ async fn kubectl_explains_the_served_kinds() {
         let err = k.fails(&["explain", "svc.spec.nosuch"]);
         assert!(err.contains("nosuch"), "{err}");
     })
-    .await
-    .unwrap();
-    ts.stop().await;
+    .await;
 }
 
 /// `limit` and `continue`: pages of one snapshot (an object created between pages is not in
@@ -295,15 +302,7 @@ async fn kubectl_explains_the_served_kinds() {
 /// kubectl's own chunked listing (`--chunk-size`) in every output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_come_in_pages_of_one_snapshot() {
-    if !Path::new(KUBECTL).exists() {
-        panic!("{KUBECTL} is missing: the end-to-end test needs kubectl 1.33");
-    }
-    let ts = common::TestServer::start().await;
-    let kubeconfig = ts.server().kubeconfig_path().to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let k = Kubectl {
-            kubeconfig: &kubeconfig,
-        };
+    with_kubectl(|k| {
         k.ok(&["create", "namespace", "paged"]);
         for i in 0..5 {
             k.ok(&[
@@ -415,7 +414,5 @@ async fn lists_come_in_pages_of_one_snapshot() {
         assert!(lines[0].starts_with("NAME"), "{table}");
         assert_eq!(table.matches("NAME").count(), 1, "{table}");
     })
-    .await
-    .unwrap();
-    ts.stop().await;
+    .await;
 }
