@@ -1,6 +1,6 @@
 //! Request bodies in Kubernetes' protobuf encoding (`application/vnd.kubernetes.protobuf`),
 //! which kubectl's typed commands send (`kubectl create namespace`, `create service`,
-//! `create deployment`, ...) and from which client-go has no JSON fallback (it falls back only
+//! `create configmap`, `create serviceaccount`, `create deployment`, `run`, ...) and from which client-go has no JSON fallback (it falls back only
 //! from CBOR). The body is decoded into the JSON object the rest of the server handles.
 //!
 //! Wire format: the magic `k8s\0`, then a `runtime.Unknown` {typeMeta = 1 {apiVersion = 1,
@@ -30,6 +30,8 @@ enum Ty {
     Msg(&'static [F]),
     MapStr,
     MapQuantity,
+    /// `map<string, bytes>`: values become base64, as in JSON.
+    MapBytes,
     IntOrString,
     Time,
 }
@@ -67,7 +69,7 @@ const fn opt(num: u64, name: &'static str, ty: Ty) -> F {
     }
 }
 
-use Ty::{Bool, Int, IntOrString, MapQuantity, MapStr, Msg, Str, Time};
+use Ty::{Bool, Int, IntOrString, MapBytes, MapQuantity, MapStr, Msg, Str, Time};
 
 const OWNER_REFERENCE: &[F] = &[
     f(5, "apiVersion", Str),
@@ -218,10 +220,41 @@ const DEPLOYMENT: &[F] = &[
     f(3, "status", Msg(IGNORED_STATUS)),
 ];
 
+const POD: &[F] = &[
+    f(1, "metadata", Msg(OBJECT_META)),
+    f(2, "spec", Msg(POD_SPEC)),
+    f(3, "status", Msg(IGNORED_STATUS)),
+];
+const CONFIG_MAP: &[F] = &[
+    f(1, "metadata", Msg(OBJECT_META)),
+    f(2, "data", MapStr),
+    f(3, "binaryData", MapBytes),
+    opt(4, "immutable", Bool),
+];
+const OBJECT_REFERENCE: &[F] = &[
+    f(1, "kind", Str),
+    f(2, "namespace", Str),
+    f(3, "name", Str),
+    f(4, "uid", Str),
+    f(5, "apiVersion", Str),
+    f(6, "resourceVersion", Str),
+    f(7, "fieldPath", Str),
+];
+const LOCAL_OBJECT_REFERENCE: &[F] = &[f(1, "name", Str)];
+const SERVICE_ACCOUNT: &[F] = &[
+    f(1, "metadata", Msg(OBJECT_META)),
+    rep(2, "secrets", Msg(OBJECT_REFERENCE)),
+    rep(3, "imagePullSecrets", Msg(LOCAL_OBJECT_REFERENCE)),
+    opt(4, "automountServiceAccountToken", Bool),
+];
+
 /// The kinds whose protobuf bodies are understood: (apiVersion, kind, message).
 const KINDS: &[(&str, &str, &[F])] = &[
     ("v1", "Namespace", NAMESPACE),
     ("v1", "Service", SERVICE),
+    ("v1", "Pod", POD),
+    ("v1", "ConfigMap", CONFIG_MAP),
+    ("v1", "ServiceAccount", SERVICE_ACCOUNT),
     ("apps/v1", "Deployment", DEPLOYMENT),
 ];
 
@@ -371,14 +404,19 @@ fn want(wire: Wire, expected: Wire, path: &str) -> Result<(), ProtoError> {
     }
 }
 
-/// A map entry {key = 1, value = 2}.
-fn map_entry(buf: &[u8], quantity: bool, path: &str) -> Result<(String, String), ProtoError> {
+/// A map entry {key = 1, value = 2}; `ty` says what the value is (a string, a quantity
+/// message, or bytes, given back as base64).
+fn map_entry(buf: &[u8], ty: Ty, path: &str) -> Result<(String, String), ProtoError> {
     let mut r = Reader(buf);
     let (mut k, mut v) = (String::new(), String::new());
     while let Some((n, w)) = r.tag()? {
         match (n, w) {
             (1, Wire::Len) => k = r.string()?,
-            (2, Wire::Len) if quantity => {
+            (2, Wire::Len) if matches!(ty, MapBytes) => {
+                use base64::Engine;
+                v = base64::engine::general_purpose::STANDARD.encode(r.bytes()?);
+            }
+            (2, Wire::Len) if matches!(ty, MapQuantity) => {
                 // resource.Quantity {string = 1}
                 let mut q = Reader(r.bytes()?);
                 while let Some((qn, qw)) = q.tag()? {
@@ -485,9 +523,9 @@ fn message(buf: &[u8], schema: &[F], path: &str) -> Result<Map<String, Value>, P
                 };
                 Value::Object(message(r.bytes()?, inner, &p)?)
             }
-            MapStr | MapQuantity => {
+            MapStr | MapQuantity | MapBytes => {
                 want(wire, Wire::Len, &fpath)?;
-                let (k, v) = map_entry(r.bytes()?, matches!(field.ty, MapQuantity), &fpath)?;
+                let (k, v) = map_entry(r.bytes()?, field.ty, &fpath)?;
                 let entry = out.entry(field.name).or_insert_with(|| json!({}));
                 if let Some(m) = entry.as_object_mut() {
                     m.insert(k, json!(v));

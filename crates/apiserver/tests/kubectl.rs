@@ -416,3 +416,67 @@ async fn lists_come_in_pages_of_one_snapshot() {
     })
     .await;
 }
+
+/// kubectl's typed `create` and `run` commands send protobuf: ConfigMaps (text and binary
+/// data), ServiceAccounts and Pods decode into the objects kubectl meant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_and_run_send_protobuf() {
+    with_kubectl(|k| {
+        let blob = k.kubeconfig.parent().unwrap().join("blob.bin");
+        std::fs::write(&blob, [0u8, 159, 255, 10]).unwrap();
+        k.ok(&[
+            "create",
+            "configmap",
+            "settings",
+            "--from-literal=mode=fast",
+            &format!("--from-file=blob={}", blob.display()),
+        ]);
+        let cm: serde_json::Value =
+            serde_json::from_str(&k.ok(&["get", "configmap", "settings", "-o", "json"])).unwrap();
+        assert_eq!(cm["data"]["mode"], "fast", "{cm}");
+        assert_eq!(cm["binaryData"]["blob"], "AJ//Cg==", "{cm}");
+
+        k.ok(&["create", "serviceaccount", "robot"]);
+        assert!(
+            k.ok(&["get", "serviceaccount", "-o", "name"])
+                .contains("serviceaccount/robot")
+        );
+
+        k.ok(&[
+            "run",
+            "web",
+            "--image=nginx:1.25",
+            "--port=80",
+            "--labels=app=web",
+            "--env=MODE=fast",
+        ]);
+        let pod: serde_json::Value =
+            serde_json::from_str(&k.ok(&["get", "pod", "web", "-o", "json"])).unwrap();
+        let c = &pod["spec"]["containers"][0];
+        assert_eq!(c["image"], "nginx:1.25", "{pod}");
+        assert_eq!(c["ports"][0]["containerPort"], 80, "{pod}");
+        assert_eq!(
+            c["env"][0],
+            serde_json::json!({"name": "MODE", "value": "fast"})
+        );
+        assert_eq!(pod["metadata"]["labels"]["app"], "web", "{pod}");
+
+        k.ok(&[
+            "run",
+            "once",
+            "--image=busybox",
+            "--restart=Never",
+            "--",
+            "echo",
+            "hi",
+        ]);
+        let pod: serde_json::Value =
+            serde_json::from_str(&k.ok(&["get", "pod", "once", "-o", "json"])).unwrap();
+        assert_eq!(pod["spec"]["restartPolicy"], "Never", "{pod}");
+        assert_eq!(
+            pod["spec"]["containers"][0]["args"],
+            serde_json::json!(["echo", "hi"])
+        );
+    })
+    .await;
+}
