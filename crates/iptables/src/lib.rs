@@ -4,7 +4,8 @@
 //! `SVCNET-SERVICES` (hooked from PREROUTING and OUTPUT) matches each frontend linearly and
 //! jumps to a `SVCNET-SVC-…`/`SVCNET-SVL-…` chain per service port, which picks a
 //! `SVCNET-SEP-…` endpoint chain with `-m statistic --mode random --probability 1/n, 1/(n-1), …`
-//! (round robin: `--mode nth --every n, n-1, …`) and DNATs; `SVCNET-EXT-…`/`SVCNET-FW-…` handle external traffic and source ranges; the
+//! (rr and wrr: `--mode nth --every len, len-1, …` over the round-robin cycle; sh: `-m cluster`
+//! slot masks of the source address's hash) and DNATs; `SVCNET-EXT-…`/`SVCNET-FW-…` handle external traffic and source ranges; the
 //! filter table rejects or drops traffic to frontends without endpoints. [`render`] builds
 //! per-service [`render::Fragment`]s; [`plan`] turns desired state into full or partial
 //! [`Payload`]s (values whose `Display` is the restore text); [`apply`] feeds them to

@@ -22,6 +22,8 @@ use svcnet_proxy::{
     TrafficPolicy,
 };
 
+use svcnet_lb::{Algorithm, Dataplane, Fallback, Resolution};
+
 use crate::names::*;
 use crate::payload::{Family, Hook, Rule, Table};
 
@@ -301,11 +303,61 @@ fn addr(ip: IpAddr) -> String {
     ip.to_string()
 }
 
+/// Most slots `-m cluster` hashes into (the kernel's `XT_CLUSTER_NODES_MAX`).
+pub const CLUSTER_SLOTS: usize = 32;
+/// Longest weighted round-robin cycle rendered as an nth cascade (one rule per position);
+/// larger weight sums are scaled down.
+pub const MAX_CYCLE: u64 = 1024;
+
+fn weights(eps: &[DesiredEndpoint]) -> Vec<u32> {
+    eps.iter().map(|e| e.weight).collect()
+}
+
+/// The algorithm the rules of `d` use, and the fallback to report: what `svcnet-lb` says
+/// iptables can express, and also random instead of source hashing when an endpoint set has
+/// more hash slots than `-m cluster` can tell apart.
+pub fn resolve_algorithm(d: &DesiredServicePort) -> Resolution {
+    let r = svcnet_lb::resolve(d.lb_algorithm, Dataplane::Iptables);
+    let too_many = |eps: &[DesiredEndpoint]| {
+        svcnet_lb::select::hash_slots(&weights(eps)).len() > CLUSTER_SLOTS
+    };
+    if r.algorithm == Algorithm::SourceHash
+        && (too_many(&d.cluster_endpoints) || too_many(&d.local_endpoints))
+    {
+        return Resolution {
+            algorithm: Algorithm::Random,
+            fallback: Some(Fallback {
+                requested: Algorithm::SourceHash,
+                used: Algorithm::Random,
+                dataplane: Dataplane::Iptables,
+                why: "-m cluster hashes into at most 32 slots and this service has more endpoints",
+            }),
+        };
+    }
+    r
+}
+
+/// The `-m cluster` hash seed of a service port: the same on every node (so a client maps to
+/// the same endpoint wherever it connects), different between services (so one client's
+/// services do not all pick the same endpoint index). FNV-1a of the name.
+pub fn cluster_seed(d: &DesiredServicePort) -> u32 {
+    port_name(&d.name).bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
 /// The chain choosing among `eps`: masquerade check for cluster-IP traffic (when this chain
-/// serves internal traffic), affinity checks, then the statistic cascade: endpoint `i` of `n`
-/// is taken with probability w_i / (w_i + … + w_n), so each gets w_i / Σw (1/n for equal
-/// weights), or, for round robin (`rr`), by the rule's own counter (`--mode nth --every
-/// n-i`); the last rule matches unconditionally.
+/// serves internal traffic), affinity checks, then the choice, by algorithm:
+///
+/// - random (the default): the statistic cascade; endpoint `i` of `n` is taken with
+///   probability w_i / (w_i + … + w_n), so each gets w_i / Σw (1/n for equal weights);
+/// - `rr` and `wrr`: one rule per position of the (weighted) round-robin cycle, each taking
+///   one in every `len - position` new connections that reach it by its own counter
+///   (`--mode nth --every …`), so connections follow the cycle exactly;
+/// - `sh`: `-m cluster`, which hashes the connection's source address into the slots of
+///   [`svcnet_lb::select::hash_slots`]; each endpoint's rule matches its slots.
+///
+/// The last rule matches unconditionally.
 fn policy_chain(
     chain: &str,
     d: &DesiredServicePort,
@@ -349,29 +401,87 @@ fn policy_chain(
             ));
         }
     }
+    let algorithm = resolve_algorithm(d).algorithm;
+    let cycle = match algorithm {
+        Algorithm::RoundRobin => Some((0..eps.len()).collect::<Vec<_>>()),
+        Algorithm::WeightedRoundRobin => Some(svcnet_lb::select::wrr_schedule_within(
+            &weights(eps),
+            MAX_CYCLE,
+        ))
+        .filter(|c| !c.is_empty()),
+        _ => None,
+    };
+    let to = |ep: &DesiredEndpoint| {
+        (
+            comment(format!("{name} -> {}", endpoint_string(ep.ip, ep.port))),
+            s(&["-j", &endpoint_chain(&d.name, ep)]),
+        )
+    };
+    if let Some(cycle) = cycle {
+        // Each rule counts the new connections that reach it and takes one in every
+        // len - k of them: connection j of every len goes to cycle[j], in turn.
+        for (k, &i) in cycle.iter().enumerate() {
+            let (c, jump) = to(&eps[i]);
+            let mut parts = vec![c];
+            if k + 1 < cycle.len() {
+                let every = (cycle.len() - k).to_string();
+                parts.push(s(&[
+                    "-m",
+                    "statistic",
+                    "--mode",
+                    "nth",
+                    "--every",
+                    &every,
+                    "--packet",
+                    "0",
+                ]));
+            }
+            parts.push(jump);
+            rules.push(rule(chain, parts));
+        }
+        return rules;
+    }
+    if algorithm == Algorithm::SourceHash {
+        let slots = svcnet_lb::select::hash_slots(&weights(eps));
+        let owners: Vec<usize> = eps
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| slots.contains(i))
+            .map(|(i, _)| i)
+            .collect();
+        let seed = format!("{:#010x}", cluster_seed(d));
+        for (k, &i) in owners.iter().enumerate() {
+            let (c, jump) = to(&eps[i]);
+            let mut parts = vec![c];
+            if k + 1 < owners.len() {
+                let mask: u32 = slots
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, owner)| **owner == i)
+                    .fold(0, |m, (slot, _)| m | (1 << slot));
+                parts.push(s(&[
+                    "-m",
+                    "cluster",
+                    "--cluster-total-nodes",
+                    &slots.len().to_string(),
+                    "--cluster-local-nodemask",
+                    &format!("{mask:#x}"),
+                    "--cluster-hash-seed",
+                    &seed,
+                ]));
+            }
+            parts.push(jump);
+            rules.push(rule(chain, parts));
+        }
+        return rules;
+    }
     let weights: Vec<u64> = eps.iter().map(|e| u64::from(e.weight.max(1))).collect();
-    let round_robin = svcnet_lb::resolve(d.lb_algorithm, svcnet_lb::Dataplane::Iptables).algorithm
-        == svcnet_lb::Algorithm::RoundRobin;
     for (i, ep) in eps.iter().enumerate() {
         let mut parts = vec![comment(format!(
             "{name} -> {}",
             endpoint_string(ep.ip, ep.port)
         ))];
-        if i + 1 < eps.len() && round_robin {
-            // Each rule counts the new connections that reach it and takes one in every
-            // n - i of them: exactly one of every n goes to each endpoint, in turn.
-            let every = (eps.len() - i).to_string();
-            parts.push(s(&[
-                "-m",
-                "statistic",
-                "--mode",
-                "nth",
-                "--every",
-                &every,
-                "--packet",
-                "0",
-            ]));
-        } else if i + 1 < eps.len() {
+        if i + 1 < eps.len() {
             let rest: u64 = weights[i..].iter().sum();
             let p = weights[i] as f64 / rest as f64;
             parts.push(s(&[

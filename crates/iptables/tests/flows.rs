@@ -153,6 +153,32 @@ fn statistic_cascade_is_uniform_for_1_to_12_endpoints() {
     }
 }
 
+/// `sh` (`-m cluster`): each client address goes to exactly one endpoint, the slot its hash
+/// picks, and 300 clients spread over all three.
+#[test]
+fn source_hashing_sends_each_client_to_one_endpoint() {
+    let state = world();
+    let (_, fake) = applied(&state);
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..300u32 {
+        let src = std::net::Ipv4Addr::new(10, 244, 100 + (i / 250) as u8, (i % 250) as u8 + 2);
+        let pkt = Packet {
+            src: src.into(),
+            dst: "10.96.0.22".parse().unwrap(),
+            proto: "tcp",
+            dport: 80,
+            from_node: false,
+        };
+        let got = trace(&fake, &pkt, &env());
+        assert_eq!(got.len(), 1, "{src}: {got:?}");
+        let (verdict, p) = got.into_iter().next().unwrap();
+        assert!((p - 1.0).abs() < 1e-9);
+        *counts.entry(format!("{verdict:?}")).or_default() += 1;
+    }
+    assert_eq!(counts.len(), 3, "{counts:?}");
+    assert!(counts.values().all(|n| *n > 60), "{counts:?}");
+}
+
 /// ClientIP affinity: the endpoint chain records the client in its `recent` list; a client
 /// found in a list goes straight to that endpoint.
 #[test]

@@ -252,6 +252,71 @@ fn round_robin_rotates_exactly() {
     assert_eq!(ids[3..], ids[..27], "the same order every turn: {ids:?}");
 }
 
+/// `wrr` with equal weights is round robin: the nth cascade over the cycle, exactly.
+#[test]
+fn weighted_round_robin_follows_its_cycle() {
+    if !root() {
+        return;
+    }
+    let w = setup(Backend::Legacy, &world());
+    let addr: SocketAddr = "10.96.0.23:80".parse().unwrap();
+    let ids: Vec<String> = client_ns(&w, Client::Pod(CLIENT_POD))
+        .run(|| {
+            (0..12)
+                .map(|_| tcp_ask(addr, Duration::from_secs(2)).unwrap().identity)
+                .collect()
+        })
+        .unwrap();
+    assert_eq!(ids[..3], ["p1", "p2", "p3"], "{ids:?}");
+    assert_eq!(ids[3..], ids[..9], "{ids:?}");
+}
+
+/// `sh` by `-m cluster`: every connection from one client reaches one endpoint, the one the
+/// kernel's hash of the client address picks (computed here independently), on both back ends.
+#[test]
+fn source_hashing_pins_each_client_to_its_hashed_endpoint() {
+    if !root() {
+        return;
+    }
+    let state = world();
+    let desired = state.desired(svcnet_proxy::IpFamily::V4);
+    let d = desired
+        .services
+        .values()
+        .find(|d| d.name.service.name == "sh")
+        .unwrap();
+    let seed = svcnet_iptables::render::cluster_seed(d);
+    let eps = d.internal_endpoints();
+    let expected = |src: std::net::Ipv4Addr| -> String {
+        let slot = cluster_slot(src, seed, eps.len() as u32) as usize;
+        match eps[slot].ip {
+            IpAddr::V4(ip) => format!("p{}", ip.octets()[2]),
+            IpAddr::V6(_) => unreachable!(),
+        }
+    };
+    for backend in [Backend::Legacy, Backend::Nft] {
+        let w = setup(backend, &state);
+        let addr: SocketAddr = "10.96.0.22:80".parse().unwrap();
+        for client in [Client::Pod(CLIENT_POD), Client::External] {
+            let ids: Vec<String> = client_ns(&w, client)
+                .run(|| {
+                    (0..9)
+                        .map(|_| tcp_ask(addr, Duration::from_secs(2)).unwrap().identity)
+                        .collect()
+                })
+                .unwrap();
+            let IpAddr::V4(src) = client.ip() else {
+                unreachable!()
+            };
+            let want = expected(src);
+            assert!(
+                ids.iter().all(|i| *i == want),
+                "{backend:?} {client:?}: {ids:?}, hashed to {want}"
+            );
+        }
+    }
+}
+
 /// Partial syncs in the kernel: scale, empty, delete, add; then someone flushes the tables and
 /// the canary makes the next sync full, which restores service.
 #[test]

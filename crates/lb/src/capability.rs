@@ -2,7 +2,7 @@
 //!
 //! Kernel dataplanes evaluate rules statelessly per new flow: they can draw a random number
 //! (`numgen random`), count (`numgen inc`, `statistic --mode nth`) and hash packet fields
-//! (`jhash`), but they keep no per-endpoint connection counts, so lc, sed and nq are out of
+//! (`jhash`; in iptables only the source address, with `-m cluster`), but they keep no per-endpoint connection counts, so lc, sed and nq are out of
 //! their reach. An algorithm a dataplane cannot express falls back to `random` (kube-proxy's
 //! own behaviour), and the fallback is always reported — in the proxy's log and as a
 //! Kubernetes Event on the Service ([`EVENT_REASON`]) — never silent.
@@ -89,14 +89,18 @@ pub fn support(algorithm: Algorithm, dataplane: Dataplane) -> Support {
         (Dataplane::Iptables, RoundRobin) => Support::Native {
             how: "-m statistic --mode nth",
         },
+        (Dataplane::Iptables, WeightedRoundRobin) => Support::Native {
+            how: "-m statistic --mode nth over the weighted round-robin cycle",
+        },
+        (Dataplane::Iptables, SourceHash) => Support::Native {
+            how: "-m cluster: jhash of the source address into at most 32 slots",
+        },
         (Dataplane::Iptables, LeastConnection | ShortestExpectedDelay | NeverQueue) => {
             Support::Unsupported { why: NO_COUNTS }
         }
-        (Dataplane::Iptables, WeightedRoundRobin | SourceHash | DestinationHash | Maglev) => {
-            Support::Unsupported {
-                why: "svcnet's iptables rules have no hash or weighted-cycle match",
-            }
-        }
+        (Dataplane::Iptables, DestinationHash | Maglev) => Support::Unsupported {
+            why: "iptables has no match that hashes the destination or looks a hash up in a table",
+        },
     }
 }
 

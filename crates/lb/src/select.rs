@@ -18,15 +18,22 @@ pub const MAX_SCHEDULE: u64 = 1 << 16;
 /// "smooth weighted round robin": weights 5,1,1 give `a a b a c a a`, never `a a a a a b c`).
 /// With equal weights this is plain round robin `0 1 2 …`. Weight-0 endpoints never appear.
 pub fn wrr_schedule(weights: &[u32]) -> Vec<usize> {
+    wrr_schedule_within(weights, MAX_SCHEDULE)
+}
+
+/// [`wrr_schedule`] with a cycle of about `max` entries at most: larger weight sums are scaled
+/// down proportionally (every endpoint with a weight keeps at least one entry, so a cycle
+/// is never shorter than the number of weighted endpoints).
+pub fn wrr_schedule_within(weights: &[u32], max: u64) -> Vec<usize> {
     let g = weights.iter().fold(0u32, |g, w| gcd(g, *w));
     if g == 0 {
         return Vec::new();
     }
     let mut w: Vec<u64> = weights.iter().map(|w| u64::from(*w / g)).collect();
     let total: u64 = w.iter().sum();
-    if total > MAX_SCHEDULE {
+    if total > max {
         for x in w.iter_mut().filter(|x| **x > 0) {
-            *x = (*x * MAX_SCHEDULE / total).max(1);
+            *x = (*x * max / total).max(1);
         }
     }
     let total: i64 = w.iter().map(|x| *x as i64).sum();

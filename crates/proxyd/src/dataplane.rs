@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use svcnet_iptables::IptablesDataplane;
-use svcnet_lb::{Algorithm, Dataplane, Fallback};
+use svcnet_lb::Fallback;
 use svcnet_nft::{Family, FullMode, NftExecutor, Renderer};
 use svcnet_proxy::{ChangeSet, IpFamily, NamespacedName, ProxyState, ServicePortName};
 use svcnet_userspace::UserspaceProxy;
@@ -233,10 +233,11 @@ async fn sync_nft(
     out
 }
 
-/// What iptables reports for a service: its rules choose endpoints with `-m statistic`,
-/// `--mode random` (the default) or `--mode nth` (round robin); anything else is a fallback.
-fn iptables_fallback(requested: Option<Algorithm>) -> Option<Fallback> {
-    svcnet_lb::resolve(requested, Dataplane::Iptables).fallback
+/// What iptables reports for a service port: its rules choose endpoints with `-m statistic`
+/// (`random`, and `nth` for `rr` and `wrr`) or `-m cluster` (`sh`, up to 32 hash slots);
+/// anything else is a fallback.
+fn iptables_fallback(d: &svcnet_proxy::DesiredServicePort) -> Option<Fallback> {
+    svcnet_iptables::render::resolve_algorithm(d).fallback
 }
 
 async fn sync_iptables(
@@ -308,7 +309,7 @@ async fn sync_iptables(
     }
     out.fallbacks = ports
         .into_iter()
-        .filter_map(|d| Some((d.name.clone(), iptables_fallback(d.lb_algorithm)?)))
+        .filter_map(|d| Some((d.name.clone(), iptables_fallback(&d)?)))
         .collect();
     out
 }
@@ -407,19 +408,61 @@ mod tests {
     use super::*;
 
     #[test]
-    fn iptables_reports_every_algorithm_but_random_and_round_robin() {
-        assert_eq!(iptables_fallback(None), None);
-        assert_eq!(iptables_fallback(Some(Algorithm::Random)), None);
-        assert_eq!(iptables_fallback(Some(Algorithm::RoundRobin)), None);
-        let lc = iptables_fallback(Some(Algorithm::LeastConnection)).unwrap();
-        assert_eq!(
-            (lc.used, lc.dataplane),
-            (Algorithm::Random, Dataplane::Iptables)
-        );
-        let mg = iptables_fallback(Some(Algorithm::Maglev)).unwrap();
-        assert!(
-            mg.to_string().contains("no hash or weighted-cycle match"),
-            "{mg}"
-        );
+    fn iptables_reports_what_its_rules_cannot_express() {
+        use svcnet_lb::{Algorithm, Dataplane};
+        use svcnet_proxy::fixtures::{service, slice};
+        use svcnet_proxy::{CoreConfig, IpFamily, ProxyState};
+        let mut state = ProxyState::new(CoreConfig {
+            node_name: "n1".into(),
+            cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
+            ..Default::default()
+        });
+        let algorithms = ["", "random", "rr", "wrr", "sh", "lc", "dh", "maglev", "sh"];
+        for (i, a) in algorithms.iter().enumerate() {
+            let name = format!("s{i}");
+            let mut svc = service("default", &name, |b| {
+                b.cluster_ip(&[&format!("10.96.1.{}", i + 1)])
+                    .port("", "TCP", 80);
+            });
+            if !a.is_empty() {
+                svc.metadata.annotations = Some(
+                    [(svcnet_lb::ANNOTATION.to_string(), a.to_string())]
+                        .into_iter()
+                        .collect(),
+                );
+            }
+            state.update_service(&svc).unwrap();
+            // The last `sh` service has 33 endpoints: more than `-m cluster` has slots.
+            let endpoints = if i + 1 == algorithms.len() { 33 } else { 3 };
+            state.update_slice(&slice("default", &format!("{name}-1"), &name, |b| {
+                b.port("", "TCP", 8080);
+                for e in 0..endpoints {
+                    b.endpoint(&format!("10.244.1.{}", e + 2), "n1", |_| {});
+                }
+            }));
+        }
+        let desired = state.desired(IpFamily::V4);
+        let fallback = |i: usize| {
+            let d = desired
+                .services
+                .values()
+                .find(|d| d.name.service.name == format!("s{i}"))
+                .unwrap();
+            iptables_fallback(d)
+        };
+        for (i, a) in algorithms.iter().enumerate().take(5) {
+            assert_eq!(fallback(i), None, "{a}");
+        }
+        for i in 5..8 {
+            let f = fallback(i).unwrap();
+            assert_eq!(
+                (f.used, f.dataplane),
+                (Algorithm::Random, Dataplane::Iptables)
+            );
+        }
+        let dh = fallback(6).unwrap().to_string();
+        assert!(dh.contains("hashes the destination"), "{dh}");
+        let big = fallback(8).unwrap().to_string();
+        assert!(big.contains("at most 32 slots"), "{big}");
     }
 }

@@ -102,19 +102,26 @@ pub fn world() -> ProxyState {
     add(service("default", "headless", |b| {
         b.cluster_ip(&["None"]).port("", "TCP", 80);
     }));
-    // Round robin by annotation: `-m statistic --mode nth` instead of `--mode random`.
-    let mut rr = service("default", "rr", |b| {
-        b.cluster_ip(&["10.96.0.21"]).port("", "TCP", 80);
-    });
-    rr.metadata.annotations = Some(
-        [(
-            svcnet_proxy::algorithm::ANNOTATION.to_string(),
-            "rr".to_string(),
-        )]
-        .into_iter()
-        .collect(),
-    );
-    add(rr);
+    // Algorithms by annotation: round robin and weighted round robin (`-m statistic --mode
+    // nth` instead of `--mode random`), source hashing (`-m cluster`).
+    for (name, ip) in [
+        ("rr", "10.96.0.21"),
+        ("sh", "10.96.0.22"),
+        ("wrr", "10.96.0.23"),
+    ] {
+        let mut svc = service("default", name, |b| {
+            b.cluster_ip(&[ip]).port("", "TCP", 80);
+        });
+        svc.metadata.annotations = Some(
+            [(
+                svcnet_proxy::algorithm::ANNOTATION.to_string(),
+                name.to_string(),
+            )]
+            .into_iter()
+            .collect(),
+        );
+        add(svc);
+    }
     add(service("kube-system", "dns", |b| {
         b.cluster_ip(&["10.96.0.20"]).port("dns", "UDP", 53);
     }));
@@ -128,6 +135,8 @@ pub fn world() -> ProxyState {
     backends(&mut s, "default", "itl", "", "TCP", &[2]);
     backends(&mut s, "default", "headless", "", "TCP", &[1, 2]);
     backends(&mut s, "default", "rr", "", "TCP", &[1, 2, 3]);
+    backends(&mut s, "default", "sh", "", "TCP", &[1, 2, 3]);
+    backends(&mut s, "default", "wrr", "", "TCP", &[1, 2, 3]);
     backends(&mut s, "kube-system", "dns", "dns", "UDP", &[1, 2]);
     s
 }
@@ -372,4 +381,32 @@ pub fn normalized(dump: &str) -> String {
     }
     flush(&mut out, &mut group, &group_chain);
     out.join("\n")
+}
+
+/// Linux's `jhash_1word` (include/linux/jhash.h), with which `-m cluster` hashes an IPv4
+/// source address.
+pub fn jhash_1word(a: u32, seed: u32) -> u32 {
+    let init = seed.wrapping_add(0xdead_beef).wrapping_add(1 << 2);
+    let (mut a, mut b, mut c) = (a.wrapping_add(init), init, init);
+    c ^= b;
+    c = c.wrapping_sub(b.rotate_left(14));
+    a ^= c;
+    a = a.wrapping_sub(c.rotate_left(11));
+    b ^= a;
+    b = b.wrapping_sub(a.rotate_left(25));
+    c ^= b;
+    c = c.wrapping_sub(b.rotate_left(16));
+    a ^= c;
+    a = a.wrapping_sub(c.rotate_left(4));
+    b ^= a;
+    b = b.wrapping_sub(a.rotate_left(14));
+    c ^= b;
+    c.wrapping_sub(b.rotate_left(24))
+}
+
+/// The slot `-m cluster --cluster-total-nodes total --cluster-hash-seed seed` hashes an IPv4
+/// source into (`reciprocal_scale` of the hash of the address as it lies in memory).
+pub fn cluster_slot(src: Ipv4Addr, seed: u32, total: u32) -> u32 {
+    let h = jhash_1word(u32::from_ne_bytes(src.octets()), seed);
+    ((u64::from(h) * u64::from(total)) >> 32) as u32
 }

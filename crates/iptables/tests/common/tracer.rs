@@ -155,6 +155,30 @@ impl Tracer<'_> {
                             assert!((0.0..=1.0).contains(&v));
                             p.probability = Some(v);
                         }
+                        // Source hashing: deterministic for a given source address.
+                        "cluster" => {
+                            let mut total = 0u32;
+                            let mut mask = 0u32;
+                            let mut seed = 0u32;
+                            let hex = |v: &str| {
+                                u32::from_str_radix(v.trim_start_matches("0x"), 16).unwrap()
+                            };
+                            for _ in 0..3 {
+                                match next(&mut i) {
+                                    "--cluster-total-nodes" => {
+                                        total = next(&mut i).parse().unwrap()
+                                    }
+                                    "--cluster-local-nodemask" => mask = hex(next(&mut i)),
+                                    "--cluster-hash-seed" => seed = hex(next(&mut i)),
+                                    other => panic!("unknown cluster option {other} in {args:?}"),
+                                }
+                            }
+                            let IpAddr::V4(src) = self.pkt.src else {
+                                panic!("the tracer hashes IPv4 sources only: {args:?}");
+                            };
+                            let slot = super::cluster_slot(src, seed, total);
+                            p.matches &= mask & (1 << slot) != 0;
+                        }
                         "recent" => {
                             assert_eq!(next(&mut i), "--name", "{args:?}");
                             let name = next(&mut i).to_string();
