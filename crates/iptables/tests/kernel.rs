@@ -79,6 +79,17 @@ fn client_ns(w: &World, c: Client) -> &NetNs {
     }
 }
 
+/// The identities of the backends answering `n` connections from `client` to `addr`, in order.
+fn asks(w: &World, client: Client, addr: SocketAddr, n: usize) -> Vec<String> {
+    client_ns(w, client)
+        .run(|| {
+            (0..n)
+                .map(|_| tcp_ask(addr, Duration::from_secs(2)).unwrap().identity)
+                .collect()
+        })
+        .unwrap()
+}
+
 /// Runs one case with real connections and checks it.
 fn run_case(w: &World, c: &Case) {
     let addr = SocketAddr::new(IpAddr::V4(c.to.0), c.to.1);
@@ -218,13 +229,7 @@ fn affinity_sticks() {
     let w = setup(Backend::Nft, &world());
     let addr: SocketAddr = "10.96.0.11:80".parse().unwrap();
     for c in [Client::Pod(CLIENT_POD), Client::External] {
-        let ids: Vec<String> = client_ns(&w, c)
-            .run(|| {
-                (0..20)
-                    .map(|_| tcp_ask(addr, Duration::from_secs(2)).unwrap().identity)
-                    .collect()
-            })
-            .unwrap();
+        let ids: Vec<String> = asks(&w, c, addr, 20);
         assert!(ids.iter().all(|i| *i == ids[0]), "{c:?}: {ids:?}");
     }
 }
@@ -238,13 +243,7 @@ fn round_robin_rotates_exactly() {
     }
     let w = setup(Backend::Nft, &world());
     let addr: SocketAddr = "10.96.0.21:80".parse().unwrap();
-    let ids: Vec<String> = client_ns(&w, Client::Pod(CLIENT_POD))
-        .run(|| {
-            (0..30)
-                .map(|_| tcp_ask(addr, Duration::from_secs(2)).unwrap().identity)
-                .collect()
-        })
-        .unwrap();
+    let ids: Vec<String> = asks(&w, Client::Pod(CLIENT_POD), addr, 30);
     for turn in ids.chunks(3) {
         let distinct: std::collections::BTreeSet<&String> = turn.iter().collect();
         assert_eq!(distinct.len(), 3, "{ids:?}");
@@ -260,13 +259,7 @@ fn weighted_round_robin_follows_its_cycle() {
     }
     let w = setup(Backend::Legacy, &world());
     let addr: SocketAddr = "10.96.0.23:80".parse().unwrap();
-    let ids: Vec<String> = client_ns(&w, Client::Pod(CLIENT_POD))
-        .run(|| {
-            (0..12)
-                .map(|_| tcp_ask(addr, Duration::from_secs(2)).unwrap().identity)
-                .collect()
-        })
-        .unwrap();
+    let ids: Vec<String> = asks(&w, Client::Pod(CLIENT_POD), addr, 12);
     assert_eq!(ids[..3], ["p1", "p2", "p3"], "{ids:?}");
     assert_eq!(ids[3..], ids[..9], "{ids:?}");
 }
@@ -298,13 +291,7 @@ fn source_hashing_pins_each_client_to_its_hashed_endpoint() {
         let w = setup(backend, &state);
         let addr: SocketAddr = "10.96.0.22:80".parse().unwrap();
         for client in [Client::Pod(CLIENT_POD), Client::External] {
-            let ids: Vec<String> = client_ns(&w, client)
-                .run(|| {
-                    (0..9)
-                        .map(|_| tcp_ask(addr, Duration::from_secs(2)).unwrap().identity)
-                        .collect()
-                })
-                .unwrap();
+            let ids: Vec<String> = asks(&w, client, addr, 9);
             let IpAddr::V4(src) = client.ip() else {
                 unreachable!()
             };
