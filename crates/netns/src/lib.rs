@@ -184,18 +184,9 @@ impl NetNs {
     /// Runs `f` on a dedicated thread inside this namespace and returns its result. Sockets
     /// created in `f` stay in this namespace for their whole life, whichever thread uses them.
     pub fn run<R: Send, F: FnOnce() -> R + Send>(&self, f: F) -> Result<R, NetnsError> {
-        let file = File::open(&self.path).map_err(|e| NetnsError::Io {
-            name: self.name.clone(),
-            action: "open",
-            source: e,
-        })?;
         std::thread::scope(|s| {
             s.spawn(move || {
-                sys::enter(&file).map_err(|e| NetnsError::Sys {
-                    name: self.name.clone(),
-                    action: "setns",
-                    source: e,
-                })?;
+                self.enter()?;
                 Ok(f())
             })
             .join()
