@@ -227,14 +227,11 @@ fn kind_schemas(
         names.insert(r.kind, name);
     }
     let mut schemas = g.take_definitions(true);
-    for r in RESOURCES
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-    {
-        if let Some(Value::Object(o)) = names.get(r.kind).and_then(|n| schemas.get_mut(n)) {
+    for (kind, name) in &names {
+        if let Some(Value::Object(o)) = schemas.get_mut(name) {
             o.insert(
                 "x-kubernetes-group-version-kind".into(),
-                json!([{"group": r.group, "version": r.version, "kind": r.kind}]),
+                json!([{"group": group, "version": version, "kind": kind}]),
             );
         }
     }
