@@ -289,13 +289,37 @@ fn probe(ns: &NetNs, addr: SocketAddr, n: usize) -> (f64, f64) {
 }
 
 /// Median and `lo..hi` range of per-round ratios.
+/// Median and range of per-round ratios, the range written `lo..hi` followed by the 95 %
+/// bootstrap interval of the median (`ci95=lo..hi`: 2000 resamples of the rounds with a fixed
+/// seed, so a run prints the same interval for the same rounds).
 fn summary(mut v: Vec<f64>) -> (f64, String) {
     v.sort_by(|a, b| a.total_cmp(b));
     let range = match (v.first(), v.last()) {
         (Some(lo), Some(hi)) => format!("{lo:.2}..{hi:.2}"),
         _ => "-".into(),
     };
-    (median(v), range)
+    let ci = bootstrap_ci(&v).map_or("-".into(), |(lo, hi)| format!("{lo:.2}..{hi:.2}"));
+    (median(v), format!("{range} paired_ci95={ci}"))
+}
+
+/// The 95 % bootstrap interval of the median of `v`.
+fn bootstrap_ci(v: &[f64]) -> Option<(f64, f64)> {
+    if v.len() < 3 {
+        return None;
+    }
+    // xorshift64*: a fixed, dependency-free stream of resampling indices.
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: usize| {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+    };
+    let mut medians: Vec<f64> = (0..2000)
+        .map(|_| median((0..v.len()).map(|_| v[next(v.len())]).collect()))
+        .collect();
+    medians.sort_by(|a, b| a.total_cmp(b));
+    Some((medians[50], medians[1949]))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
