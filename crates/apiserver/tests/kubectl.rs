@@ -40,6 +40,15 @@ impl Kubectl<'_> {
         o.stdout
     }
 
+    /// `kubectl get <what…> -o json`, parsed.
+    fn get_json(&self, what: &[&str]) -> serde_json::Value {
+        let args: Vec<&str> = std::iter::once("get")
+            .chain(what.iter().copied())
+            .chain(["-o", "json"])
+            .collect();
+        serde_json::from_str(&self.ok(&args)).unwrap()
+    }
+
     fn fails(&self, args: &[&str]) -> String {
         let o = self.run(args);
         assert!(!o.ok, "kubectl {args:?} should fail:\n{}", o.stdout);
@@ -145,7 +154,7 @@ async fn kubectl_drives_the_server() {
         // The allocated cluster IP is in the service CIDR and not a reserved address.
         let ip = k.ok(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"]);
         assert!(ip.starts_with("10.9") && ip != "10.96.0.1" && ip != "10.96.0.10", "{ip}");
-        let svc: serde_json::Value = serde_json::from_str(&k.ok(&["get", "svc", "web", "-o", "json"])).unwrap();
+        let svc = k.get_json(&["svc", "web"]);
         assert_eq!(svc["spec"]["ports"][0]["targetPort"], "http");
         assert_eq!(svc["spec"]["sessionAffinity"], "None");
         let yaml = k.ok(&["get", "deploy", "web", "-o", "yaml"]);
@@ -431,8 +440,7 @@ async fn kubectl_create_and_run_send_protobuf() {
             "--from-literal=mode=fast",
             &format!("--from-file=blob={}", blob.display()),
         ]);
-        let cm: serde_json::Value =
-            serde_json::from_str(&k.ok(&["get", "configmap", "settings", "-o", "json"])).unwrap();
+        let cm = k.get_json(&["configmap", "settings"]);
         assert_eq!(cm["data"]["mode"], "fast", "{cm}");
         assert_eq!(cm["binaryData"]["blob"], "AJ//Cg==", "{cm}");
 
@@ -450,8 +458,7 @@ async fn kubectl_create_and_run_send_protobuf() {
             "--labels=app=web",
             "--env=MODE=fast",
         ]);
-        let pod: serde_json::Value =
-            serde_json::from_str(&k.ok(&["get", "pod", "web", "-o", "json"])).unwrap();
+        let pod = k.get_json(&["pod", "web"]);
         let c = &pod["spec"]["containers"][0];
         assert_eq!(c["image"], "nginx:1.25", "{pod}");
         assert_eq!(c["ports"][0]["containerPort"], 80, "{pod}");
@@ -470,8 +477,7 @@ async fn kubectl_create_and_run_send_protobuf() {
             "echo",
             "hi",
         ]);
-        let pod: serde_json::Value =
-            serde_json::from_str(&k.ok(&["get", "pod", "once", "-o", "json"])).unwrap();
+        let pod = k.get_json(&["pod", "once"]);
         assert_eq!(pod["spec"]["restartPolicy"], "Never", "{pod}");
         assert_eq!(
             pod["spec"]["containers"][0]["args"],
