@@ -337,15 +337,6 @@ pub fn resolve_algorithm(d: &DesiredServicePort) -> Resolution {
     r
 }
 
-/// The `-m cluster` hash seed of a service port: the same on every node (so a client maps to
-/// the same endpoint wherever it connects), different between services (so one client's
-/// services do not all pick the same endpoint index). FNV-1a of the name.
-pub fn cluster_seed(d: &DesiredServicePort) -> u32 {
-    port_name(&d.name).bytes().fold(0x811c_9dc5u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    })
-}
-
 /// The chain choosing among `eps`: masquerade check for cluster-IP traffic (when this chain
 /// serves internal traffic), affinity checks, then the choice, by algorithm:
 ///
@@ -449,7 +440,9 @@ fn policy_chain(
             .filter(|(i, _)| slots.contains(i))
             .map(|(i, _)| i)
             .collect();
-        let seed = format!("{:#010x}", cluster_seed(d));
+        // nftables' `sh` seed: `-m cluster` computes the same jhash of the source address
+        // and scales it the same way, so both dataplanes pick the same endpoint for a client.
+        let seed = format!("{:#010x}", svcnet_lb::hash::SEED_SOURCE);
         for (k, &i) in owners.iter().enumerate() {
             let (c, jump) = to(&eps[i]);
             let mut parts = vec![c];

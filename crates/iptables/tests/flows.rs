@@ -154,7 +154,7 @@ fn statistic_cascade_is_uniform_for_1_to_12_endpoints() {
 }
 
 /// `sh` (`-m cluster`): each client address goes to exactly one endpoint, the slot its hash
-/// picks, and 300 clients spread over all three.
+/// picks (the same slot as nftables' `sh`), and 300 clients spread over all three.
 #[test]
 fn source_hashing_sends_each_client_to_one_endpoint() {
     let state = world();
@@ -169,6 +169,12 @@ fn source_hashing_sends_each_client_to_one_endpoint() {
             dport: 80,
             from_node: false,
         };
+        // The slot `-m cluster` picks is the one nftables' `jhash ip saddr` picks (svcnet-lb
+        // computes that one): both dataplanes send a client to the same endpoint.
+        assert_eq!(
+            cluster_slot(src, svcnet_lb::hash::SEED_SOURCE, 3),
+            svcnet_lb::hash::nft_jhash(&src.octets(), svcnet_lb::hash::SEED_SOURCE, 3)
+        );
         let got = trace(&fake, &pkt, &env());
         assert_eq!(got.len(), 1, "{src}: {got:?}");
         let (verdict, p) = got.into_iter().next().unwrap();

@@ -278,7 +278,7 @@ fn source_hashing_pins_each_client_to_its_hashed_endpoint() {
         .values()
         .find(|d| d.name.service.name == "sh")
         .unwrap();
-    let seed = svcnet_iptables::render::cluster_seed(d);
+    let seed = svcnet_lb::hash::SEED_SOURCE;
     let eps = d.internal_endpoints();
     let expected = |src: std::net::Ipv4Addr| -> String {
         let slot = cluster_slot(src, seed, eps.len() as u32) as usize;

@@ -157,22 +157,22 @@ fn world_services() {
         &s,
         "default/sh",
         expect![[r#"
-        nat    :SVCNET-SEP-TV5CXBMVQJOFUJUE - [0:0]
-        nat    :SVCNET-SEP-W2W6WNLYZL5WEB25 - [0:0]
-        nat    :SVCNET-SEP-ZFUBQGP7O47ZQ2NL - [0:0]
-        nat    :SVCNET-SVC-VMDFZ7EK35ALBIBY - [0:0]
-        nat    -A SVCNET-SERVICES -m comment --comment "default/sh cluster IP" -m tcp -p tcp -d 10.96.0.22 --dport 80 -j SVCNET-SVC-VMDFZ7EK35ALBIBY
-        nat    -A SVCNET-SEP-TV5CXBMVQJOFUJUE -m comment --comment "default/sh" -s 10.244.3.2 -j SVCNET-MARK-MASQ
-        nat    -A SVCNET-SEP-TV5CXBMVQJOFUJUE -m comment --comment "default/sh" -m tcp -p tcp -j DNAT --to-destination 10.244.3.2:8080
-        nat    -A SVCNET-SEP-W2W6WNLYZL5WEB25 -m comment --comment "default/sh" -s 10.244.1.2 -j SVCNET-MARK-MASQ
-        nat    -A SVCNET-SEP-W2W6WNLYZL5WEB25 -m comment --comment "default/sh" -m tcp -p tcp -j DNAT --to-destination 10.244.1.2:8080
-        nat    -A SVCNET-SEP-ZFUBQGP7O47ZQ2NL -m comment --comment "default/sh" -s 10.244.2.2 -j SVCNET-MARK-MASQ
-        nat    -A SVCNET-SEP-ZFUBQGP7O47ZQ2NL -m comment --comment "default/sh" -m tcp -p tcp -j DNAT --to-destination 10.244.2.2:8080
-        nat    -A SVCNET-SVC-VMDFZ7EK35ALBIBY -m comment --comment "default/sh cluster IP" -m tcp -p tcp -d 10.96.0.22 --dport 80 ! -s 10.244.0.0/16 -j SVCNET-MARK-MASQ
-        nat    -A SVCNET-SVC-VMDFZ7EK35ALBIBY -m comment --comment "default/sh -> 10.244.1.2:8080" -m cluster --cluster-total-nodes 3 --cluster-local-nodemask 0x1 --cluster-hash-seed 0x71660188 -j SVCNET-SEP-W2W6WNLYZL5WEB25
-        nat    -A SVCNET-SVC-VMDFZ7EK35ALBIBY -m comment --comment "default/sh -> 10.244.2.2:8080" -m cluster --cluster-total-nodes 3 --cluster-local-nodemask 0x2 --cluster-hash-seed 0x71660188 -j SVCNET-SEP-ZFUBQGP7O47ZQ2NL
-        nat    -A SVCNET-SVC-VMDFZ7EK35ALBIBY -m comment --comment "default/sh -> 10.244.3.2:8080" -j SVCNET-SEP-TV5CXBMVQJOFUJUE
-    "#]],
+            nat    :SVCNET-SEP-TV5CXBMVQJOFUJUE - [0:0]
+            nat    :SVCNET-SEP-W2W6WNLYZL5WEB25 - [0:0]
+            nat    :SVCNET-SEP-ZFUBQGP7O47ZQ2NL - [0:0]
+            nat    :SVCNET-SVC-VMDFZ7EK35ALBIBY - [0:0]
+            nat    -A SVCNET-SERVICES -m comment --comment "default/sh cluster IP" -m tcp -p tcp -d 10.96.0.22 --dport 80 -j SVCNET-SVC-VMDFZ7EK35ALBIBY
+            nat    -A SVCNET-SEP-TV5CXBMVQJOFUJUE -m comment --comment "default/sh" -s 10.244.3.2 -j SVCNET-MARK-MASQ
+            nat    -A SVCNET-SEP-TV5CXBMVQJOFUJUE -m comment --comment "default/sh" -m tcp -p tcp -j DNAT --to-destination 10.244.3.2:8080
+            nat    -A SVCNET-SEP-W2W6WNLYZL5WEB25 -m comment --comment "default/sh" -s 10.244.1.2 -j SVCNET-MARK-MASQ
+            nat    -A SVCNET-SEP-W2W6WNLYZL5WEB25 -m comment --comment "default/sh" -m tcp -p tcp -j DNAT --to-destination 10.244.1.2:8080
+            nat    -A SVCNET-SEP-ZFUBQGP7O47ZQ2NL -m comment --comment "default/sh" -s 10.244.2.2 -j SVCNET-MARK-MASQ
+            nat    -A SVCNET-SEP-ZFUBQGP7O47ZQ2NL -m comment --comment "default/sh" -m tcp -p tcp -j DNAT --to-destination 10.244.2.2:8080
+            nat    -A SVCNET-SVC-VMDFZ7EK35ALBIBY -m comment --comment "default/sh cluster IP" -m tcp -p tcp -d 10.96.0.22 --dport 80 ! -s 10.244.0.0/16 -j SVCNET-MARK-MASQ
+            nat    -A SVCNET-SVC-VMDFZ7EK35ALBIBY -m comment --comment "default/sh -> 10.244.1.2:8080" -m cluster --cluster-total-nodes 3 --cluster-local-nodemask 0x1 --cluster-hash-seed 0x53564e01 -j SVCNET-SEP-W2W6WNLYZL5WEB25
+            nat    -A SVCNET-SVC-VMDFZ7EK35ALBIBY -m comment --comment "default/sh -> 10.244.2.2:8080" -m cluster --cluster-total-nodes 3 --cluster-local-nodemask 0x2 --cluster-hash-seed 0x53564e01 -j SVCNET-SEP-ZFUBQGP7O47ZQ2NL
+            nat    -A SVCNET-SVC-VMDFZ7EK35ALBIBY -m comment --comment "default/sh -> 10.244.3.2:8080" -j SVCNET-SEP-TV5CXBMVQJOFUJUE
+        "#]],
     );
     check(
         &s,
