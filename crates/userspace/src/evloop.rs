@@ -45,7 +45,7 @@ use crate::proxy::Shared;
 use crate::relay::{Pipe, SCRATCH_SIZE, give_pipe, take_pipe};
 use crate::state::{EndpointState, Route};
 use crate::table::RouteKey;
-use crate::tcp::{Active, MAX_TRIED, choose, connect_failed, flow, reset};
+use crate::tcp::{Active, MAX_TRIED, choose, connect_failed, flow, pin, reset};
 
 /// The longest a loop sleeps: the period of its drain check.
 const TICK: Duration = Duration::from_millis(200);
@@ -562,13 +562,8 @@ impl Loop {
             self.retry(index, &e);
             return;
         }
+        pin(route, flow, i);
         let ep = route.endpoints[i].clone();
-        if route.affinity.is_some() {
-            route
-                .service
-                .affinity
-                .set(flow.client.ip(), ep.addr, crate::state::now_ms());
-        }
         let active = Active::new(ep.clone(), route.service.clone());
         conn.phase = Phase::Relaying { ep, active };
         self.relay(index);

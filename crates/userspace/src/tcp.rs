@@ -70,6 +70,16 @@ pub(crate) fn flow(shared: &Shared, route: &Route, client: &impl AsFd, peer: Soc
     }
 }
 
+/// A connect to endpoint `i` succeeded: with ClientIP affinity, the client is pinned to it.
+pub(crate) fn pin(route: &Route, flow: &Flow, i: usize) {
+    if route.affinity.is_some() {
+        route
+            .service
+            .affinity
+            .set(flow.client.ip(), route.endpoints[i].addr, now_ms());
+    }
+}
+
 /// Counts a failed connect against the endpoint and its service, and marks the endpoint down
 /// for `backoff`.
 pub(crate) fn connect_failed(route: &Route, i: usize, backoff: Duration, e: &std::io::Error) {
@@ -119,12 +129,7 @@ async fn connect(shared: &Shared, route: &Route, flow: &Flow) -> Option<(usize, 
             .await
         {
             Ok(s) => {
-                if route.affinity.is_some() {
-                    route
-                        .service
-                        .affinity
-                        .set(flow.client.ip(), ep.addr, now_ms());
-                }
+                pin(route, flow, i);
                 return Some((i, s));
             }
             Err(e) => connect_failed(route, i, cfg.backoff, &e),
