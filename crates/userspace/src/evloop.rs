@@ -123,38 +123,17 @@ impl Loops {
             stop: stop.clone(),
         };
         for i in 0..count.max(1) {
-            let ns = shared
-                .config
-                .netns
-                .as_deref()
-                .map(svcnet_netns::NetNs::open)
-                .transpose()
-                .map_err(io::Error::other)?;
             let (tx, rx) = mpsc::channel();
             let wake = Arc::new(EventFd::from_flags(
                 EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC,
             )?);
-            let (started_tx, started_rx) = mpsc::channel::<io::Result<()>>();
-            let (shared, stop, thread_wake) = (shared.clone(), stop.clone(), wake.clone());
-            let thread = std::thread::Builder::new()
-                .name(format!("svcnet-tcp-{i}"))
-                .spawn(move || {
-                    let started = ns
-                        .map_or(Ok(()), |ns| crate::socket::enter(&ns))
-                        .and_then(|()| Loop::new(shared, rx, thread_wake, stop));
-                    match started {
-                        Ok(mut l) => {
-                            let _ = started_tx.send(Ok(()));
-                            l.run();
-                        }
-                        Err(e) => {
-                            let _ = started_tx.send(Err(e));
-                        }
-                    }
-                })?;
-            started_rx
-                .recv()
-                .map_err(|_| io::Error::other("a TCP event loop thread died at start"))??;
+            let (thread_shared, stop, thread_wake) = (shared.clone(), stop.clone(), wake.clone());
+            let ((), thread) = crate::socket::spawn_in(
+                format!("svcnet-tcp-{i}"),
+                shared.config.netns.as_deref(),
+                move || Ok(((), Loop::new(thread_shared, rx, thread_wake, stop)?)),
+                |mut l| l.run(),
+            )?;
             loops.handles.push(LoopHandle { commands: tx, wake });
             loops.threads.push(thread);
         }

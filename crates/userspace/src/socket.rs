@@ -31,6 +31,36 @@ pub(crate) fn enter(ns: &NetNs) -> io::Result<()> {
     Ok(())
 }
 
+/// Starts a data-path thread named `name`: it enters `netns` (when given) for good, builds its
+/// state with `init`, hands the caller the first part, then runs `run` with the second. Returns
+/// once `init` is done, with its error if it (or entering the namespace) failed.
+pub(crate) fn spawn_in<T: Send + 'static, S: 'static>(
+    name: String,
+    netns: Option<&str>,
+    init: impl FnOnce() -> io::Result<(T, S)> + Send + 'static,
+    run: impl FnOnce(S) + Send + 'static,
+) -> io::Result<(T, std::thread::JoinHandle<()>)> {
+    let ns = netns
+        .map(NetNs::open)
+        .transpose()
+        .map_err(io::Error::other)?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let died = io::Error::other(format!("thread {name} died at start"));
+    let thread = std::thread::Builder::new().name(name).spawn(move || {
+        match ns.map_or(Ok(()), |ns| enter(&ns)).and_then(|()| init()) {
+            Ok((t, s)) => {
+                let _ = tx.send(Ok(t));
+                run(s);
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+            }
+        }
+    })?;
+    let t = rx.recv().map_err(|_| died)??;
+    Ok((t, thread))
+}
+
 fn here() -> bool {
     IN_NETNS.get()
 }

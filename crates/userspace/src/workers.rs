@@ -29,32 +29,17 @@ impl Workers {
             threads: Vec::new(),
         };
         for i in 0..count.max(1) {
-            let (handle_tx, handle_rx) = std::sync::mpsc::channel();
             let (stop_tx, stop_rx) = oneshot::channel::<()>();
-            let ns = netns
-                .map(svcnet_netns::NetNs::open)
-                .transpose()
-                .map_err(io::Error::other)?;
-            let thread = std::thread::Builder::new()
-                .name(format!("svcnet-us-{i}"))
-                .spawn(move || {
-                    if let Some(ns) = ns
-                        && let Err(e) = crate::socket::enter(&ns)
-                    {
-                        let _ = handle_tx.send(Err(e));
-                        return;
-                    }
-                    let rt = match tokio::runtime::Builder::new_current_thread()
+            let (handle, thread) = crate::socket::spawn_in(
+                format!("svcnet-us-{i}"),
+                netns,
+                || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
                         .enable_all()
-                        .build()
-                    {
-                        Ok(rt) => rt,
-                        Err(e) => {
-                            let _ = handle_tx.send(Err(e));
-                            return;
-                        }
-                    };
-                    let _ = handle_tx.send(Ok(rt.handle().clone()));
+                        .build()?;
+                    Ok((rt.handle().clone(), rt))
+                },
+                move |rt| {
                     rt.block_on(async {
                         // A timer always pending a short way ahead. tokio wakes its own
                         // driver (an eventfd write, then a spurious epoll round) whenever a
@@ -71,10 +56,8 @@ impl Workers {
                             }
                         }
                     });
-                })?;
-            let handle = handle_rx
-                .recv()
-                .map_err(|_| io::Error::other("a userspace worker thread died at start"))??;
+                },
+            )?;
             w.handles.push(handle);
             w.stops.push(stop_tx);
             w.threads.push(thread);
