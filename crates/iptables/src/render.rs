@@ -392,99 +392,93 @@ fn policy_chain(
             ));
         }
     }
-    let algorithm = resolve_algorithm(d).algorithm;
-    let cycle = match algorithm {
-        Algorithm::RoundRobin => Some((0..eps.len()).collect::<Vec<_>>()),
-        Algorithm::WeightedRoundRobin => Some(svcnet_lb::select::wrr_schedule_within(
-            &weights(eps),
-            MAX_CYCLE,
-        ))
-        .filter(|c| !c.is_empty()),
-        _ => None,
+    // Each endpoint's rule in order, with the match that takes its share; the last rule
+    // drops its match and takes whatever reaches it.
+    let random = || -> Vec<(usize, Vec<String>)> {
+        let shares: Vec<u64> = eps.iter().map(|e| u64::from(e.weight.max(1))).collect();
+        (0..eps.len())
+            .map(|i| {
+                let rest: u64 = shares[i..].iter().sum();
+                let p = probability(shares[i] as f64 / rest as f64);
+                let m = s(&["-m", "statistic", "--mode", "random", "--probability", &p]);
+                (i, m)
+            })
+            .collect()
     };
-    let to = |ep: &DesiredEndpoint| {
-        (
-            comment(format!("{name} -> {}", endpoint_string(ep.ip, ep.port))),
-            s(&["-j", &endpoint_chain(&d.name, ep)]),
-        )
+    let choices: Vec<(usize, Vec<String>)> = match resolve_algorithm(d).algorithm {
+        a @ (Algorithm::RoundRobin | Algorithm::WeightedRoundRobin) => {
+            let cycle = if a == Algorithm::RoundRobin {
+                (0..eps.len()).collect()
+            } else {
+                svcnet_lb::select::wrr_schedule_within(&weights(eps), MAX_CYCLE)
+            };
+            // Each rule counts the new connections that reach it and takes one in every
+            // len - k of them: connection j of every len goes to cycle[j], in turn.
+            let len = cycle.len();
+            cycle
+                .into_iter()
+                .enumerate()
+                .map(|(k, i)| {
+                    let every = (len - k).to_string();
+                    let m = s(&[
+                        "-m",
+                        "statistic",
+                        "--mode",
+                        "nth",
+                        "--every",
+                        &every,
+                        "--packet",
+                        "0",
+                    ]);
+                    (i, m)
+                })
+                .collect()
+        }
+        Algorithm::SourceHash => {
+            let slots = svcnet_lb::select::hash_slots(&weights(eps));
+            // nftables' `sh` seed: `-m cluster` computes the same jhash of the source address
+            // and scales it the same way, so both dataplanes pick the same endpoint for a
+            // client.
+            let seed = format!("{:#010x}", svcnet_lb::hash::SEED_SOURCE);
+            (0..eps.len())
+                .filter(|i| slots.contains(i))
+                .map(|i| {
+                    let mask: u32 = slots
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, owner)| **owner == i)
+                        .fold(0, |m, (slot, _)| m | (1 << slot));
+                    let m = s(&[
+                        "-m",
+                        "cluster",
+                        "--cluster-total-nodes",
+                        &slots.len().to_string(),
+                        "--cluster-local-nodemask",
+                        &format!("{mask:#x}"),
+                        "--cluster-hash-seed",
+                        &seed,
+                    ]);
+                    (i, m)
+                })
+                .collect()
+        }
+        _ => random(),
     };
-    if let Some(cycle) = cycle {
-        // Each rule counts the new connections that reach it and takes one in every
-        // len - k of them: connection j of every len goes to cycle[j], in turn.
-        for (k, &i) in cycle.iter().enumerate() {
-            let (c, jump) = to(&eps[i]);
-            let mut parts = vec![c];
-            if k + 1 < cycle.len() {
-                let every = (cycle.len() - k).to_string();
-                parts.push(s(&[
-                    "-m",
-                    "statistic",
-                    "--mode",
-                    "nth",
-                    "--every",
-                    &every,
-                    "--packet",
-                    "0",
-                ]));
-            }
-            parts.push(jump);
-            rules.push(rule(chain, parts));
-        }
-        return rules;
-    }
-    if algorithm == Algorithm::SourceHash {
-        let slots = svcnet_lb::select::hash_slots(&weights(eps));
-        let owners: Vec<usize> = eps
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| slots.contains(i))
-            .map(|(i, _)| i)
-            .collect();
-        // nftables' `sh` seed: `-m cluster` computes the same jhash of the source address
-        // and scales it the same way, so both dataplanes pick the same endpoint for a client.
-        let seed = format!("{:#010x}", svcnet_lb::hash::SEED_SOURCE);
-        for (k, &i) in owners.iter().enumerate() {
-            let (c, jump) = to(&eps[i]);
-            let mut parts = vec![c];
-            if k + 1 < owners.len() {
-                let mask: u32 = slots
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, owner)| **owner == i)
-                    .fold(0, |m, (slot, _)| m | (1 << slot));
-                parts.push(s(&[
-                    "-m",
-                    "cluster",
-                    "--cluster-total-nodes",
-                    &slots.len().to_string(),
-                    "--cluster-local-nodemask",
-                    &format!("{mask:#x}"),
-                    "--cluster-hash-seed",
-                    &seed,
-                ]));
-            }
-            parts.push(jump);
-            rules.push(rule(chain, parts));
-        }
-        return rules;
-    }
-    let weights: Vec<u64> = eps.iter().map(|e| u64::from(e.weight.max(1))).collect();
-    for (i, ep) in eps.iter().enumerate() {
+    // No endpoint with a weight leaves a cycle or hash slots empty: the random cascade then.
+    let choices = if choices.is_empty() {
+        random()
+    } else {
+        choices
+    };
+    let last = choices.len().saturating_sub(1);
+    for (k, (i, m)) in choices.into_iter().enumerate() {
+        let ep = &eps[i];
         let mut parts = vec![comment(format!(
             "{name} -> {}",
             endpoint_string(ep.ip, ep.port)
         ))];
-        if i + 1 < eps.len() {
-            let rest: u64 = weights[i..].iter().sum();
-            let p = weights[i] as f64 / rest as f64;
-            parts.push(s(&[
-                "-m",
-                "statistic",
-                "--mode",
-                "random",
-                "--probability",
-                &probability(p),
-            ]));
+        if k < last {
+            parts.push(m);
         }
         parts.push(s(&["-j", &endpoint_chain(&d.name, ep)]));
         rules.push(rule(chain, parts));
