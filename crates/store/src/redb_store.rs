@@ -21,6 +21,8 @@ const EVENTS: TableDefinition<'_, u64, &[u8]> = TableDefinition::new("events");
 const META: TableDefinition<'_, &str, u64> = TableDefinition::new("meta");
 const META_REVISION: &str = "revision";
 const META_COMPACTED: &str = "compacted";
+/// The total size of the retained watch history, in bytes of its stored events.
+const META_HISTORY_BYTES: &str = "history_bytes";
 
 /// How many events are buffered per live watcher before it falls back to reading history.
 const BROADCAST_CAPACITY: usize = 1024;
@@ -31,6 +33,13 @@ pub struct StoreOptions {
     /// How many of the latest events the watch history keeps. Older ones are compacted away in
     /// batches of a tenth of this, inside ordinary writes.
     pub history: u64,
+    /// How many bytes of events the watch history keeps at most: large objects written again
+    /// and again (a 1 MiB ConfigMap created and deleted in a loop) must not grow the history,
+    /// the file and the process without bound. Past it the oldest events are compacted away,
+    /// down to nine tenths of it; the latest event always stays.
+    pub history_bytes: u64,
+    /// redb's page cache, in bytes.
+    pub cache_bytes: usize,
     /// Whether each commit is fsynced before it is acknowledged. Only tests of unrelated logic
     /// may turn this off.
     pub durable: bool,
@@ -40,6 +49,8 @@ impl Default for StoreOptions {
     fn default() -> Self {
         StoreOptions {
             history: 10_000,
+            history_bytes: 128 << 20,
+            cache_bytes: 64 << 20,
             durable: true,
         }
     }
@@ -71,12 +82,22 @@ pub(crate) struct HistoryChunk {
 impl RedbStore {
     /// Opens (or creates) the store in the file at `path`.
     pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Self, StoreError> {
-        let db = Database::create(path.as_ref())?;
+        let db = Database::builder()
+            .set_cache_size(options.cache_bytes)
+            .create(path.as_ref())?;
         let txn = db.begin_write()?;
         {
             txn.open_table(OBJECTS)?;
-            txn.open_table(EVENTS)?;
-            txn.open_table(META)?;
+            let events = txn.open_table(EVENTS)?;
+            let mut meta = txn.open_table(META)?;
+            // Stores written before the byte bound was kept: count the history once.
+            if meta.get(META_HISTORY_BYTES)?.is_none() {
+                let mut bytes = 0u64;
+                for entry in events.iter()? {
+                    bytes += entry?.1.value().len() as u64;
+                }
+                meta.insert(META_HISTORY_BYTES, bytes)?;
+            }
         }
         txn.commit()?;
         let (events, _) = broadcast::channel(BROADCAST_CAPACITY);
@@ -95,6 +116,11 @@ impl RedbStore {
         self.inner.meta(META_COMPACTED)
     }
 
+    /// The bytes of events the watch history holds now (see [`StoreOptions::history_bytes`]).
+    pub fn history_bytes(&self) -> Result<u64, StoreError> {
+        self.inner.meta(META_HISTORY_BYTES)
+    }
+
     /// Drops history so that only the latest `keep` events remain; returns the new compacted
     /// revision. Writes also compact on their own (see [`StoreOptions::history`]).
     pub fn compact(&self, keep: u64) -> Result<u64, StoreError> {
@@ -103,7 +129,7 @@ impl RedbStore {
         let compacted = {
             let mut meta = txn.open_table(META)?;
             let mut events = txn.open_table(EVENTS)?;
-            compact_in(&mut meta, &mut events, keep, 0)?
+            compact_in(&mut meta, &mut events, keep, 0, u64::MAX)?
         };
         txn.commit()?;
         Ok(compacted)
@@ -259,10 +285,22 @@ impl Inner {
                 object,
                 prev_object: current,
             };
-            events.insert(revision, serde_json::to_vec(&event)?.as_slice())?;
+            let encoded = serde_json::to_vec(&event)?;
+            events.insert(revision, encoded.as_slice())?;
             meta.insert(META_REVISION, revision)?;
+            let bytes = meta
+                .get(META_HISTORY_BYTES)?
+                .map(|v| v.value())
+                .unwrap_or(0);
+            meta.insert(META_HISTORY_BYTES, bytes + encoded.len() as u64)?;
             let history = self.options.history.max(1);
-            compact_in(&mut meta, &mut events, history, (history / 10).max(1))?;
+            compact_in(
+                &mut meta,
+                &mut events,
+                history,
+                (history / 10).max(1),
+                self.options.history_bytes,
+            )?;
             let outcome = match kind {
                 EventType::Deleted => Outcome::Deleted(event.object.clone()),
                 _ => Outcome::Written(event.object.clone()),
@@ -276,23 +314,51 @@ impl Inner {
     }
 }
 
-/// Compacts history to the latest `keep` events once more than `keep + slack` are retained.
+/// Compacts history to the latest `keep` events once more than `keep + slack` are retained,
+/// and, when the retained events hold more than `max_bytes`, the oldest of them down to nine
+/// tenths of it (never the latest event).
 fn compact_in(
     meta: &mut redb::Table<'_, &str, u64>,
     events: &mut redb::Table<'_, u64, &[u8]>,
     keep: u64,
     slack: u64,
+    max_bytes: u64,
 ) -> Result<u64, StoreError> {
     let head = meta.get(META_REVISION)?.map(|v| v.value()).unwrap_or(0);
     let compacted = meta.get(META_COMPACTED)?.map(|v| v.value()).unwrap_or(0);
-    let target = head.saturating_sub(keep);
+    let bytes = meta
+        .get(META_HISTORY_BYTES)?
+        .map(|v| v.value())
+        .unwrap_or(0);
+    let mut target = compacted;
     // Drop at least `slack` events at a time, so history is trimmed in batches.
-    if target >= compacted + slack.max(1) {
-        events.retain_in(compacted..=target, |_, _| false)?;
-        meta.insert(META_COMPACTED, target)?;
-        return Ok(target);
+    let by_count = head.saturating_sub(keep);
+    if by_count >= compacted + slack.max(1) {
+        target = by_count;
     }
-    Ok(compacted)
+    if bytes > max_bytes {
+        let low = max_bytes - max_bytes / 10;
+        let mut left = bytes;
+        for entry in events.range(compacted.saturating_add(1)..head)? {
+            if left <= low {
+                break;
+            }
+            let (revision, value) = entry?;
+            left = left.saturating_sub(value.value().len() as u64);
+            target = target.max(revision.value());
+        }
+    }
+    if target == compacted {
+        return Ok(compacted);
+    }
+    let mut removed = 0u64;
+    for entry in events.range(compacted.saturating_add(1)..=target)? {
+        removed += entry?.1.value().len() as u64;
+    }
+    events.retain_in(compacted..=target, |_, _| false)?;
+    meta.insert(META_COMPACTED, target)?;
+    meta.insert(META_HISTORY_BYTES, bytes.saturating_sub(removed))?;
+    Ok(target)
 }
 
 fn check_key(key: &str) -> Result<(), StoreError> {

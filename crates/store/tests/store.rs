@@ -16,6 +16,7 @@ fn open(dir: &tempfile::TempDir, history: u64) -> RedbStore {
         StoreOptions {
             history,
             durable: true,
+            ..Default::default()
         },
     )
     .unwrap()
@@ -297,6 +298,7 @@ async fn watch_has_no_gap_or_duplicate_under_concurrent_writes() {
         StoreOptions {
             history: 100_000,
             durable: false,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -332,6 +334,7 @@ async fn slow_watcher_that_lags_the_broadcast_misses_nothing() {
         StoreOptions {
             history: 100_000,
             durable: false,
+            ..Default::default()
         },
     )
     .unwrap();
@@ -453,4 +456,73 @@ async fn concurrent_writers_get_distinct_increasing_revisions() {
     assert_eq!(all.len(), n, "no revision handed out twice");
     assert_eq!(s.get("/counter/c").await.unwrap().unwrap()["n"], 80);
     assert_eq!(s.current_revision().unwrap(), 161);
+}
+
+/// A large object written again and again (create/delete loops of a 1 MiB ConfigMap) must not
+/// grow the watch history without bound: history is bounded by bytes as well as by count, the
+/// latest events stay watchable and the compacted ones are Gone, and the file stops growing.
+#[tokio::test]
+async fn history_is_bounded_by_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.redb");
+    let budget = 8u64 << 20;
+    let s = RedbStore::open(
+        &path,
+        StoreOptions {
+            history: 10_000,
+            history_bytes: budget,
+            durable: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let big = "x".repeat(900 * 1024);
+    let mut file_sizes = Vec::new();
+    let mut last = 0;
+    for round in 0..60 {
+        let created = s
+            .create(
+                "/core/configmaps/default/big",
+                json!({"metadata": {"name": "big"}, "data": {"k": big}}),
+            )
+            .await
+            .unwrap();
+        assert!(rv(&created) > last);
+        last = s
+            .delete("/core/configmaps/default/big", None)
+            .await
+            .map(|o| rv(&o))
+            .unwrap();
+        let bytes = s.history_bytes().unwrap();
+        assert!(
+            bytes <= budget,
+            "round {round}: history holds {bytes} bytes > {budget}"
+        );
+        if round >= 20 {
+            file_sizes.push(std::fs::metadata(&path).unwrap().len());
+        }
+    }
+    // The latest event is still in history; the early ones were compacted away.
+    let compacted = s.compacted_revision().unwrap();
+    assert!(
+        compacted > 10,
+        "byte bound compacted nothing (compacted at {compacted})"
+    );
+    let mut w = s.watch("/core/configmaps/", last - 1).unwrap();
+    let e = next(&mut w).await;
+    assert_eq!((e.revision, e.kind), (last, EventType::Deleted));
+    assert!(matches!(
+        s.watch("/core/configmaps/", 1),
+        Err(StoreError::Gone { .. })
+    ));
+    // Freed pages are reused: the file does not keep growing with the rounds.
+    let (first, end) = (file_sizes[0], *file_sizes.last().unwrap());
+    assert!(
+        end <= first + (budget * 2),
+        "store file grew from {first} to {end} bytes over 40 rounds"
+    );
+    drop(s);
+    // Reopening keeps the count of history bytes.
+    let s = RedbStore::open(&path, StoreOptions::default()).unwrap();
+    assert!(s.history_bytes().unwrap() <= budget);
 }
