@@ -41,14 +41,26 @@ pub enum EndpointsPlan {
     },
 }
 
-/// The plan when the service no longer exists: its Endpoints go too.
-pub fn plan_without_service(existing: Option<&Endpoints>) -> EndpointsPlan {
+/// The plan when the service does not exist. Its Endpoints go when the service was deleted
+/// (`service_deleted`: the controller saw it exist), or when this controller wrote them (they
+/// carry its `skip-mirror` label, so they are left over from a deletion it missed). Endpoints
+/// a user wrote before their selector-less Service (the seeds' external-database manifest
+/// applied Endpoints first) are the user's: upstream's controller never deletes them in
+/// reaction to their creation.
+pub fn plan_without_service(existing: Option<&Endpoints>, service_deleted: bool) -> EndpointsPlan {
+    let written_here = |ep: &Endpoints| {
+        ep.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_SKIP_MIRROR))
+            .is_some_and(|v| v == "true")
+    };
     match existing {
-        Some(ep) => EndpointsPlan::Delete {
+        Some(ep) if service_deleted || written_here(ep) => EndpointsPlan::Delete {
             namespace: ep.metadata.namespace.clone().unwrap_or_default(),
             name: ep.metadata.name.clone().unwrap_or_default(),
         },
-        None => EndpointsPlan::Nothing,
+        _ => EndpointsPlan::Nothing,
     }
 }
 
@@ -436,14 +448,22 @@ mod tests {
             subsets: None,
         };
         assert_eq!(run(&svc, &[], Some(&user)), EndpointsPlan::Nothing);
+        let delete = EndpointsPlan::Delete {
+            namespace: "default".into(),
+            name: "mysql".into(),
+        };
+        // Written before their service exists: the user's, kept.
         assert_eq!(
-            plan_without_service(Some(&user)),
-            EndpointsPlan::Delete {
-                namespace: "default".into(),
-                name: "mysql".into()
-            }
+            plan_without_service(Some(&user), false),
+            EndpointsPlan::Nothing
         );
-        assert_eq!(plan_without_service(None), EndpointsPlan::Nothing);
+        // Their service was deleted: they go with it, as upstream.
+        assert_eq!(plan_without_service(Some(&user), true), delete);
+        // Written by this controller and left over: they go.
+        let mut ours = user.clone();
+        ours.metadata.labels = Some([(LABEL_SKIP_MIRROR.to_string(), "true".to_string())].into());
+        assert_eq!(plan_without_service(Some(&ours), false), delete);
+        assert_eq!(plan_without_service(None, true), EndpointsPlan::Nothing);
     }
 
     #[test]

@@ -318,6 +318,51 @@ async fn selectorless_endpoints_are_mirrored() -> Result<()> {
     c.stop().await
 }
 
+/// The seeds' external-database manifest with the Endpoints first: the controller must not
+/// delete hand-written Endpoints of a service that does not exist yet; once the Service comes
+/// they are mirrored, and deleting the Service takes them with it, as upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_written_before_their_service_are_kept() -> Result<()> {
+    let c = Cluster::start().await?;
+    let eps: Api<Endpoints> = c.api();
+    eps.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "metadata": {"name": "mysql"},
+            "subsets": [{"addresses": [{"ip": "192.168.1.5"}], "ports": [{"port": 3306}]}]
+        }))?,
+    )
+    .await?;
+    // Long enough for the controller to have seen them (it reacts within milliseconds).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    if eps.get_opt("mysql").await?.is_none() {
+        bail!("the Endpoints controller deleted hand-written Endpoints before their Service");
+    }
+    let svcs: Api<Service> = c.api();
+    svcs.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "mysql"}, "spec": {"ports": [{"port": 3306}]}}),
+        )?,
+    )
+    .await?;
+    eventually("a mirrored slice", || async {
+        let slices = c.slices_of("mysql").await?;
+        let ok = endpoint_summary(&slices) == [("192.168.1.5".to_string(), true, None)];
+        Ok((!ok).then(|| format!("{slices:?}")))
+    })
+    .await?;
+    if eps.get_opt("mysql").await?.is_none() {
+        bail!("the Endpoints are gone after their Service came");
+    }
+    svcs.delete("mysql", &DeleteParams::default()).await?;
+    eventually("the Endpoints go with their Service", || async {
+        Ok(eps.get_opt("mysql").await?.map(|e| format!("{e:?}")))
+    })
+    .await?;
+    c.stop().await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deployment_creates_and_scales_pods() -> Result<()> {
     let c = Cluster::start().await?;

@@ -1,6 +1,6 @@
 //! Event → key mapping, the per-controller workers, and the apply step of every plan.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,6 +78,9 @@ pub(crate) struct Controllers {
     node_zones: Mutex<HashMap<String, Option<String>>>,
     /// How many pods the scheduler has bound, so the next one goes to the next node.
     scheduled: std::sync::atomic::AtomicUsize,
+    /// Services the Endpoints worker has seen exist: when one of them is gone, it was
+    /// deleted, and its Endpoints go with it.
+    services_seen: Mutex<HashSet<Key>>,
 }
 
 fn key_of<K: Resource>(o: &K) -> Key {
@@ -112,6 +115,7 @@ impl Controllers {
             pod_services: Mutex::new(HashMap::new()),
             node_zones: Mutex::new(HashMap::new()),
             scheduled: std::sync::atomic::AtomicUsize::new(0),
+            services_seen: Mutex::new(HashSet::new()),
         }
     }
 
@@ -431,13 +435,20 @@ impl Controllers {
         inf: &Informers,
     ) -> Result<Option<Duration>, ControllerError> {
         let existing = get(&inf.endpoints, key);
-        let plan = match get(&inf.services, key) {
-            Some(svc) => {
-                let pods = Self::pods_in(inf, &key.namespace);
-                let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
-                crate::endpoints::plan(&svc, &pods, existing.as_deref())
+        let service = get(&inf.services, key);
+        let plan = {
+            let mut seen = self.services_seen.lock().unwrap_or_else(|e| e.into_inner());
+            match &service {
+                Some(svc) => {
+                    seen.insert(key.clone());
+                    let pods = Self::pods_in(inf, &key.namespace);
+                    let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+                    crate::endpoints::plan(svc, &pods, existing.as_deref())
+                }
+                None => {
+                    crate::endpoints::plan_without_service(existing.as_deref(), seen.contains(key))
+                }
             }
-            None => crate::endpoints::plan_without_service(existing.as_deref()),
         };
         let api: Api<Endpoints> = Api::namespaced(self.client.clone(), &key.namespace);
         match plan {
@@ -457,6 +468,13 @@ impl Controllers {
                     .await
                     .map_err(|e| ControllerError::api(format!("delete Endpoints {key}"), e))?;
             }
+        }
+        if service.is_none() {
+            // Handled (deleted, or nothing to delete): a later Endpoints of that name is new.
+            self.services_seen
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(key);
         }
         Ok(None)
     }
