@@ -137,7 +137,7 @@ impl FieldError {
     /// True for a body that could not even be decoded into the kind's type:
     /// the API server should answer 400 BadRequest, not 422.
     pub fn is_decode_error(&self) -> bool {
-        self.field.is_empty()
+        self.field.is_empty() && self.kind == FieldErrorKind::Invalid && self.value.is_none()
     }
 
     /// The message without the field path (upstream `ErrorBody()`), which is
@@ -158,8 +158,11 @@ impl FieldError {
 
 impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.field.is_empty() {
+        if self.is_decode_error() {
             return f.write_str(&self.detail);
+        }
+        if self.field.is_empty() {
+            return f.write_str(&self.body());
         }
         write!(f, "{}: {}", self.field, self.body())
     }

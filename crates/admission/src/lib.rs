@@ -33,7 +33,7 @@ pub use alloc::{
 };
 pub use endpoints::{MAX_SLICE_ADDRESSES, MAX_SLICE_ENDPOINTS, MAX_SLICE_PORTS};
 pub use error::{BadValue, ConfigError, FieldError, FieldErrorKind};
-pub use misc::NAMESPACE_NAME_LABEL;
+pub use misc::{MAX_CONFIGMAP_BYTES, NAMESPACE_NAME_LABEL};
 pub use pod::{default_pull_policy, qos_class};
 pub use service::SVCNET_LB_CLASS;
 pub use service::defaults::DEFAULT_CLIENT_IP_TIMEOUT;
@@ -57,6 +57,20 @@ pub fn admit_create(
         "Node" => misc::admit_node(obj),
         "ConfigMap" => misc::admit_configmap(obj),
         "Event" => misc::admit_event(obj),
+        other => admit_plain(other, obj),
+    }
+}
+
+/// Kinds admitted through their typed schema and metadata only. `kind` names the API
+/// group where the kind name alone is ambiguous (`events.k8s.io/Event`).
+fn admit_plain(kind: &str, obj: Value) -> Result<Value, Vec<FieldError>> {
+    use k8s_openapi::api::{apps::v1 as apps, coordination::v1 as coordination};
+    use k8s_openapi::api::{core::v1 as core, events::v1 as events};
+    match kind {
+        "ServiceAccount" => misc::admit_typed::<core::ServiceAccount>(obj, |o| &o.metadata),
+        "ReplicaSet" => misc::admit_typed::<apps::ReplicaSet>(obj, |o| &o.metadata),
+        "Lease" => misc::admit_typed::<coordination::Lease>(obj, |o| &o.metadata),
+        "events.k8s.io/Event" => misc::admit_typed::<events::Event>(obj, |o| &o.metadata),
         _ => Ok(obj),
     }
 }
@@ -80,9 +94,9 @@ pub fn admit_update(
         "EndpointSlice" => endpoints::admit_slice_update(old, new, allocs.loopback_services()),
         "Namespace" => misc::admit_namespace_update(old, new),
         "Node" => misc::admit_node(new),
-        "ConfigMap" => misc::admit_configmap(new),
+        "ConfigMap" => misc::admit_configmap_update(old, new),
         "Event" => misc::admit_event(new),
-        _ => Ok(new),
+        other => admit_plain(other, new),
     }
 }
 

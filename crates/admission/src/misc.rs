@@ -1,9 +1,13 @@
 //! The simpler kinds: Namespaces (phase, finalizer and name label), Nodes,
-//! ConfigMaps and Events (names and keys).
+//! ConfigMaps (keys, size, immutability) and Events (names and keys), and the
+//! kinds admitted only through their typed schema and object metadata
+//! (ServiceAccounts, ReplicaSets, Leases, `events.k8s.io` Events).
 
+use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Event, Namespace, NamespaceSpec, NamespaceStatus, Node,
 };
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
 use crate::codec::{decode, encode};
@@ -81,8 +85,51 @@ pub(crate) fn admit_node(obj: Value) -> Result<Value, Vec<FieldError>> {
 
 const CONFIG_KEY_MSG: &str = "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')";
 
+/// upstream's `MaxSecretSize`, the bound of a ConfigMap's `data` and `binaryData` together.
+pub const MAX_CONFIGMAP_BYTES: usize = 1024 * 1024;
+
+const IMMUTABLE_MSG: &str = "field is immutable when `immutable` is set";
+
+/// upstream's `ValidateConfigMapUpdate`: once `immutable: true`, neither the data nor the
+/// flag itself may change.
+pub(crate) fn admit_configmap_update(old: &Value, new: Value) -> Result<Value, Vec<FieldError>> {
+    let old_cm: ConfigMap = decode(old.clone())?;
+    let cm: ConfigMap = decode(new.clone())?;
+    if old_cm.immutable == Some(true) {
+        let mut errs = Vec::new();
+        if cm.immutable != Some(true) {
+            errs.push(FieldError::forbidden("immutable", IMMUTABLE_MSG));
+        }
+        if cm.data != old_cm.data {
+            errs.push(FieldError::forbidden("data", IMMUTABLE_MSG));
+        }
+        if cm.binary_data != old_cm.binary_data {
+            errs.push(FieldError::forbidden("binaryData", IMMUTABLE_MSG));
+        }
+        if !errs.is_empty() {
+            return Err(errs);
+        }
+    }
+    admit_configmap(new)
+}
+
 pub(crate) fn admit_configmap(obj: Value) -> Result<Value, Vec<FieldError>> {
     let cm: ConfigMap = decode(obj)?;
+    let data_bytes: usize = cm
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.len())
+        .sum();
+    let binary_bytes: usize = cm
+        .binary_data
+        .iter()
+        .flatten()
+        .map(|(k, ByteString(v))| k.len() + v.len())
+        .sum();
+    if data_bytes + binary_bytes > MAX_CONFIGMAP_BYTES {
+        return Err(vec![FieldError::too_long("", MAX_CONFIGMAP_BYTES)]);
+    }
     let mut errs = syntax::validate_object_meta(&cm.metadata, true, NameRule::Dns1123Subdomain);
     let binary_keys: Vec<&String> = cm.binary_data.iter().flat_map(|m| m.keys()).collect();
     for key in cm
@@ -141,4 +188,19 @@ pub(crate) fn admit_event(obj: Value) -> Result<Value, Vec<FieldError>> {
         ));
     }
     finish(&ev, errs)
+}
+
+/// A kind admitted through its typed schema: the object must decode into `T` (wrong types
+/// are a 400), its metadata must be valid, and it is stored as `T` encodes it, with its own
+/// `apiVersion` and `kind` (a patch that blanks them cannot store a broken object).
+pub(crate) fn admit_typed<T>(
+    obj: Value,
+    meta: fn(&T) -> &ObjectMeta,
+) -> Result<Value, Vec<FieldError>>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize + k8s_openapi::Resource,
+{
+    let typed: T = decode(obj)?;
+    let errs = syntax::validate_object_meta(meta(&typed), true, NameRule::Dns1123Subdomain);
+    finish(&typed, errs)
 }

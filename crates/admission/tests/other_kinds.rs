@@ -647,3 +647,130 @@ fn namespaces_nodes_configmaps() {
         obj
     );
 }
+
+#[test]
+fn configmap_size_and_immutability() {
+    let cm = |data: Value, immutable: Option<bool>| {
+        let mut v = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "c", "namespace": "default"}, "data": data});
+        if let Some(i) = immutable {
+            v["immutable"] = json!(i);
+        }
+        v
+    };
+    // 1 MiB of data and keys together is the limit (upstream's MaxSecretSize).
+    let at_limit = "x".repeat(svcnet_admission::MAX_CONFIGMAP_BYTES - 1);
+    assert!(admit_create("ConfigMap", cm(json!({"k": at_limit}), None), &mut allocs()).is_ok());
+    let over = "x".repeat(svcnet_admission::MAX_CONFIGMAP_BYTES);
+    rejects(
+        "ConfigMap",
+        cm(json!({"k": over}), None),
+        &["Too long: may not be more than 1048576 bytes"],
+    );
+    let errs = admit_create(
+        "ConfigMap",
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"},
+               "data": {"a": "x".repeat(600 * 1024)},
+               "binaryData": {"b": base64_of(600 * 1024)}}),
+        &mut allocs(),
+    )
+    .expect_err("data and binaryData count together");
+    assert!(
+        !errs[0].is_decode_error(),
+        "a size error is a 422, not a decode error"
+    );
+
+    // Once immutable, neither the data nor the flag may change; metadata still may.
+    let old = admit_create(
+        "ConfigMap",
+        cm(json!({"a": "1"}), Some(true)),
+        &mut allocs(),
+    )
+    .unwrap();
+    let refuse = |new: Value, want: &[&str]| {
+        let errs = admit_update("ConfigMap", &old, new, &mut allocs()).expect_err("accepted");
+        assert_eq!(messages(&errs), want);
+    };
+    refuse(
+        cm(json!({"a": "2"}), Some(true)),
+        &["data: Forbidden: field is immutable when `immutable` is set"],
+    );
+    refuse(
+        cm(json!({"a": "1"}), Some(false)),
+        &["immutable: Forbidden: field is immutable when `immutable` is set"],
+    );
+    refuse(
+        cm(json!({"a": "1"}), None),
+        &["immutable: Forbidden: field is immutable when `immutable` is set"],
+    );
+    let mut relabelled = cm(json!({"a": "1"}), Some(true));
+    relabelled["metadata"]["labels"] = json!({"x": "y"});
+    assert!(admit_update("ConfigMap", &old, relabelled, &mut allocs()).is_ok());
+    // A mutable ConfigMap may become immutable, and change on the way.
+    let mutable = admit_create("ConfigMap", cm(json!({"a": "1"}), None), &mut allocs()).unwrap();
+    assert!(
+        admit_update(
+            "ConfigMap",
+            &mutable,
+            cm(json!({"a": "3"}), Some(true)),
+            &mut allocs()
+        )
+        .is_ok()
+    );
+}
+
+fn base64_of(n: usize) -> String {
+    use std::iter::repeat_n;
+    // "AAAA" decodes to three zero bytes.
+    repeat_n("AAAA", n / 3).collect()
+}
+
+#[test]
+fn kinds_admitted_through_their_typed_schema() {
+    let cases = [
+        ("ServiceAccount", "v1", json!({"secrets": "none"})),
+        (
+            "ReplicaSet",
+            "apps/v1",
+            json!({"spec": {"replicas": "three"}}),
+        ),
+        (
+            "Lease",
+            "coordination.k8s.io/v1",
+            json!({"spec": {"leaseDurationSeconds": "ten"}}),
+        ),
+        (
+            "events.k8s.io/Event",
+            "events.k8s.io/v1",
+            json!({"eventTime": 5}),
+        ),
+    ];
+    for (kind, api_version, bad) in cases {
+        let short = kind.rsplit('/').next().unwrap();
+        let mut obj = json!({"apiVersion": api_version, "kind": short,
+                             "metadata": {"name": "x", "namespace": "default"}});
+        let good = admit_create(kind, obj.clone(), &mut allocs())
+            .unwrap_or_else(|e| panic!("{kind}: {:?}", messages(&e)));
+        assert_eq!(
+            (good["apiVersion"].as_str(), good["kind"].as_str()),
+            (Some(api_version), Some(short))
+        );
+        // Blank apiVersion/kind (a merge patch that cleared them) are filled, not stored blank.
+        obj["apiVersion"] = json!(api_version);
+        let mut blanked = obj.clone();
+        blanked.as_object_mut().unwrap().remove("kind");
+        let filled = admit_update(kind, &good, blanked, &mut allocs()).unwrap();
+        assert_eq!(filled["kind"], short, "{kind}");
+        // Wrongly typed fields are a decode error (400), never stored.
+        let mut wrong = obj.clone();
+        for (k, v) in bad.as_object().unwrap() {
+            wrong[k] = v.clone();
+        }
+        let errs = admit_create(kind, wrong, &mut allocs()).expect_err(kind);
+        assert!(errs[0].is_decode_error(), "{kind}: {:?}", messages(&errs));
+        // Invalid names are refused.
+        let mut named = obj.clone();
+        named["metadata"]["name"] = json!("Not_A_Name");
+        assert!(admit_create(kind, named, &mut allocs()).is_err(), "{kind}");
+    }
+}

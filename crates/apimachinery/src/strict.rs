@@ -13,6 +13,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use k8s_openapi::api::{apps::v1 as apps, core::v1 as core, discovery::v1 as discovery};
+use k8s_openapi::api::{coordination::v1 as coordination, events::v1 as events};
 
 /// Why an object could not be checked: it does not decode into its type at all (a wrong
 /// type for a known field). Upstream answers 400 `... cannot be handled as a <Kind>`.
@@ -45,6 +46,11 @@ pub fn check(kind: &str, obj: &Value) -> Result<Vec<String>, DecodeError> {
         "EndpointSlice" => check_as::<discovery::EndpointSlice>(kind, obj),
         "Deployment" => check_as::<apps::Deployment>(kind, obj),
         "StatefulSet" => check_as::<apps::StatefulSet>(kind, obj),
+        "ReplicaSet" => check_as::<apps::ReplicaSet>(kind, obj),
+        "ServiceAccount" => check_as::<core::ServiceAccount>(kind, obj),
+        "Lease" => check_as::<coordination::Lease>(kind, obj),
+        // events.k8s.io's Event, named with its group (its kind name is core's).
+        "events.k8s.io/Event" => check_as::<events::Event>("Event", obj),
         _ => Ok(Vec::new()),
     }
 }
@@ -335,6 +341,26 @@ mod tests {
         );
         assert!(unknown_fields("Service", &json!({"spec": {"ports": "x"}})).is_empty());
         assert!(check("Service", &json!([])).is_err());
-        assert_eq!(check("Lease", &json!({"anything": 1})), Ok(vec![]));
+        assert_eq!(check("Widget", &json!({"anything": 1})), Ok(vec![]));
+    }
+
+    #[test]
+    fn every_served_kind_is_checked() {
+        assert_eq!(
+            check("Lease", &json!({"spec": {"holderIdentity": "a", "x": 1}})),
+            Ok(vec!["spec.x".to_string()])
+        );
+        assert!(check("Lease", &json!({"spec": {"leaseDurationSeconds": "ten"}})).is_err());
+        assert!(check("ServiceAccount", &json!({"secrets": "none"})).is_err());
+        assert_eq!(
+            check(
+                "ReplicaSet",
+                &json!({"spec": {"replicas": 1, "selector": {}, "bogus": true}})
+            ),
+            Ok(vec!["spec.bogus".to_string()])
+        );
+        let err = check("events.k8s.io/Event", &json!({"note": 5})).unwrap_err();
+        assert_eq!(err.kind, "Event");
+        assert_eq!(err.version, "events.k8s.io/v1");
     }
 }

@@ -11,6 +11,7 @@
 //! finalizer goes. [`plan`] is the pure decision; [`delete_one`] applies it atomically.
 
 use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use serde_json::{Value, json};
 use svcnet_store::{Mutation, Outcome};
 
@@ -31,7 +32,10 @@ pub(crate) struct DeleteOptions {
 }
 
 /// Reads `DeleteOptions` from a DELETE body (which may be empty) and the query parameters;
-/// the body wins where both give a value.
+/// the body wins where both give a value. The body is decoded through its typed schema, so a
+/// field of the wrong type (`{"preconditions":{"uid":123}}`) is a 400 and nothing is deleted;
+/// options upstream refuses (an unknown `propagationPolicy`, both it and `orphanDependents`,
+/// a `dryRun` other than `All`) are a 422 on `DeleteOptions`.
 pub(crate) fn delete_options(
     req: &ResourceRequest,
     body: &[u8],
@@ -42,46 +46,71 @@ pub(crate) fn delete_options(
         dry_run: req.query.dry_run,
         ..Default::default()
     };
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(opts);
-    }
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?;
-    if !v.is_object() {
-        return Err(ApiError::BadRequest(
-            "invalid DeleteOptions: the body is not a JSON object".into(),
-        ));
-    }
-    opts.uid = v
-        .pointer("/preconditions/uid")
-        .and_then(Value::as_str)
-        .map(Into::into);
-    opts.resource_version = v
-        .pointer("/preconditions/resourceVersion")
-        .and_then(Value::as_str)
-        .map(Into::into);
-    match v.get("gracePeriodSeconds") {
-        None | Some(Value::Null) => {}
-        Some(g) => {
-            opts.grace_period_seconds = Some(g.as_i64().ok_or_else(|| {
-                ApiError::BadRequest(format!(
-                    "invalid DeleteOptions: gracePeriodSeconds must be an integer, got {g}"
-                ))
-            })?)
+    let mut orphan_dependents = None;
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let typed: meta::DeleteOptions = serde_json::from_slice(body).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "DeleteOptions in version \"v1\" cannot be handled as a DeleteOptions: {e}"
+            ))
+        })?;
+        if let Some(p) = typed.preconditions {
+            opts.uid = p.uid;
+            opts.resource_version = p.resource_version;
+        }
+        if let Some(g) = typed.grace_period_seconds {
+            opts.grace_period_seconds = Some(g);
+        }
+        if let Some(p) = typed.propagation_policy {
+            opts.propagation = Some(p);
+        }
+        orphan_dependents = typed.orphan_dependents;
+        if let Some(values) = typed.dry_run {
+            crate::request::validate_dry_run("DeleteOptions", &values)?;
+            if !values.is_empty() {
+                opts.dry_run = true;
+            }
         }
     }
-    if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
-        opts.propagation = Some(p.into());
-    } else if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
-        opts.propagation = Some("Orphan".into());
-    }
-    if v.get("dryRun")
-        .and_then(Value::as_array)
-        .is_some_and(|a| a.iter().any(|x| x == "All"))
+    if let Some(p) = &opts.propagation
+        && !matches!(p.as_str(), "Foreground" | "Background" | "Orphan")
     {
-        opts.dry_run = true;
+        return Err(invalid_options(
+            "FieldValueNotSupported",
+            format!(
+                "Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+            ),
+        ));
+    }
+    if let Some(orphan) = orphan_dependents {
+        if opts.propagation.is_some() {
+            return Err(invalid_options(
+                "FieldValueInvalid",
+                format!(
+                    "Invalid value: {:?}: orphanDependents and deletionPropagation cannot be both set",
+                    opts.propagation.as_deref().unwrap_or("")
+                ),
+            ));
+        }
+        if orphan {
+            opts.propagation = Some("Orphan".into());
+        }
     }
     Ok(opts)
+}
+
+/// A 422 on `DeleteOptions.propagationPolicy`, as upstream's `ValidateDeleteOptions` gives it.
+fn invalid_options(reason: &str, message: String) -> ApiError {
+    ApiError::Invalid {
+        kind: "DeleteOptions".into(),
+        group: "meta.k8s.io".into(),
+        name: String::new(),
+        message: format!("DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: {message}"),
+        causes: vec![crate::status::Cause {
+            reason: reason.into(),
+            field: "propagationPolicy".into(),
+            message,
+        }],
+    }
 }
 
 const PROTECTED_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
@@ -218,6 +247,26 @@ pub(crate) fn plan(
     Ok(Mutation::Delete)
 }
 
+/// Whether a DELETE of the stored `cur` would be refused, decided without writing: a
+/// collection delete checks every object first and changes nothing when one would fail.
+pub(crate) fn precheck(
+    res: &ResourceInfo,
+    cur: &Value,
+    opts: &DeleteOptions,
+) -> Result<(), ApiError> {
+    protected(res, meta_str(cur, "name").unwrap_or(""))?;
+    plan(res, cur, opts, Timestamp::now()).map(|_| ())
+}
+
+fn protected(res: &ResourceInfo, name: &str) -> Result<(), ApiError> {
+    if res.kind == "Namespace" && res.group.is_empty() && PROTECTED_NAMESPACES.contains(&name) {
+        return Err(ApiError::Forbidden(format!(
+            "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
+        )));
+    }
+    Ok(())
+}
+
 /// Deletes one object: removes it, or marks it deleting while its grace period runs or
 /// finalizers remain (see [`plan`]).
 pub(crate) async fn delete_one(
@@ -227,11 +276,7 @@ pub(crate) async fn delete_one(
     name: &str,
     opts: &DeleteOptions,
 ) -> Result<Outcome, ApiError> {
-    if res.kind == "Namespace" && PROTECTED_NAMESPACES.contains(&name) {
-        return Err(ApiError::Forbidden(format!(
-            "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
-        )));
-    }
+    protected(res, name)?;
     let n = name.to_string();
     let o = opts.clone();
     let outcome = state

@@ -518,14 +518,19 @@ async fn delete_collection(
         .store
         .list(&res.ns_prefix(req.namespace.as_deref()))
         .await?;
+    let each = DeleteOptions {
+        uid: None,
+        resource_version: None,
+        ..opts.clone()
+    };
+    let targets: Vec<&Value> = list.items.iter().filter(|o| sel.matches(o)).collect();
+    // All or nothing: a collection delete that would refuse one object deletes none.
+    for obj in &targets {
+        crate::deletion::precheck(res, obj, &each)?;
+    }
     let mut deleted = Vec::new();
-    for obj in list.items.iter().filter(|o| sel.matches(o)) {
+    for obj in targets {
         let ns = meta_str(obj, "namespace").map(str::to_string);
-        let each = DeleteOptions {
-            uid: None,
-            resource_version: None,
-            ..opts.clone()
-        };
         match delete_one(state, res, ns.as_deref(), name_of(obj), &each).await {
             Ok(o) => deleted.push(outcome_object(o, res, name_of(obj))?),
             Err(ApiError::NotFound { .. }) => {}

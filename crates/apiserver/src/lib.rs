@@ -100,6 +100,7 @@ pub async fn build_state(cfg: ServerConfig, addr: SocketAddr) -> Result<SharedSt
     let options = StoreOptions {
         history: cfg.watch_history,
         durable: true,
+        ..Default::default()
     };
     let store = tokio::task::spawn_blocking(move || RedbStore::open(&path, options))
         .await

@@ -13,12 +13,13 @@ pub use svcnet_apimachinery::table::IncludeObject;
 use crate::registry::ResourceInfo;
 use crate::status::ApiError;
 
-/// The kind name the pure crates know this resource by, or `None` for resources they do not
-/// model (`events.k8s.io` Events share the kind name `Event` with core Events but not its
-/// schema, so they must not be decoded as core Events).
+/// The kind name the pure crates know this resource by. `events.k8s.io` Events share the kind
+/// name `Event` with core Events but not its schema, so they are known by their qualified name.
+/// Every served kind has one: each is decoded and validated through its typed schema.
 pub fn typed_kind(res: &ResourceInfo) -> Option<&'static str> {
     match res.group {
-        "" | "apps" | "discovery.k8s.io" => Some(res.kind),
+        "" | "apps" | "discovery.k8s.io" | "coordination.k8s.io" => Some(res.kind),
+        "events.k8s.io" => Some("events.k8s.io/Event"),
         _ => None,
     }
 }

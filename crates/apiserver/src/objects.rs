@@ -265,6 +265,19 @@ pub fn prepare_update(
         }
         None => {
             let mut next = incoming;
+            // A patch may blank `apiVersion`/`kind` (or a PUT omit them): the stored object
+            // always carries its resource's; a different one is refused, as on create.
+            for (field, want) in [("apiVersion", res.api_version()), ("kind", res.kind.into())] {
+                match next.get(field).and_then(Value::as_str) {
+                    None | Some("") => next[field] = json!(want),
+                    Some(have) if have == want => {}
+                    Some(have) => {
+                        return Err(ApiError::BadRequest(format!(
+                            "{field} of the object ({have}) does not match the resource ({want})"
+                        )));
+                    }
+                }
+            }
             if res.has_status() {
                 match current.get("status") {
                     Some(s) => next["status"] = s.clone(),

@@ -17,6 +17,7 @@ pub struct ResourceInfo {
 }
 
 const ALL: &[&str] = &["all"];
+/// The verbs of every served resource but namespaces.
 const VERBS: &[&str] = &[
     "create",
     "delete",
@@ -26,6 +27,11 @@ const VERBS: &[&str] = &[
     "patch",
     "update",
     "watch",
+];
+/// Namespaces have no collection delete (upstream serves none: a namespace is removed only
+/// by name).
+const NAMESPACE_VERBS: &[&str] = &[
+    "create", "delete", "get", "list", "patch", "update", "watch",
 ];
 
 macro_rules! res {
@@ -222,7 +228,16 @@ impl ResourceInfo {
     }
 
     pub fn verbs(&self) -> &'static [&'static str] {
-        VERBS
+        if self.group.is_empty() && self.kind == "Namespace" {
+            NAMESPACE_VERBS
+        } else {
+            VERBS
+        }
+    }
+
+    /// Whether the resource serves `verb` (one of discovery's verb names).
+    pub fn allows(&self, verb: &str) -> bool {
+        self.verbs().contains(&verb)
     }
 
     pub fn has_status(&self) -> bool {

@@ -86,7 +86,11 @@ pub struct Query {
     pub allow_watch_bookmarks: bool,
     pub send_initial_events: bool,
     pub field_validation: FieldValidation,
+    /// `dryRun=All`: validate and answer, persist nothing. Only ever true when every `dryRun`
+    /// value given is `All` (the request is refused otherwise, see [`parse`]).
     pub dry_run: bool,
+    /// Every `dryRun` value given, in order, for the refusal of values other than `All`.
+    pub dry_run_values: Vec<String>,
     pub propagation_policy: Option<String>,
     /// `gracePeriodSeconds` of a DELETE.
     pub grace_period_seconds: Option<i64>,
@@ -147,7 +151,7 @@ fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
                     }
                 }
             }
-            "dryRun" => query.dry_run = v == "All",
+            "dryRun" => query.dry_run_values.push(v),
             "propagationPolicy" => query.propagation_policy = Some(v),
             "gracePeriodSeconds" => {
                 query.grace_period_seconds = Some(v.parse().map_err(|_| {
@@ -168,7 +172,44 @@ fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
             _ => {}
         }
     }
+    query.dry_run =
+        !query.dry_run_values.is_empty() && query.dry_run_values.iter().all(|v| v == "All");
     Ok(query)
+}
+
+/// The options kind upstream validates a verb's query against (`CreateOptions`, ...).
+fn options_kind(verb: Verb) -> Option<&'static str> {
+    match verb {
+        Verb::Create => Some("CreateOptions"),
+        Verb::Update => Some("UpdateOptions"),
+        Verb::Patch => Some("PatchOptions"),
+        Verb::Delete | Verb::DeleteCollection => Some("DeleteOptions"),
+        Verb::Get | Verb::List | Verb::Watch => None,
+    }
+}
+
+/// upstream's `ValidateDryRun`: every value must be `All`; anything else (`true` is the common
+/// mistake) is a 422 on the verb's options, and nothing is written.
+pub(crate) fn validate_dry_run(kind: &str, values: &[String]) -> Result<(), ApiError> {
+    if values.iter().all(|v| v == "All") {
+        return Ok(());
+    }
+    let quoted: Vec<String> = values.iter().map(|v| format!("{v:?}")).collect();
+    let message = format!(
+        "Unsupported value: []string{{{}}}: supported values: \"All\"",
+        quoted.join(", ")
+    );
+    Err(ApiError::Invalid {
+        kind: kind.into(),
+        group: "meta.k8s.io".into(),
+        name: String::new(),
+        message: format!("{kind}.meta.k8s.io \"\" is invalid: dryRun: {message}"),
+        causes: vec![crate::status::Cause {
+            reason: "FieldValueNotSupported".into(),
+            field: "dryRun".into(),
+            message,
+        }],
+    })
 }
 
 fn non_negative(key: &str, v: &str) -> Result<u64, ApiError> {
@@ -199,7 +240,21 @@ fn is_watch_param(uri: &Uri) -> bool {
 /// Parses a request line into an [`ApiRequest`].
 pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
     let path = uri.path();
-    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    let inner = path.strip_prefix('/').unwrap_or(path);
+    // A trailing slash after a collection is a named route with an empty name (a script's
+    // unset variable): it must never reach a collection verb.
+    let (inner, trailing_slash) = match inner.strip_suffix('/') {
+        Some(rest) => (rest, true),
+        None => (inner, false),
+    };
+    let segs: Vec<&str> = if inner.is_empty() {
+        Vec::new()
+    } else {
+        inner.split('/').collect()
+    };
+    if segs.iter().any(|s| s.is_empty()) {
+        return Err(not_found());
+    }
     match segs.as_slice() {
         ["healthz" | "livez" | "readyz", ..] => return Ok(ApiRequest::Probe),
         ["version"] => return Ok(ApiRequest::Version),
@@ -276,6 +331,9 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
         Some(_) => return Err(not_found()),
     };
     let watch = legacy_watch || is_watch_param(uri);
+    if trailing_slash && name.is_none() && matches!(method.as_str(), "DELETE" | "PUT" | "PATCH") {
+        return Err(ApiError::BadRequest("name must be provided".into()));
+    }
     let verb = match (method.as_str(), &name) {
         ("GET", _) if watch => Verb::Watch,
         ("GET", Some(_)) => Verb::Get,
@@ -284,7 +342,7 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
         ("PUT", Some(_)) => Verb::Update,
         ("PATCH", Some(_)) => Verb::Patch,
         ("DELETE", Some(_)) => Verb::Delete,
-        ("DELETE", None) => Verb::DeleteCollection,
+        ("DELETE", None) if resource.allows("deletecollection") => Verb::DeleteCollection,
         (m, _) => {
             return Err(ApiError::MethodNotAllowed(format!(
                 "the server does not allow this method on the requested resource ({m} {path})"
@@ -305,6 +363,9 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
         return Err(not_found());
     }
     let mut query = parse_query(uri)?;
+    if let Some(kind) = options_kind(verb) {
+        validate_dry_run(kind, &query.dry_run_values)?;
+    }
     // A watch on a single object (`/watch/.../{name}`) is a watch with a name field selector.
     if verb == Verb::Watch
         && let Some(n) = &name

@@ -13,6 +13,21 @@ use crate::config::ServerConfig;
 use crate::registry::{self, ResourceInfo};
 use crate::status::ApiError;
 
+/// The largest object stored, encoded: etcd's default request limit (`--max-request-bytes`,
+/// 1.5 MiB), which bounds every object of a real cluster; kinds have tighter bounds of their
+/// own (a ConfigMap's data: 1 MiB).
+pub const MAX_OBJECT_BYTES: usize = 1024 * 1024 * 3 / 2;
+
+fn check_size(obj: &Value) -> Result<(), ApiError> {
+    let len = serde_json::to_vec(obj)
+        .map(|b| b.len())
+        .unwrap_or(usize::MAX);
+    if len > MAX_OBJECT_BYTES {
+        return Err(ApiError::TooLarge(MAX_OBJECT_BYTES));
+    }
+    Ok(())
+}
+
 /// Everything handlers share. Build one with [`crate::AppState::new`].
 pub struct AppState {
     pub(crate) store: Arc<dyn Store>,
@@ -92,6 +107,9 @@ impl AppState {
                 key,
                 Box::new(move |cur| {
                     let m = f(cur).map_err(StoreError::aborted)?;
+                    if let Mutation::Put(v) = &m {
+                        check_size(v).map_err(StoreError::aborted)?;
+                    }
                     if !dry_run {
                         return Ok(m);
                     }
