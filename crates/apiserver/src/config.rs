@@ -39,6 +39,44 @@ pub struct ServerConfig {
     /// Where container logs are, for the `pods/log` subresource (`kubectl logs`). `None`: the
     /// server runs without a node agent and answers log requests with a 400 saying so.
     pub log_source: Option<LogSource>,
+    /// What a client may hold open before it has authenticated.
+    pub limits: ConnectionLimits,
+}
+
+/// Bounds on connections, so that no local process can exhaust the server by opening
+/// connections and never finishing a handshake or a request. A client without a certificate
+/// can only ask the health probes, so its connections are both counted and short-lived.
+#[derive(Debug, Clone)]
+pub struct ConnectionLimits {
+    /// How long a TLS handshake may take.
+    pub handshake_timeout: Duration,
+    /// TLS handshakes in progress at once; past it the oldest is closed. Large, because a
+    /// real client's handshake must not be evicted by a flood's (each holds a socket for at
+    /// most `handshake_timeout`).
+    pub max_handshakes: usize,
+    /// How long an HTTP/1 client without a certificate may take to send a request's headers,
+    /// also while its connection is idle between requests (kube-apiserver's is 32 s).
+    pub header_timeout: Duration,
+    /// Connections without a client certificate open at once; past it the oldest is closed.
+    pub max_unauthenticated: usize,
+    /// How long a connection without a client certificate may stay open in all.
+    pub unauthenticated_lifetime: Duration,
+    /// HTTP/2 keep-alive: a ping after this long without traffic, and the connection closed
+    /// when it is not answered in as long again (a client that went away).
+    pub http2_keepalive: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        ConnectionLimits {
+            handshake_timeout: Duration::from_secs(10),
+            max_handshakes: 4096,
+            header_timeout: Duration::from_secs(32),
+            max_unauthenticated: 256,
+            unauthenticated_lifetime: Duration::from_secs(32),
+            http2_keepalive: Duration::from_secs(30),
+        }
+    }
 }
 
 /// The container whose log a `pods/log` request wants. The server has checked the pod exists
@@ -100,6 +138,7 @@ impl Default for ServerConfig {
             max_body_bytes: 3 * 1024 * 1024,
             watch_history: 10_000,
             log_source: None,
+            limits: ConnectionLimits::default(),
         }
     }
 }

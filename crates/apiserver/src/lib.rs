@@ -54,7 +54,7 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use svcnet_store::{RedbStore, StoreOptions};
 
-pub use config::{LogLocator, LogSource, LogTarget, ServerConfig};
+pub use config::{ConnectionLimits, LogLocator, LogSource, LogTarget, ServerConfig};
 pub use registry::{RESOURCES, ResourceInfo};
 pub use state::{AppState, SharedState};
 pub use status::{ApiError, Cause};
@@ -197,6 +197,7 @@ pub async fn start(cfg: ServerConfig) -> Result<RunningServer, ServerError> {
     let task = tokio::spawn(server::serve(
         listener,
         tls_config,
+        state.cfg.limits.clone(),
         router(state.clone()),
         state.shutdown.clone(),
     ));
