@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# The run command: installs what `svcnet up` needs at run time (as root, on Debian), then starts it.
-# Arguments are passed to `svcnet up` (see `svcnet up --help`).
+# The run command: installs what `svcnet up` and the README's walkthrough need at run time (as
+# root, on Debian: nftables, iptables, conntrack, iproute2, and curl and dig for the
+# walkthrough), then starts `svcnet up` from the repository root, so the default data dir is
+# <repository>/svcnet-data. Arguments are passed to `svcnet up` (see `svcnet up --help`).
+# SVCNET_BIN=/path/to/svcnet runs that binary instead of building one with cargo (the README
+# test does, with the binary it was built with).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 missing=()
-for pair in nft:nftables iptables-restore:iptables conntrack:conntrack ip:iproute2; do
+for pair in nft:nftables iptables-restore:iptables conntrack:conntrack ip:iproute2 curl:curl dig:bind9-dnsutils; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -17,4 +21,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-exec cargo run --release -- up "$@"
+if [ -n "${SVCNET_BIN:-}" ]; then
+  exec "$SVCNET_BIN" up "$@"
+fi
+# The workspace has more than one binary (the agent's test server too): name the one to run.
+exec cargo run --release -p svcnet --bin svcnet -- up "$@"

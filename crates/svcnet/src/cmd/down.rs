@@ -11,14 +11,15 @@ use anyhow::Context;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The data dir of `svcnet up`.
-    #[arg(long, default_value = "svcnet-data", env = "SVCNET_DATA_DIR")]
+    #[arg(long, default_value = "svcnet-data", env = "SVCNET_DATA_DIR", long_help = crate::cmd::DATA_DIR_HELP)]
     pub data_dir: PathBuf,
     /// The name prefix `svcnet up` used for namespaces and links.
     #[arg(long, default_value = "svcnet")]
     pub prefix: String,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
+pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    args.data_dir = crate::cmd::absolute_data_dir(&args.data_dir)?;
     let (dir, prefix) = (args.data_dir.clone(), args.prefix.clone());
     let report =
         tokio::task::spawn_blocking(move || svcnet_agent::topology::cleanup(&dir, &prefix))

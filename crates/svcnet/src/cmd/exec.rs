@@ -19,14 +19,15 @@ pub struct Args {
     #[arg(short = 'c', long)]
     pub container: Option<String>,
     /// The data dir of `svcnet up`.
-    #[arg(long, default_value = "svcnet-data", env = "SVCNET_DATA_DIR")]
+    #[arg(long, default_value = "svcnet-data", env = "SVCNET_DATA_DIR", long_help = crate::cmd::DATA_DIR_HELP)]
     pub data_dir: PathBuf,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, num_args = 1..)]
     pub command: Vec<String>,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
+pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    args.data_dir = crate::cmd::absolute_data_dir(&args.data_dir)?;
     let record = svcnet_agent::exec::find_pod(&args.data_dir, &args.namespace, &args.pod)?;
     let mut cmd =
         svcnet_agent::exec::exec_command(&record, args.container.as_deref(), &args.command)?;

@@ -7,3 +7,17 @@ pub mod exec;
 pub mod kubeconfig;
 pub mod proxy;
 pub mod up;
+
+/// The help text of every `--data-dir`: where it is and how a relative one is read.
+pub(crate) const DATA_DIR_HELP: &str = "Directory holding the store, certificates, the \
+kubeconfig, IP allocations and pod logs. A relative path is taken from the directory svcnet is \
+started in and made absolute once, at start-up (`scripts/up.sh` starts it from the repository \
+root, so the default is `<repository>/svcnet-data`). Also read from SVCNET_DATA_DIR.";
+
+/// A data dir made absolute against the current directory, once, at start-up: everything
+/// below uses the absolute path, also after a pod's sandbox has changed into `/`.
+pub(crate) fn absolute_data_dir(dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    use anyhow::Context;
+    std::path::absolute(dir)
+        .with_context(|| format!("cannot resolve the data dir {}", dir.display()))
+}

@@ -65,7 +65,7 @@ impl FromStr for PortRange {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Directory holding the store, certificates, the kubeconfig, IP allocations and pod logs.
-    #[arg(long, default_value = "./svcnet-data")]
+    #[arg(long, default_value = "svcnet-data", env = "SVCNET_DATA_DIR", long_help = crate::cmd::DATA_DIR_HELP)]
     pub data_dir: PathBuf,
     /// Address the Kubernetes API server listens on (HTTPS).
     #[arg(long, default_value = "127.0.0.1:6443")]
@@ -109,15 +109,21 @@ pub struct Args {
     /// UDP and TCP address cluster DNS listens on for the host.
     #[arg(long, default_value = "127.0.0.1:1053")]
     pub dns_listen: SocketAddr,
-    /// Upstream resolvers for names outside the cluster (repeatable); default: /etc/resolv.conf's.
-    #[arg(long = "dns-upstream")]
+    /// Upstream resolvers for names outside the cluster (repeatable, or comma-separated in
+    /// SVCNET_DNS_UPSTREAM); default: /etc/resolv.conf's.
+    #[arg(
+        long = "dns-upstream",
+        env = "SVCNET_DNS_UPSTREAM",
+        value_delimiter = ','
+    )]
     pub dns_upstreams: Vec<SocketAddr>,
     /// Components not to start (comma-separated).
     #[arg(long, value_delimiter = ',', value_enum)]
     pub disable: Vec<Component>,
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
+pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    args.data_dir = crate::cmd::absolute_data_dir(&args.data_dir)?;
     let disabled: BTreeSet<Component> = args.disable.iter().copied().collect();
     let with_agent = !disabled.contains(&Component::Agent);
     let with_proxy = with_agent && !disabled.contains(&Component::Proxy);
