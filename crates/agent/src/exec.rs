@@ -75,11 +75,13 @@ pub fn find_pod(data_dir: &Path, namespace: &str, name: &str) -> Result<PodRecor
 }
 
 /// The command `argv` inside the pod, with the environment of `container` (default: the
-/// first). stdio is inherited.
+/// first). stdio is inherited; with `tty`, the caller gives it a pty slave as stdio, which
+/// becomes its controlling terminal.
 pub fn exec_command(
     record: &PodRecord,
     container: Option<&str>,
     argv: &[String],
+    tty: bool,
 ) -> Result<Command, ExecError> {
     let (namespace, name) = (record.namespace.clone(), record.name.clone());
     let env = match container {
@@ -119,6 +121,6 @@ pub fn exec_command(
     }
     record
         .sandbox
-        .command(argv, &env, false)
+        .command_with(argv, &env, false, tty)
         .map_err(ExecError::Spawn)
 }

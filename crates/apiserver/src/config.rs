@@ -41,6 +41,59 @@ pub struct ServerConfig {
     pub log_source: Option<LogSource>,
     /// What a client may hold open before it has authenticated.
     pub limits: ConnectionLimits,
+    /// Starts processes in pods, for `pods/exec` (`kubectl exec`, `kubectl cp`). `None`: the
+    /// server runs without a node agent and answers exec requests with a 400 saying so.
+    pub exec_source: Option<ExecSource>,
+}
+
+/// What a `pods/exec` request runs. The server has checked the pod exists and resolved the
+/// container from its spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecTarget {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    pub container: String,
+    pub command: Vec<String>,
+    /// The client sends stdin (`-i`); otherwise the process reads `/dev/null`.
+    pub stdin: bool,
+    /// The process runs on a terminal (`-t`): stdout and stderr are one stream.
+    pub tty: bool,
+}
+
+/// A process an [`ExecSource`] started.
+pub struct ExecProcess {
+    pub child: std::process::Child,
+    /// With a terminal: its master (the child's stdio is its slave, already closed here).
+    /// Without: `None`, and the child's stdout and stderr (and stdin, when asked) are pipes.
+    pub terminal: Option<std::fs::File>,
+    /// Sets the terminal's size in rows and columns.
+    pub resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>>,
+}
+
+/// Starts a process in a pod (`svcnet up` wraps the node agent's exec), or says why not (a 400).
+#[derive(Clone)]
+pub struct ExecSource(Arc<ExecStarter>);
+
+/// The function inside an [`ExecSource`].
+pub type ExecStarter = dyn Fn(&ExecTarget) -> Result<ExecProcess, String> + Send + Sync;
+
+impl ExecSource {
+    pub fn new(
+        f: impl Fn(&ExecTarget) -> Result<ExecProcess, String> + Send + Sync + 'static,
+    ) -> Self {
+        ExecSource(Arc::new(f))
+    }
+
+    pub fn start(&self, target: &ExecTarget) -> Result<ExecProcess, String> {
+        (self.0)(target)
+    }
+}
+
+impl std::fmt::Debug for ExecSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExecSource(..)")
+    }
 }
 
 /// Bounds on connections, so that no local process can exhaust the server by opening
@@ -139,6 +192,7 @@ impl Default for ServerConfig {
             watch_history: 10_000,
             log_source: None,
             limits: ConnectionLimits::default(),
+            exec_source: None,
         }
     }
 }

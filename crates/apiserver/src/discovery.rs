@@ -107,6 +107,10 @@ fn resource_entries(r: &ResourceInfo) -> Vec<Value> {
         if *sub == "log" {
             e["verbs"] = json!(["get"]);
         }
+        if *sub == "exec" {
+            e["verbs"] = json!(["create", "get"]);
+            e["kind"] = json!("PodExecOptions");
+        }
         if *sub == "scale" {
             e["kind"] = json!("Scale");
             e["group"] = json!("autoscaling");

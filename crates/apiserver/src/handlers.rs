@@ -95,6 +95,10 @@ pub async fn handle(
         Verb::Patch => patch(&state, &req, &headers, &body).await,
         Verb::Delete => delete(&state, &req, &body).await,
         Verb::DeleteCollection => delete_collection(&state, &req, &body).await,
+        // Streams are served before bodies are read (see `exec`).
+        Verb::Connect => Err(ApiError::MethodNotAllowed(
+            "a stream cannot be served here".into(),
+        )),
     }
 }
 

@@ -27,6 +27,7 @@ mod bootstrap;
 mod config;
 mod deletion;
 mod discovery;
+mod exec;
 mod gc;
 mod handlers;
 mod logs;
@@ -54,7 +55,10 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use svcnet_store::{RedbStore, StoreOptions};
 
-pub use config::{ConnectionLimits, LogLocator, LogSource, LogTarget, ServerConfig};
+pub use config::{
+    ConnectionLimits, ExecProcess, ExecSource, ExecStarter, ExecTarget, LogLocator, LogSource,
+    LogTarget, ServerConfig,
+};
 pub use registry::{RESOURCES, ResourceInfo};
 pub use state::{AppState, SharedState};
 pub use status::{ApiError, Cause};
@@ -253,6 +257,15 @@ async fn dispatch(State(state): State<SharedState>, req: Request) -> Response {
             let _ = read_body(body, state.cfg.max_body_bytes).await;
             return e.into_response();
         }
+    };
+    // A stream (pods/exec) takes the request's parts for its upgrade; it has no body.
+    let parsed = match parsed {
+        ApiRequest::Resource(r) if r.verb == request::Verb::Connect => {
+            return exec::serve(state.clone(), *r, parts)
+                .await
+                .unwrap_or_else(IntoResponse::into_response);
+        }
+        other => other,
     };
     let get_only = |v: serde_json::Value| {
         if parts.method == Method::GET {

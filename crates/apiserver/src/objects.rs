@@ -249,9 +249,9 @@ pub fn prepare_update(
             }
             return Ok(next);
         }
-        Some(Subresource::Log) => {
+        Some(Subresource::Log | Subresource::Exec) => {
             return Err(ApiError::MethodNotAllowed(
-                "the log subresource is read-only".into(),
+                "the log and exec subresources cannot be written".into(),
             ));
         }
         Some(Subresource::Scale) => {

@@ -39,6 +39,8 @@ pub enum Verb {
     Patch,
     Delete,
     DeleteCollection,
+    /// A stream into an object (`pods/exec`): GET or POST, upgraded to a WebSocket.
+    Connect,
 }
 
 /// A served subresource.
@@ -48,6 +50,18 @@ pub enum Subresource {
     Scale,
     /// `pods/log`: a container's output, read-only.
     Log,
+    /// `pods/exec`: a process in a container, streamed.
+    Exec,
+}
+
+/// The query of a `pods/exec` request (`PodExecOptions`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecQuery {
+    pub command: Vec<String>,
+    pub stdin: bool,
+    pub stdout: bool,
+    pub stderr: bool,
+    pub tty: bool,
 }
 
 /// The query of a `pods/log` request.
@@ -98,6 +112,8 @@ pub struct Query {
     pub include_object: Option<crate::machinery::IncludeObject>,
     /// `pods/log` parameters.
     pub log: LogQuery,
+    /// `pods/exec` parameters (its `container` is `log.container`).
+    pub exec: ExecQuery,
 }
 
 /// An operation on one resource collection or object.
@@ -162,6 +178,11 @@ fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
                 query.include_object = crate::machinery::IncludeObject::parse(&v);
             }
             "container" if !v.is_empty() => query.log.container = Some(v),
+            "command" => query.exec.command.push(v),
+            "stdin" => query.exec.stdin = truthy(&v),
+            "stdout" => query.exec.stdout = truthy(&v),
+            "stderr" => query.exec.stderr = truthy(&v),
+            "tty" => query.exec.tty = truthy(&v),
             "previous" => query.log.previous = truthy(&v),
             "follow" => query.log.follow = truthy(&v),
             "timestamps" => query.log.timestamps = truthy(&v),
@@ -184,7 +205,7 @@ fn options_kind(verb: Verb) -> Option<&'static str> {
         Verb::Update => Some("UpdateOptions"),
         Verb::Patch => Some("PatchOptions"),
         Verb::Delete | Verb::DeleteCollection => Some("DeleteOptions"),
-        Verb::Get | Verb::List | Verb::Watch => None,
+        Verb::Get | Verb::List | Verb::Watch | Verb::Connect => None,
     }
 }
 
@@ -326,6 +347,7 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
         Some(s) if resource.subresources.contains(&s) => Some(match s {
             "status" => Subresource::Status,
             "log" => Subresource::Log,
+            "exec" => Subresource::Exec,
             _ => Subresource::Scale,
         }),
         Some(_) => return Err(not_found()),
@@ -335,6 +357,7 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
         return Err(ApiError::BadRequest("name must be provided".into()));
     }
     let verb = match (method.as_str(), &name) {
+        ("GET" | "POST", Some(_)) if subresource == Some(Subresource::Exec) => Verb::Connect,
         ("GET", _) if watch => Verb::Watch,
         ("GET", Some(_)) => Verb::Get,
         ("GET", None) => Verb::List,
@@ -352,6 +375,7 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
     let allowed = match subresource {
         None => true,
         Some(Subresource::Log) => verb == Verb::Get,
+        Some(Subresource::Exec) => verb == Verb::Connect,
         Some(_) => matches!(verb, Verb::Get | Verb::Update | Verb::Patch),
     };
     if !allowed {

@@ -30,6 +30,7 @@ pub struct Sandbox {
     binds: Vec<(PathBuf, PathBuf)>,
     hostname: Option<String>,
     die_with_parent: bool,
+    controlling_tty: bool,
 }
 
 impl Sandbox {
@@ -59,6 +60,13 @@ impl Sandbox {
     /// leaves no orphan containers behind.
     pub fn die_with_parent(mut self) -> Self {
         self.die_with_parent = true;
+        self
+    }
+
+    /// Makes the program's stdin, a terminal (a [`crate::pty`] slave), its controlling
+    /// terminal, so the terminal's signals (Ctrl-C) and job control reach it.
+    pub fn controlling_tty(mut self) -> Self {
+        self.controlling_tty = true;
         self
     }
 
@@ -96,12 +104,16 @@ impl Sandbox {
         let root = c_path(Path::new("/")).map_err(|e| io_err("root", e))?;
         let hostname: Option<OsString> = self.hostname.as_ref().map(OsString::from);
         let die_with_parent = self.die_with_parent;
+        let controlling_tty = self.controlling_tty;
         let private_mounts = !binds.is_empty();
         let closure = move || -> io::Result<()> {
             if die_with_parent {
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
             }
             nix::unistd::setsid().map_err(io::Error::from)?;
+            if controlling_tty {
+                crate::pty::make_controlling(0)?;
+            }
             if let Some(file) = &netns_file {
                 setns(file, CloneFlags::CLONE_NEWNET).map_err(io::Error::from)?;
             }
@@ -141,8 +153,9 @@ impl Sandbox {
             }
             Ok(())
         };
-        // SAFETY: the closure only makes system calls (prctl, setsid, setns, unshare, mount,
-        // sethostname) on values prepared before the fork; it does not allocate or take locks.
+        // SAFETY: the closure only makes system calls (prctl, setsid, ioctl, setns, unshare,
+        // mount, sethostname) on values prepared before the fork; it does not allocate or take
+        // locks.
         #[allow(unsafe_code)]
         unsafe {
             cmd.pre_exec(closure);

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::free_udp_port;
+use common::{free_udp_port, is_root};
 
 /// One ```` ```sh ```` block and the ```` ```text ```` block after it.
 #[derive(Debug)]
@@ -175,15 +175,6 @@ fn shapes(text: &str) -> Vec<String> {
     let mut v: Vec<String> = text.lines().map(shape).filter(|l| !l.is_empty()).collect();
     v.sort();
     v
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 /// A directory laid out like a fresh clone for what the walkthrough touches: `scripts/`,

@@ -27,6 +27,18 @@ impl PodSandbox {
         env: &[(String, String)],
         die_with_parent: bool,
     ) -> std::io::Result<Command> {
+        self.command_with(argv, env, die_with_parent, false)
+    }
+
+    /// [`PodSandbox::command`], with the program's stdin as its controlling terminal when
+    /// `tty` (the caller gives it a pty slave as stdin, stdout and stderr).
+    pub fn command_with(
+        &self,
+        argv: &[String],
+        env: &[(String, String)],
+        die_with_parent: bool,
+        tty: bool,
+    ) -> std::io::Result<Command> {
         let (program, args) = argv.split_first().ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command")
         })?;
@@ -42,6 +54,9 @@ impl PodSandbox {
             .hostname(&self.hostname);
         if die_with_parent {
             sandbox = sandbox.die_with_parent();
+        }
+        if tty {
+            sandbox = sandbox.controlling_tty();
         }
         sandbox
             .apply(&mut cmd)

@@ -30,7 +30,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.data_dir = crate::cmd::absolute_data_dir(&args.data_dir)?;
     let record = svcnet_agent::exec::find_pod(&args.data_dir, &args.namespace, &args.pod)?;
     let mut cmd =
-        svcnet_agent::exec::exec_command(&record, args.container.as_deref(), &args.command)?;
+        svcnet_agent::exec::exec_command(&record, args.container.as_deref(), &args.command, false)?;
     let program = args.command.join(" ");
     let status = tokio::task::spawn_blocking(move || cmd.status())
         .await

@@ -210,3 +210,85 @@ pub fn dig_sorted(dns: std::net::SocketAddr, name: &str) -> Vec<String> {
     answers.sort();
     answers
 }
+
+/// One test's own name prefix and address ranges, so tests run in parallel.
+pub struct Net {
+    pub prefix: &'static str,
+    pub underlay: &'static str,
+    pub pods: &'static str,
+    pub services: &'static str,
+    pub lb: &'static str,
+}
+
+impl Net {
+    /// Starts `svcnet up` on these ranges (nothing of them may be on the host yet), with DNS
+    /// on `dns` and a closed upstream.
+    pub fn up(&self, nodes: &str, dns: std::net::SocketAddr) -> Up {
+        let before = self.leftovers();
+        assert!(before.is_empty(), "leftovers before the test: {before:?}");
+        let upstream = free_udp_port(); // closed: nothing leaves the machine
+        Up::start(&[
+            "--nodes",
+            nodes,
+            "--prefix",
+            self.prefix,
+            "--underlay",
+            self.underlay,
+            "--pod-cidr",
+            self.pods,
+            "--service-cidr",
+            self.services,
+            "--lb-pool",
+            self.lb,
+            "--dns-listen",
+            &dns.to_string(),
+            "--dns-upstream",
+            &upstream.to_string(),
+        ])
+    }
+
+    /// Stops `svcnet up` as Ctrl-C does and checks it removed everything it made.
+    pub fn stop(&self, up: &mut Up) {
+        let status = up.stop();
+        assert!(status.success(), "svcnet up exited with {status}");
+        let after = self.leftovers();
+        assert!(after.is_empty(), "left behind: {after:?}");
+    }
+
+    /// Namespaces, links and routes of this test still on the host.
+    pub fn leftovers(&self) -> Vec<String> {
+        let stems: Vec<String> = [self.underlay, self.pods, self.services, self.lb]
+            .iter()
+            .map(|cidr| {
+                // The whole octets of the network part: "172.29.8." for a /24, "10.152." for a /16.
+                let (addr, len) = cidr.split_once('/').unwrap();
+                let whole: usize = len.parse::<usize>().unwrap() / 8;
+                let octets: Vec<&str> = addr.split('.').take(whole).collect();
+                format!("{}.", octets.join("."))
+            })
+            .collect();
+        let mut found = Vec::new();
+        for (args, what) in [
+            (&["netns", "list"][..], "netns"),
+            (&["-o", "link"][..], "link"),
+            (&["route"][..], "route"),
+        ] {
+            let out = Command::new("ip").args(args).output().unwrap();
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                if line.contains(self.prefix) || stems.iter().any(|s| line.contains(s.as_str())) {
+                    found.push(format!("{what}: {line}"));
+                }
+            }
+        }
+        found
+    }
+}
+
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
