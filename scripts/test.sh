@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need=(nft iptables-restore conntrack ip dig curl)
+need=(nft iptables-restore conntrack ip dig curl script pgrep)
 missing=()
 for bin in "${need[@]}"; do command -v "$bin" >/dev/null 2>&1 || missing+=("$bin"); done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -15,7 +15,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq nftables iptables conntrack iproute2 bind9-dnsutils curl >/dev/null
+  apt-get install -y -qq nftables iptables conntrack iproute2 bind9-dnsutils curl util-linux procps >/dev/null
 fi
 
 cargo fmt --all -- --check
