@@ -20,7 +20,7 @@ use svcnet_proxy::{
     DesiredFamily, DesiredNode, DesiredServicePort, NamespacedName, ServicePortName,
 };
 
-use crate::names::{CANARY, MARK_MASQ, MASQ_OFF_CLUSTER, PREFIX, SERVICES};
+use crate::names::{CANARY, CLUSTER_IPS, MARK_MASQ, MASQ_OFF_CLUSTER, PREFIX, SERVICES};
 use crate::payload::{Family, Hook, Payload, Rule, Table, TablePayload};
 use crate::render::{Fragment, base_chains, base_rules, hooks, service_fragment, tail_rules};
 
@@ -293,10 +293,11 @@ fn shared_chains_from(
 }
 
 /// Whether a shared chain ends with rules that must stay last (nat `SVCNET-SERVICES`: the
-/// node-port jump; filter `SVCNET-SERVICES`: the service-CIDR reject), so service rules are
-/// inserted at its head.
+/// node-port jump; filter `SVCNET-SERVICES`: the jump to the service-CIDR checks; filter
+/// `SVCNET-CLUSTER-IPS`: the service-CIDR drop), so service rules are inserted at its head.
 fn has_tail(table: Table, chain: &str) -> bool {
-    chain == SERVICES && matches!(table, Table::Nat | Table::Filter)
+    (chain == SERVICES && matches!(table, Table::Nat | Table::Filter))
+        || (chain == CLUSTER_IPS && table == Table::Filter)
 }
 
 fn chain_key(chains: &[(Table, &'static str)], name: &str) -> &'static str {

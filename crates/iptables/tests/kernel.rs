@@ -75,6 +75,7 @@ fn setup_staged(backend: Backend, state: &ProxyState, staging: Option<usize>) ->
 fn client_ns(w: &World, c: Client) -> &NetNs {
     match c {
         Client::Pod(i) => &w.lab.pod(i - 1).ns,
+        Client::Node => &w.lab.node,
         Client::External => &w.ext,
     }
 }
@@ -279,7 +280,12 @@ fn source_hashing_pins_each_client_to_its_hashed_endpoint() {
         .find(|d| d.name.service.name == "sh")
         .unwrap();
     let seed = svcnet_lb::hash::SEED_SOURCE;
-    let eps = d.internal_endpoints();
+    let graph = svcnet_proxy::lower(
+        d,
+        &desired.node,
+        &svcnet_iptables::render::IptablesCapability,
+    );
+    let eps = graph.pool(svcnet_proxy::Pool::Cluster).unwrap();
     let expected = |src: std::net::Ipv4Addr| -> String {
         let slot = cluster_slot(src, seed, eps.len() as u32) as usize;
         match eps[slot].ip {
@@ -368,13 +374,14 @@ fn partial_syncs_and_canary(backend: Backend) {
         ..web.clone()
     };
     run_case(&w, &new);
-    // web is deleted: refused.
+    // web is deleted: its cluster IP is unallocated now, so dropped (the core's node-wide
+    // verdict).
     state.delete_service(&NamespacedName::new("default", "web"));
     assert!(!sync(&mut w, &mut state).full);
     run_case(
         &w,
         &Case {
-            expect: Expect::Reject,
+            expect: Expect::Drop,
             ..web.clone()
         },
     );
@@ -393,7 +400,7 @@ fn partial_syncs_and_canary(backend: Backend) {
     run_case(
         &w,
         &Case {
-            expect: Expect::Reject,
+            expect: Expect::Drop,
             ..web
         },
     );

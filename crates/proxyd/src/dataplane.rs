@@ -236,8 +236,11 @@ async fn sync_nft(
 /// What iptables reports for a service port: its rules choose endpoints with `-m statistic`
 /// (`random`, and `nth` for `rr` and `wrr`) or `-m cluster` (`sh`, up to 32 hash slots);
 /// anything else is a fallback.
-fn iptables_fallback(d: &svcnet_proxy::DesiredServicePort) -> Option<Fallback> {
-    svcnet_iptables::render::resolve_algorithm(d).fallback
+fn iptables_fallback(
+    d: &svcnet_proxy::DesiredServicePort,
+    node: &svcnet_proxy::DesiredNode,
+) -> Option<Fallback> {
+    svcnet_proxy::lower(d, node, &svcnet_iptables::render::IptablesCapability).fallback
 }
 
 async fn sync_iptables(
@@ -294,22 +297,31 @@ async fn sync_iptables(
     if out.full {
         out.scope = Scope::All;
         for f in IpFamily::ALL {
-            ports.extend(state.desired(f).services.into_values());
+            let node = state.node_state(f);
+            ports.extend(
+                state
+                    .desired(f)
+                    .services
+                    .into_values()
+                    .map(|d| (d, node.clone())),
+            );
         }
         out.service_ports = Some(ports.len());
     } else {
         for f in IpFamily::ALL {
+            let node = state.node_state(f);
             ports.extend(
                 state
                     .desired_for(f, changes.services.keys())
                     .into_values()
-                    .flatten(),
+                    .flatten()
+                    .map(|d| (d, node.clone())),
             );
         }
     }
     out.fallbacks = ports
         .into_iter()
-        .filter_map(|d| Some((d.name.clone(), iptables_fallback(&d)?)))
+        .filter_map(|(d, node)| Some((d.name.clone(), iptables_fallback(&d, &node)?)))
         .collect();
     out
 }
@@ -448,7 +460,7 @@ mod tests {
                 .values()
                 .find(|d| d.name.service.name == format!("s{i}"))
                 .unwrap();
-            iptables_fallback(d)
+            iptables_fallback(d, &desired.node)
         };
         for (i, a) in algorithms.iter().enumerate().take(5) {
             assert_eq!(fallback(i), None, "{a}");

@@ -218,7 +218,12 @@ impl UserspaceProxy {
             let mut fams: BTreeSet<IpFamily> = families.iter().map(|f| f.node.family).collect();
             fams.extend(control.programmed.iter().copied());
             for family in fams {
-                let script = rules::render(family, &specs, &ports);
+                let checks = families
+                    .iter()
+                    .find(|f| f.node.family == family)
+                    .map(rules::NodeChecks::of)
+                    .unwrap_or_default();
+                let script = rules::render(family, &specs, &ports, &checks);
                 nft(self.shared.config.netns.as_deref(), &script).await?;
                 control.programmed.insert(family);
             }
