@@ -5,11 +5,15 @@
 //! masquerade. The kernel-tier tests run the same [`cases`] with real traffic.
 //!
 //! A dev-only crate (no dataplane depends on it outside its tests), so that production crates
-//! carry no test code and the workspace needs no per-member feature. It never does I/O.
+//! carry no test code and the workspace needs no per-member feature. The table and the trait
+//! are pure; [`kernel`] (root only) runs the same cases with real traffic inside a fresh
+//! `svcnet_netns::test_support::Lab`.
 //!
 //! The world ([`world`]): addresses match `svcnet_netns::test_support::Lab`: pod `i` is
 //! `10.244.i.2`, the node's address on pod `i`'s link `10.244.i.1`, the node IP on the
 //! external link `192.168.50.1`, the external client `192.168.50.2`.
+
+pub mod kernel;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;

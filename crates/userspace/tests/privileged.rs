@@ -514,3 +514,24 @@ async fn local_policy_short_circuit_and_node_wide_verdicts() {
     );
     p.shutdown().await.unwrap();
 }
+
+/// The shared packet-flow table (svcnet-flows) on the real kernel, as nft and iptables run it:
+/// the userspace proxy in privileged mode programs a fresh lab's node; the endpoints always see
+/// the proxy's address (the node's on their link), which the kit expects for every delivered
+/// case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_flow_table_on_the_kernel() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    let kl = svcnet_flows::kernel::KernelLab::start();
+    let state = svcnet_flows::world();
+    let families: Vec<_> = svcnet_proxy::IpFamily::ALL
+        .into_iter()
+        .map(|f| state.desired(f))
+        .collect();
+    let p = proxy(&kl.lab);
+    p.sync(&families).await.unwrap();
+    tokio::task::block_in_place(|| kl.run_table(&svcnet_flows::cases(), false));
+    p.shutdown().await.unwrap();
+}
