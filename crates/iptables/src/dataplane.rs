@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use svcnet_proxy::{ChangeSet, IpFamily, ProxyState};
+use svcnet_lb::Fallback;
+use svcnet_proxy::{ChangeSet, IpFamily, ProxyState, ServicePortName};
 
 use crate::apply::{ApplyError, Backend, IptablesExecutor};
 
@@ -27,6 +28,10 @@ pub struct SyncReport {
     /// Rules written (nat, filter).
     pub rules: (usize, usize),
     pub elapsed: Duration,
+    /// Algorithms this sync's rules could not express (see [`crate::Plan::fallbacks`]).
+    pub fallbacks: Vec<(ServicePortName, Fallback)>,
+    /// Service ports programmed in this family after the sync.
+    pub service_ports: usize,
 }
 
 /// A failed sync of one family; the next sync of that family is full.
@@ -156,6 +161,7 @@ impl IptablesDataplane {
             plan.payload.rule_count(Table::Filter),
         );
         let full = plan.is_full();
+        let fallbacks = plan.fallbacks.clone();
         match exec.apply(&plan) {
             Ok(()) => r.commit(plan),
             Err(e) => {
@@ -169,6 +175,8 @@ impl IptablesDataplane {
             full_reason: if full { reason } else { None },
             rules,
             elapsed: start.elapsed(),
+            fallbacks,
+            service_ports: r.service_ports(),
         })
     }
 

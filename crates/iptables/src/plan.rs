@@ -16,6 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use svcnet_lb::Fallback;
 use svcnet_proxy::{
     DesiredFamily, DesiredNode, DesiredServicePort, NamespacedName, ServicePortName,
 };
@@ -34,7 +35,19 @@ pub struct Plan {
     pub payload: Payload,
     /// Jumps from built-in chains to ensure before the restore (full syncs only).
     pub hooks: Vec<Hook>,
+    /// Service ports of this plan whose algorithm iptables cannot express (they choose at
+    /// random instead), for the runtime to report; a partial plan lists only the ports it
+    /// re-rendered.
+    pub fallbacks: Vec<(ServicePortName, Fallback)>,
     update: Update,
+}
+
+fn fallbacks<'a>(
+    fragments: impl Iterator<Item = (&'a ServicePortName, &'a Fragment)>,
+) -> Vec<(ServicePortName, Fallback)> {
+    fragments
+        .filter_map(|(k, f)| Some((k.clone(), f.fallback.clone()?)))
+        .collect()
 }
 
 #[derive(Debug)]
@@ -140,6 +153,7 @@ impl Renderer {
         Plan {
             payload,
             hooks: hooks(),
+            fallbacks: fallbacks(fragments.iter()),
             update: Update::Full {
                 node: desired.node.clone(),
                 fragments,
@@ -220,6 +234,7 @@ impl Renderer {
         Some(Plan {
             payload,
             hooks: Vec::new(),
+            fallbacks: fallbacks(updates.iter().filter_map(|(k, f)| Some((k, f.as_ref()?)))),
             update: Update::Partial { fragments: updates },
         })
     }

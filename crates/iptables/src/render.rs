@@ -34,6 +34,9 @@ pub struct Fragment {
     pub chains: BTreeMap<String, Vec<Rule>>,
     /// Rules in the shared chains (`SVCNET-SERVICES`, `SVCNET-NODEPORTS`, …), per table.
     pub shared: Vec<(Table, Rule)>,
+    /// The port's algorithm could not be expressed (the graph's fallback): its rules choose
+    /// at random, and the runtime reports this once per render.
+    pub fallback: Option<Fallback>,
 }
 
 /// The shared chains, per table, in declaration order. Their rules are rewritten on every
@@ -532,7 +535,10 @@ pub fn service_fragment(d: &DesiredServicePort, node: &DesiredNode) -> Fragment 
     let spn = &d.name;
     let name = port_name(spn);
     let proto = d.protocol.as_str();
-    let mut f = Fragment::default();
+    let mut f = Fragment {
+        fallback: g.fallback.clone(),
+        ..Fragment::default()
+    };
     let pm = || s(&["-m", proto, "-p", proto]);
     let frontend = |ip: IpAddr, port: u16| s(&["-d", &addr(ip), "--dport", &port.to_string()]);
     let jump = |t: &str| s(&["-j", t]);

@@ -519,3 +519,78 @@ fn staged_payloads_converge_to_the_single_commit() {
     staged.commit(a);
     single.commit(b);
 }
+
+/// A plan reports the ports whose algorithm its rules cannot express (random instead): lc,
+/// dh and maglev, and sh over more hash slots than `-m cluster` has; a partial plan only the
+/// ports it re-rendered. (Moved from proxyd, which used to recompute this after each sync.)
+#[test]
+fn plans_report_what_their_rules_cannot_express() {
+    use svcnet_lb::{Algorithm, Dataplane};
+    let mut state = ProxyState::new(config());
+    let algorithms = ["", "random", "rr", "wrr", "sh", "lc", "dh", "maglev", "sh"];
+    for (i, a) in algorithms.iter().enumerate() {
+        let name = format!("s{i}");
+        let mut svc = service("default", &name, |b| {
+            b.cluster_ip(&[&format!("10.96.1.{}", i + 1)])
+                .port("", "TCP", 80);
+        });
+        if !a.is_empty() {
+            svc.metadata.annotations = Some(
+                [(svcnet_lb::ANNOTATION.to_string(), a.to_string())]
+                    .into_iter()
+                    .collect(),
+            );
+        }
+        state.update_service(&svc).unwrap();
+        // The last `sh` service has 33 endpoints: more than `-m cluster` has slots.
+        let endpoints = if i + 1 == algorithms.len() { 33 } else { 3 };
+        state.update_slice(&slice("default", &format!("{name}-1"), &name, |b| {
+            b.port("", "TCP", 8080);
+            for e in 0..endpoints {
+                b.endpoint(&format!("10.244.1.{}", e + 2), "n1", |_| {});
+            }
+        }));
+    }
+    let mut r = Renderer::new(Family::V4);
+    let plan = r.plan_full(&state.desired(IpFamily::V4), None);
+    let fallback = |i: usize| {
+        plan.fallbacks
+            .iter()
+            .find(|(spn, _)| spn.service.name == format!("s{i}"))
+            .map(|(_, f)| f.clone())
+    };
+    for (i, a) in algorithms.iter().enumerate().take(5) {
+        assert_eq!(fallback(i), None, "{a}");
+    }
+    for i in 5..9 {
+        let f = fallback(i).unwrap();
+        assert_eq!(
+            (f.used, f.dataplane),
+            (Algorithm::Random, Dataplane::Iptables)
+        );
+    }
+    assert_eq!(plan.fallbacks.len(), 4);
+    let dh = fallback(6).unwrap().to_string();
+    assert!(dh.contains("hashes the destination"), "{dh}");
+    let big = fallback(8).unwrap().to_string();
+    assert!(big.contains("at most 32 slots"), "{big}");
+    r.commit(plan);
+    // A partial plan of one changed service lists only that one.
+    state.take_changes();
+    state.update_slice(&slice("default", "s5-1", "s5", |b| {
+        b.port("", "TCP", 8080).endpoint("10.244.1.2", "n1", |_| {});
+    }));
+    let changes = state.take_changes();
+    let partial = r
+        .plan_partial(
+            &state.node_state(IpFamily::V4),
+            &state.desired_for(IpFamily::V4, changes.services.keys()),
+        )
+        .unwrap();
+    let names: Vec<String> = partial
+        .fallbacks
+        .iter()
+        .map(|(spn, _)| spn.service.name.clone())
+        .collect();
+    assert_eq!(names, ["s5"]);
+}

@@ -233,16 +233,6 @@ async fn sync_nft(
     out
 }
 
-/// What iptables reports for a service port: its rules choose endpoints with `-m statistic`
-/// (`random`, and `nth` for `rr` and `wrr`) or `-m cluster` (`sh`, up to 32 hash slots);
-/// anything else is a fallback.
-fn iptables_fallback(
-    d: &svcnet_proxy::DesiredServicePort,
-    node: &svcnet_proxy::DesiredNode,
-) -> Option<Fallback> {
-    svcnet_proxy::lower(d, node, &svcnet_iptables::render::IptablesCapability).fallback
-}
-
 async fn sync_iptables(
     slot: &mut Option<Box<IptablesDataplane>>,
     state: &mut ProxyState,
@@ -280,49 +270,32 @@ async fn sync_iptables(
     *state = moved;
     *slot = Some(dp);
     out.ok = true;
+    let mut all_full = true;
+    let mut ports = 0;
     for r in results {
         match r {
             Ok(report) => {
                 tracing::debug!(family = %report.family, full = report.full, reason = ?report.full_reason, rules = ?report.rules, "iptables synced");
                 out.full |= report.full;
+                all_full &= report.full;
+                ports += report.service_ports;
+                // What this sync rendered: everything after a full sync, else the changes.
+                out.fallbacks.extend(report.fallbacks);
             }
             Err(e) => {
                 tracing::warn!("{e}; the next sync of that family is full");
                 out.ok = false;
+                all_full = false;
             }
         }
     }
-    // Fallbacks of what this sync rendered: everything after a full sync, else the changes.
-    let mut ports = Vec::new();
-    if out.full {
+    // Every family synced in full: the fallbacks speak for every service.
+    if out.ok && all_full {
         out.scope = Scope::All;
-        for f in IpFamily::ALL {
-            let node = state.node_state(f);
-            ports.extend(
-                state
-                    .desired(f)
-                    .services
-                    .into_values()
-                    .map(|d| (d, node.clone())),
-            );
-        }
-        out.service_ports = Some(ports.len());
-    } else {
-        for f in IpFamily::ALL {
-            let node = state.node_state(f);
-            ports.extend(
-                state
-                    .desired_for(f, changes.services.keys())
-                    .into_values()
-                    .flatten()
-                    .map(|d| (d, node.clone())),
-            );
-        }
     }
-    out.fallbacks = ports
-        .into_iter()
-        .filter_map(|(d, node)| Some((d.name.clone(), iptables_fallback(&d, &node)?)))
-        .collect();
+    if out.ok {
+        out.service_ports = Some(ports);
+    }
     out
 }
 
@@ -413,68 +386,4 @@ pub fn cleanup_modes(
         cleaned.userspace = true;
     }
     Ok(cleaned)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn iptables_reports_what_its_rules_cannot_express() {
-        use svcnet_lb::{Algorithm, Dataplane};
-        use svcnet_proxy::fixtures::{service, slice};
-        use svcnet_proxy::{CoreConfig, IpFamily, ProxyState};
-        let mut state = ProxyState::new(CoreConfig {
-            node_name: "n1".into(),
-            cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
-            ..Default::default()
-        });
-        let algorithms = ["", "random", "rr", "wrr", "sh", "lc", "dh", "maglev", "sh"];
-        for (i, a) in algorithms.iter().enumerate() {
-            let name = format!("s{i}");
-            let mut svc = service("default", &name, |b| {
-                b.cluster_ip(&[&format!("10.96.1.{}", i + 1)])
-                    .port("", "TCP", 80);
-            });
-            if !a.is_empty() {
-                svc.metadata.annotations = Some(
-                    [(svcnet_lb::ANNOTATION.to_string(), a.to_string())]
-                        .into_iter()
-                        .collect(),
-                );
-            }
-            state.update_service(&svc).unwrap();
-            // The last `sh` service has 33 endpoints: more than `-m cluster` has slots.
-            let endpoints = if i + 1 == algorithms.len() { 33 } else { 3 };
-            state.update_slice(&slice("default", &format!("{name}-1"), &name, |b| {
-                b.port("", "TCP", 8080);
-                for e in 0..endpoints {
-                    b.endpoint(&format!("10.244.1.{}", e + 2), "n1", |_| {});
-                }
-            }));
-        }
-        let desired = state.desired(IpFamily::V4);
-        let fallback = |i: usize| {
-            let d = desired
-                .services
-                .values()
-                .find(|d| d.name.service.name == format!("s{i}"))
-                .unwrap();
-            iptables_fallback(d, &desired.node)
-        };
-        for (i, a) in algorithms.iter().enumerate().take(5) {
-            assert_eq!(fallback(i), None, "{a}");
-        }
-        for i in 5..8 {
-            let f = fallback(i).unwrap();
-            assert_eq!(
-                (f.used, f.dataplane),
-                (Algorithm::Random, Dataplane::Iptables)
-            );
-        }
-        let dh = fallback(6).unwrap().to_string();
-        assert!(dh.contains("hashes the destination"), "{dh}");
-        let big = fallback(8).unwrap().to_string();
-        assert!(big.contains("at most 32 slots"), "{big}");
-    }
 }
