@@ -67,6 +67,16 @@ impl Plan {
     }
 }
 
+/// The hooks to ensure, then the payload, as `iptables-restore` reads it.
+impl std::fmt::Display for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for h in &self.hooks {
+            writeln!(f, "# hook {h}")?;
+        }
+        self.payload.fmt(f)
+    }
+}
+
 /// The iptables dataplane's memory of one family.
 #[derive(Debug)]
 pub struct Renderer {

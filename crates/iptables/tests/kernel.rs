@@ -18,7 +18,7 @@ use svcnet_iptables::{Backend, Family, IptablesDataplane, IptablesExecutor};
 use svcnet_netns::NetNs;
 use svcnet_netns::test_support::tcp_ask;
 use svcnet_proxy::fixtures::*;
-use svcnet_proxy::{ChangeSet, NamespacedName, ProxyState};
+use svcnet_proxy::{Dataplane, FullReason, IpFamily, NamespacedName, ProxyState};
 
 fn root() -> bool {
     nix::unistd::Uid::effective().is_root()
@@ -47,11 +47,18 @@ fn setup_staged(backend: Backend, state: &ProxyState, staging: Option<usize>) ->
     if staging.is_some() {
         dp.set_staging(staging);
     }
-    for r in dp.sync(state, &ChangeSet::default(), true) {
-        let r = r.unwrap();
-        assert!(r.full);
-    }
+    full_sync(&mut dp, state, FullReason::Unknown);
     World { kl, dp }
+}
+
+/// A full sync of every family, as the syncer (svcnet-proxyd's) makes the first one.
+fn full_sync(dp: &mut IptablesDataplane, state: &ProxyState, why: FullReason) {
+    for f in dp.families() {
+        let plan = dp.plan_full(f, &state.desired(f), why).unwrap();
+        assert!(plan.is_full());
+        dp.apply(f, &plan).unwrap();
+        dp.commit(f, plan);
+    }
 }
 
 /// The identities of the backends answering `n` connections from `client` to `addr`, in order.
@@ -103,9 +110,7 @@ fn flow_table_iptables_nft_staged() {
     for c in cases() {
         run_case(&w, &c);
     }
-    for r in w.dp.sync(&state, &ChangeSet::default(), true) {
-        assert!(r.unwrap().full);
-    }
+    full_sync(&mut w.dp, &state, FullReason::Periodic);
     for c in cases() {
         run_case(&w, &c);
     }
@@ -224,17 +229,28 @@ fn partial_syncs_and_canary(backend: Backend) {
     let mut state = world();
     state.take_changes();
     let mut w = setup(backend, &state);
-    let sync = |w: &mut World, state: &mut ProxyState| {
+    // One IPv4 sync after the first, as the syncer makes it (its decision is tested in
+    // svcnet-proxyd): full when the dataplane says so (the canary), else a partial plan of the
+    // changes. Returns the full sync's reason.
+    let sync = |w: &mut World, state: &mut ProxyState| -> Option<FullReason> {
         let changes = state.take_changes();
-        let reports: Vec<_> =
-            w.dp.sync(state, &changes, false)
-                .into_iter()
-                .map(Result::unwrap)
-                .collect();
-        reports
-            .into_iter()
-            .find(|r| r.family == Family::V4)
-            .unwrap()
+        let f = IpFamily::V4;
+        let why = w.dp.needs_full(f).unwrap();
+        let plan = match why {
+            Some(why) => w.dp.plan_full(f, &state.desired(f), why).unwrap(),
+            None => {
+                w.dp.plan_partial(
+                    f,
+                    &state.node_state(f),
+                    &state.desired_for(f, changes.services.keys()),
+                )
+                .unwrap()
+            }
+        };
+        assert_eq!(plan.is_full(), why.is_some());
+        w.dp.apply(f, &plan).unwrap();
+        w.dp.commit(f, plan);
+        why
     };
     let web = cases().into_iter().next().unwrap();
     // web loses p3.
@@ -243,7 +259,7 @@ fn partial_syncs_and_canary(backend: Backend) {
             .endpoint(&pod_ip(1).to_string(), NODE, |_| {})
             .endpoint(&pod_ip(2).to_string(), "n2", |_| {});
     }));
-    assert!(!sync(&mut w, &mut state).full);
+    assert_eq!(sync(&mut w, &mut state), None);
     run_case(
         &w,
         &Case {
@@ -261,7 +277,7 @@ fn partial_syncs_and_canary(backend: Backend) {
         b.port("", "TCP", TCP_PORT as i32)
             .endpoint(&pod_ip(3).to_string(), "n2", |_| {});
     }));
-    assert!(!sync(&mut w, &mut state).full);
+    assert_eq!(sync(&mut w, &mut state), None);
     let new = Case {
         name: "new service",
         to: ("10.96.0.30".parse().unwrap(), 80),
@@ -272,7 +288,7 @@ fn partial_syncs_and_canary(backend: Backend) {
     // web is deleted: its cluster IP is unallocated now, so dropped (the core's node-wide
     // verdict).
     state.delete_service(&NamespacedName::new("default", "web"));
-    assert!(!sync(&mut w, &mut state).full);
+    assert_eq!(sync(&mut w, &mut state), None);
     run_case(
         &w,
         &Case {
@@ -286,10 +302,9 @@ fn partial_syncs_and_canary(backend: Backend) {
         w.lab.node.exec(&[&prog, "-t", t, "-F"]).unwrap();
         w.lab.node.exec(&[&prog, "-t", t, "-X"]).unwrap();
     }
-    let r = sync(&mut w, &mut state);
-    assert!(
-        r.full && r.full_reason == Some("canary chain missing"),
-        "{r:?}"
+    assert_eq!(
+        sync(&mut w, &mut state),
+        Some(FullReason::Damaged("canary chain missing"))
     );
     run_case(&w, &new);
     run_case(

@@ -11,10 +11,12 @@
 //! trackers), [`desired`] (the output types), [`graph`] (every traffic decision of a service
 //! port, lowered from the desired state: the one place dataplanes take routes, masquerade,
 //! refusals and node-wide verdicts from), [`state`] (observed world and change sets),
+//! [`dataplane`] (the contract every dataplane implements and one syncer drives),
 //! [`fixtures`] (builders for tests).
 
 pub mod algorithm;
 pub mod categorize;
+pub mod dataplane;
 pub mod desired;
 pub mod endpoints;
 pub mod fixtures;
@@ -25,6 +27,7 @@ pub mod state;
 pub mod tracker;
 
 pub use categorize::{Categorized, NodeTopology, categorize_endpoints};
+pub use dataplane::{Changes, Dataplane, FullReason};
 pub use desired::{
     CoreConfig, DesiredEndpoint, DesiredFamily, DesiredNode, DesiredServicePort, NoEndpointsVerdict,
 };

@@ -188,10 +188,7 @@ impl SyncLoop {
         let started = Instant::now();
         let changes = self.state.take_changes();
         let stale = self.state.stale_conntrack(&changes);
-        let outcome = self
-            .plane
-            .sync(&mut self.state, &changes, periodic_full)
-            .await;
+        let outcome = self.plane.sync(&self.state, &changes, periodic_full).await;
         let (all_ok, any_full) = (outcome.ok, outcome.full);
         if !all_ok {
             self.shared.metrics.sync_failures.inc();
