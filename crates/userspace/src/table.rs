@@ -9,7 +9,8 @@
 //! the graph decided; nothing here re-derives them from traffic policies. In privileged mode a
 //! route gets one listener on an ephemeral port per family and kernel rules redirect every
 //! frontend to it (choosing the short-circuit route by source, as nft and iptables do); in
-//! unprivileged mode the route binds each frontend address directly.
+//! unprivileged mode the route binds each frontend address directly, and the data path hands
+//! pods and this host's own connections to the short-circuit route.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -173,11 +174,14 @@ fn route(
         family: d.family,
         class,
     };
-    // A short-circuit route's frontends are bound by its port's external route in
-    // unprivileged mode (one socket per address); only the kernel rules of privileged mode
-    // can tell its sources apart.
-    let unbindable = class == Class::ShortCircuit && matches!(mode, Mode::Unprivileged { .. });
-    let listeners = if endpoints.is_empty() || unbindable {
+    // In unprivileged mode one socket per address serves every source: the port's external
+    // route binds the frontends (even with no local endpoint, for the clients it hands to the
+    // short-circuit route; the rest are refused) and the short-circuit route binds nothing.
+    // Privileged mode's kernel rules tell the sources apart instead.
+    let unprivileged = matches!(mode, Mode::Unprivileged { .. });
+    let unbindable = class == Class::ShortCircuit && unprivileged;
+    let hands_over = class == Class::External && unprivileged && decided.short_circuit.is_some();
+    let listeners = if (endpoints.is_empty() && !hands_over) || unbindable {
         Vec::new()
     } else {
         let binds: Vec<Bind> = match mode {
