@@ -192,4 +192,8 @@ impl Dataplane for IptablesDataplane {
         }
         Ok(())
     }
+
+    fn is_retryable(error: &SyncError) -> bool {
+        error.is_retryable()
+    }
 }

@@ -120,4 +120,8 @@ impl Dataplane for NftDataplane {
         }
         Ok(())
     }
+
+    fn is_retryable(error: &ApplyError) -> bool {
+        error.is_retryable()
+    }
 }

@@ -117,4 +117,11 @@ pub trait Dataplane: Send + 'static {
 
     /// Removes everything the dataplane installed, in every family.
     fn cleanup(&mut self) -> Result<(), Self::Error>;
+
+    /// Whether retrying after `error` may help. A sync that failed retryably is retried soon
+    /// (in full); one that cannot succeed by itself (a missing `nft` binary) is reported and
+    /// retried only with the next change or periodic resync, never in a loop.
+    fn is_retryable(_error: &Self::Error) -> bool {
+        true
+    }
 }

@@ -31,6 +31,9 @@ pub enum Scope {
 pub struct Outcome {
     pub full: bool,
     pub ok: bool,
+    /// Whether a failure may go away by retrying (false: reported, retried only with the next
+    /// change or periodic resync).
+    pub retryable: bool,
     /// Algorithms the dataplane could not express (it chose at random instead).
     pub fallbacks: Vec<(ServicePortName, Fallback)>,
     pub scope: Scope,

@@ -127,6 +127,7 @@ impl<D: Dataplane> Syncer<D> {
         let mut out = Outcome {
             full: false,
             ok: true,
+            retryable: true,
             fallbacks: Vec::new(),
             scope: Scope::Services(BTreeSet::new()),
             service_ports: None,
@@ -154,7 +155,16 @@ impl<D: Dataplane> Syncer<D> {
                 }
                 Err(e) => {
                     let name = self.dp.as_ref().map_or("dataplane", |d| d.name());
-                    tracing::warn!(%family, "{name} sync failed, the next one is full: {e}");
+                    let retryable = match &e {
+                        Failure::Dataplane(e) => D::is_retryable(e),
+                        Failure::Task(_) => true,
+                    };
+                    if retryable {
+                        tracing::warn!(%family, "{name} sync failed, the next one is full: {e}");
+                    } else {
+                        tracing::error!(%family, "{name} sync failed and retrying cannot help; retried with the next change or periodic resync: {e}");
+                    }
+                    out.retryable &= retryable;
                     if let Some(dp) = self.dp.as_mut() {
                         dp.invalidate(family);
                     }
@@ -257,6 +267,8 @@ mod tests {
         fail: BTreeSet<IpFamily>,
         /// Families whose next apply panics, once.
         panic: BTreeSet<IpFamily>,
+        /// Families whose next apply fails as a missing tool would (not retryable), once.
+        missing: BTreeSet<IpFamily>,
         /// `needs_full` says the state is damaged, once.
         damaged: bool,
         /// `plan_partial` cannot plan (node settings differ), once.
@@ -353,6 +365,9 @@ mod tests {
             if self.fail.remove(&family) {
                 return Err(std::io::Error::other("rejected"));
             }
+            if self.missing.remove(&family) {
+                return Err(std::io::ErrorKind::NotFound.into());
+            }
             self.log.push(format!("{family}: apply {plan}"));
             Ok(())
         }
@@ -372,6 +387,10 @@ mod tests {
 
         fn cleanup(&mut self) -> Result<(), Self::Error> {
             Ok(())
+        }
+
+        fn is_retryable(e: &std::io::Error) -> bool {
+            e.kind() != std::io::ErrorKind::NotFound
         }
     }
 
@@ -498,5 +517,26 @@ mod tests {
             Some(FullReason::NodeChanged)
         );
         assert_eq!(full_reason(false, false, false), None);
+    }
+
+    #[tokio::test]
+    async fn failures_say_whether_retrying_can_help() {
+        let mut st = state();
+        let mut s = Syncer::new(Fake::default());
+        let changes = st.take_changes();
+        let out = s.sync(&st, &changes, false).await;
+        assert!(out.ok && out.retryable);
+        s.dp.as_mut()
+            .unwrap_or_else(|| panic!("lost"))
+            .fail
+            .insert(IpFamily::V6);
+        let out = s.sync(&st, &ChangeSet::default(), false).await;
+        assert!(!out.ok && out.retryable);
+        s.dp.as_mut()
+            .unwrap_or_else(|| panic!("lost"))
+            .missing
+            .insert(IpFamily::V4);
+        let out = s.sync(&st, &ChangeSet::default(), false).await;
+        assert!(!out.ok && !out.retryable);
     }
 }

@@ -154,4 +154,8 @@ impl Dataplane for UserspaceDataplane {
         self.applied.clear();
         self.runtime.block_on(self.proxy.shutdown())
     }
+
+    fn is_retryable(error: &UserspaceError) -> bool {
+        error.is_retryable()
+    }
 }
