@@ -1,33 +1,24 @@
-//! The iptables dataplane as the proxy runtime drives it: per family a [`Renderer`] (memory
-//! of what was applied) and one [`IptablesExecutor`], and the sync decision kube-proxy makes —
-//! a full sync on the first run, when forced (the periodic resync), when the node changed,
-//! after any failure, or when the canary chain is gone (someone flushed the tables);
-//! otherwise a partial sync of the changed services. Families are independent: a failure in
-//! one never blocks the other.
+//! The iptables dataplane behind the dataplane contract ([`svcnet_proxy::Dataplane`]): per
+//! family a [`Renderer`] (memory of what was applied) and one [`IptablesExecutor`]. The
+//! syncer decides full or partial; this dataplane adds kube-proxy's canary (a full sync when
+//! the `SVCNET-PROXY-CANARY` chain is gone: someone flushed the tables) and lists svcnet's
+//! chains before a full sync whose kernel state is unknown, so stale ones are deleted.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
 
-use svcnet_proxy::{ChangeSet, IpFamily, ProxyState};
+use svcnet_lb::Fallback;
+use svcnet_proxy::{
+    Capability, Changes, Dataplane, DesiredFamily, DesiredNode, FullReason, IpFamily,
+    ServicePortName,
+};
 
 use crate::apply::{ApplyError, Backend, IptablesExecutor};
+use crate::payload::Family;
+use crate::plan::{Plan, Renderer};
+use crate::render::IptablesCapability;
 
 /// Per-service chains per staged commit on the nft back end (see `plan::stage`).
 pub const STAGE_CHAINS: usize = 1000;
-use crate::payload::{Family, Table};
-use crate::plan::Renderer;
-
-/// What one family's sync did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SyncReport {
-    pub family: Family,
-    pub full: bool,
-    /// Why the sync was full (`None` for partial syncs).
-    pub full_reason: Option<&'static str>,
-    /// Rules written (nat, filter).
-    pub rules: (usize, usize),
-    pub elapsed: Duration,
-}
 
 /// A failed sync of one family; the next sync of that family is full.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +40,8 @@ impl SyncError {
 pub struct IptablesDataplane {
     exec: IptablesExecutor,
     renderers: BTreeMap<Family, Renderer>,
+    /// The staging of large payloads every renderer uses.
+    staging: Option<usize>,
 }
 
 impl IptablesDataplane {
@@ -71,12 +64,17 @@ impl IptablesDataplane {
                 (*f, r)
             })
             .collect();
-        Self { exec, renderers }
+        Self {
+            exec,
+            renderers,
+            staging,
+        }
     }
 
     /// Overrides the staging of large payloads (default: [`STAGE_CHAINS`] on the nft back
     /// end, none on legacy); the next plans use it.
     pub fn set_staging(&mut self, max_chains: Option<usize>) {
+        self.staging = max_chains;
         for r in self.renderers.values_mut() {
             r.set_staging(max_chains);
         }
@@ -86,94 +84,105 @@ impl IptablesDataplane {
         &self.exec
     }
 
-    /// Syncs every family: `changes` are the changes taken from `state` since the last sync.
-    pub fn sync(
-        &mut self,
-        state: &ProxyState,
-        changes: &ChangeSet,
-        force_full: bool,
-    ) -> Vec<Result<SyncReport, SyncError>> {
-        let families: Vec<Family> = self.renderers.keys().copied().collect();
-        families
-            .into_iter()
-            .map(|f| self.sync_family(f, state, changes, force_full))
-            .collect()
+    fn renderer(&mut self, family: Family) -> &mut Renderer {
+        let staging = self.staging;
+        self.renderers.entry(family).or_insert_with(|| {
+            let mut r = Renderer::new(family);
+            r.set_staging(staging);
+            r
+        })
+    }
+}
+
+impl Dataplane for IptablesDataplane {
+    type Plan = Plan;
+    type Error = SyncError;
+
+    fn name(&self) -> &'static str {
+        svcnet_lb::Dataplane::Iptables.as_str()
     }
 
-    fn sync_family(
+    fn families(&self) -> Vec<IpFamily> {
+        self.renderers.keys().map(|f| IpFamily::from(*f)).collect()
+    }
+
+    fn capability(&self) -> &dyn Capability {
+        &IptablesCapability
+    }
+
+    fn needs_full(&mut self, family: IpFamily) -> Result<Option<FullReason>, SyncError> {
+        let family = Family::from(family);
+        let present = self
+            .exec
+            .canary_present(family)
+            .map_err(|source| SyncError { family, source })?;
+        if present {
+            return Ok(None);
+        }
+        tracing::warn!(%family, "svcnet canary chain missing: tables were flushed, resyncing in full");
+        Ok(Some(FullReason::Damaged("canary chain missing")))
+    }
+
+    fn plan_full(
         &mut self,
-        family: Family,
-        state: &ProxyState,
-        changes: &ChangeSet,
-        force_full: bool,
-    ) -> Result<SyncReport, SyncError> {
-        let start = Instant::now();
-        let err = |source| SyncError { family, source };
-        let ipf = IpFamily::from(family);
-        let exec = &self.exec;
-        let Some(r) = self.renderers.get_mut(&family) else {
-            return Err(err(ApplyError::Rejected {
-                program: "svcnet".into(),
-                status: -1,
-                stderr: format!("family {family} is not managed"),
-            }));
-        };
-        let mut reason = if !r.has_applied() {
-            Some("first sync or previous failure")
-        } else if force_full {
-            Some("periodic resync")
-        } else if changes.node_changed {
-            Some("node changed")
-        } else {
+        family: IpFamily,
+        desired: &DesiredFamily,
+        why: FullReason,
+    ) -> Result<Plan, SyncError> {
+        let family = Family::from(family);
+        // Unknown kernel state: list svcnet's chains so stale ones get deleted.
+        let kernel = if why == FullReason::Periodic {
             None
+        } else {
+            Some(
+                self.exec
+                    .kernel_chains(family)
+                    .map_err(|source| SyncError { family, source })?,
+            )
         };
-        if reason.is_none() && !exec.canary_present(family).map_err(err)? {
-            tracing::warn!(%family, "svcnet canary chain missing: tables were flushed, resyncing in full");
-            reason = Some("canary chain missing");
-        }
-        let plan = match reason {
-            None => r.plan_partial(
-                &state.node_state(ipf),
-                &state.desired_for(ipf, changes.services.keys()),
-            ),
-            Some(_) => None,
-        };
-        let plan = match plan {
-            Some(p) => p,
-            None => {
-                reason = reason.or(Some("node settings changed"));
-                // Unknown kernel state: list svcnet's chains so stale ones get deleted.
-                let kernel = if reason == Some("periodic resync") {
-                    None
-                } else {
-                    Some(exec.kernel_chains(family).map_err(err)?)
-                };
-                r.plan_full(&state.desired(ipf), kernel.as_ref())
-            }
-        };
-        let rules = (
-            plan.payload.rule_count(Table::Nat),
-            plan.payload.rule_count(Table::Filter),
-        );
-        let full = plan.is_full();
-        match exec.apply(&plan) {
-            Ok(()) => r.commit(plan),
-            Err(e) => {
-                r.invalidate();
-                return Err(err(e));
-            }
-        }
-        Ok(SyncReport {
-            family,
-            full,
-            full_reason: if full { reason } else { None },
-            rules,
-            elapsed: start.elapsed(),
+        Ok(self.renderer(family).plan_full(desired, kernel.as_ref()))
+    }
+
+    fn plan_partial(
+        &self,
+        family: IpFamily,
+        node: &DesiredNode,
+        changes: &Changes,
+    ) -> Option<Plan> {
+        self.renderers
+            .get(&Family::from(family))?
+            .plan_partial(node, changes)
+    }
+
+    fn is_full(plan: &Plan) -> bool {
+        plan.is_full()
+    }
+
+    fn apply(&mut self, family: IpFamily, plan: &Plan) -> Result<(), SyncError> {
+        self.exec.apply(plan).map_err(|source| SyncError {
+            family: Family::from(family),
+            source,
         })
     }
 
+    fn commit(&mut self, family: IpFamily, mut plan: Plan) -> Vec<(ServicePortName, Fallback)> {
+        let fallbacks = std::mem::take(&mut plan.fallbacks);
+        self.renderer(Family::from(family)).commit(plan);
+        fallbacks
+    }
+
+    fn invalidate(&mut self, family: IpFamily) {
+        self.renderer(Family::from(family)).invalidate();
+    }
+
+    fn service_ports(&self, family: IpFamily) -> usize {
+        self.renderers
+            .get(&Family::from(family))
+            .map_or(0, Renderer::service_ports)
+    }
+
     /// Removes everything this dataplane's back end installed, in every family.
-    pub fn cleanup(&mut self) -> Result<(), SyncError> {
+    fn cleanup(&mut self) -> Result<(), SyncError> {
         for (family, r) in self.renderers.iter_mut() {
             r.invalidate();
             self.exec.cleanup(*family).map_err(|source| SyncError {
@@ -182,5 +191,9 @@ impl IptablesDataplane {
             })?;
         }
         Ok(())
+    }
+
+    fn is_retryable(error: &SyncError) -> bool {
+        error.is_retryable()
     }
 }

@@ -9,8 +9,9 @@
 //! filter table rejects or drops traffic to frontends without endpoints. [`render`] builds
 //! per-service [`render::Fragment`]s; [`plan`] turns desired state into full or partial
 //! [`Payload`]s (values whose `Display` is the restore text); [`apply`] feeds them to
-//! `iptables-restore --noflush` (the only I/O here, on either back end); [`dataplane`] makes
-//! kube-proxy's full-or-partial decision (canary included) per family; [`fake`] applies the
+//! `iptables-restore --noflush` (the only I/O here, on either back end); [`dataplane`] is all
+//! of it behind the dataplane contract ([`svcnet_proxy::Dataplane`]; its canary says when a
+//! flush calls for a full sync; the syncer decides); [`fake`] applies the
 //! same values in memory and rejects dangling references. This crate never reads API objects
 //! and never decides policy: every decision comes from the proxy core (`svcnet-proxy`).
 //! Hooks, chains, the mark, the three departures from kube-proxy (staged commits on the nft
@@ -26,7 +27,7 @@ pub mod plan;
 pub mod render;
 
 pub use apply::{ApplyError, Backend, IptablesExecutor, cleanup_all};
-pub use dataplane::{IptablesDataplane, SyncError, SyncReport};
+pub use dataplane::{IptablesDataplane, SyncError};
 pub use fake::{FakeError, FakeIptables};
 pub use payload::{Family, Hook, Payload, Table};
 pub use plan::{KernelChains, Plan, Renderer};

@@ -16,6 +16,9 @@ pub const PREFIX: &str = "SVCNET-";
 pub const SERVICES: &str = "SVCNET-SERVICES";
 /// filter: rejects/drops for external frontends without (local) endpoints.
 pub const EXTERNAL_SERVICES: &str = "SVCNET-EXTERNAL-SERVICES";
+/// filter: the node-wide verdicts for service-CIDR traffic no frontend DNATed: reject an
+/// allocated cluster IP (unknown port), then drop the rest of the service CIDR.
+pub const CLUSTER_IPS: &str = "SVCNET-CLUSTER-IPS";
 /// nat: node ports; filter: health-check node ports.
 pub const NODEPORTS: &str = "SVCNET-NODEPORTS";
 /// nat: masquerades marked packets.

@@ -16,11 +16,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use svcnet_lb::Fallback;
 use svcnet_proxy::{
     DesiredFamily, DesiredNode, DesiredServicePort, NamespacedName, ServicePortName,
 };
 
-use crate::names::{CANARY, MARK_MASQ, MASQ_OFF_CLUSTER, PREFIX, SERVICES};
+use crate::names::{CANARY, CLUSTER_IPS, MARK_MASQ, MASQ_OFF_CLUSTER, PREFIX, SERVICES};
 use crate::payload::{Family, Hook, Payload, Rule, Table, TablePayload};
 use crate::render::{Fragment, base_chains, base_rules, hooks, service_fragment, tail_rules};
 
@@ -34,7 +35,19 @@ pub struct Plan {
     pub payload: Payload,
     /// Jumps from built-in chains to ensure before the restore (full syncs only).
     pub hooks: Vec<Hook>,
+    /// Service ports of this plan whose algorithm iptables cannot express (they choose at
+    /// random instead), for the runtime to report; a partial plan lists only the ports it
+    /// re-rendered.
+    pub fallbacks: Vec<(ServicePortName, Fallback)>,
     update: Update,
+}
+
+fn fallbacks<'a>(
+    fragments: impl Iterator<Item = (&'a ServicePortName, &'a Fragment)>,
+) -> Vec<(ServicePortName, Fallback)> {
+    fragments
+        .filter_map(|(k, f)| Some((k.clone(), f.fallback.clone()?)))
+        .collect()
 }
 
 #[derive(Debug)]
@@ -51,6 +64,16 @@ enum Update {
 impl Plan {
     pub fn is_full(&self) -> bool {
         matches!(self.update, Update::Full { .. })
+    }
+}
+
+/// The hooks to ensure, then the payload, as `iptables-restore` reads it.
+impl std::fmt::Display for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for h in &self.hooks {
+            writeln!(f, "# hook {h}")?;
+        }
+        self.payload.fmt(f)
     }
 }
 
@@ -140,6 +163,7 @@ impl Renderer {
         Plan {
             payload,
             hooks: hooks(),
+            fallbacks: fallbacks(fragments.iter()),
             update: Update::Full {
                 node: desired.node.clone(),
                 fragments,
@@ -220,6 +244,7 @@ impl Renderer {
         Some(Plan {
             payload,
             hooks: Vec::new(),
+            fallbacks: fallbacks(updates.iter().filter_map(|(k, f)| Some((k, f.as_ref()?)))),
             update: Update::Partial { fragments: updates },
         })
     }
@@ -293,10 +318,11 @@ fn shared_chains_from(
 }
 
 /// Whether a shared chain ends with rules that must stay last (nat `SVCNET-SERVICES`: the
-/// node-port jump; filter `SVCNET-SERVICES`: the service-CIDR reject), so service rules are
-/// inserted at its head.
+/// node-port jump; filter `SVCNET-SERVICES`: the jump to the service-CIDR checks; filter
+/// `SVCNET-CLUSTER-IPS`: the service-CIDR drop), so service rules are inserted at its head.
 fn has_tail(table: Table, chain: &str) -> bool {
-    chain == SERVICES && matches!(table, Table::Nat | Table::Filter)
+    (chain == SERVICES && matches!(table, Table::Nat | Table::Filter))
+        || (chain == CLUSTER_IPS && table == Table::Filter)
 }
 
 fn chain_key(chains: &[(Table, &'static str)], name: &str) -> &'static str {

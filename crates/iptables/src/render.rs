@@ -13,13 +13,13 @@
 //! (which see the post-DNAT destination, so only un-DNATed packets match), and source-range
 //! misses by `SVCNET-PROXY-FIREWALL`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
 use svcnet_proxy::{
-    ClusterIpMasquerade, DesiredEndpoint, DesiredNode, DesiredServicePort, NoEndpointsVerdict,
-    TrafficPolicy,
+    Capability, DesiredEndpoint, DesiredNode, DesiredServicePort, Frontend, Masquerade,
+    NODE_VERDICTS, NoEndpointsVerdict, Pool, ServiceGraph, Target, lower,
 };
 
 use svcnet_lb::{Algorithm, Dataplane, Fallback, Resolution};
@@ -34,6 +34,9 @@ pub struct Fragment {
     pub chains: BTreeMap<String, Vec<Rule>>,
     /// Rules in the shared chains (`SVCNET-SERVICES`, `SVCNET-NODEPORTS`, …), per table.
     pub shared: Vec<(Table, Rule)>,
+    /// The port's algorithm could not be expressed (the graph's fallback): its rules choose
+    /// at random, and the runtime reports this once per render.
+    pub fallback: Option<Fallback>,
 }
 
 /// The shared chains, per table, in declaration order. Their rules are rewritten on every
@@ -44,6 +47,7 @@ pub fn base_chains() -> Vec<(Table, &'static str)> {
         (Table::Filter, CANARY),
         (Table::Filter, SERVICES),
         (Table::Filter, EXTERNAL_SERVICES),
+        (Table::Filter, CLUSTER_IPS),
         (Table::Filter, NODEPORTS),
         (Table::Filter, FORWARD),
         (Table::Filter, PROXY_FIREWALL),
@@ -264,15 +268,38 @@ pub fn tail_rules(family: Family, node: &DesiredNode) -> Vec<(Table, Rule)> {
             ));
         }
     }
-    // Traffic to the service CIDR that no frontend DNATed is refused, never routed onward.
+    // Traffic to the service CIDR that no frontend DNATed gets the node-wide verdicts,
+    // decided in the core: SVCNET-CLUSTER-IPS rejects the allocated cluster IPs (an unknown
+    // port; each service port adds its cluster IP), and drops the rest of the CIDR. It is
+    // never routed onward. Only traffic to a service CIDR walks that list (with no CIDR
+    // configured, all traffic does).
+    let to_check = |dst: Option<&IpNet>| {
+        let mut m = vec![comment(
+            "svcnet unknown port or unallocated service IP; NOTE: this must be the last rule in this chain",
+        )];
+        if let Some(cidr) = dst {
+            m.push(s(&["-d", &cidr.to_string()]));
+        }
+        m.push(s(&["-j", CLUSTER_IPS]));
+        (Table::Filter, rule(SERVICES, m))
+    };
+    if node.service_cidrs.is_empty() {
+        out.push(to_check(None));
+    }
     for cidr in &node.service_cidrs {
+        out.push(to_check(Some(cidr)));
         out.push((
             Table::Filter,
             rule(
-                SERVICES,
+                CLUSTER_IPS,
                 vec![
-                    comment("svcnet unallocated service IP or unknown port"),
-                    s(&["-d", &cidr.to_string(), "-j", "REJECT"]),
+                    comment("svcnet unallocated service IP"),
+                    s(&[
+                        "-d",
+                        &cidr.to_string(),
+                        "-j",
+                        verdict_target(NODE_VERDICTS.unallocated_service_ip),
+                    ]),
                 ],
             ),
         ));
@@ -313,32 +340,39 @@ fn weights(eps: &[DesiredEndpoint]) -> Vec<u32> {
     eps.iter().map(|e| e.weight).collect()
 }
 
-/// The algorithm the rules of `d` use, and the fallback to report: what `svcnet-lb` says
-/// iptables can express, and also random instead of source hashing when an endpoint set has
-/// more hash slots than `-m cluster` can tell apart.
-pub fn resolve_algorithm(d: &DesiredServicePort) -> Resolution {
-    let r = svcnet_lb::resolve(d.lb_algorithm, Dataplane::Iptables);
-    let too_many = |eps: &[DesiredEndpoint]| {
-        svcnet_lb::select::hash_slots(&weights(eps)).len() > CLUSTER_SLOTS
-    };
-    if r.algorithm == Algorithm::SourceHash
-        && (too_many(&d.cluster_endpoints) || too_many(&d.local_endpoints))
-    {
-        return Resolution {
-            algorithm: Algorithm::Random,
-            fallback: Some(Fallback {
-                requested: Algorithm::SourceHash,
-                used: Algorithm::Random,
-                dataplane: Dataplane::Iptables,
-                why: "-m cluster hashes into at most 32 slots and this service has more endpoints",
-            }),
+/// What iptables can express: what `svcnet-lb` says, and also random instead of source
+/// hashing when a pool has more hash slots than `-m cluster` can tell apart.
+pub struct IptablesCapability;
+
+impl Capability for IptablesCapability {
+    fn resolve(
+        &self,
+        requested: Option<Algorithm>,
+        pools: &[&[DesiredEndpoint]],
+        _affinity: bool,
+    ) -> Resolution {
+        let r = svcnet_lb::resolve(requested, Dataplane::Iptables);
+        let too_many = |eps: &&[DesiredEndpoint]| {
+            svcnet_lb::select::hash_slots(&weights(eps)).len() > CLUSTER_SLOTS
         };
+        if r.algorithm == Algorithm::SourceHash && pools.iter().any(too_many) {
+            return Resolution {
+                algorithm: Algorithm::Random,
+                fallback: Some(Fallback {
+                    requested: Algorithm::SourceHash,
+                    used: Algorithm::Random,
+                    dataplane: Dataplane::Iptables,
+                    why: "-m cluster hashes into at most 32 slots and this service has more endpoints",
+                }),
+            };
+        }
+        r
     }
-    r
 }
 
-/// The chain choosing among `eps`: masquerade check for cluster-IP traffic (when this chain
-/// serves internal traffic), affinity checks, then the choice, by algorithm:
+/// The chain choosing among `eps`: the masquerade check for cluster-IP traffic (`internal`:
+/// this pool serves internal traffic, with this rule), affinity checks, then the choice, by
+/// the port's resolved algorithm:
 ///
 /// - random (the default): the statistic cascade; endpoint `i` of `n` is taken with
 ///   probability w_i / (w_i + … + w_n), so each gets w_i / Σw (1/n for equal weights);
@@ -351,35 +385,36 @@ pub fn resolve_algorithm(d: &DesiredServicePort) -> Resolution {
 /// The last rule matches unconditionally.
 fn policy_chain(
     chain: &str,
-    d: &DesiredServicePort,
+    g: &ServiceGraph<'_>,
     node: &DesiredNode,
     eps: &[DesiredEndpoint],
-    internal: bool,
+    internal: Option<Masquerade>,
 ) -> Vec<Rule> {
+    let d = g.port;
     let name = port_name(&d.name);
     let proto = d.protocol.as_str();
     let mut rules = Vec::new();
-    if internal {
-        let m = vec![
+    let m = || {
+        vec![
             comment(format!("{name} cluster IP")),
             s(&["-m", proto, "-p", proto, "-d", &addr(d.cluster_ip)]),
             s(&["--dport", &d.port.to_string()]),
-        ];
-        match d.cluster_ip_masquerade {
-            ClusterIpMasquerade::All => {
-                rules.push(rule(chain, [m, vec![s(&["-j", MARK_MASQ])]].concat()))
-            }
-            ClusterIpMasquerade::OffCluster => {
-                let tail = match node.cluster_cidrs.as_slice() {
-                    [one] => s(&["!", "-s", &one.to_string(), "-j", MARK_MASQ]),
-                    _ => s(&["-j", MASQ_OFF_CLUSTER]),
-                };
-                rules.push(rule(chain, [m, vec![tail]].concat()));
-            }
-            ClusterIpMasquerade::Never => {}
+        ]
+    };
+    match internal {
+        Some(Masquerade::Always) => {
+            rules.push(rule(chain, [m(), vec![s(&["-j", MARK_MASQ])]].concat()))
         }
+        Some(Masquerade::OffCluster) => {
+            let tail = match node.cluster_cidrs.as_slice() {
+                [one] => s(&["!", "-s", &one.to_string(), "-j", MARK_MASQ]),
+                _ => s(&["-j", MASQ_OFF_CLUSTER]),
+            };
+            rules.push(rule(chain, [m(), vec![tail]].concat()));
+        }
+        Some(Masquerade::Never) | None => {}
     }
-    if let Some(timeout) = d.affinity_timeout {
+    if let Some(timeout) = g.affinity {
         for ep in eps {
             let sep = endpoint_chain(&d.name, ep);
             rules.push(rule(
@@ -405,7 +440,7 @@ fn policy_chain(
             })
             .collect()
     };
-    let choices: Vec<(usize, Vec<String>)> = match resolve_algorithm(d).algorithm {
+    let choices: Vec<(usize, Vec<String>)> = match g.algorithm {
         a @ (Algorithm::RoundRobin | Algorithm::WeightedRoundRobin) => {
             let cycle = if a == Algorithm::RoundRobin {
                 (0..eps.len()).collect()
@@ -486,159 +521,182 @@ fn policy_chain(
     rules
 }
 
-/// Renders one service port.
+/// The policy chain of a pool.
+fn pool_chain(spn: &svcnet_proxy::ServicePortName, pool: Pool) -> String {
+    match pool {
+        Pool::Cluster => service_chain(spn),
+        Pool::Local => local_chain(spn),
+    }
+}
+
+/// Renders one service port from its decided graph.
 pub fn service_fragment(d: &DesiredServicePort, node: &DesiredNode) -> Fragment {
+    let g = lower(d, node, &IptablesCapability);
     let spn = &d.name;
     let name = port_name(spn);
     let proto = d.protocol.as_str();
-    let mut f = Fragment::default();
+    let mut f = Fragment {
+        fallback: g.fallback.clone(),
+        ..Fragment::default()
+    };
     let pm = || s(&["-m", proto, "-p", proto]);
     let frontend = |ip: IpAddr, port: u16| s(&["-d", &addr(ip), "--dport", &port.to_string()]);
     let jump = |t: &str| s(&["-j", t]);
-
-    // Internal traffic.
-    let internal_chain = match d.internal_policy {
-        TrafficPolicy::Cluster => service_chain(spn),
-        TrafficPolicy::Local => local_chain(spn),
-    };
-    match d.internal_no_endpoints {
-        None => f.shared.push((
-            Table::Nat,
-            rule(
-                SERVICES,
-                vec![
-                    comment(format!("{name} cluster IP")),
-                    pm(),
-                    frontend(d.cluster_ip, d.port),
-                    jump(&internal_chain),
-                ],
-            ),
-        )),
-        Some(v) => f.shared.push((
-            Table::Filter,
-            rule(
-                SERVICES,
-                vec![
-                    comment(verdict_comment(&name, v)),
-                    pm(),
-                    frontend(d.cluster_ip, d.port),
-                    jump(verdict_target(v)),
-                ],
-            ),
-        )),
-    }
-
-    // External traffic: used unless the service has no endpoints at all.
     let ext = external_chain(spn);
-    let ext_used = d.has_external() && d.external_no_endpoints != Some(NoEndpointsVerdict::Reject);
-    let uses_fw =
-        ext_used && !d.load_balancer_source_ranges.is_empty() && !d.load_balancer_ips.is_empty();
-    for ip in &d.external_ips {
-        if ext_used {
-            f.shared.push((
-                Table::Nat,
-                rule(
-                    SERVICES,
-                    vec![
-                        comment(format!("{name} external IP")),
-                        pm(),
-                        frontend(*ip, d.port),
-                        jump(&ext),
-                    ],
-                ),
-            ));
-        }
-        if let Some(v) = d.external_no_endpoints {
-            f.shared.push((
-                Table::Filter,
-                rule(
-                    EXTERNAL_SERVICES,
-                    vec![
-                        comment(verdict_comment(&name, v)),
-                        pm(),
-                        frontend(*ip, d.port),
-                        jump(verdict_target(v)),
-                    ],
-                ),
-            ));
-        }
-    }
     let fw = firewall_chain(spn);
-    for ip in &d.load_balancer_ips {
-        if ext_used {
-            let target = if uses_fw { &fw } else { &ext };
-            f.shared.push((
-                Table::Nat,
-                rule(
-                    SERVICES,
-                    vec![
-                        comment(format!("{name} loadbalancer IP")),
-                        pm(),
-                        frontend(*ip, d.port),
-                        jump(target),
-                    ],
-                ),
-            ));
-        }
-        if uses_fw {
-            f.shared.push((
-                Table::Filter,
-                rule(
-                    PROXY_FIREWALL,
-                    vec![
-                        comment(format!("{name} traffic not accepted by {fw}")),
-                        pm(),
-                        frontend(*ip, d.port),
-                        jump("DROP"),
-                    ],
-                ),
-            ));
-        }
-        if let Some(v) = d.external_no_endpoints {
-            f.shared.push((
-                Table::Filter,
-                rule(
-                    EXTERNAL_SERVICES,
-                    vec![
-                        comment(verdict_comment(&name, v)),
-                        pm(),
-                        frontend(*ip, d.port),
-                        jump(verdict_target(v)),
-                    ],
-                ),
-            ));
-        }
-    }
-    if let Some(np) = d.node_port {
-        let np = np.to_string();
-        if ext_used {
-            f.shared.push((
-                Table::Nat,
-                rule(
-                    NODEPORTS,
-                    vec![
-                        comment(name.clone()),
-                        pm(),
-                        s(&["--dport", &np]),
-                        jump(&ext),
-                    ],
-                ),
-            ));
-        }
-        if let Some(v) = d.external_no_endpoints {
-            f.shared.push((
-                Table::Filter,
-                rule(
-                    EXTERNAL_SERVICES,
-                    vec![
-                        comment(verdict_comment(&name, v)),
-                        s(&["-m", "addrtype", "--dst-type", "LOCAL"]),
-                        pm(),
-                        s(&["--dport", &np]),
-                        jump(verdict_target(v)),
-                    ],
-                ),
-            ));
+    // External traffic is DNATed through the external chain unless everyone is refused; a
+    // refusal of the rest (Local policy, no local endpoint) is the filter table's, which sees
+    // only what no rule DNATed.
+    let ext_used = g.external.is_some_and(|r| r.refused_for_all().is_none());
+    let ext_refusal = g.external.and_then(|r| r.target.refusal());
+    let refuse = |f: &mut Fragment, chain: &str, m: Vec<Vec<String>>, v: NoEndpointsVerdict| {
+        let parts = [
+            vec![comment(verdict_comment(&name, v))],
+            m,
+            vec![jump(verdict_target(v))],
+        ];
+        f.shared.push((Table::Filter, rule(chain, parts.concat())));
+    };
+
+    for fe in &g.frontends {
+        match *fe {
+            Frontend::ClusterIp(ip, port) => {
+                match g.internal.target {
+                    Target::Pool { pool, .. } => f.shared.push((
+                        Table::Nat,
+                        rule(
+                            SERVICES,
+                            vec![
+                                comment(format!("{name} cluster IP")),
+                                pm(),
+                                frontend(ip, port),
+                                jump(&pool_chain(spn, pool)),
+                            ],
+                        ),
+                    )),
+                    Target::Refuse(v) => {
+                        refuse(&mut f, SERVICES, vec![pm(), frontend(ip, port)], v)
+                    }
+                }
+                // Other ports of this cluster IP: the node-wide verdict.
+                f.shared.push((
+                    Table::Filter,
+                    rule(
+                        CLUSTER_IPS,
+                        vec![
+                            comment(format!("{name} cluster IP, other ports")),
+                            s(&["-d", &addr(ip)]),
+                            jump(verdict_target(NODE_VERDICTS.unknown_port)),
+                        ],
+                    ),
+                ));
+            }
+            Frontend::ExternalIp(ip, port) => {
+                if ext_used {
+                    f.shared.push((
+                        Table::Nat,
+                        rule(
+                            SERVICES,
+                            vec![
+                                comment(format!("{name} external IP")),
+                                pm(),
+                                frontend(ip, port),
+                                jump(&ext),
+                            ],
+                        ),
+                    ));
+                }
+                if let Some(v) = ext_refusal {
+                    refuse(&mut f, EXTERNAL_SERVICES, vec![pm(), frontend(ip, port)], v);
+                }
+            }
+            Frontend::LoadBalancer {
+                ip,
+                port,
+                source_ranges,
+            } => {
+                let uses_fw = ext_used && !source_ranges.is_empty();
+                if ext_used {
+                    let target = if uses_fw { &fw } else { &ext };
+                    f.shared.push((
+                        Table::Nat,
+                        rule(
+                            SERVICES,
+                            vec![
+                                comment(format!("{name} loadbalancer IP")),
+                                pm(),
+                                frontend(ip, port),
+                                jump(target),
+                            ],
+                        ),
+                    ));
+                }
+                if uses_fw {
+                    f.shared.push((
+                        Table::Filter,
+                        rule(
+                            PROXY_FIREWALL,
+                            vec![
+                                comment(format!("{name} traffic not accepted by {fw}")),
+                                pm(),
+                                frontend(ip, port),
+                                jump("DROP"),
+                            ],
+                        ),
+                    ));
+                    // The firewall chain: allowed sources continue to the external chain; the
+                    // rest is not DNATed and so is dropped by SVCNET-PROXY-FIREWALL.
+                    let mut rules: Vec<Rule> = source_ranges
+                        .iter()
+                        .map(|r: &IpNet| {
+                            rule(
+                                &fw,
+                                vec![
+                                    comment(format!("{name} loadbalancer IP")),
+                                    s(&["-s", &r.to_string()]),
+                                    jump(&ext),
+                                ],
+                            )
+                        })
+                        .collect();
+                    rules.push(rule(
+                        &fw,
+                        vec![comment(format!(
+                            "other traffic to {name} will be dropped by {PROXY_FIREWALL}"
+                        ))],
+                    ));
+                    f.chains.insert(fw.clone(), rules);
+                }
+                if let Some(v) = ext_refusal {
+                    refuse(&mut f, EXTERNAL_SERVICES, vec![pm(), frontend(ip, port)], v);
+                }
+            }
+            Frontend::NodePort(np) => {
+                let np = np.to_string();
+                if ext_used {
+                    f.shared.push((
+                        Table::Nat,
+                        rule(
+                            NODEPORTS,
+                            vec![
+                                comment(name.clone()),
+                                pm(),
+                                s(&["--dport", &np]),
+                                jump(&ext),
+                            ],
+                        ),
+                    ));
+                }
+                if let Some(v) = ext_refusal {
+                    let local = s(&["-m", "addrtype", "--dst-type", "LOCAL"]);
+                    refuse(
+                        &mut f,
+                        EXTERNAL_SERVICES,
+                        vec![local, pm(), s(&["--dport", &np])],
+                        v,
+                    );
+                }
+            }
         }
     }
     if let Some(hc) = d.health_check_node_port {
@@ -663,38 +721,47 @@ pub fn service_fragment(d: &DesiredServicePort, node: &DesiredNode) -> Fragment 
         ));
     }
 
-    // The firewall chain: allowed sources continue to the external chain; the rest is not
-    // DNATed and so is dropped by SVCNET-PROXY-FIREWALL in the filter table.
-    if uses_fw {
-        let mut rules: Vec<Rule> = d
-            .load_balancer_source_ranges
-            .iter()
-            .map(|r: &IpNet| {
-                rule(
-                    &fw,
-                    vec![
-                        comment(format!("{name} loadbalancer IP")),
-                        s(&["-s", &r.to_string()]),
-                        jump(&ext),
-                    ],
-                )
-            })
-            .collect();
-        rules.push(rule(
-            &fw,
-            vec![comment(format!(
-                "other traffic to {name} will be dropped by {PROXY_FIREWALL}"
-            ))],
-        ));
-        f.chains.insert(fw.clone(), rules);
-    }
-
-    let svc = service_chain(spn);
-    if ext_used {
+    if let Some(route) = g.external.filter(|_| ext_used) {
         let mut rules = Vec::new();
-        match d.external_policy {
-            TrafficPolicy::Cluster => {
+        if let Some(pool) = route.short_circuit {
+            // Pods and the node itself reach the service through the short-circuit pool;
+            // node-sourced traffic is masqueraded.
+            let chain = pool_chain(spn, pool);
+            for cidr in &node.cluster_cidrs {
                 rules.push(rule(
+                    &ext,
+                    vec![
+                        comment(format!("pod traffic for {name} external destinations")),
+                        s(&["-s", &cidr.to_string()]),
+                        jump(&chain),
+                    ],
+                ));
+            }
+            rules.push(rule(
+                &ext,
+                vec![
+                    comment(format!(
+                        "masquerade LOCAL traffic for {name} external destinations"
+                    )),
+                    s(&["-m", "addrtype", "--src-type", "LOCAL"]),
+                    jump(MARK_MASQ),
+                ],
+            ));
+            rules.push(rule(
+                &ext,
+                vec![
+                    comment(format!(
+                        "route LOCAL traffic for {name} external destinations"
+                    )),
+                    s(&["-m", "addrtype", "--src-type", "LOCAL"]),
+                    jump(&chain),
+                ],
+            ));
+        }
+        // A refused rest falls through un-DNATed and is refused by SVCNET-EXTERNAL-SERVICES.
+        if let Target::Pool { pool, masquerade } = route.target {
+            match masquerade {
+                Masquerade::Always => rules.push(rule(
                     &ext,
                     vec![
                         comment(format!(
@@ -702,80 +769,30 @@ pub fn service_fragment(d: &DesiredServicePort, node: &DesiredNode) -> Fragment 
                         )),
                         jump(MARK_MASQ),
                     ],
-                ));
-                rules.push(rule(&ext, vec![jump(&svc)]));
-            }
-            TrafficPolicy::Local => {
-                // Pods and the node itself reach the service through all endpoints
-                // (upstream's short-circuit); node-sourced traffic is masqueraded.
-                if !d.cluster_endpoints.is_empty() {
-                    for cidr in &node.cluster_cidrs {
-                        rules.push(rule(
-                            &ext,
-                            vec![
-                                comment(format!("pod traffic for {name} external destinations")),
-                                s(&["-s", &cidr.to_string()]),
-                                jump(&svc),
-                            ],
-                        ));
-                    }
-                    rules.push(rule(
-                        &ext,
-                        vec![
-                            comment(format!(
-                                "masquerade LOCAL traffic for {name} external destinations"
-                            )),
-                            s(&["-m", "addrtype", "--src-type", "LOCAL"]),
-                            jump(MARK_MASQ),
-                        ],
-                    ));
-                    rules.push(rule(
-                        &ext,
-                        vec![
-                            comment(format!(
-                                "route LOCAL traffic for {name} external destinations"
-                            )),
-                            s(&["-m", "addrtype", "--src-type", "LOCAL"]),
-                            jump(&svc),
-                        ],
-                    ));
+                )),
+                Masquerade::OffCluster => {
+                    let tail = match node.cluster_cidrs.as_slice() {
+                        [one] => s(&["!", "-s", &one.to_string(), "-j", MARK_MASQ]),
+                        _ => s(&["-j", MASQ_OFF_CLUSTER]),
+                    };
+                    rules.push(rule(&ext, vec![tail]));
                 }
-                // Without local endpoints the rest falls through un-DNATed and is dropped
-                // by SVCNET-EXTERNAL-SERVICES.
-                if !d.local_endpoints.is_empty() {
-                    rules.push(rule(&ext, vec![jump(&local_chain(spn))]));
-                }
+                Masquerade::Never => {}
             }
+            rules.push(rule(&ext, vec![jump(&pool_chain(spn, pool))]));
         }
         f.chains.insert(ext, rules);
     }
 
-    // Policy chains, only those something jumps to.
-    let cluster_used = !d.cluster_endpoints.is_empty()
-        && ((d.internal_policy == TrafficPolicy::Cluster && d.internal_no_endpoints.is_none())
-            || ext_used);
-    let local_used = !d.local_endpoints.is_empty()
-        && ((d.internal_policy == TrafficPolicy::Local && d.internal_no_endpoints.is_none())
-            || (ext_used && d.external_policy == TrafficPolicy::Local));
-    let mut endpoints: BTreeSet<&DesiredEndpoint> = BTreeSet::new();
-    if cluster_used {
-        let internal = d.internal_policy == TrafficPolicy::Cluster;
-        f.chains.insert(
-            svc.clone(),
-            policy_chain(&svc, d, node, &d.cluster_endpoints, internal),
-        );
-        endpoints.extend(&d.cluster_endpoints);
+    // Policy chains of the used pools, then their endpoints' chains.
+    let internal = g.internal_pool();
+    for (pool, eps) in &g.pools {
+        let chain = pool_chain(spn, *pool);
+        let masquerade = internal.filter(|(p, _)| p == pool).map(|(_, m)| m);
+        let rules = policy_chain(&chain, &g, node, eps, masquerade);
+        f.chains.insert(chain, rules);
     }
-    if local_used {
-        let svl = local_chain(spn);
-        let internal = d.internal_policy == TrafficPolicy::Local;
-        f.chains.insert(
-            svl.clone(),
-            policy_chain(&svl, d, node, &d.local_endpoints, internal),
-        );
-        endpoints.extend(&d.local_endpoints);
-    }
-    for ep in endpoints {
+    for ep in g.endpoints() {
         let sep = endpoint_chain(spn, ep);
         let mut rules = vec![rule(
             &sep,
@@ -786,7 +803,7 @@ pub fn service_fragment(d: &DesiredServicePort, node: &DesiredNode) -> Fragment 
             ],
         )];
         let mut dnat = vec![comment(name.clone())];
-        if d.affinity_timeout.is_some() {
+        if g.affinity.is_some() {
             dnat.push(s(&["-m", "recent", "--name", &sep, "--set"]));
         }
         dnat.push(pm());

@@ -6,22 +6,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
-use common::tracer::{Env, Packet, Verdict, trace};
+use common::tracer::{Env, IptablesTracer, Packet, Verdict, trace};
 use common::*;
 use svcnet_iptables::{FakeIptables, Family, KernelChains, Renderer};
 use svcnet_proxy::fixtures::*;
 use svcnet_proxy::{IpFamily, NamespacedName, ProxyState};
 
 fn env() -> Env {
-    let mut local: Vec<IpAddr> = (1..=CLIENT_POD)
-        .map(|i| node_ip_towards(i).into())
-        .collect();
-    local.push(NODE_IP.into());
-    local.push("127.0.0.1".parse().unwrap());
     Env {
-        local_addrs: local,
+        local_addrs: node_addrs(),
         recent: Default::default(),
     }
 }
@@ -42,80 +36,32 @@ fn packet(c: &Case) -> Packet {
     Packet {
         src: c.from.ip(),
         dst: c.to.0.into(),
-        proto: match c.proto {
-            Proto::Tcp => "tcp",
-            Proto::Udp => "udp",
-        },
+        proto: c.proto.as_str(),
         dport: c.to.1,
-        from_node: false,
+        from_node: c.from == Client::Node,
     }
 }
 
-/// Checks one case's traced distribution against its expectation.
+/// Checks one case's traced distribution against its expectation (the shared kit's check).
 fn check(fake: &FakeIptables, c: &Case, env: &Env) {
-    let got = trace(fake, &packet(c), env);
-    let port = match c.proto {
-        Proto::Tcp => TCP_PORT,
-        Proto::Udp => UDP_PORT,
+    let tracer = IptablesTracer {
+        fake,
+        env: env.clone(),
     };
-    match &c.expect {
-        Expect::Reject => assert_eq!(
-            got.keys().collect::<Vec<_>>(),
-            [&Verdict::Reject],
-            "{}: {got:?}",
-            c.name
-        ),
-        Expect::Drop => assert_eq!(
-            got.keys().collect::<Vec<_>>(),
-            [&Verdict::Drop],
-            "{}: {got:?}",
-            c.name
-        ),
-        Expect::Spread(pods, masq) | Expect::Sticky(pods, masq) => {
-            let mut shares: BTreeMap<String, f64> = BTreeMap::new();
-            for (v, p) in &got {
-                let Verdict::Accept {
-                    dst,
-                    dnat,
-                    masquerade,
-                    ..
-                } = v
-                else {
-                    panic!("{}: unexpected {v:?} ({p})", c.name);
-                };
-                assert!(dnat, "{}: not DNATed: {v:?}", c.name);
-                let pod = pods
-                    .iter()
-                    .find(|i| *dst == format!("{}:{port}", pod_ip(**i)))
-                    .unwrap_or_else(|| panic!("{}: unexpected endpoint {dst}", c.name));
-                let want = match masq {
-                    Masq::No => false,
-                    Masq::Yes => true,
-                    Masq::Hairpin => Client::Pod(*pod) == c.from,
-                };
-                assert_eq!(*masquerade, want, "{}: masquerade towards {dst}", c.name);
-                *shares.entry(dst.clone()).or_default() += p;
-            }
-            assert_eq!(shares.len(), pods.len(), "{}: {got:?}", c.name);
-            for (dst, share) in shares {
-                let want = 1.0 / pods.len() as f64;
-                assert!(
-                    (share - want).abs() < 1e-9,
-                    "{}: {dst} gets {share}, not {want}",
-                    c.name
-                );
-            }
-        }
+    if let Err(e) = svcnet_flows::check(&tracer, c) {
+        panic!("{e}");
     }
 }
 
+/// The shared packet-flow table (the same cases and expectations as nft's and userspace's).
 #[test]
 fn packet_flow_table() {
     let (_, fake) = applied(&world());
-    let env = env();
-    for c in cases() {
-        check(&fake, &c, &env);
-    }
+    let tracer = IptablesTracer {
+        fake: &fake,
+        env: env(),
+    };
+    svcnet_flows::run_table(&tracer, &cases());
 }
 
 /// 1/n, 1/(n-1), …, as kube-proxy formats them, give every endpoint exactly 1/n.
@@ -299,7 +245,7 @@ fn partial_syncs_keep_flows_and_converge() {
         },
         &env(),
     );
-    // sticky is deleted: its cluster IP is unallocated and rejected.
+    // sticky is deleted: its cluster IP is unallocated and dropped.
     state.delete_service(&NamespacedName::new("default", "sticky"));
     step(&mut state, &mut r, &mut fake);
     let sticky = cases()
@@ -309,7 +255,7 @@ fn partial_syncs_keep_flows_and_converge() {
     check(
         &fake,
         &Case {
-            expect: Expect::Reject,
+            expect: Expect::Drop,
             ..sticky
         },
         &env(),

@@ -201,6 +201,18 @@ impl Lab {
             ])?;
             self.node
                 .exec(&["ip", "-6", "route", "add", "default", "via", "fd00:50::2"])?;
+            // Traffic from the external client that the node routes back out of the same
+            // link (an unallocated or unknown service address) would make the node send an
+            // ICMP redirect first, which uses up the per-peer ICMP rate limit, so the reject
+            // that follows would never reach the client. Routers on a shared uplink turn
+            // redirects off; the lab's node does too (the setting is `all` OR the link's).
+            for conf in ["all".to_string(), format!("{}x", self.prefix)] {
+                self.node.exec(&[
+                    "sysctl",
+                    "-qw",
+                    &format!("net.ipv4.conf.{conf}.send_redirects=0"),
+                ])?;
+            }
             self.external = Some(ns);
         }
         self.external.as_ref().ok_or_else(|| NetnsError::Panicked {

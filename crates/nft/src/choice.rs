@@ -7,43 +7,43 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use svcnet_lb::{Algorithm, Backend, Dataplane, Fallback, KernelPlan, kernel_plan};
-use svcnet_proxy::{ClusterIpMasquerade, DesiredEndpoint, DesiredNode, DesiredServicePort};
+use svcnet_lb::{Algorithm, Backend, Dataplane, KernelPlan, MaglevError, kernel_plan};
+use svcnet_proxy::{DesiredEndpoint, DesiredNode, Masquerade, ServiceGraph};
 
 use crate::names::*;
 use crate::render::{CASCADE_MAX, Element, Fragment, ip_kw, ip_literal, nets};
 use crate::tx::{Family, SetDef, SetKind};
 
-/// The chain choosing among `eps`: masquerade check for cluster-IP traffic (when this chain
-/// serves internal traffic), affinity lookups, then a uniform random pick.
+/// The chain choosing among `eps`: when the pool serves internal traffic, the masquerade check
+/// for cluster-IP traffic (`internal`: its rule), affinity lookups, then the choice by the
+/// port's resolved algorithm.
 pub(crate) fn policy_chain(
     family: Family,
-    d: &DesiredServicePort,
+    g: &ServiceGraph<'_>,
     node: &DesiredNode,
     eps: &[DesiredEndpoint],
-    internal: bool,
+    internal: Option<Masquerade>,
     chain: &str,
     f: &mut Fragment,
-) -> (Vec<String>, Option<Fallback>) {
+) -> Vec<String> {
     let ip = ip_kw(family);
+    let d = g.port;
     let mut rules = Vec::new();
-    if internal {
-        let m = format!(
-            "{ip} daddr {} {} dport {}",
-            ip_literal(d.cluster_ip),
-            d.protocol,
-            d.port
-        );
-        match d.cluster_ip_masquerade {
-            ClusterIpMasquerade::All => rules.push(format!("{m} jump {MARK_FOR_MASQUERADE}")),
-            ClusterIpMasquerade::OffCluster => rules.push(format!(
-                "{m} {ip} saddr != {} jump {MARK_FOR_MASQUERADE}",
-                nets(&node.cluster_cidrs)
-            )),
-            ClusterIpMasquerade::Never => {}
-        }
+    let m = format!(
+        "{ip} daddr {} {} dport {}",
+        ip_literal(d.cluster_ip),
+        d.protocol,
+        d.port
+    );
+    match internal {
+        Some(Masquerade::Always) => rules.push(format!("{m} jump {MARK_FOR_MASQUERADE}")),
+        Some(Masquerade::OffCluster) => rules.push(format!(
+            "{m} {ip} saddr != {} jump {MARK_FOR_MASQUERADE}",
+            nets(&node.cluster_cidrs)
+        )),
+        Some(Masquerade::Never) | None => {}
     }
-    if d.affinity_timeout.is_some() {
+    if g.affinity.is_some() {
         for ep in eps {
             rules.push(format!(
                 "{ip} saddr @{} goto {}",
@@ -52,14 +52,17 @@ pub(crate) fn policy_chain(
             ));
         }
     }
-    let (choice, fallback) = endpoint_choice(family, d, eps, chain, f);
-    rules.extend(choice);
-    (rules, fallback)
+    rules.extend(endpoint_choice(family, g, eps, chain, f));
+    rules
 }
 
-/// Compiles the port's algorithm for nftables ([`kernel_plan`]); `Err` carries the fallback
-/// when the plan could not even be built (an impossible Maglev table).
-fn algorithm_plan(d: &DesiredServicePort, eps: &[DesiredEndpoint]) -> Result<KernelPlan, Fallback> {
+/// Compiles `algorithm` for nftables over `eps` ([`kernel_plan`]); an error when its lookup
+/// table (Maglev's) cannot be built for them.
+pub(crate) fn algorithm_plan(
+    algorithm: Algorithm,
+    eps: &[DesiredEndpoint],
+    affinity: bool,
+) -> Result<KernelPlan, MaglevError> {
     let backends = eps
         .iter()
         .map(|e| Backend {
@@ -67,42 +70,27 @@ fn algorithm_plan(d: &DesiredServicePort, eps: &[DesiredEndpoint]) -> Result<Ker
             weight: e.weight.max(1),
         })
         .collect();
-    kernel_plan(
-        d.lb_algorithm,
-        Dataplane::Nftables,
-        backends,
-        d.affinity_timeout.is_some(),
-    )
-    .map_err(|_| Fallback {
-        requested: d.lb_algorithm.unwrap_or(Algorithm::Random),
-        used: Algorithm::Random,
-        dataplane: Dataplane::Nftables,
-        why: "its lookup table could not be built for these endpoints",
-    })
+    kernel_plan(Some(algorithm), Dataplane::Nftables, backends, affinity)
 }
 
-/// The rules picking one of `eps` for a new flow, and the fallback to report if the port's
-/// algorithm could not be expressed. Random (the default, and every fallback) is a cascade or
-/// a `numgen random` verdict map; rr/wrr, sh, dh and maglev are the [`kernel_plan`]'s slot
-/// expression (`numgen inc` or `jhash`) looked up in a verdict map of its slots. A random
-/// vmap is the named map [`endpoints_map`] of `chain`, which this adds to `f`.
+/// The rules picking one of `eps` for a new flow with the port's resolved algorithm (the
+/// graph's; any fallback is already decided and reported there). Random (the default, and
+/// every fallback) is a cascade or a `numgen random` verdict map; rr/wrr, sh, dh and maglev
+/// are the [`kernel_plan`]'s slot expression (`numgen inc` or `jhash`) looked up in a verdict
+/// map of its slots. A random vmap is the named map [`endpoints_map`] of `chain`, which this
+/// adds to `f`.
 fn endpoint_choice(
     family: Family,
-    d: &DesiredServicePort,
+    g: &ServiceGraph<'_>,
     eps: &[DesiredEndpoint],
     chain: &str,
     f: &mut Fragment,
-) -> (Vec<String>, Option<Fallback>) {
+) -> Vec<String> {
+    let d = g.port;
     // The default needs no plan (and most services have it: keep their rendering cheap).
-    let default = matches!(d.lb_algorithm, None | Some(Algorithm::Random));
-    let (plan, fallback) = match (!default).then(|| algorithm_plan(d, eps)) {
-        None => (None, None),
-        Some(Ok(p)) => {
-            let f = p.fallback.clone();
-            (Some(p), f)
-        }
-        Some(Err(f)) => (None, Some(f)),
-    };
+    let plan = (g.algorithm != Algorithm::Random)
+        .then(|| algorithm_plan(g.algorithm, eps, g.affinity.is_some()).ok())
+        .flatten();
     if let Some(plan) = plan.filter(|p| p.algorithm != Algorithm::Random)
         && let Some(expr) = plan.expression(family == Family::Ip6)
     {
@@ -126,10 +114,7 @@ fn endpoint_choice(
                     .map(|c| format!("{i} : goto {c}"))
             })
             .collect();
-        return (
-            vec![format!("{expr} vmap {{ {} }}", entries.join(", "))],
-            fallback,
-        );
+        return vec![format!("{expr} vmap {{ {} }}", entries.join(", "))];
     }
     let mut rules = Vec::new();
     let mut slots = Vec::new();
@@ -175,5 +160,5 @@ fn endpoint_choice(
         }
         rules.push(format!("numgen random mod {} vmap @{map}", slots.len()));
     }
-    (rules, fallback)
+    rules
 }

@@ -189,6 +189,15 @@ impl FakeNft {
             .collect()
     }
 
+    /// The base chains (name and hook), for tracers that walk the hooks in priority order.
+    pub fn base_chains(&self) -> Vec<(String, BaseChain)> {
+        self.table
+            .iter()
+            .flat_map(|t| &t.chains)
+            .filter_map(|(name, c)| Some((name.clone(), c.base.clone()?)))
+            .collect()
+    }
+
     /// Elements of a set or map, as `key` or `key : value`.
     pub fn elements(&self, set: &str) -> Vec<String> {
         let Some(s) = self.table.as_ref().and_then(|t| t.sets.get(set)) else {

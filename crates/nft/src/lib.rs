@@ -5,7 +5,8 @@
 //! `ip6 svcnet`) with O(1) verdict-map dispatch; [`plan`] turns desired state into full or
 //! partial [`Transaction`]s (values, whose `Display` is the nft text); [`apply`] pipes them
 //! to `nft -f -` (the only I/O here); [`fake`] applies the same values in memory and rejects
-//! dangling references. This crate never reads API objects and never decides policy: every
+//! dangling references; [`dataplane`] is all of it behind the dataplane contract
+//! ([`svcnet_proxy::Dataplane`]). This crate never reads API objects and never decides policy: every
 //! decision (which endpoints, reject or drop, masquerade, which algorithm) comes from the
 //! proxy core. Each service port picks its endpoint with its load-balancing algorithm as
 //! `svcnet_lb::kernel_plan` compiles it: random (default; a `numgen random` cascade), rr/wrr
@@ -16,6 +17,7 @@
 pub mod apply;
 mod choice;
 pub mod conntrack;
+pub mod dataplane;
 pub mod fake;
 pub mod names;
 pub mod plan;
@@ -23,6 +25,7 @@ pub mod render;
 pub mod tx;
 
 pub use apply::{ApplyError, NftExecutor};
+pub use dataplane::NftDataplane;
 pub use fake::{FakeError, FakeNft};
 pub use plan::{FullMode, GARBAGE_LIMIT, Plan, Renderer};
 pub use tx::{Family, Op, Transaction};

@@ -67,6 +67,13 @@ impl Plan {
     }
 }
 
+/// The transaction, as `nft -f` reads it.
+impl std::fmt::Display for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.tx.fmt(f)
+    }
+}
+
 /// The nft dataplane's memory of one family's table.
 #[derive(Debug)]
 pub struct Renderer {

@@ -18,12 +18,13 @@ use std::fmt::Write;
 use std::net::IpAddr;
 
 use ipnet::IpNet;
-use svcnet_lb::Fallback;
+use svcnet_lb::{Algorithm, Dataplane, Fallback, Resolution};
 use svcnet_proxy::{
-    DesiredEndpoint, DesiredNode, DesiredServicePort, NoEndpointsVerdict, TrafficPolicy,
+    Capability, DesiredEndpoint, DesiredNode, DesiredServicePort, Frontend, Masquerade,
+    NODE_VERDICTS, NoEndpointsVerdict, Pool, Route, ServiceGraph, ServicePortName, Target, lower,
 };
 
-use crate::choice::policy_chain;
+use crate::choice::{algorithm_plan, policy_chain};
 use crate::names::*;
 use crate::tx::{BaseChain, Family, Op, SetDef, SetKind};
 
@@ -154,9 +155,18 @@ pub fn base(family: Family, node: &DesiredNode) -> Base {
     let sets = base_sets(family);
     let tuple = format!("{ip} daddr . meta l4proto . th dport");
     let np = nodeport_daddr(family, node);
-    let mut cluster_ips_check = vec![format!("{ip} daddr @{CLUSTER_IPS} reject")];
+    // The node-wide verdicts, decided in the core: an unknown port on a cluster IP, then an
+    // unallocated address of a service CIDR.
+    let mut cluster_ips_check = vec![format!(
+        "{ip} daddr @{CLUSTER_IPS} {}",
+        node_verdict(NODE_VERDICTS.unknown_port)
+    )];
     if !node.service_cidrs.is_empty() {
-        cluster_ips_check.push(format!("{ip} daddr {} drop", nets(&node.service_cidrs)));
+        cluster_ips_check.push(format!(
+            "{ip} daddr {} {}",
+            nets(&node.service_cidrs),
+            node_verdict(NODE_VERDICTS.unallocated_service_ip)
+        ));
     }
     let chains = vec![
         (
@@ -289,12 +299,130 @@ fn verdict_value(v: NoEndpointsVerdict) -> String {
     }
 }
 
-/// Renders one service port.
+/// The node-wide verdicts as rule statements (in the filter hooks, `reject` answers at once).
+fn node_verdict(v: NoEndpointsVerdict) -> &'static str {
+    match v {
+        NoEndpointsVerdict::Reject => "reject",
+        NoEndpointsVerdict::Drop => "drop",
+    }
+}
+
+/// What nftables can express: `svcnet_lb`'s table for it, and random when a lookup table
+/// (Maglev's) cannot be built for a pool's endpoints.
+pub struct NftCapability;
+
+impl Capability for NftCapability {
+    fn resolve(
+        &self,
+        requested: Option<Algorithm>,
+        pools: &[&[DesiredEndpoint]],
+        affinity: bool,
+    ) -> Resolution {
+        let r = svcnet_lb::resolve(requested, Dataplane::Nftables);
+        if r.algorithm == Algorithm::Random
+            || pools
+                .iter()
+                .all(|eps| algorithm_plan(r.algorithm, eps, affinity).is_ok())
+        {
+            return r;
+        }
+        Resolution {
+            algorithm: Algorithm::Random,
+            fallback: Some(Fallback {
+                requested: requested.unwrap_or(Algorithm::Random),
+                used: Algorithm::Random,
+                dataplane: Dataplane::Nftables,
+                why: "its lookup table could not be built for these endpoints",
+            }),
+        }
+    }
+}
+
+/// The policy chain of a pool.
+fn pool_chain(spn: &ServicePortName, pool: Pool) -> String {
+    match pool {
+        Pool::Cluster => service_chain(spn),
+        Pool::Local => local_chain(spn),
+    }
+}
+
+/// The key of a frontend in `service-ips` / `no-endpoint-services`, or in
+/// `service-nodeports` / `no-endpoint-nodeports`.
+fn frontend_element(
+    proto: &str,
+    fe: &Frontend<'_>,
+    to_service: &'static str,
+    refused: bool,
+) -> (&'static str, String) {
+    let tuple = |addr: IpAddr, port: u16| format!("{} . {proto} . {port}", ip_literal(addr));
+    match (fe, refused) {
+        (Frontend::NodePort(np), false) => (SERVICE_NODEPORTS, format!("{proto} . {np}")),
+        (Frontend::NodePort(np), true) => (NO_ENDPOINT_NODEPORTS, format!("{proto} . {np}")),
+        (
+            Frontend::ClusterIp(ip, port)
+            | Frontend::ExternalIp(ip, port)
+            | Frontend::LoadBalancer { ip, port, .. },
+            refused,
+        ) => (
+            if refused {
+                NO_ENDPOINT_SERVICES
+            } else {
+                to_service
+            },
+            tuple(*ip, *port),
+        ),
+    }
+}
+
+/// Rules of a route that is not refused for everyone: the short-circuit for pods and the node
+/// (node-sourced traffic masqueraded), then the target (masqueraded when `Always`).
+fn route_rules(
+    family: Family,
+    g: &ServiceGraph<'_>,
+    route: &Route,
+    node: &DesiredNode,
+) -> Vec<String> {
+    let ip = ip_kw(family);
+    let spn = &g.port.name;
+    let mut rules = Vec::new();
+    if let Some(pool) = route.short_circuit {
+        let chain = pool_chain(spn, pool);
+        if !node.cluster_cidrs.is_empty() {
+            rules.push(format!(
+                "{ip} saddr {} goto {chain}",
+                nets(&node.cluster_cidrs)
+            ));
+        }
+        rules.push(format!("fib saddr type local jump {MARK_FOR_MASQUERADE}"));
+        rules.push(format!("fib saddr type local goto {chain}"));
+    }
+    match route.target {
+        Target::Pool { pool, masquerade } => {
+            match masquerade {
+                Masquerade::Always => rules.push(format!("jump {MARK_FOR_MASQUERADE}")),
+                Masquerade::OffCluster => rules.push(format!(
+                    "{ip} saddr != {} jump {MARK_FOR_MASQUERADE}",
+                    nets(&node.cluster_cidrs)
+                )),
+                Masquerade::Never => {}
+            }
+            rules.push(format!("goto {}", pool_chain(spn, pool)));
+        }
+        Target::Refuse(v) => rules.push(verdict_value(v)),
+    }
+    rules
+}
+
+/// Renders one service port from its decided graph.
 pub fn service_fragment(family: Family, d: &DesiredServicePort, node: &DesiredNode) -> Fragment {
+    let g = lower(d, node, &NftCapability);
     let ip = ip_kw(family);
     let spn = &d.name;
     let proto = d.protocol.as_str();
-    let mut f = Fragment::default();
+    let mut f = Fragment {
+        fallback: g.fallback.clone(),
+        ..Fragment::default()
+    };
     let mut elem = |set: &'static str, key: String, value: Option<String>| {
         f.elements.insert(Element {
             set: Cow::Borrowed(set),
@@ -306,162 +434,60 @@ pub fn service_fragment(family: Family, d: &DesiredServicePort, node: &DesiredNo
 
     elem(CLUSTER_IPS, ip_literal(d.cluster_ip), None);
 
-    // Internal traffic.
-    let internal_chain = match d.internal_policy {
-        TrafficPolicy::Cluster => service_chain(spn),
-        TrafficPolicy::Local => local_chain(spn),
-    };
-    match d.internal_no_endpoints {
-        None => elem(
-            SERVICE_IPS,
-            tuple(d.cluster_ip, d.port),
-            Some(format!("goto {internal_chain}")),
-        ),
-        Some(v) => elem(
-            NO_ENDPOINT_SERVICES,
-            tuple(d.cluster_ip, d.port),
-            Some(verdict_value(v)),
-        ),
-    }
-
-    // External traffic.
-    let external_ips: Vec<IpAddr> = d
-        .external_ips
-        .iter()
-        .chain(&d.load_balancer_ips)
-        .copied()
-        .collect();
-    let mut external_rules = None;
-    if d.has_external() {
-        let target = match d.external_no_endpoints {
-            Some(NoEndpointsVerdict::Reject) => None,
-            _ => Some(format!("goto {}", external_chain(spn))),
+    // Frontends: each to its route, or to its refusal when everyone is refused. Internal
+    // traffic goes straight to its pool's chain (whose first rule is the masquerade check);
+    // external traffic through the port's external chain.
+    let mut external_used = false;
+    for fe in &g.frontends {
+        let route = g.route_of(fe);
+        let (set, key) =
+            frontend_element(proto, fe, SERVICE_IPS, route.refused_for_all().is_some());
+        let value = match (route.refused_for_all(), fe.is_external()) {
+            (Some(v), _) => verdict_value(v),
+            (None, false) => match route.target {
+                Target::Pool { pool, .. } => format!("goto {}", pool_chain(spn, pool)),
+                Target::Refuse(v) => verdict_value(v),
+            },
+            (None, true) => {
+                external_used = true;
+                format!("goto {}", external_chain(spn))
+            }
         };
-        for addr in &external_ips {
-            match &target {
-                Some(t) => elem(SERVICE_IPS, tuple(*addr, d.port), Some(t.clone())),
-                None => elem(
-                    NO_ENDPOINT_SERVICES,
-                    tuple(*addr, d.port),
-                    Some(verdict_value(NoEndpointsVerdict::Reject)),
-                ),
-            }
-        }
-        if let Some(np) = d.node_port {
-            match &target {
-                Some(t) => elem(
-                    SERVICE_NODEPORTS,
-                    format!("{proto} . {np}"),
-                    Some(t.clone()),
-                ),
-                None => elem(
-                    NO_ENDPOINT_NODEPORTS,
-                    format!("{proto} . {np}"),
-                    Some(verdict_value(NoEndpointsVerdict::Reject)),
-                ),
-            }
-        }
-        if !d.load_balancer_source_ranges.is_empty() {
+        elem(set, key, Some(value));
+        if let Frontend::LoadBalancer {
+            ip: lb,
+            port,
+            source_ranges,
+        } = fe
+            && !source_ranges.is_empty()
+        {
             let fw = firewall_chain(spn);
-            for addr in &d.load_balancer_ips {
-                elem(
-                    FIREWALL_IPS,
-                    tuple(*addr, d.port),
-                    Some(format!("goto {fw}")),
-                );
-            }
-            if !d.load_balancer_ips.is_empty() {
-                f.chains.insert(
-                    fw,
-                    vec![format!(
-                        "{ip} saddr != {} drop",
-                        nets(&d.load_balancer_source_ranges)
-                    )],
-                );
-            }
-        }
-        if target.is_some() {
-            let svc = service_chain(spn);
-            let mut rules = Vec::new();
-            match d.external_policy {
-                TrafficPolicy::Cluster => {
-                    rules.push(format!("jump {MARK_FOR_MASQUERADE}"));
-                    rules.push(format!("goto {svc}"));
-                }
-                TrafficPolicy::Local => {
-                    // Pods and the node itself reach the service through all endpoints
-                    // (upstream's short-circuit); node-sourced traffic is masqueraded.
-                    if !d.cluster_endpoints.is_empty() {
-                        if !node.cluster_cidrs.is_empty() {
-                            rules.push(format!(
-                                "{ip} saddr {} goto {svc}",
-                                nets(&node.cluster_cidrs)
-                            ));
-                        }
-                        rules.push(format!("fib saddr type local jump {MARK_FOR_MASQUERADE}"));
-                        rules.push(format!("fib saddr type local goto {svc}"));
-                    }
-                    if d.local_endpoints.is_empty() {
-                        rules.push("drop".into());
-                    } else {
-                        rules.push(format!("goto {}", local_chain(spn)));
-                    }
-                }
-            }
-            external_rules = Some(rules);
+            elem(FIREWALL_IPS, tuple(*lb, *port), Some(format!("goto {fw}")));
+            f.chains.insert(
+                fw,
+                vec![format!("{ip} saddr != {} drop", nets(source_ranges))],
+            );
         }
     }
-    let external_used = external_rules.is_some();
-    if let Some(rules) = external_rules {
-        f.chains.insert(external_chain(spn), rules);
+    if external_used && let Some(route) = &g.external {
+        f.chains
+            .insert(external_chain(spn), route_rules(family, &g, route, node));
     }
 
-    // Policy chains, only those something jumps to.
-    let cluster_used = !d.cluster_endpoints.is_empty()
-        && ((d.internal_policy == TrafficPolicy::Cluster && d.internal_no_endpoints.is_none())
-            || external_used);
-    let local_used = !d.local_endpoints.is_empty()
-        && ((d.internal_policy == TrafficPolicy::Local && d.internal_no_endpoints.is_none())
-            || (external_used && d.external_policy == TrafficPolicy::Local));
-    let mut endpoints: BTreeSet<&DesiredEndpoint> = BTreeSet::new();
-    if cluster_used {
-        let internal = d.internal_policy == TrafficPolicy::Cluster;
-        let chain = service_chain(spn);
-        let (rules, fallback) = policy_chain(
-            family,
-            d,
-            node,
-            &d.cluster_endpoints,
-            internal,
-            &chain,
-            &mut f,
-        );
+    // Policy chains of the used pools, then their endpoints' chains.
+    let internal = g.internal_pool();
+    for (pool, eps) in &g.pools {
+        let chain = pool_chain(spn, *pool);
+        let masquerade = internal.filter(|(p, _)| p == pool).map(|(_, m)| m);
+        let rules = policy_chain(family, &g, node, eps, masquerade, &chain, &mut f);
         f.chains.insert(chain, rules);
-        f.fallback = f.fallback.take().or(fallback);
-        endpoints.extend(&d.cluster_endpoints);
     }
-    if local_used {
-        let internal = d.internal_policy == TrafficPolicy::Local;
-        let chain = local_chain(spn);
-        let (rules, fallback) = policy_chain(
-            family,
-            d,
-            node,
-            &d.local_endpoints,
-            internal,
-            &chain,
-            &mut f,
-        );
-        f.chains.insert(chain, rules);
-        f.fallback = f.fallback.take().or(fallback);
-        endpoints.extend(&d.local_endpoints);
-    }
-    for ep in endpoints {
+    for ep in g.endpoints() {
         let mut rules = vec![format!(
             "{ip} saddr {} jump {MARK_FOR_MASQUERADE}",
             ip_literal(ep.ip)
         )];
-        if let Some(timeout) = d.affinity_timeout {
+        if let Some(timeout) = g.affinity {
             let set = affinity_set(spn, ep);
             rules.push(format!("update @{set} {{ {ip} saddr }}"));
             f.sets.insert(

@@ -1,26 +1,15 @@
-//! The dataplane-neutral desired state: what every dataplane (nftables, iptables, userspace)
-//! renders. A dataplane never reads API objects; it reads only these types.
+//! The dataplane-neutral desired state: the facts every dataplane renders, through the
+//! decided graph of [`crate::graph`]. A dataplane never reads API objects; it reads only these
+//! types and the graph lowered from them.
 //!
 //! Per family (IPv4 and IPv6 are independent), the state holds node-level settings
 //! ([`DesiredNode`]) and one [`DesiredServicePort`] per service port with a cluster IP of that
-//! family. The semantics every dataplane must implement:
-//!
-//! * **Frontends.** Traffic to `cluster_ip:port` is *internal* traffic; traffic to
-//!   `node address:node_port`, `external_ips:port` and `load_balancer_ips:port` is *external*.
-//! * **Endpoint choice.** Internal traffic goes to [`DesiredServicePort::internal_endpoints`],
-//!   external traffic to [`DesiredServicePort::external_endpoints`], uniformly at random
-//!   (weighted by [`DesiredEndpoint::weight`]) unless session affinity pins a client IP.
-//!   Exception (upstream's short-circuit): external traffic with `externalTrafficPolicy: Local`
-//!   whose source is a pod (inside a cluster CIDR) or the node itself uses the internal-cluster
-//!   set (`cluster_endpoints`), masquerading node-sourced traffic.
-//! * **No endpoints.** When the relevant set is empty the traffic gets
-//!   [`DesiredServicePort::internal_no_endpoints`] / `external_no_endpoints`: `Reject` (TCP RST or
-//!   ICMP unreachable, so clients fail fast) when the service has no usable endpoint anywhere,
-//!   `Drop` when only this node has none (Local policy).
-//! * **Source ranges.** Traffic to a load-balancer IP from outside
-//!   `load_balancer_source_ranges` (when non-empty) is dropped.
-//! * **Masquerade.** Internal traffic per [`ClusterIpMasquerade`]; external traffic when
-//!   `masquerade_external`; and always hairpin traffic (an endpoint reaching itself).
+//! family: its frontends (cluster IP, node port, external and load-balancer IPs, source
+//! ranges), its traffic policies, affinity, requested algorithm, and its endpoints as the one
+//! selection function chose them ([`DesiredServicePort::cluster_endpoints`] under the Cluster
+//! policy, [`DesiredServicePort::local_endpoints`] under Local). Which of them a connection
+//! reaches, whether it is masqueraded and when it is refused is decided by
+//! [`crate::graph::lower`], once, for every dataplane.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
@@ -40,7 +29,8 @@ pub struct CoreConfig {
     pub masquerade_all: bool,
     /// Pod CIDRs (`--cluster-cidr`); traffic from outside them to a cluster IP is masqueraded.
     pub cluster_cidrs: Vec<IpNet>,
-    /// Service CIDRs: traffic to an unallocated IP inside them is dropped, never routed on.
+    /// Service CIDRs: traffic to an unallocated IP inside them is refused (see
+    /// [`crate::graph::NODE_VERDICTS`]), never routed on.
     pub service_cidrs: Vec<IpNet>,
     /// Addresses that accept node-port traffic (`--nodeport-addresses`); empty means every
     /// local address of the node except loopback.
@@ -76,17 +66,6 @@ pub enum NoEndpointsVerdict {
     Reject,
     /// Endpoints exist, but not on this node and the policy is Local: drop silently.
     Drop,
-}
-
-/// How internal (cluster IP) traffic is masqueraded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ClusterIpMasquerade {
-    /// `--masquerade-all`.
-    All,
-    /// Only traffic whose source is outside [`DesiredNode::cluster_cidrs`] (off-cluster clients).
-    OffCluster,
-    /// Never (no cluster CIDR known and no masquerade-all), except hairpin.
-    Never,
 }
 
 /// One selected endpoint.
@@ -125,10 +104,6 @@ pub struct DesiredServicePort {
     pub cluster_endpoints: Vec<DesiredEndpoint>,
     /// This node's endpoints, for Local policies (empty when no policy is Local).
     pub local_endpoints: Vec<DesiredEndpoint>,
-    pub internal_no_endpoints: Option<NoEndpointsVerdict>,
-    pub external_no_endpoints: Option<NoEndpointsVerdict>,
-    pub cluster_ip_masquerade: ClusterIpMasquerade,
-    pub masquerade_external: bool,
     /// Load-balancing algorithm requested for this service: its annotation, else
     /// `--scheduler`; `None` means the dataplane's default. Each dataplane resolves it with
     /// `svcnet_lb::resolve` and reports when it must fall back.
@@ -136,22 +111,6 @@ pub struct DesiredServicePort {
 }
 
 impl DesiredServicePort {
-    /// Endpoints that internal (cluster IP) traffic may reach.
-    pub fn internal_endpoints(&self) -> &[DesiredEndpoint] {
-        match self.internal_policy {
-            TrafficPolicy::Cluster => &self.cluster_endpoints,
-            TrafficPolicy::Local => &self.local_endpoints,
-        }
-    }
-
-    /// Endpoints that external (node port, external IP, LB IP) traffic may reach.
-    pub fn external_endpoints(&self) -> &[DesiredEndpoint] {
-        match self.external_policy {
-            TrafficPolicy::Cluster => &self.cluster_endpoints,
-            TrafficPolicy::Local => &self.local_endpoints,
-        }
-    }
-
     /// Whether the port has any external frontend.
     pub fn has_external(&self) -> bool {
         self.node_port.is_some()
@@ -255,13 +214,6 @@ pub fn desired_service_ports(
         .collect();
     let need_local = info.internal_policy == TrafficPolicy::Local
         || info.external_policy == TrafficPolicy::Local;
-    let cluster_ip_masquerade = if node_state.masquerade_all {
-        ClusterIpMasquerade::All
-    } else if !node_state.cluster_cidrs.is_empty() {
-        ClusterIpMasquerade::OffCluster
-    } else {
-        ClusterIpMasquerade::Never
-    };
     let empty = Vec::new();
     info.ports
         .iter()
@@ -277,14 +229,7 @@ pub fn desired_service_ports(
                 .cloned()
                 .collect();
             let cat = categorize_endpoints(&family_eps, node, need_local);
-            let verdict = |set_empty: bool| {
-                set_empty.then_some(if cat.has_any {
-                    NoEndpointsVerdict::Drop
-                } else {
-                    NoEndpointsVerdict::Reject
-                })
-            };
-            let mut d = DesiredServicePort {
+            DesiredServicePort {
                 name: p.name.clone(),
                 family,
                 protocol: p.name.protocol,
@@ -300,19 +245,8 @@ pub fn desired_service_ports(
                 health_check_node_port: info.health_check_node_port,
                 cluster_endpoints: cat.cluster.iter().map(|e| to_desired(e, node)).collect(),
                 local_endpoints: cat.local.iter().map(|e| to_desired(e, node)).collect(),
-                internal_no_endpoints: None,
-                external_no_endpoints: None,
-                cluster_ip_masquerade,
-                masquerade_external: info.external_policy == TrafficPolicy::Cluster,
                 lb_algorithm: info.lb_algorithm.or(node_state.scheduler),
-            };
-            d.internal_no_endpoints = verdict(d.internal_endpoints().is_empty());
-            d.external_no_endpoints = if d.has_external() {
-                verdict(d.external_endpoints().is_empty())
-            } else {
-                None
-            };
-            d
+            }
         })
         .collect()
 }

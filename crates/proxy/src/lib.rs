@@ -8,23 +8,32 @@
 //!
 //! Code map: [`names`] (identifiers), [`service`] and [`endpoints`] (digests of API objects),
 //! [`categorize`] (the one endpoint-selection function), [`tracker`] (coalescing change
-//! trackers), [`desired`] (the output types and their semantics), [`state`] (observed world
-//! and change sets), [`fixtures`] (builders for tests).
+//! trackers), [`desired`] (the output types), [`graph`] (every traffic decision of a service
+//! port, lowered from the desired state: the one place dataplanes take routes, masquerade,
+//! refusals and node-wide verdicts from), [`state`] (observed world and change sets),
+//! [`dataplane`] (the contract every dataplane implements and one syncer drives),
+//! [`fixtures`] (builders for tests).
 
 pub mod algorithm;
 pub mod categorize;
+pub mod dataplane;
 pub mod desired;
 pub mod endpoints;
 pub mod fixtures;
+pub mod graph;
 pub mod names;
 pub mod service;
 pub mod state;
 pub mod tracker;
 
 pub use categorize::{Categorized, NodeTopology, categorize_endpoints};
+pub use dataplane::{Changes, Dataplane, FullReason};
 pub use desired::{
-    ClusterIpMasquerade, CoreConfig, DesiredEndpoint, DesiredFamily, DesiredNode,
-    DesiredServicePort, NoEndpointsVerdict,
+    CoreConfig, DesiredEndpoint, DesiredFamily, DesiredNode, DesiredServicePort, NoEndpointsVerdict,
+};
+pub use graph::{
+    Capability, Frontend, Masquerade, NODE_VERDICTS, NodeVerdicts, Pool, Route, ServiceGraph,
+    Target, lower,
 };
 pub use names::{IpFamily, NamespacedName, Protocol, ServicePortName};
 pub use service::{ServiceError, ServiceInfo, TrafficPolicy};

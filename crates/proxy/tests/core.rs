@@ -24,6 +24,41 @@ fn eps(list: &[DesiredEndpoint]) -> String {
     format!("[{}]", v.join(" "))
 }
 
+/// A capability that expresses every algorithm (the graph's routes do not depend on it).
+struct AnyAlgorithm;
+
+impl svcnet_proxy::Capability for AnyAlgorithm {
+    fn resolve(
+        &self,
+        requested: Option<svcnet_proxy::Algorithm>,
+        _pools: &[&[DesiredEndpoint]],
+        _affinity: bool,
+    ) -> svcnet_lb::Resolution {
+        svcnet_lb::Resolution {
+            algorithm: requested.unwrap_or(svcnet_proxy::Algorithm::Random),
+            fallback: None,
+        }
+    }
+}
+
+/// A route as `short-circuit(pool eps) -> target`, the target a pool with its endpoints and
+/// masquerade rule, or a refusal.
+fn route(g: &svcnet_proxy::ServiceGraph<'_>, r: &svcnet_proxy::Route) -> String {
+    use svcnet_proxy::Target;
+    let pool = |p| format!("{p:?}{}", eps(g.pool(p).unwrap_or_default()));
+    let target = match r.target {
+        Target::Pool {
+            pool: p,
+            masquerade,
+        } => format!("{} masq={masquerade:?}", pool(p)),
+        Target::Refuse(v) => format!("{v:?}"),
+    };
+    match r.short_circuit {
+        Some(p) => format!("pods+node->{} else {target}", pool(p)),
+        None => target,
+    }
+}
+
 fn render(state: &ProxyState) -> String {
     let mut out = String::new();
     for family in IpFamily::ALL {
@@ -44,24 +79,14 @@ fn render(state: &ProxyState) -> String {
             if let Some(t) = d.affinity_timeout {
                 write!(out, " affinity={t}s").unwrap();
             }
-            write!(
-                out,
-                "\n  internal={} {:?}",
-                eps(d.internal_endpoints()),
-                d.internal_no_endpoints
-            )
-            .unwrap();
-            if d.has_external() {
-                write!(
-                    out,
-                    "\n  external={} {:?} masq={}",
-                    eps(d.external_endpoints()),
-                    d.external_no_endpoints,
-                    d.masquerade_external
-                )
-                .unwrap();
+            // The decided graph (as a dataplane that can express every algorithm sees it).
+            let node = state.node_state(family);
+            let g = svcnet_proxy::lower(&d, &node, &AnyAlgorithm);
+            write!(out, "\n  internal={}", route(&g, &g.internal)).unwrap();
+            if let Some(ext) = &g.external {
+                write!(out, "\n  external={}", route(&g, ext)).unwrap();
             }
-            writeln!(out, "\n  cluster-ip-masq={:?}", d.cluster_ip_masquerade).unwrap();
+            writeln!(out).unwrap();
         }
     }
     out
@@ -112,8 +137,7 @@ fn ready_endpoints_only() {
         None,
         expect![[r#"
             default/web/tcp/http 10.96.0.10:80
-              internal=[10.244.1.2:8080] None
-              cluster-ip-masq=OffCluster
+              internal=Cluster[10.244.1.2:8080] masq=OffCluster
         "#]],
     );
 }
@@ -129,8 +153,7 @@ fn terminating_fallback_when_nothing_is_ready() {
         None,
         expect![[r#"
             default/web/tcp/http 10.96.0.10:80
-              internal=[10.244.3.2:8080(t)] None
-              cluster-ip-masq=OffCluster
+              internal=Cluster[10.244.3.2:8080(t)] masq=OffCluster
         "#]],
     );
 }
@@ -145,12 +168,10 @@ fn no_endpoints_rejects() {
         None,
         expect![[r#"
             default/web/udp/ 10.96.0.10:53 np=30053
-              internal=[] Some(Reject)
-              external=[] Some(Reject) masq=true
-              cluster-ip-masq=OffCluster
+              internal=Reject
+              external=Reject
             default/web/tcp/http 10.96.0.10:80
-              internal=[] Some(Reject)
-              cluster-ip-masq=OffCluster
+              internal=Reject
         "#]],
     );
 }
@@ -173,9 +194,8 @@ fn external_local_uses_local_endpoints_and_drops_without_them() {
         None,
         expect![[r#"
             default/web/tcp/http 10.96.0.10:80 np=30080 lb=203.0.113.7 allow=192.168.0.0/16
-              internal=[10.244.1.2:8080 10.244.2.2:8080] None
-              external=[10.244.1.2:8080] None masq=false
-              cluster-ip-masq=OffCluster
+              internal=Cluster[10.244.1.2:8080 10.244.2.2:8080] masq=OffCluster
+              external=pods+node->Cluster[10.244.1.2:8080 10.244.2.2:8080] else Local[10.244.1.2:8080] masq=Never
         "#]],
     );
     check(
@@ -186,9 +206,8 @@ fn external_local_uses_local_endpoints_and_drops_without_them() {
         None,
         expect![[r#"
             default/web/tcp/http 10.96.0.10:80 np=30080 lb=203.0.113.7 allow=192.168.0.0/16
-              internal=[10.244.2.2:8080] None
-              external=[] Some(Drop) masq=false
-              cluster-ip-masq=OffCluster
+              internal=Cluster[10.244.2.2:8080] masq=OffCluster
+              external=pods+node->Cluster[10.244.2.2:8080] else Drop
         "#]],
     );
 }
@@ -206,8 +225,7 @@ fn internal_local_with_local_terminating_fallback() {
         None,
         expect![[r#"
             default/web/tcp/http 10.96.0.10:80
-              internal=[10.244.1.2:8080(t)] None
-              cluster-ip-masq=OffCluster
+              internal=Local[10.244.1.2:8080(t)] masq=OffCluster
         "#]],
     );
     check(
@@ -220,8 +238,7 @@ fn internal_local_with_local_terminating_fallback() {
         None,
         expect![[r#"
             default/web/tcp/http 10.96.0.10:80
-              internal=[] Some(Drop)
-              cluster-ip-masq=OffCluster
+              internal=Drop
         "#]],
     );
 }
@@ -238,8 +255,7 @@ fn zone_hints_apply_only_when_every_endpoint_has_them() {
         Some(node("n1", Some("b"))),
         expect![[r#"
             default/web/tcp/http 10.96.0.10:80
-              internal=[10.244.2.2:8080] None
-              cluster-ip-masq=OffCluster
+              internal=Cluster[10.244.2.2:8080] masq=OffCluster
         "#]],
     );
     let partly = web_slice(|s| {
@@ -252,8 +268,7 @@ fn zone_hints_apply_only_when_every_endpoint_has_them() {
         Some(node("n1", Some("b"))),
         expect![[r#"
             default/web/tcp/http 10.96.0.10:80
-              internal=[10.244.1.2:8080 10.244.2.2:8080] None
-              cluster-ip-masq=OffCluster
+              internal=Cluster[10.244.1.2:8080 10.244.2.2:8080] masq=OffCluster
         "#]],
     );
     let by_node = web_slice(|s| {
@@ -266,8 +281,7 @@ fn zone_hints_apply_only_when_every_endpoint_has_them() {
         Some(node("n1", None)),
         expect![[r#"
             default/web/tcp/http 10.96.0.10:80
-              internal=[10.244.1.2:8080] None
-              cluster-ip-masq=OffCluster
+              internal=Cluster[10.244.1.2:8080] masq=OffCluster
         "#]],
     );
 }
@@ -314,13 +328,11 @@ fn dual_stack_families_are_independent() {
         None,
         expect![[r#"
             default/ds/udp/dns 10.96.0.20:53 ext=198.51.100.1 affinity=10800s
-              internal=[10.244.1.3:5353] None
-              external=[10.244.1.3:5353] None masq=true
-              cluster-ip-masq=OffCluster
+              internal=Cluster[10.244.1.3:5353] masq=OffCluster
+              external=Cluster[10.244.1.3:5353] masq=Always
             default/ds/udp/dns fd00:10:96::20:53 ext=2001:db8::1 affinity=10800s
-              internal=[] Some(Reject)
-              external=[] Some(Reject) masq=true
-              cluster-ip-masq=Never
+              internal=Reject
+              external=Reject
         "#]],
     );
 }

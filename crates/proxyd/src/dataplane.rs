@@ -1,21 +1,20 @@
-//! The three dataplanes behind one sync call: nftables (per-family renderers, full syncs that
-//! recreate or re-assert the table, partial syncs of the changed services), iptables
-//! (`svcnet_iptables::IptablesDataplane`, which makes kube-proxy's full-or-partial decision
-//! itself, canary included) and userspace (`svcnet_userspace::UserspaceProxy` in privileged
-//! mode, synced from every family's full desired state; it diffs internally). Each sync
-//! returns an [`Outcome`]: whether it was full, which families failed, and the algorithm
-//! fallbacks to report. Also the cleanup of the other modes' leftovers when a mode starts,
-//! and `--cleanup` of all three.
+//! The three dataplanes, each behind the dataplane contract ([`svcnet_proxy::Dataplane`]) and
+//! driven by the one generic [`Syncer`] (the full-or-partial decision, retries with a full
+//! sync, fallbacks): nftables ([`NftDataplane`]), iptables ([`IptablesDataplane`], whose
+//! canary asks for a full sync after a flush) and userspace ([`UserspaceDataplane`], a
+//! privileged or unprivileged [`UserspaceProxy`]). Each sync returns an [`Outcome`]. Also the
+//! cleanup of the other modes' leftovers when a mode starts, and `--cleanup` of all three.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use svcnet_iptables::IptablesDataplane;
 use svcnet_lb::Fallback;
-use svcnet_nft::{Family, FullMode, NftExecutor, Renderer};
-use svcnet_proxy::{ChangeSet, IpFamily, NamespacedName, ProxyState, ServicePortName};
-use svcnet_userspace::UserspaceProxy;
+use svcnet_nft::{Family, NftDataplane, NftExecutor};
+use svcnet_proxy::{ChangeSet, NamespacedName, ProxyState, ServicePortName};
+use svcnet_userspace::{UserspaceDataplane, UserspaceProxy};
 
+use crate::syncer::Syncer;
 use crate::{ProxyConfig, ProxyError, ProxyMode};
 
 /// Which services an outcome's fallback list speaks for.
@@ -32,6 +31,9 @@ pub enum Scope {
 pub struct Outcome {
     pub full: bool,
     pub ok: bool,
+    /// Whether a failure may go away by retrying (false: reported, retried only with the next
+    /// change or periodic resync).
+    pub retryable: bool,
     /// Algorithms the dataplane could not express (it chose at random instead).
     pub fallbacks: Vec<(ServicePortName, Fallback)>,
     pub scope: Scope,
@@ -39,45 +41,18 @@ pub struct Outcome {
     pub service_ports: Option<usize>,
 }
 
-/// Per-family nft state.
-pub struct NftFamily {
-    renderer: Renderer,
-    /// Next full sync must recreate the table (first sync, after a failure).
-    recreate: bool,
-    /// Services changed since the last successful sync of this family.
-    dirty: BTreeSet<NamespacedName>,
-}
-
-/// A dataplane as the sync loop drives it.
+/// The dataplane of the configured mode, under the generic syncer.
 pub enum Plane {
-    Nft {
-        exec: NftExecutor,
-        families: BTreeMap<IpFamily, NftFamily>,
-    },
-    /// `None` only while a sync runs on a blocking thread.
-    Iptables(Option<Box<IptablesDataplane>>),
-    Userspace(Arc<UserspaceProxy>),
+    Nft(Syncer<NftDataplane>),
+    Iptables(Syncer<IptablesDataplane>),
+    /// The proxy is also kept apart, for its metrics.
+    Userspace(Syncer<UserspaceDataplane>, Arc<UserspaceProxy>),
 }
 
 impl Plane {
     pub fn nft(cfg: &ProxyConfig) -> Self {
-        let families = IpFamily::ALL
-            .into_iter()
-            .map(|f| {
-                (
-                    f,
-                    NftFamily {
-                        renderer: Renderer::with_table(Family::from(f), &cfg.table),
-                        recreate: true,
-                        dirty: BTreeSet::new(),
-                    },
-                )
-            })
-            .collect();
-        Self::Nft {
-            exec: NftExecutor::new(cfg.netns.clone()),
-            families,
-        }
+        let exec = NftExecutor::new(cfg.netns.clone());
+        Self::Nft(Syncer::new(NftDataplane::new(exec, &cfg.table)))
     }
 
     /// The dataplane for `cfg.mode`, after checking its tools are there.
@@ -95,7 +70,7 @@ impl Plane {
                 .await
                 .map_err(|e| ProxyError::Task(e.to_string()))??;
                 tracing::info!(backend = exec.backend().as_str(), "iptables back end");
-                Ok(Self::Iptables(Some(Box::new(IptablesDataplane::new(exec)))))
+                Ok(Self::Iptables(Syncer::new(IptablesDataplane::new(exec))))
             }
             ProxyMode::Userspace => {
                 let mode = if cfg.unprivileged {
@@ -115,7 +90,9 @@ impl Plane {
                 };
                 let mut config = svcnet_userspace::Config::new(mode);
                 config.netns = cfg.netns.clone();
-                Ok(Self::Userspace(Arc::new(UserspaceProxy::new(config)?)))
+                let proxy = Arc::new(UserspaceProxy::new(config)?);
+                let dp = UserspaceDataplane::new(proxy.clone(), tokio::runtime::Handle::current());
+                Ok(Self::Userspace(Syncer::new(dp), proxy))
             }
         }
     }
@@ -123,7 +100,7 @@ impl Plane {
     /// The userspace proxy, for its metrics.
     pub fn userspace(&self) -> Option<Arc<UserspaceProxy>> {
         match self {
-            Self::Userspace(p) => Some(p.clone()),
+            Self::Userspace(_, p) => Some(p.clone()),
             _ => None,
         }
     }
@@ -131,216 +108,26 @@ impl Plane {
     /// Syncs the dataplane with `state`; `changes` were just taken from it.
     pub async fn sync(
         &mut self,
-        state: &mut ProxyState,
+        state: &ProxyState,
         changes: &ChangeSet,
         periodic_full: bool,
     ) -> Outcome {
         match self {
-            Self::Nft { exec, families } => {
-                sync_nft(exec, families, state, changes, periodic_full).await
-            }
-            Self::Iptables(slot) => sync_iptables(slot, state, changes, periodic_full).await,
-            Self::Userspace(proxy) => sync_userspace(proxy, state).await,
+            Self::Nft(s) => s.sync(state, changes, periodic_full).await,
+            Self::Iptables(s) => s.sync(state, changes, periodic_full).await,
+            Self::Userspace(s, _) => s.sync(state, changes, periodic_full).await,
         }
     }
 
     /// Stops the dataplane. Kernel rules stay (a restarted proxy takes them over); the
     /// userspace proxy removes its redirects, which would lead to closed ports otherwise.
     pub async fn shutdown(&self) {
-        if let Self::Userspace(p) = self
+        if let Self::Userspace(_, p) = self
             && let Err(e) = p.shutdown().await
         {
             tracing::warn!("stopping the userspace proxy: {e}");
         }
     }
-}
-
-async fn sync_nft(
-    exec: &NftExecutor,
-    families: &mut BTreeMap<IpFamily, NftFamily>,
-    state: &ProxyState,
-    changes: &ChangeSet,
-    periodic_full: bool,
-) -> Outcome {
-    let mut out = Outcome {
-        full: false,
-        ok: true,
-        fallbacks: Vec::new(),
-        scope: Scope::Services(BTreeSet::new()),
-        service_ports: None,
-    };
-    for (family, plane) in families.iter_mut() {
-        let family = *family;
-        plane.dirty.extend(changes.services.keys().cloned());
-        let node = state.node_state(family);
-        let partial = if plane.recreate || periodic_full || changes.node_changed {
-            None
-        } else {
-            plane
-                .renderer
-                .plan_partial(&node, &state.desired_for(family, plane.dirty.iter()))
-        };
-        let plan = match partial {
-            Some(p) => p,
-            None => {
-                let mode = if plane.recreate {
-                    FullMode::Recreate
-                } else {
-                    FullMode::Reassert
-                };
-                plane.renderer.plan_full(&state.desired(family), mode)
-            }
-        };
-        let is_full = plan.is_full();
-        out.full |= is_full;
-        let exec = exec.clone();
-        let (plan, result) = match tokio::task::spawn_blocking(move || {
-            let r = exec.apply(&plan.tx);
-            (plan, r)
-        })
-        .await
-        {
-            Ok(x) => x,
-            Err(e) => {
-                tracing::error!("sync task failed: {e}");
-                out.ok = false;
-                continue;
-            }
-        };
-        match result {
-            Ok(()) => {
-                tracing::debug!(%family, full = is_full, ops = plan.tx.len(), "synced");
-                out.fallbacks.extend(plan.fallbacks.iter().cloned());
-                if is_full {
-                    out.scope = Scope::All;
-                } else if let Scope::Services(s) = &mut out.scope {
-                    s.extend(plane.dirty.iter().cloned());
-                }
-                plane.renderer.commit(plan);
-                plane.recreate = false;
-                plane.dirty.clear();
-            }
-            Err(e) => {
-                tracing::warn!(%family, full = is_full, "nft sync failed, will retry with a full sync: {e}");
-                plane.renderer.invalidate();
-                // A reassert that failed (drift: something deleted) is retried by recreating.
-                plane.recreate = true;
-                out.ok = false;
-            }
-        }
-    }
-    out.service_ports = Some(families.values().map(|p| p.renderer.service_ports()).sum());
-    out
-}
-
-/// What iptables reports for a service port: its rules choose endpoints with `-m statistic`
-/// (`random`, and `nth` for `rr` and `wrr`) or `-m cluster` (`sh`, up to 32 hash slots);
-/// anything else is a fallback.
-fn iptables_fallback(d: &svcnet_proxy::DesiredServicePort) -> Option<Fallback> {
-    svcnet_iptables::render::resolve_algorithm(d).fallback
-}
-
-async fn sync_iptables(
-    slot: &mut Option<Box<IptablesDataplane>>,
-    state: &mut ProxyState,
-    changes: &ChangeSet,
-    periodic_full: bool,
-) -> Outcome {
-    let mut out = Outcome {
-        full: false,
-        ok: false,
-        fallbacks: Vec::new(),
-        scope: Scope::Services(changes.services.keys().cloned().collect()),
-        service_ports: None,
-    };
-    let Some(mut dp) = slot.take() else {
-        tracing::error!("iptables dataplane lost after a failed sync task");
-        return out;
-    };
-    // The blocking sync borrows the state: move it to the thread and back.
-    let config = state.config().clone();
-    let moved = std::mem::replace(state, ProxyState::new(config));
-    let changes_owned = changes.clone();
-    let joined = tokio::task::spawn_blocking(move || {
-        let results = dp.sync(&moved, &changes_owned, periodic_full);
-        (dp, moved, results)
-    })
-    .await;
-    let (dp, moved, results) = match joined {
-        Ok(x) => x,
-        Err(e) => {
-            // The state is lost with the thread: nothing sensible to continue with.
-            tracing::error!("iptables sync task failed: {e}");
-            return out;
-        }
-    };
-    *state = moved;
-    *slot = Some(dp);
-    out.ok = true;
-    for r in results {
-        match r {
-            Ok(report) => {
-                tracing::debug!(family = %report.family, full = report.full, reason = ?report.full_reason, rules = ?report.rules, "iptables synced");
-                out.full |= report.full;
-            }
-            Err(e) => {
-                tracing::warn!("{e}; the next sync of that family is full");
-                out.ok = false;
-            }
-        }
-    }
-    // Fallbacks of what this sync rendered: everything after a full sync, else the changes.
-    let mut ports = Vec::new();
-    if out.full {
-        out.scope = Scope::All;
-        for f in IpFamily::ALL {
-            ports.extend(state.desired(f).services.into_values());
-        }
-        out.service_ports = Some(ports.len());
-    } else {
-        for f in IpFamily::ALL {
-            ports.extend(
-                state
-                    .desired_for(f, changes.services.keys())
-                    .into_values()
-                    .flatten(),
-            );
-        }
-    }
-    out.fallbacks = ports
-        .into_iter()
-        .filter_map(|d| Some((d.name.clone(), iptables_fallback(&d)?)))
-        .collect();
-    out
-}
-
-async fn sync_userspace(proxy: &Arc<UserspaceProxy>, state: &ProxyState) -> Outcome {
-    let families: Vec<_> = IpFamily::ALL
-        .into_iter()
-        .map(|f| state.desired(f))
-        .collect();
-    let service_ports = Some(families.iter().map(|f| f.services.len()).sum());
-    let mut out = Outcome {
-        full: true,
-        ok: true,
-        fallbacks: Vec::new(),
-        scope: Scope::All,
-        service_ports,
-    };
-    match proxy.sync(&families).await {
-        Ok(report) => {
-            // Frontends that could not be bound were logged by the proxy; the rest applied.
-            for e in &report.bind_errors {
-                tracing::warn!("userspace proxy: {e}");
-            }
-            out.fallbacks = report.fallbacks;
-        }
-        Err(e) => {
-            tracing::warn!("userspace sync failed, will retry: {e}");
-            out.ok = false;
-        }
-    }
-    out
 }
 
 /// What a cleanup removed.
@@ -401,68 +188,4 @@ pub fn cleanup_modes(
         cleaned.userspace = true;
     }
     Ok(cleaned)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn iptables_reports_what_its_rules_cannot_express() {
-        use svcnet_lb::{Algorithm, Dataplane};
-        use svcnet_proxy::fixtures::{service, slice};
-        use svcnet_proxy::{CoreConfig, IpFamily, ProxyState};
-        let mut state = ProxyState::new(CoreConfig {
-            node_name: "n1".into(),
-            cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
-            ..Default::default()
-        });
-        let algorithms = ["", "random", "rr", "wrr", "sh", "lc", "dh", "maglev", "sh"];
-        for (i, a) in algorithms.iter().enumerate() {
-            let name = format!("s{i}");
-            let mut svc = service("default", &name, |b| {
-                b.cluster_ip(&[&format!("10.96.1.{}", i + 1)])
-                    .port("", "TCP", 80);
-            });
-            if !a.is_empty() {
-                svc.metadata.annotations = Some(
-                    [(svcnet_lb::ANNOTATION.to_string(), a.to_string())]
-                        .into_iter()
-                        .collect(),
-                );
-            }
-            state.update_service(&svc).unwrap();
-            // The last `sh` service has 33 endpoints: more than `-m cluster` has slots.
-            let endpoints = if i + 1 == algorithms.len() { 33 } else { 3 };
-            state.update_slice(&slice("default", &format!("{name}-1"), &name, |b| {
-                b.port("", "TCP", 8080);
-                for e in 0..endpoints {
-                    b.endpoint(&format!("10.244.1.{}", e + 2), "n1", |_| {});
-                }
-            }));
-        }
-        let desired = state.desired(IpFamily::V4);
-        let fallback = |i: usize| {
-            let d = desired
-                .services
-                .values()
-                .find(|d| d.name.service.name == format!("s{i}"))
-                .unwrap();
-            iptables_fallback(d)
-        };
-        for (i, a) in algorithms.iter().enumerate().take(5) {
-            assert_eq!(fallback(i), None, "{a}");
-        }
-        for i in 5..8 {
-            let f = fallback(i).unwrap();
-            assert_eq!(
-                (f.used, f.dataplane),
-                (Algorithm::Random, Dataplane::Iptables)
-            );
-        }
-        let dh = fallback(6).unwrap().to_string();
-        assert!(dh.contains("hashes the destination"), "{dh}");
-        let big = fallback(8).unwrap().to_string();
-        assert!(big.contains("at most 32 slots"), "{big}");
-    }
 }

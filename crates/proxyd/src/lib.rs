@@ -36,6 +36,7 @@ pub mod healthcheck;
 pub mod report;
 pub mod serve;
 mod sync;
+pub mod syncer;
 pub mod usmetrics;
 pub mod watchers;
 

@@ -1,6 +1,9 @@
 //! The sync loop: applies watch inputs to the pure [`ProxyState`], and syncs the dataplane
 //! ([`Plane`]) rate-limited by `min_sync_period`, batching every change that arrived
-//! meanwhile. The first sync and the sync after any failure are full; a timer re-asserts the
+//! meanwhile (the full-or-partial decision is the [`crate::syncer::Syncer`]'s). A failure
+//! that retrying may fix is retried soon, in full; one that cannot (a missing `nft`) is
+//! reported and retried only with the next change or resync. The first sync and the sync
+//! after any failure are full; a timer re-asserts the
 //! whole ruleset every `sync_period` (repairing drift); all other syncs are partial (the
 //! userspace proxy diffs a full desired state itself). IPv4 and IPv6 are synced
 //! independently: a failure in one family leaves the other untouched. After each sync: stale
@@ -20,6 +23,16 @@ use crate::report::{Notice, Notices};
 use crate::serve::Shared;
 use crate::watchers::{Change, Input};
 use crate::{ProxyConfig, SyncStats};
+
+/// How a sync ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Synced {
+    Ok,
+    /// A family failed; retrying (in full) may help: soon.
+    Retry,
+    /// A family failed and retrying cannot help by itself: with the next change or resync.
+    Failed,
+}
 
 pub(crate) struct SyncLoop {
     pub cfg: ProxyConfig,
@@ -175,7 +188,8 @@ impl SyncLoop {
                 _ = stop.changed() => break,
                 _ = wait => {
                     let full = Instant::now() >= self.next_full;
-                    retry = !self.sync(full).await;
+                    // Retried soon only when retrying may help (see `Outcome::retryable`).
+                    retry = self.sync(full).await == Synced::Retry;
                     pending = false;
                 }
             }
@@ -183,15 +197,12 @@ impl SyncLoop {
         self.plane.shutdown().await;
     }
 
-    /// One sync of both families; returns whether every family succeeded.
-    async fn sync(&mut self, periodic_full: bool) -> bool {
+    /// One sync of both families.
+    async fn sync(&mut self, periodic_full: bool) -> Synced {
         let started = Instant::now();
         let changes = self.state.take_changes();
         let stale = self.state.stale_conntrack(&changes);
-        let outcome = self
-            .plane
-            .sync(&mut self.state, &changes, periodic_full)
-            .await;
+        let outcome = self.plane.sync(&self.state, &changes, periodic_full).await;
         let (all_ok, any_full) = (outcome.ok, outcome.full);
         if !all_ok {
             self.shared.metrics.sync_failures.inc();
@@ -254,6 +265,10 @@ impl SyncLoop {
                 s.service_ports = n;
             }
         });
-        all_ok
+        match (all_ok, outcome.retryable) {
+            (true, _) => Synced::Ok,
+            (false, true) => Synced::Retry,
+            (false, false) => Synced::Failed,
+        }
     }
 }

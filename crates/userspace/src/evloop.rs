@@ -409,6 +409,7 @@ impl Loop {
             reset(client);
             return;
         };
+        let route = route.for_client(peer.ip(), || client.local_addr().ok().map(|a| a.ip()));
         let flow = flow(&self.shared, &route, &client, peer);
         let entry = self.conns.vacant_entry();
         let index = entry.key();

@@ -17,9 +17,11 @@
 //! (namespace-aware sockets), `evloop` (Linux's TCP data path: one edge-triggered epoll loop
 //! per core, all accepting from each route's listener), `tcp`/`udp` (tokio data paths: TCP
 //! where there is no epoll loop, UDP everywhere; `relay` copies small messages and splices
-//! bulk streams), `workers` (the tokio runtimes), [`proxy`] (sync, drain, metrics).
+//! bulk streams), `workers` (the tokio runtimes), [`proxy`] (sync, drain, metrics),
+//! [`dataplane`] (the proxy behind the dataplane contract, [`svcnet_proxy::Dataplane`]).
 //! This crate reads only the core's desired state, never API objects.
 
+pub mod dataplane;
 pub mod error;
 #[cfg(target_os = "linux")]
 mod evloop;
@@ -33,6 +35,7 @@ mod tcp;
 mod udp;
 mod workers;
 
+pub use dataplane::{UserspaceDataplane, UserspacePlan};
 pub use error::UserspaceError;
 pub use proxy::{Config, SyncReport, UserspaceProxy, cleanup};
 pub use state::{EndpointMetrics, ServiceMetrics};

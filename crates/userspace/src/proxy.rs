@@ -19,9 +19,10 @@ use crate::error::UserspaceError;
 use crate::rules;
 use crate::socket::SocketFactory;
 use crate::state::{
-    EndpointMetrics, EndpointState, Route, ServiceMetrics, ServiceState, Table, load, now_ms,
+    EndpointMetrics, EndpointState, Route, ServiceMetrics, ServiceState, ShortCircuit, Table, load,
+    now_ms,
 };
-use crate::table::{ListenerKey, Mode, RouteKey, RouteSpec, routes};
+use crate::table::{Class, ListenerKey, Mode, RouteKey, RouteSpec, Sources, routes};
 
 /// Dataplane settings.
 #[derive(Clone, Debug)]
@@ -218,7 +219,12 @@ impl UserspaceProxy {
             let mut fams: BTreeSet<IpFamily> = families.iter().map(|f| f.node.family).collect();
             fams.extend(control.programmed.iter().copied());
             for family in fams {
-                let script = rules::render(family, &specs, &ports);
+                let checks = families
+                    .iter()
+                    .find(|f| f.node.family == family)
+                    .map(rules::NodeChecks::of)
+                    .unwrap_or_default();
+                let script = rules::render(family, &specs, &ports, &checks);
                 nft(self.shared.config.netns.as_deref(), &script).await?;
                 control.programmed.insert(family);
             }
@@ -335,6 +341,10 @@ impl UserspaceProxy {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut table = Table::default();
         let now = now_ms();
+        // Unprivileged mode: each port's short-circuit route (listed before its external
+        // route), for the external route to hand pods and this host to.
+        let unprivileged = matches!(self.shared.config.mode, Mode::Unprivileged { .. });
+        let mut short: HashMap<(ServicePortName, IpFamily), Arc<Route>> = HashMap::new();
         for spec in specs {
             if let Some(f) = &spec.fallback {
                 report.fallbacks.push((spec.key.service.clone(), f.clone()));
@@ -375,17 +385,28 @@ impl UserspaceProxy {
             if let Some(t) = affinity {
                 service.affinity.expire(t, now);
             }
-            table.routes.insert(
-                spec.key.clone(),
-                Arc::new(Route {
-                    key: spec.key.clone(),
-                    balancer,
-                    endpoints,
-                    no_endpoints: spec.no_endpoints,
-                    affinity,
-                    service,
-                }),
-            );
+            let short_circuit = match &spec.sources {
+                Sources::NotPodsOrNode(pods) if unprivileged => short
+                    .get(&(spec.key.service.clone(), spec.key.family))
+                    .map(|route| ShortCircuit {
+                        pods: pods.clone(),
+                        route: route.clone(),
+                    }),
+                _ => None,
+            };
+            let route = Arc::new(Route {
+                key: spec.key.clone(),
+                balancer,
+                endpoints,
+                no_endpoints: spec.no_endpoints,
+                affinity,
+                service,
+                short_circuit,
+            });
+            if spec.key.class == Class::ShortCircuit {
+                short.insert((spec.key.service.clone(), spec.key.family), route.clone());
+            }
+            table.routes.insert(spec.key.clone(), route);
         }
         Ok(table)
     }

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use ipnet::IpNet;
 use svcnet_lb::{Algorithm, Balancer, EndpointView};
 use svcnet_proxy::{NoEndpointsVerdict, ServicePortName};
 use tokio::sync::watch;
@@ -149,9 +150,42 @@ pub struct Route {
     pub no_endpoints: Option<NoEndpointsVerdict>,
     pub affinity: Option<Duration>,
     pub service: Arc<ServiceState>,
+    /// Unprivileged mode only (privileged mode splits sources in the kernel rules): the route
+    /// that serves this one's clients that are pods or this host itself.
+    pub short_circuit: Option<ShortCircuit>,
+}
+
+/// The core's `externalTrafficPolicy: Local` short-circuit, applied per connection where one
+/// socket serves every source (unprivileged mode).
+#[derive(Debug)]
+pub struct ShortCircuit {
+    /// Pod sources (the cluster CIDRs).
+    pub pods: Vec<IpNet>,
+    pub route: Arc<Route>,
 }
 
 impl Route {
+    /// The route that serves a client at `peer` on this route's socket: the short-circuit
+    /// route for pods and for this host (a loopback source, or the connection's own local
+    /// address, which is what a host connecting to one of its addresses sends from); this
+    /// route otherwise. `local` is only asked when there is a short-circuit.
+    pub fn for_client(
+        self: Arc<Self>,
+        peer: IpAddr,
+        local: impl FnOnce() -> Option<IpAddr>,
+    ) -> Arc<Route> {
+        match &self.short_circuit {
+            Some(sc)
+                if sc.pods.iter().any(|n| n.contains(&peer))
+                    || peer.is_loopback()
+                    || local() == Some(peer) =>
+            {
+                sc.route.clone()
+            }
+            _ => self,
+        }
+    }
+
     pub fn name(&self) -> &ServicePortName {
         &self.key.service
     }

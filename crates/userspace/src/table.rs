@@ -1,19 +1,24 @@
-//! The pure half of the dataplane: from the desired state, the routes (one per service port
-//! and frontend class) and the listeners they need, and the per-route choice of algorithm.
+//! The pure half of the dataplane: from the core's decided graph of each service port, the
+//! routes (one per service port and traffic class) and the listeners they need, and the
+//! per-route algorithm.
 //!
-//! A *route* is what a listener serves: internal traffic (the cluster IP) or external traffic
-//! (node ports, external IPs, load-balancer IPs), each with its own endpoint set, as the core
-//! decided (traffic policies). In privileged mode a route gets one listener on an ephemeral
-//! port per family and kernel rules redirect every frontend to it; in unprivileged mode the
-//! route binds each frontend address directly.
+//! A *route* is what a listener serves: internal traffic (the cluster IP), external traffic
+//! (node ports, external IPs, load-balancer IPs), or, for `externalTrafficPolicy: Local`, the
+//! external traffic of pods and of the node itself, which the core sends to the cluster pool
+//! (kube-proxy's short-circuit, [`Class::ShortCircuit`]). Each carries the pool and refusal
+//! the graph decided; nothing here re-derives them from traffic policies. In privileged mode a
+//! route gets one listener on an ephemeral port per family and kernel rules redirect every
+//! frontend to it (choosing the short-circuit route by source, as nft and iptables do); in
+//! unprivileged mode the route binds each frontend address directly, and the data path hands
+//! pods and this host's own connections to the short-circuit route.
 
 use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
-use svcnet_lb::{Algorithm, Dataplane, Fallback, resolve};
+use svcnet_lb::{Algorithm, Dataplane, Fallback, Resolution, resolve};
 use svcnet_proxy::{
-    DesiredEndpoint, DesiredFamily, DesiredServicePort, IpFamily, NoEndpointsVerdict, Protocol,
-    ServicePortName,
+    Capability, DesiredEndpoint, DesiredFamily, DesiredNode, IpFamily, NoEndpointsVerdict,
+    Protocol, Route, ServiceGraph, ServicePortName, Target, lower,
 };
 
 /// Which traffic a route carries.
@@ -21,8 +26,39 @@ use svcnet_proxy::{
 pub enum Class {
     /// To the cluster IP.
     Internal,
-    /// To node ports, external IPs and load-balancer IPs.
+    /// External traffic from pods (sources inside [`RouteSpec::sources`]'s cluster CIDRs) and
+    /// from the node itself, when the core routes it apart from the rest: the short-circuit
+    /// of `externalTrafficPolicy: Local`.
+    ShortCircuit,
+    /// To node ports, external IPs and load-balancer IPs (all of it, or what the
+    /// short-circuit route does not take).
     External,
+}
+
+/// Which sources a route serves (the kernel rules match them in privileged mode).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sources {
+    /// Every source.
+    Any,
+    /// Pods (inside these cluster CIDRs; none when empty) and the node itself.
+    PodsAndNode(Vec<IpNet>),
+    /// Every source except pods (inside these CIDRs) and the node: a short-circuit route of
+    /// the same port takes those.
+    NotPodsOrNode(Vec<IpNet>),
+}
+
+/// What the userspace proxy can express: every algorithm (it chooses in its own code).
+pub struct UserspaceCapability;
+
+impl Capability for UserspaceCapability {
+    fn resolve(
+        &self,
+        requested: Option<Algorithm>,
+        _pools: &[&[DesiredEndpoint]],
+        _affinity: bool,
+    ) -> Resolution {
+        resolve(requested, Dataplane::Userspace)
+    }
 }
 
 /// How the proxy receives a route's traffic.
@@ -90,6 +126,7 @@ pub struct RouteSpec {
     pub key: RouteKey,
     pub protocol: Protocol,
     pub frontends: Vec<Frontend>,
+    pub sources: Sources,
     pub endpoints: Vec<DesiredEndpoint>,
     /// Set when `endpoints` is empty: refuse (reject) or drop.
     pub no_endpoints: Option<NoEndpointsVerdict>,
@@ -103,27 +140,48 @@ pub struct RouteSpec {
 }
 
 fn route(
-    d: &DesiredServicePort,
+    g: &ServiceGraph<'_>,
     class: Class,
+    decided: &Route,
     frontends: Vec<Frontend>,
+    node: &DesiredNode,
     mode: &Mode,
 ) -> Option<RouteSpec> {
+    let d = g.port;
     if d.protocol == Protocol::Sctp || frontends.is_empty() {
         // SCTP has no stream splicing in the userspace proxy; the core still programs it in
         // the kernel dataplanes.
         return None;
     }
-    let (endpoints, no_endpoints) = match class {
-        Class::Internal => (d.internal_endpoints(), d.internal_no_endpoints),
-        Class::External => (d.external_endpoints(), d.external_no_endpoints),
+    let pods = || node.cluster_cidrs.clone();
+    let (target, sources) = match class {
+        Class::ShortCircuit => (
+            Target::Pool {
+                pool: decided.short_circuit?,
+                masquerade: svcnet_proxy::Masquerade::Always,
+            },
+            Sources::PodsAndNode(pods()),
+        ),
+        _ if decided.short_circuit.is_some() => (decided.target, Sources::NotPodsOrNode(pods())),
+        _ => (decided.target, Sources::Any),
+    };
+    let (endpoints, no_endpoints) = match target {
+        Target::Pool { pool, .. } => (g.pool(pool).unwrap_or_default(), None),
+        Target::Refuse(v) => (&[][..], Some(v)),
     };
     let key = RouteKey {
         service: d.name.clone(),
         family: d.family,
         class,
     };
-    let resolution = resolve(d.lb_algorithm, Dataplane::Userspace);
-    let listeners = if endpoints.is_empty() {
+    // In unprivileged mode one socket per address serves every source: the port's external
+    // route binds the frontends (even with no local endpoint, for the clients it hands to the
+    // short-circuit route; the rest are refused) and the short-circuit route binds nothing.
+    // Privileged mode's kernel rules tell the sources apart instead.
+    let unprivileged = matches!(mode, Mode::Unprivileged { .. });
+    let unbindable = class == Class::ShortCircuit && unprivileged;
+    let hands_over = class == Class::External && unprivileged && decided.short_circuit.is_some();
+    let listeners = if (endpoints.is_empty() && !hands_over) || unbindable {
         Vec::new()
     } else {
         let binds: Vec<Bind> = match mode {
@@ -158,37 +216,53 @@ fn route(
         key,
         protocol: d.protocol,
         frontends,
+        sources,
         endpoints: endpoints.to_vec(),
         no_endpoints,
-        affinity_timeout: d.affinity_timeout,
-        algorithm: resolution.algorithm,
-        fallback: resolution.fallback,
+        affinity_timeout: g.affinity,
+        algorithm: g.algorithm,
+        fallback: g.fallback.clone(),
         listeners,
     })
 }
 
-/// The routes of every service port of the given families, in a stable order.
+/// The routes of every service port of the given families, in a stable order (a port's
+/// short-circuit route before its external route: the kernel rules take pods and the node
+/// first).
 pub fn routes(families: &[DesiredFamily], mode: &Mode) -> Vec<RouteSpec> {
     let mut out = Vec::new();
     for fam in families {
         for d in fam.services.values() {
+            let g = lower(d, &fam.node, &UserspaceCapability);
+            let mut external = Vec::new();
+            for fe in &g.frontends {
+                match *fe {
+                    svcnet_proxy::Frontend::ClusterIp(..) => {}
+                    svcnet_proxy::Frontend::ExternalIp(ip, port) => {
+                        external.push(Frontend::Addr(ip, port))
+                    }
+                    svcnet_proxy::Frontend::LoadBalancer {
+                        ip,
+                        port,
+                        source_ranges,
+                    } => external.push(Frontend::LoadBalancer(ip, port, source_ranges.to_vec())),
+                    svcnet_proxy::Frontend::NodePort(port) => {
+                        external.push(Frontend::NodePort(port))
+                    }
+                }
+            }
             out.extend(route(
-                d,
+                &g,
                 Class::Internal,
+                &g.internal,
                 vec![Frontend::Addr(d.cluster_ip, d.port)],
+                &fam.node,
                 mode,
             ));
-            if d.has_external() {
-                let mut fronts: Vec<Frontend> = d
-                    .external_ips
-                    .iter()
-                    .map(|ip| Frontend::Addr(*ip, d.port))
-                    .collect();
-                fronts.extend(d.load_balancer_ips.iter().map(|ip| {
-                    Frontend::LoadBalancer(*ip, d.port, d.load_balancer_source_ranges.clone())
-                }));
-                fronts.extend(d.node_port.map(Frontend::NodePort));
-                out.extend(route(d, Class::External, fronts, mode));
+            if let Some(ext) = &g.external {
+                for class in [Class::ShortCircuit, Class::External] {
+                    out.extend(route(&g, class, ext, external.clone(), &fam.node, mode));
+                }
             }
         }
     }

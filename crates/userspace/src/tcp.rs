@@ -179,6 +179,7 @@ async fn handle(shared: Arc<Shared>, key: RouteKey, mut client: TcpStream, peer:
         reset(client);
         return;
     };
+    let route = route.for_client(peer.ip(), || client.local_addr().ok().map(|a| a.ip()));
     let flow = flow(&shared, &route, &client, peer);
     let Some((i, mut upstream)) = connect(&shared, &route, &flow).await else {
         route.service.stats.refused.fetch_add(1, Ordering::Relaxed);

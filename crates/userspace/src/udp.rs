@@ -67,8 +67,14 @@ async fn open(
     flows: &Flows,
     client: SocketAddr,
 ) -> Option<Arc<UdpFlow>> {
-    let route = shared.table.load().routes.get(key).cloned()?;
     let destination = sock.local_addr().ok()?;
+    let route = shared
+        .table
+        .load()
+        .routes
+        .get(key)
+        .cloned()?
+        .for_client(client.ip(), || Some(destination.ip()));
     let i = choose(
         &route,
         &Flow {

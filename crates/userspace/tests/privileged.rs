@@ -438,3 +438,100 @@ async fn destination_hashing_uses_the_original_destination() {
         assert_eq!(t, BTreeMap::from([(format!("b{pod}"), 5)]), "{ip}");
     }
 }
+
+/// Issue 13's bug, on the real kernel: a LoadBalancer service with `externalTrafficPolicy:
+/// Local` whose only endpoint is on another node. A pod and the node itself reach its LB IP
+/// (the core's short-circuit to the cluster pool, as nft and iptables do); off-cluster
+/// traffic is dropped (no local endpoint). The node-wide verdicts hold too: an unknown port of
+/// a cluster IP is refused at once, an unallocated service IP dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_policy_short_circuit_and_node_wide_verdicts() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    let mut lab = lab(2, &[1, 2]);
+    lab.external().unwrap();
+    let svc = service("default", "remote", |s| {
+        s.type_("LoadBalancer")
+            .cluster_ip(&["10.96.0.30"])
+            .node_port("http", "TCP", 80, 30090)
+            .lb_ingress(&["203.0.113.30"])
+            .external_local();
+    });
+    let sl = slice("default", "remote-1", "remote", |s| {
+        s.port("http", "TCP", 8080)
+            .endpoint(&lab.pod(2).ipv4.to_string(), "n2", |_| {});
+    });
+    let p = proxy(&lab);
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let quick = Duration::from_millis(400);
+    let a = |s: &str| s.parse::<SocketAddr>().unwrap();
+    let from_pod = run_in(&lab.pod(0).ns, move || {
+        tcp_ask(a("203.0.113.30:80"), T).map(|r| r.identity)
+    });
+    assert_eq!(
+        from_pod.unwrap(),
+        "b2",
+        "a pod short-circuits to the cluster pool"
+    );
+    let from_node = run_in(&lab.node, move || {
+        tcp_ask(a("203.0.113.30:80"), T).map(|r| r.identity)
+    });
+    assert_eq!(
+        from_node.unwrap(),
+        "b2",
+        "the node short-circuits to the cluster pool"
+    );
+    let from_outside = run_in(lab.external().unwrap(), move || {
+        tcp_ask(a("203.0.113.30:80"), quick).map(|r| r.identity)
+    });
+    let e = from_outside.unwrap_err();
+    assert!(
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+        ),
+        "off-cluster traffic has no local endpoint and is dropped: {e}"
+    );
+    let (unknown_port, unallocated) = run_in(&lab.pod(0).ns, move || {
+        let t = Instant::now();
+        let refused = std::net::TcpStream::connect_timeout(&a("10.96.0.30:81"), T);
+        let took = t.elapsed();
+        let dropped = std::net::TcpStream::connect_timeout(&a("10.96.0.99:80"), quick);
+        ((refused.map(|_| ()), took), dropped.map(|_| ()))
+    });
+    let ((refused, took), dropped) = (unknown_port, unallocated);
+    assert_eq!(
+        refused.unwrap_err().kind(),
+        std::io::ErrorKind::ConnectionRefused,
+        "unknown port of a cluster IP"
+    );
+    assert!(took < Duration::from_millis(500), "refused after {took:?}");
+    assert_eq!(
+        dropped.unwrap_err().kind(),
+        std::io::ErrorKind::TimedOut,
+        "unallocated service IP"
+    );
+    p.shutdown().await.unwrap();
+}
+
+/// The shared packet-flow table (svcnet-flows) on the real kernel, as nft and iptables run it:
+/// the userspace proxy in privileged mode programs a fresh lab's node; the endpoints always see
+/// the proxy's address (the node's on their link), which the kit expects for every delivered
+/// case.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_flow_table_on_the_kernel() {
+    if !is_root() {
+        return eprintln!("skipped: needs root");
+    }
+    let kl = svcnet_flows::kernel::KernelLab::start();
+    let state = svcnet_flows::world();
+    let families: Vec<_> = svcnet_proxy::IpFamily::ALL
+        .into_iter()
+        .map(|f| state.desired(f))
+        .collect();
+    let p = proxy(&kl.lab);
+    p.sync(&families).await.unwrap();
+    tokio::task::block_in_place(|| kl.run_table(&svcnet_flows::cases(), false));
+    p.shutdown().await.unwrap();
+}

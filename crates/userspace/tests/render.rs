@@ -11,7 +11,7 @@ use svcnet_lb::Algorithm;
 use svcnet_proxy::IpFamily;
 use svcnet_proxy::fixtures::*;
 use svcnet_userspace::Mode;
-use svcnet_userspace::rules::render;
+use svcnet_userspace::rules::{NodeChecks, render};
 use svcnet_userspace::table::{Bind, Class, routes};
 
 fn objects() -> Vec<svcnet_proxy::DesiredFamily> {
@@ -113,12 +113,16 @@ fn privileged_rules_redirect_frontends_and_refuse_empty_services() {
         		ip daddr 10.96.0.11 udp dport 53 redirect to :40000
         		ip daddr 10.96.0.10 tcp dport 80 redirect to :40001
         		ip daddr 192.168.50.10 tcp dport 80 redirect to :40002
-        		ip daddr 192.168.50.20 tcp dport 80 ip saddr != { 192.168.50.0/28 } drop
         		ip daddr 192.168.50.20 tcp dport 80 redirect to :40002
         		fib daddr type local tcp dport 30080 redirect to :40002
         	}
         	chain no-endpoints {
         		ip daddr 10.96.0.12 tcp dport 80 reject with tcp reset
+        		ip daddr 192.168.50.20 tcp dport 80 ip saddr != { 192.168.50.0/28 } drop
+        	}
+        	chain cluster-ips-check {
+        		ip daddr { 10.96.0.10, 10.96.0.11, 10.96.0.12 } reject
+        		ip daddr { 127.96.0.0/16, 10.96.0.0/12 } drop
         	}
         	chain nat-prerouting {
         		type nat hook prerouting priority -100; policy accept;
@@ -136,7 +140,20 @@ fn privileged_rules_redirect_frontends_and_refuse_empty_services() {
         		type filter hook output priority -110; policy accept;
         		jump no-endpoints
         	}
+        	chain filter-forward {
+        		type filter hook forward priority -110; policy accept;
+        		jump cluster-ips-check
+        	}
+        	chain filter-output-post-dnat {
+        		type filter hook output priority -90; policy accept;
+        		jump cluster-ips-check
+        	}
         }
     "#]]
-    .assert_eq(&render(IpFamily::V4, &specs, &ports));
+    .assert_eq(&render(
+        IpFamily::V4,
+        &specs,
+        &ports,
+        &NodeChecks::of(&objects()[0]),
+    ));
 }

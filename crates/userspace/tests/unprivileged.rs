@@ -400,3 +400,40 @@ async fn half_close_case(configure: impl FnOnce(&mut Config)) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `externalTrafficPolicy: Local` with the only endpoint on another node: this host's own
+/// connections to the external IP take the core's short-circuit to the cluster pool (one
+/// socket serves every source here, so the proxy tells them apart per connection), on the
+/// epoll loops and on tokio; a cluster IP client is unaffected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_policy_short_circuits_this_hosts_connections() {
+    for event_loop in [true, false] {
+        let s = setup(1, 0).await;
+        let external = unique_ip(97);
+        let svc = service("default", "web", |b| {
+            b.cluster_ip(&[&s.svc_ip.to_string()])
+                .port("p", "TCP", i32::from(s.port))
+                .external_ips(&[&external.to_string()])
+                .external_local();
+        });
+        let sl = slice("default", "web-1", "web", |b| {
+            b.port("p", "TCP", i32::from(s.backends[0].port()))
+                .endpoint(&s.backends[0].ip().to_string(), "n2", |_| {});
+        });
+        let p = proxy_with(|c| c.event_loop = event_loop);
+        let report = p.sync(&desired(&[svc], &[sl])).await.unwrap();
+        assert!(report.bind_errors.is_empty(), "{:?}", report.bind_errors);
+        let via_external = SocketAddr::new(external, s.port);
+        assert_eq!(
+            ask(via_external).await.unwrap(),
+            "b0",
+            "event_loop={event_loop}"
+        );
+        assert_eq!(
+            ask(s.addr()).await.unwrap(),
+            "b0",
+            "event_loop={event_loop}"
+        );
+        p.shutdown().await.unwrap();
+    }
+}

@@ -415,3 +415,43 @@ pub fn trace(fake: &FakeIptables, pkt: &Packet, env: &Env) -> BTreeMap<Verdict, 
     );
     out
 }
+
+/// The iptables dataplane's tracer for the shared packet-flow table: a packet from the node
+/// takes nat/filter OUTPUT.
+pub struct IptablesTracer<'a> {
+    pub fake: &'a FakeIptables,
+    pub env: Env,
+}
+
+impl svcnet_flows::Tracer for IptablesTracer<'_> {
+    fn name(&self) -> &'static str {
+        "iptables"
+    }
+
+    fn trace(&self, p: &svcnet_flows::Packet) -> svcnet_flows::Distribution {
+        use svcnet_flows::Outcome;
+        let pkt = Packet {
+            src: p.src,
+            dst: p.dst,
+            proto: p.proto.as_str(),
+            dport: p.dport,
+            from_node: p.from == svcnet_flows::Client::Node,
+        };
+        let mut out = svcnet_flows::Distribution::new();
+        for (v, prob) in trace(self.fake, &pkt, &self.env) {
+            let o = match v {
+                Verdict::Drop => Outcome::Drop,
+                Verdict::Reject => Outcome::Reject,
+                Verdict::Accept { dnat: false, .. } => Outcome::Pass,
+                Verdict::Accept {
+                    dst, masquerade, ..
+                } => Outcome::Endpoint {
+                    to: dst.parse().unwrap_or_else(|_| panic!("bad address {dst}")),
+                    masquerade,
+                },
+            };
+            *out.entry(o).or_default() += prob;
+        }
+        out
+    }
+}

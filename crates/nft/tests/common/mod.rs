@@ -2,6 +2,8 @@
 //! applied to `FakeNft` (and, when given, to a real kernel namespace).
 #![allow(dead_code, clippy::unwrap_used)] // each test file uses some of them
 
+pub mod tracer;
+
 use svcnet_nft::{FakeNft, Family, FullMode, NftExecutor, Renderer, Transaction};
 use svcnet_proxy::{CoreConfig, IpFamily, ProxyState};
 

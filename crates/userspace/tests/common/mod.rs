@@ -1,6 +1,8 @@
 //! Shared test helpers: desired state from fixtures, tokio echo backends, clients.
 #![allow(clippy::unwrap_used, dead_code)]
 
+pub mod tracer;
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

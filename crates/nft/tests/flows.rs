@@ -1,0 +1,126 @@
+//! The shared packet-flow table (svcnet-flows) through the test-only tracer on the rendered
+//! ruleset applied to `FakeNft`: every `numgen` branch is followed, so endpoint shares are
+//! checked exactly (1/n within 1e-9), as are DNAT targets, masquerade, reject and drop. The
+//! same cases and expectations run against iptables' and userspace's tracers.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::tracer::NftTracer;
+use svcnet_flows::{Case, Client, Expect, Masq, cases, node_addrs, run_table, world};
+use svcnet_proxy::NamespacedName;
+use svcnet_proxy::fixtures::*;
+
+fn tracer(fake: &svcnet_nft::FakeNft) -> NftTracer<'_> {
+    NftTracer {
+        fake,
+        local_addrs: node_addrs(),
+        affinity: BTreeSet::new(),
+    }
+}
+
+#[test]
+fn packet_flow_table() {
+    let (_, fake, _) = common::full(&world(), None);
+    run_table(&tracer(&fake), &cases());
+}
+
+/// ClientIP affinity: a client found in an endpoint's affinity set goes straight to it.
+#[test]
+fn affinity_follows_the_set_holding_the_client() {
+    let (_, fake, _) = common::full(&world(), None);
+    let c = cases()
+        .into_iter()
+        .find(|c| c.name.starts_with("affinity"))
+        .unwrap();
+    let sets: Vec<String> = fake
+        .dump()
+        .lines()
+        .filter_map(|l| l.strip_prefix("Set "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|s| s.starts_with("affinity-"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(sets.len(), 2, "{sets:?}");
+    let mut t = tracer(&fake);
+    t.affinity.insert(sets[1].clone());
+    let got = svcnet_flows::Tracer::trace(&t, &c.packet());
+    assert_eq!(got.len(), 1, "{got:?}");
+}
+
+/// Partial syncs keep the table true: scale down, lose every endpoint, delete (the cluster
+/// IP is then unallocated and dropped).
+#[test]
+fn partial_syncs_keep_the_table_true() {
+    let mut state = world();
+    state.take_changes();
+    let (mut r, mut fake, _) = common::full(&state, None);
+    let web = cases().into_iter().next().unwrap();
+    state.update_slice(&slice("default", "web-1", "web", |b| {
+        b.port("http", "TCP", 8080)
+            .endpoint(&svcnet_flows::pod_ip(1).to_string(), "n1", |_| {})
+            .endpoint(&svcnet_flows::pod_ip(2).to_string(), "n2", |_| {});
+    }));
+    common::partial(&mut state, &mut r, &mut fake, None);
+    let scaled = Case {
+        expect: Expect::Spread(&[1, 2], Masq::No),
+        ..web.clone()
+    };
+    run_table(&tracer(&fake), &[scaled]);
+    state.delete_slice("default", "web-1");
+    common::partial(&mut state, &mut r, &mut fake, None);
+    let empty = Case {
+        expect: Expect::Reject,
+        ..web.clone()
+    };
+    run_table(&tracer(&fake), &[empty]);
+    state.delete_service(&NamespacedName::new("default", "web"));
+    common::partial(&mut state, &mut r, &mut fake, None);
+    let gone = Case {
+        expect: Expect::Drop,
+        ..web
+    };
+    let from_node = Case {
+        from: Client::Node,
+        ..gone.clone()
+    };
+    run_table(&tracer(&fake), &[gone, from_node]);
+    common::assert_converged(&state, &mut r, &mut fake);
+}
+
+/// The tracer tells apart what the table checks: a wrong pool, a wrong masquerade and a wrong
+/// verdict each fail.
+#[test]
+fn wrong_expectations_fail() {
+    let (_, fake, _) = common::full(&world(), None);
+    let t = tracer(&fake);
+    let find = |name: &str| {
+        cases()
+            .into_iter()
+            .find(|c| c.name.starts_with(name))
+            .unwrap()
+    };
+    let wrong = [
+        Case {
+            expect: Expect::Spread(&[1], Masq::No),
+            ..find("eTP=Local external IP from a pod")
+        },
+        Case {
+            expect: Expect::Spread(&[1, 2], Masq::No),
+            ..find("eTP=Local external IP from the node")
+        },
+        Case {
+            expect: Expect::Reject,
+            ..find("unallocated service IP is dropped")
+        },
+        Case {
+            expect: Expect::Spread(&[1, 2, 3], Masq::No),
+            ..find("hairpin is masqueraded")
+        },
+    ];
+    for c in &wrong {
+        assert!(svcnet_flows::check(&t, c).is_err(), "{} passed", c.name);
+    }
+}
