@@ -71,16 +71,31 @@ pub async fn handle(
         let ct = headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .unwrap_or("application/json");
-        if crate::protobuf::is_protobuf(ct) {
-            // kubectl's typed commands send protobuf; the rest of the server sees JSON.
-            let obj = crate::protobuf::decode(&body)
-                .map_err(|e| ApiError::UnsupportedMediaType(e.to_string()))?;
-            body = Bytes::from(obj.to_string());
-        } else if ct.contains("protobuf") || ct.contains("cbor") {
-            return Err(ApiError::UnsupportedMediaType(format!(
-                "the body of the request was in an unknown format ({ct}): this server accepts application/json and, for Namespaces, Services and Deployments, application/vnd.kubernetes.protobuf"
-            )));
+            .unwrap_or("");
+        let media = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match media.as_str() {
+            // A client that names no type sends JSON (kubectl, client-go and kube-rs name it).
+            "" | "application/json" => {}
+            "application/yaml" => {
+                let obj = machinery::apply_configuration(&body)?;
+                body = Bytes::from(obj.to_string());
+            }
+            _ if crate::protobuf::is_protobuf(ct) => {
+                // kubectl's typed commands send protobuf; the rest of the server sees JSON.
+                let obj = crate::protobuf::decode(&body)
+                    .map_err(|e| ApiError::UnsupportedMediaType(e.to_string()))?;
+                body = Bytes::from(obj.to_string());
+            }
+            _ => {
+                return Err(ApiError::UnsupportedMediaType(format!(
+                    "the body of the request was in an unknown format ({ct}) - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf"
+                )));
+            }
         }
     }
     match req.verb {

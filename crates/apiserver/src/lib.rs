@@ -290,6 +290,11 @@ async fn dispatch(State(state): State<SharedState>, req: Request) -> Response {
         ApiRequest::OpenApiGroupVersion { group, version } => {
             discovery::openapi_group_version(&group, &version).map(get_only)
         }
+        ApiRequest::SelfReview { rules } => match read_body(body, state.cfg.max_body_bytes).await {
+            Ok(bytes) => discovery::self_review(&bytes, rules)
+                .map(|v| handlers::json_response(StatusCode::CREATED, &v, &[])),
+            Err(e) => Err(e),
+        },
         ApiRequest::Resource(r) => match read_body(body, state.cfg.max_body_bytes).await {
             Ok(bytes) => handlers::handle(state.clone(), *r, parts.headers, bytes).await,
             Err(e) => Err(e),

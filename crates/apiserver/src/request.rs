@@ -24,6 +24,9 @@ pub enum ApiRequest {
     OpenApiIndex,
     /// `/openapi/v3/api/v1`, `/openapi/v3/apis/{group}/{version}`
     OpenApiGroupVersion { group: String, version: String },
+    /// `POST /apis/authorization.k8s.io/v1/selfsubject{access,rules}reviews` (`kubectl auth
+    /// can-i`): `rules` for the list of rules (`--list`).
+    SelfReview { rules: bool },
     /// An operation on objects.
     Resource(Box<ResourceRequest>),
 }
@@ -292,6 +295,17 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
                 version: v.to_string(),
             });
         }
+        ["apis", "authorization.k8s.io", "v1", review]
+            if method == Method::POST
+                && matches!(
+                    *review,
+                    "selfsubjectaccessreviews" | "selfsubjectrulesreviews"
+                ) =>
+        {
+            return Ok(ApiRequest::SelfReview {
+                rules: *review == "selfsubjectrulesreviews",
+            });
+        }
         ["api"] => return Ok(ApiRequest::CoreVersions),
         ["apis"] => return Ok(ApiRequest::GroupList),
         ["api", "v1"] => {
@@ -350,6 +364,11 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
             "exec" => Subresource::Exec,
             _ => Subresource::Scale,
         }),
+        Some(s @ ("attach" | "portforward")) if resource.plural == "pods" => {
+            return Err(ApiError::BadRequest(format!(
+                "svcnet does not serve pods/{s} yet: use `kubectl exec` to run a command in the pod, and reach a pod or service port from the host by its IP (svcnet routes the pod and service ranges to its nodes)"
+            )));
+        }
         Some(_) => return Err(not_found()),
     };
     let watch = legacy_watch || is_watch_param(uri);

@@ -180,6 +180,9 @@ impl ApiError {
                 }
                 Some(d)
             }
+            // Clients read `details` of every 404 (kubectl debug takes an empty name as "this
+            // subresource is not served"); upstream always sends it.
+            ApiError::NoRoute => Some(json!({})),
             _ => None,
         };
         if let Some(d) = details {

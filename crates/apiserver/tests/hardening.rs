@@ -784,3 +784,60 @@ async fn every_kind_and_verb_refuses_or_dry_runs_without_writing() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_are_read_by_their_media_type() {
+    let ts = common::TestServer::start().await;
+    let api = raw(&ts).await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let json_body = json!({"metadata": {"name": "j"}}).to_string();
+    for ct in [
+        "text/plain",
+        "application/xml",
+        "*/*",
+        "application/x-www-form-urlencoded",
+    ] {
+        let s = api
+            .refused(415, "POST", cms, ct, json_body.as_bytes())
+            .await;
+        assert_eq!(s["reason"], "UnsupportedMediaType", "{ct}: {s}");
+        assert!(
+            s["message"].as_str().unwrap().contains("application/yaml"),
+            "{s}"
+        );
+    }
+    // YAML is a body format of the API, as upstream's.
+    let yaml = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: from-yaml\ndata:\n  k: v\n";
+    let r = api.send("POST", cms, "application/yaml", yaml).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    assert_eq!(
+        api.get(&format!("{cms}/from-yaml")).await.body["data"]["k"],
+        "v"
+    );
+    let r = api
+        .send(
+            "PUT",
+            &format!("{cms}/from-yaml"),
+            "application/yaml; charset=utf-8",
+            b"metadata:\n  name: from-yaml\ndata:\n  k: w\n",
+        )
+        .await;
+    assert_eq!(
+        (r.code, &r.body["data"]["k"]),
+        (200, &json!("w")),
+        "{}",
+        r.body
+    );
+    api.refused(400, "POST", cms, "application/yaml", b"metadata: [unclosed")
+        .await;
+    // Every 404 carries details, as upstream's (clients read them).
+    for path in [
+        "/api/v1/namespaces/default/pods/p/nosuch",
+        "/apis/nosuch.io/v1/things",
+        "/nope",
+    ] {
+        let r = api.get(path).await;
+        assert_eq!(r.code, 404, "{path}");
+        assert!(r.body["details"].is_object(), "{path}: {}", r.body);
+    }
+}

@@ -486,3 +486,46 @@ async fn kubectl_create_and_run_send_protobuf() {
     })
     .await;
 }
+
+/// What kubectl's first-hour commands get where svcnet serves nothing: an answer (auth can-i),
+/// or an error that says what to use instead, and never a kubectl panic (kubectl debug reads
+/// the details of a 404).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsupported_commands_say_what_to_do() {
+    with_kubectl(|k| {
+        assert_eq!(k.ok(&["auth", "can-i", "create", "pods"]).trim(), "yes");
+        assert_eq!(
+            k.ok(&["auth", "can-i", "delete", "nodes", "-A"]).trim(),
+            "yes"
+        );
+        let rules = k.ok(&["auth", "can-i", "--list"]);
+        assert!(rules.contains("*.*"), "{rules}");
+        k.ok(&["run", "p", "--image=nginx", "--restart=Never"]);
+        // No node agent here: the pod is marked running by hand, as a kubelet would.
+        k.ok(&[
+            "patch",
+            "pod",
+            "p",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"phase":"Running"}}"#,
+        ]);
+        for args in [
+            &["attach", "p"][..],
+            &["port-forward", "pod/p", "18080:80"][..],
+        ] {
+            let err = k.fails(args);
+            assert!(err.contains("kubectl exec"), "kubectl {args:?}: {err}");
+        }
+        let o = k.run(&["debug", "p", "--image=busybox", "-it=false"]);
+        assert!(!o.ok);
+        assert!(
+            !o.stderr.contains("panic"),
+            "kubectl debug panicked:\n{}",
+            o.stderr
+        );
+        assert!(o.stderr.contains("ephemeral containers"), "{}", o.stderr);
+    })
+    .await;
+}
