@@ -197,28 +197,36 @@ impl<D: Dataplane> Syncer<D> {
     ) -> Result<(bool, Vec<(ServicePortName, Fallback)>), Failure<D::Error>> {
         let unknown = self.memory.get(&family).is_none_or(|m| m.unknown);
         let mut why = full_reason(unknown, periodic_full, node_changed);
+        let mut applied = None;
         if why.is_none() {
-            why = self
-                .blocking(move |dp| dp.needs_full(family))
+            // The common case in one blocking call: the dataplane's own check, then a partial
+            // plan of the changed services (computed here, O(changed)) and its apply.
+            let node = state.node_state(family);
+            let dirty = self.memory.get(&family).map(|m| &m.dirty);
+            let changes = state.desired_for(family, dirty.into_iter().flatten());
+            let partial = self
+                .blocking(move |dp| {
+                    if let Some(why) = dp.needs_full(family)? {
+                        return Ok(Err(why));
+                    }
+                    match dp.plan_partial(family, &node, &changes) {
+                        Some(plan) => dp.apply(family, &plan).map(|()| Ok(plan)),
+                        // No partial plan without a reason: the node settings differ from
+                        // those applied.
+                        None => Ok(Err(FullReason::NodeSettings)),
+                    }
+                })
                 .await
                 .map_err(Failure::Task)?
                 .map_err(Failure::Dataplane)?;
-        }
-        let partial = match (why, &self.dp, self.memory.get(&family)) {
-            (None, Some(dp), Some(m)) => dp.plan_partial(
-                family,
-                &state.node_state(family),
-                &state.desired_for(family, m.dirty.iter()),
-            ),
-            _ => None,
-        };
-        let applied = match partial {
-            Some(plan) => {
-                self.blocking(move |dp| dp.apply(family, &plan).map(|()| plan))
-                    .await
+            match partial {
+                Ok(plan) => applied = Some(plan),
+                Err(full) => why = Some(full),
             }
-            None => {
-                // No partial plan without a reason: the node settings differ from those applied.
+        }
+        let plan = match (applied, why) {
+            (Some(plan), _) => plan,
+            (None, why) => {
                 let why = why.unwrap_or(FullReason::NodeSettings);
                 let desired = state.desired(family);
                 self.blocking(move |dp| {
@@ -227,11 +235,10 @@ impl<D: Dataplane> Syncer<D> {
                     Ok(plan)
                 })
                 .await
+                .map_err(Failure::Task)?
+                .map_err(Failure::Dataplane)?
             }
         };
-        let plan = applied
-            .map_err(Failure::Task)?
-            .map_err(Failure::Dataplane)?;
         let full = D::is_full(&plan);
         let dp = self
             .dp

@@ -17,18 +17,27 @@ use svcnet_proxy::{
 
 use crate::error::UserspaceError;
 use crate::proxy::{SyncReport, UserspaceProxy};
-use crate::table::{UserspaceCapability, routes};
+use crate::table::{Mode, UserspaceCapability, routes};
 
-/// One family's whole desired state, and the routes it gives (for printing).
+/// One family's whole desired state; it prints as the routes it gives (computed only when
+/// printed: the proxy's sync computes them again anyway).
 pub struct UserspacePlan {
     desired: DesiredFamily,
-    routes: Vec<String>,
+    mode: Mode,
 }
 
 impl fmt::Display for UserspacePlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for r in &self.routes {
-            writeln!(f, "{r}")?;
+        for r in routes(std::slice::from_ref(&self.desired), &self.mode) {
+            writeln!(
+                f,
+                "{} {:?} {} endpoints={} frontends={}",
+                r.key.service,
+                r.key.class,
+                r.algorithm,
+                r.endpoints.len(),
+                r.frontends.len()
+            )?;
         }
         Ok(())
     }
@@ -80,22 +89,9 @@ impl Dataplane for UserspaceDataplane {
         desired: &DesiredFamily,
         _why: FullReason,
     ) -> Result<UserspacePlan, UserspaceError> {
-        let routes = routes(std::slice::from_ref(desired), &self.proxy.config().mode)
-            .iter()
-            .map(|r| {
-                format!(
-                    "{} {:?} {} endpoints={} frontends={}",
-                    r.key.service,
-                    r.key.class,
-                    r.algorithm,
-                    r.endpoints.len(),
-                    r.frontends.len()
-                )
-            })
-            .collect();
         Ok(UserspacePlan {
             desired: desired.clone(),
-            routes,
+            mode: self.proxy.config().mode.clone(),
         })
     }
 
