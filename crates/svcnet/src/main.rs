@@ -29,6 +29,8 @@ enum Command {
     Down(cmd::down::Args),
     /// Run a command inside a pod's namespaces.
     Exec(cmd::exec::Args),
+    /// Check Services for the mistakes people make, and say how to fix each.
+    Doctor(cmd::doctor::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -55,6 +57,7 @@ fn main() -> std::process::ExitCode {
             Command::Env(args) => cmd::env::run(args).await,
             Command::Down(args) => cmd::down::run(args).await,
             Command::Exec(args) => cmd::exec::run(args).await,
+            Command::Doctor(args) => cmd::doctor::run(args).await,
         }
     });
     match result {
