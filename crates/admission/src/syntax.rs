@@ -365,6 +365,92 @@ pub fn validate_object_meta(
         meta.annotations.as_ref(),
         "metadata.annotations",
     ));
+    errs.extend(validate_finalizers(
+        meta.finalizers.as_deref().unwrap_or_default(),
+    ));
+    errs.extend(validate_owner_references(
+        meta.owner_references.as_deref().unwrap_or_default(),
+    ));
+    errs
+}
+
+/// Finalizers Kubernetes itself defines; any other must be a qualified name with a prefix.
+const STANDARD_FINALIZERS: &[&str] = &["kubernetes", "orphan", "foregroundDeletion"];
+
+/// Upstream's `ValidateFinalizers` with core's `validateKubeFinalizerName`.
+fn validate_finalizers(finalizers: &[String]) -> Vec<FieldError> {
+    let field = "metadata.finalizers";
+    let mut errs = Vec::new();
+    for f in finalizers {
+        let msgs = is_qualified_name(f);
+        if !msgs.is_empty() {
+            errs.extend(
+                msgs.into_iter()
+                    .map(|m| FieldError::invalid(field, f.as_str(), m)),
+            );
+        } else if !f.contains('/') && !STANDARD_FINALIZERS.contains(&f.as_str()) {
+            errs.push(FieldError::invalid(
+                field,
+                f.as_str(),
+                "name is neither a standard finalizer name nor is it fully qualified",
+            ));
+        }
+    }
+    if finalizers.iter().any(|f| f == "orphan")
+        && finalizers.iter().any(|f| f == "foregroundDeletion")
+    {
+        errs.push(FieldError::invalid(
+            field,
+            finalizers,
+            "finalizer orphan and foregroundDeletion cannot be both set",
+        ));
+    }
+    errs
+}
+
+/// Upstream's `ValidateOwnerReferences`: each names an object (version, kind, name, uid),
+/// and at most one is the controller.
+fn validate_owner_references(
+    refs: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference],
+) -> Vec<FieldError> {
+    let field = "metadata.ownerReferences";
+    let mut errs = Vec::new();
+    for r in refs {
+        let version = r.api_version.rsplit('/').next().unwrap_or("");
+        if version.is_empty() {
+            errs.push(FieldError::invalid(
+                format!("{field}.apiVersion"),
+                r.api_version.as_str(),
+                "version must not be empty",
+            ));
+        }
+        for (sub, value, what) in [
+            ("kind", &r.kind, "kind"),
+            ("name", &r.name, "name"),
+            ("uid", &r.uid, "uid"),
+        ] {
+            if value.is_empty() {
+                errs.push(FieldError::invalid(
+                    format!("{field}.{sub}"),
+                    "",
+                    format!("{what} must not be empty"),
+                ));
+            }
+        }
+    }
+    let controllers = refs.iter().filter(|r| r.controller == Some(true)).count();
+    if controllers > 1 {
+        let names: Vec<String> = refs
+            .iter()
+            .filter(|r| r.controller == Some(true))
+            .map(|r| format!("{}/{}", r.kind, r.name))
+            .collect();
+        errs.push(FieldError::invalid(
+            field,
+            &names,
+            "Only one reference can have Controller set to true",
+        ));
+    }
     errs
 }
 

@@ -279,7 +279,11 @@ pub(crate) fn check_fields(
     }
 }
 
-async fn namespace_accepts(state: &SharedState, req: &ResourceRequest) -> Result<(), ApiError> {
+async fn namespace_accepts(
+    state: &SharedState,
+    req: &ResourceRequest,
+    name: &str,
+) -> Result<(), ApiError> {
     let (true, Some(ns)) = (req.resource.namespaced, req.namespace.as_deref()) else {
         return Ok(());
     };
@@ -288,9 +292,8 @@ async fn namespace_accepts(state: &SharedState, req: &ResourceRequest) -> Result
     match state.store.get(&nsres.key(None, ns)).await? {
         None => Err(ApiError::not_found(nsres, ns)),
         Some(n) if is_terminating(&n) => Err(ApiError::Forbidden(format!(
-            "{} \"{}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+            "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",
             req.resource.qualified(),
-            "",
         ))),
         Some(_) => Ok(()),
     }
@@ -305,8 +308,8 @@ async fn create(
     let obj = objects::decode_body(res, body, res.kind)?;
     let warnings = check_fields(res, &obj, req.query.field_validation)?;
     let obj = objects::prepare_create(res, req.namespace.as_deref(), obj)?;
-    namespace_accepts(state, req).await?;
     let name = name_of(&obj).to_string();
+    namespace_accepts(state, req, &name).await?;
     let st = state.clone();
     let n = name.clone();
     let outcome = state
@@ -438,9 +441,46 @@ async fn patch(
     let body = body.to_vec();
     let sub = req.subresource;
     let mode = req.query.field_validation;
-    let may_create = sub.is_none() && machinery::is_apply(&content_type);
+    let is_apply = machinery::is_apply(&content_type);
+    if is_apply {
+        // Server-side apply needs a manager and a configuration that names its version and
+        // kind (upstream's apply patcher and field manager refuse it otherwise).
+        if req.query.field_manager.as_deref().unwrap_or("").is_empty() {
+            return Err(crate::request::options_invalid(
+                "PatchOptions",
+                "fieldManager",
+                "Required value: is required for apply patch".into(),
+            ));
+        }
+        let applied = machinery::apply_configuration(&body)?;
+        let want = if sub == Some(Subresource::Scale) {
+            "autoscaling/v1".to_string()
+        } else {
+            res.api_version()
+        };
+        let have = applied
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if have != want {
+            return Err(ApiError::BadRequest(format!(
+                "Incorrect version specified in apply patch. Specified patch version: {have}, expected: {want}"
+            )));
+        }
+        if applied
+            .get("kind")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            return Err(ApiError::BadRequest(
+                "Object 'Kind' is missing in the apply configuration".into(),
+            ));
+        }
+    }
+    let may_create = sub.is_none() && is_apply;
     if may_create && state.store.get(&key(req, &name)).await?.is_none() {
-        namespace_accepts(state, req).await?;
+        namespace_accepts(state, req, &name).await?;
     }
     let warnings = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let warn_slot = warnings.clone();

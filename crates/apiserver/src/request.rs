@@ -108,6 +108,8 @@ pub struct Query {
     pub dry_run: bool,
     /// Every `dryRun` value given, in order, for the refusal of values other than `All`.
     pub dry_run_values: Vec<String>,
+    /// `fieldManager` of a write (required for server-side apply).
+    pub field_manager: Option<String>,
     pub propagation_policy: Option<String>,
     /// `gracePeriodSeconds` of a DELETE.
     pub grace_period_seconds: Option<i64>,
@@ -171,6 +173,7 @@ fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
                 }
             }
             "dryRun" => query.dry_run_values.push(v),
+            "fieldManager" => query.field_manager = Some(v),
             "propagationPolicy" => query.propagation_policy = Some(v),
             "gracePeriodSeconds" => {
                 query.grace_period_seconds = Some(v.parse().map_err(|_| {
@@ -209,6 +212,44 @@ fn options_kind(verb: Verb) -> Option<&'static str> {
         Verb::Patch => Some("PatchOptions"),
         Verb::Delete | Verb::DeleteCollection => Some("DeleteOptions"),
         Verb::Get | Verb::List | Verb::Watch | Verb::Connect => None,
+    }
+}
+
+/// upstream's `ValidateFieldManager`: at most 128 bytes, printable characters only.
+pub(crate) fn validate_field_manager(kind: &str, manager: &str) -> Result<(), ApiError> {
+    const MAX: usize = 128;
+    let message = if manager.len() > MAX {
+        format!("Too long: may not be more than {MAX} bytes")
+    } else if let Some((i, c)) = manager.chars().enumerate().find(|(_, c)| c.is_control()) {
+        format!(
+            "Invalid value: {manager:?}: invalid character {:?} (at position {i})",
+            c
+        )
+    } else {
+        return Ok(());
+    };
+    Err(options_invalid(kind, "fieldManager", message))
+}
+
+/// A 422 on a verb's options (`CreateOptions`, ...), as upstream's handlers give it.
+pub(crate) fn options_invalid(kind: &str, field: &str, message: String) -> ApiError {
+    let reason = if message.starts_with("Too long") {
+        "FieldValueTooLong"
+    } else if message.starts_with("Required") {
+        "FieldValueRequired"
+    } else {
+        "FieldValueInvalid"
+    };
+    ApiError::Invalid {
+        kind: kind.into(),
+        group: "meta.k8s.io".into(),
+        name: String::new(),
+        message: format!("{kind}.meta.k8s.io \"\" is invalid: {field}: {message}"),
+        causes: vec![crate::status::Cause {
+            reason: reason.into(),
+            field: field.into(),
+            message,
+        }],
     }
 }
 
@@ -408,6 +449,12 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
     let mut query = parse_query(uri)?;
     if let Some(kind) = options_kind(verb) {
         validate_dry_run(kind, &query.dry_run_values)?;
+        if let Some(m) = &query.field_manager
+            && verb != Verb::Delete
+            && verb != Verb::DeleteCollection
+        {
+            validate_field_manager(kind, m)?;
+        }
     }
     // A watch on a single object (`/watch/.../{name}`) is a watch with a name field selector.
     if verb == Verb::Watch

@@ -841,3 +841,143 @@ async fn bodies_are_read_by_their_media_type() {
         assert!(r.body["details"].is_object(), "{path}: {}", r.body);
     }
 }
+
+/// The smaller refusals of upstream: metadata that names nothing (finalizers, owner
+/// references), apply configurations without their version and kind or a manager, field
+/// managers over 128 bytes, and the object named when its namespace is terminating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_and_apply_options_are_validated() {
+    let ts = common::TestServer::start().await;
+    let api = raw(&ts).await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let cm = |meta: Value| json!({"metadata": meta}).to_string();
+    for (meta, want) in [
+        (
+            json!({"name": "f", "finalizers": ["hold"]}),
+            "name is neither a standard finalizer name nor is it fully qualified",
+        ),
+        (
+            json!({"name": "f", "finalizers": ["example.com/-bad"]}),
+            "metadata.finalizers: Invalid value",
+        ),
+        (
+            json!({"name": "o", "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": ""}]}),
+            "metadata.ownerReferences.uid: Invalid value: \"\": uid must not be empty",
+        ),
+        (
+            json!({"name": "o", "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "", "uid": "u"}]}),
+            "name must not be empty",
+        ),
+        (
+            json!({"name": "o", "ownerReferences": [{"apiVersion": "", "kind": "Pod", "name": "p", "uid": "u"}]}),
+            "version must not be empty",
+        ),
+    ] {
+        let s = api
+            .refused(422, "POST", cms, "application/json", cm(meta).as_bytes())
+            .await;
+        assert!(s["message"].as_str().unwrap().contains(want), "{s}");
+    }
+    let ok = cm(json!({"name": "fine", "finalizers": ["example.com/hold", "kubernetes"]}));
+    assert_eq!(
+        api.send("POST", cms, "application/json", ok.as_bytes())
+            .await
+            .code,
+        201
+    );
+
+    let apply = "application/apply-patch+yaml";
+    let item = format!("{cms}/applied");
+    let body = b"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\n";
+    let s = api.refused(422, "PATCH", &item, apply, body).await;
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("fieldManager: Required value: is required for apply patch"),
+        "{s}"
+    );
+    let q = format!("{item}?fieldManager=me");
+    let s = api
+        .refused(
+            400,
+            "PATCH",
+            &q,
+            apply,
+            b"kind: ConfigMap\nmetadata:\n  name: applied\n",
+        )
+        .await;
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("Incorrect version specified in apply patch"),
+        "{s}"
+    );
+    api.refused(
+        400,
+        "PATCH",
+        &q,
+        apply,
+        b"apiVersion: v1\nmetadata:\n  name: applied\n",
+    )
+    .await;
+    let long = format!("{item}?fieldManager={}", "m".repeat(129));
+    let s = api.refused(422, "PATCH", &long, apply, body).await;
+    assert!(
+        s["message"]
+            .as_str()
+            .unwrap()
+            .contains("may not be more than 128 bytes"),
+        "{s}"
+    );
+    api.refused(
+        422,
+        "POST",
+        &format!("{cms}?fieldManager={}", "m".repeat(129)),
+        "application/json",
+        cm(json!({"name": "x"})).as_bytes(),
+    )
+    .await;
+    assert_eq!(api.send("PATCH", &q, apply, body).await.code, 201);
+
+    // Creating in a terminating namespace names the object refused.
+    assert_eq!(
+        api.json("POST", NS, &json!({"metadata": {"name": "going"}}))
+            .await
+            .code,
+        201
+    );
+    let going = "/api/v1/namespaces/going/configmaps";
+    assert_eq!(
+        api.json(
+            "POST",
+            going,
+            &json!({"metadata": {"name": "held", "finalizers": ["example.com/x"]}})
+        )
+        .await
+        .code,
+        201
+    );
+    assert_eq!(
+        api.send("DELETE", &format!("{NS}/going"), "application/json", b"")
+            .await
+            .code,
+        200
+    );
+    let s = api
+        .refused(
+            403,
+            "POST",
+            going,
+            "application/json",
+            cm(json!({"name": "late"})).as_bytes(),
+        )
+        .await;
+    assert!(
+        s["message"].as_str().unwrap().starts_with(
+            "configmaps \"late\" is forbidden: unable to create new content in namespace going"
+        ),
+        "{s}"
+    );
+}
