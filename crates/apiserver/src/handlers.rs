@@ -207,10 +207,33 @@ async fn list(
             state.cursors.next(&scope, token, q.limit)?
         }
         None => {
-            let list = state
-                .store
-                .list(&res.ns_prefix(req.namespace.as_deref()))
-                .await?;
+            let prefix = res.ns_prefix(req.namespace.as_deref());
+            let rv = q
+                .resource_version
+                .as_deref()
+                .filter(|v| !v.is_empty() && *v != "0");
+            let revision = match rv {
+                Some(v) => Some(v.parse::<u64>().map_err(|_| {
+                    ApiError::BadRequest(format!("invalid resourceVersion {v:?}: not a number"))
+                })?),
+                None => None,
+            };
+            let list = match (q.resource_version_match.as_deref(), revision) {
+                // The state exactly at that revision (410 once compacted).
+                (Some("Exact"), Some(at)) => state.store.list_at(&prefix, at).await?,
+                // Not older than: the current state, unless the store has not got there.
+                (_, Some(at)) => {
+                    let list = state.store.list(&prefix).await?;
+                    if at > list.revision {
+                        return Err(ApiError::TooLargeResourceVersion(format!(
+                            "Too large resource version: {at}, current: {}",
+                            list.revision
+                        )));
+                    }
+                    list
+                }
+                _ => state.store.list(&prefix).await?,
+            };
             let items: Vec<Value> = list.items.into_iter().filter(|o| sel.matches(o)).collect();
             let filtered = q.label_selector.is_some() || q.field_selector.is_some();
             let rv = list.revision.to_string();

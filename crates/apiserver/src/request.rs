@@ -95,6 +95,8 @@ pub struct Query {
     pub label_selector: Option<String>,
     pub field_selector: Option<String>,
     pub resource_version: Option<String>,
+    /// `resourceVersionMatch` of a list: `Exact` or `NotOlderThan` (validated in [`parse`]).
+    pub resource_version_match: Option<String>,
     /// `limit` of a list (0: no limit).
     pub limit: Option<usize>,
     /// `continue` of a list: the token of its next page.
@@ -148,6 +150,7 @@ fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
             "labelSelector" if !v.is_empty() => query.label_selector = Some(v),
             "fieldSelector" if !v.is_empty() => query.field_selector = Some(v),
             "resourceVersion" => query.resource_version = Some(v),
+            "resourceVersionMatch" if !v.is_empty() => query.resource_version_match = Some(v),
             "limit" => {
                 query.limit = Some(usize::try_from(non_negative(&k, &v)?).unwrap_or(usize::MAX))
             }
@@ -213,6 +216,38 @@ fn options_kind(verb: Verb) -> Option<&'static str> {
         Verb::Delete | Verb::DeleteCollection => Some("DeleteOptions"),
         Verb::Get | Verb::List | Verb::Watch | Verb::Connect => None,
     }
+}
+
+/// upstream's `ValidateListOptions` for `resourceVersionMatch`.
+fn validate_list_options(verb: Verb, q: &Query) -> Result<(), ApiError> {
+    let Some(m) = q.resource_version_match.as_deref() else {
+        return Ok(());
+    };
+    let rv = q.resource_version.as_deref().unwrap_or("");
+    let message = if !matches!(m, "Exact" | "NotOlderThan") {
+        format!("Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\", \"\"")
+    } else if verb == Verb::Watch && !(m == "NotOlderThan" && q.send_initial_events) {
+        "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided".into()
+    } else if rv.is_empty() {
+        "Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided".into()
+    } else if q.continue_token.is_some() {
+        "Forbidden: resourceVersionMatch is forbidden when continue is provided".into()
+    } else if m == "Exact" && rv == "0" {
+        "Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".into()
+    } else {
+        return Ok(());
+    };
+    let mut err = options_invalid("ListOptions", "resourceVersionMatch", message);
+    if let ApiError::Invalid { causes, .. } = &mut err
+        && let Some(c) = causes.first_mut()
+    {
+        c.reason = if c.message.starts_with("Unsupported") {
+            "FieldValueNotSupported".into()
+        } else {
+            "FieldValueForbidden".into()
+        };
+    }
+    Err(err)
 }
 
 /// upstream's `ValidateFieldManager`: at most 128 bytes, printable characters only.
@@ -447,6 +482,9 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
         return Err(not_found());
     }
     let mut query = parse_query(uri)?;
+    if matches!(verb, Verb::List | Verb::Watch) {
+        validate_list_options(verb, &query)?;
+    }
     if let Some(kind) = options_kind(verb) {
         validate_dry_run(kind, &query.dry_run_values)?;
         if let Some(m) = &query.field_manager

@@ -42,6 +42,10 @@ pub enum ApiError {
     /// 410: the requested resourceVersion is older than the retained history.
     #[error("{0}")]
     Gone(String),
+    /// 504: the requested resourceVersion is newer than the store (upstream's
+    /// `ResourceVersionTooLarge`).
+    #[error("{0}")]
+    TooLargeResourceVersion(String),
     #[error("Unauthorized")]
     Unauthorized,
     #[error("{0}")]
@@ -112,6 +116,7 @@ impl ApiError {
             ApiError::Invalid { .. } => 422,
             ApiError::BadRequest(_) => 400,
             ApiError::Gone(_) => 410,
+            ApiError::TooLargeResourceVersion(_) => 504,
             ApiError::Unauthorized => 401,
             ApiError::Forbidden(_) => 403,
             ApiError::MethodNotAllowed(_) => 405,
@@ -129,6 +134,7 @@ impl ApiError {
             ApiError::Invalid { .. } => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::Gone(_) => "Expired",
+            ApiError::TooLargeResourceVersion(_) => "Timeout",
             ApiError::Unauthorized => "Unauthorized",
             ApiError::Forbidden(_) => "Forbidden",
             ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
@@ -183,6 +189,10 @@ impl ApiError {
             // Clients read `details` of every 404 (kubectl debug takes an empty name as "this
             // subresource is not served"); upstream always sends it.
             ApiError::NoRoute => Some(json!({})),
+            ApiError::TooLargeResourceVersion(_) => Some(json!({
+                "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                "retryAfterSeconds": 1,
+            })),
             _ => None,
         };
         if let Some(d) = details {
@@ -201,6 +211,11 @@ impl From<svcnet_store::StoreError> for ApiError {
             } => ApiError::Gone(format!(
                 "too old resource version: {requested} ({compacted})"
             )),
+            svcnet_store::StoreError::FutureRevision { requested, current } => {
+                ApiError::TooLargeResourceVersion(format!(
+                    "Too large resource version: {requested}, current: {current}"
+                ))
+            }
             other => ApiError::Internal(other.to_string()),
         }
     }

@@ -92,6 +92,21 @@ impl Raw {
         (revision, objects)
     }
 
+    /// Waits until background work (the namespace and garbage collectors) has stopped
+    /// changing the store.
+    async fn settle(&self) {
+        let mut last = self.world().await;
+        for _ in 0..50 {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            let now = self.world().await;
+            if now == last {
+                return;
+            }
+            last = now;
+        }
+        panic!("the store kept changing");
+    }
+
     /// Sends a request that must be refused with `code`, and checks that it changed nothing.
     async fn refused(&self, code: u16, method: &str, path: &str, ct: &str, body: &[u8]) -> Value {
         let before = self.world().await;
@@ -965,6 +980,7 @@ async fn metadata_and_apply_options_are_validated() {
             .code,
         200
     );
+    api.settle().await;
     let s = api
         .refused(
             403,
@@ -979,5 +995,137 @@ async fn metadata_and_apply_options_are_validated() {
             "configmaps \"late\" is forbidden: unable to create new content in namespace going"
         ),
         "{s}"
+    );
+}
+
+/// `resourceVersionMatch=Exact` lists the state at that revision (410 once compacted away),
+/// `NotOlderThan` the current state (504 for a revision the server has not reached), and
+/// anything else is refused as upstream refuses it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_at_an_exact_resource_version() {
+    let ts = common::TestServer::start_with(|c| c.watch_history = 50).await;
+    let api = raw(&ts).await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    let data = |r: &Reply| -> Vec<(String, String)> {
+        r.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                (
+                    i["metadata"]["name"].as_str().unwrap().to_string(),
+                    i["data"]["v"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        api.json(
+            "POST",
+            cms,
+            &json!({"metadata": {"name": "a"}, "data": {"v": "1"}})
+        )
+        .await
+        .code,
+        201
+    );
+    let then = api.get(cms).await.body["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = api
+        .send(
+            "PATCH",
+            &format!("{cms}/a"),
+            "application/merge-patch+json",
+            br#"{"data":{"v":"2"}}"#,
+        )
+        .await;
+    assert_eq!(r.code, 200);
+    assert_eq!(
+        api.json(
+            "POST",
+            cms,
+            &json!({"metadata": {"name": "b"}, "data": {"v": "1"}})
+        )
+        .await
+        .code,
+        201
+    );
+
+    let exact = api
+        .get(&format!(
+            "{cms}?resourceVersion={then}&resourceVersionMatch=Exact"
+        ))
+        .await;
+    assert_eq!(exact.code, 200, "{}", exact.body);
+    assert_eq!(data(&exact), vec![("a".into(), "1".into())]);
+    assert_eq!(exact.body["metadata"]["resourceVersion"], then.as_str());
+    let newer = api
+        .get(&format!(
+            "{cms}?resourceVersion={then}&resourceVersionMatch=NotOlderThan"
+        ))
+        .await;
+    assert_eq!(
+        data(&newer),
+        vec![("a".into(), "2".into()), ("b".into(), "1".into())]
+    );
+    // kube-rs retries a 504 (as client-go does): ask once, without its retries.
+    let once = {
+        let kc = kube::config::Kubeconfig::read_from(ts.server().kubeconfig_path()).unwrap();
+        let mut cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+            .await
+            .unwrap();
+        cfg.default_retry = false;
+        Raw {
+            client: kube::Client::try_from(cfg).unwrap(),
+        }
+    };
+    let future = once
+        .get(&format!(
+            "{cms}?resourceVersion=99999&resourceVersionMatch=NotOlderThan"
+        ))
+        .await;
+    assert_eq!(
+        (future.code, &future.body["reason"]),
+        (504, &json!("Timeout")),
+        "{}",
+        future.body
+    );
+    for bad in [
+        format!("{cms}?resourceVersion={then}&resourceVersionMatch=Sometimes"),
+        format!("{cms}?resourceVersionMatch=Exact"),
+        format!("{cms}?resourceVersion=0&resourceVersionMatch=Exact"),
+    ] {
+        let r = api.get(&bad).await;
+        assert_eq!(
+            (r.code, &r.body["details"]["kind"]),
+            (422, &json!("ListOptions")),
+            "{bad}: {}",
+            r.body
+        );
+    }
+    // Once the history no longer reaches back there: 410 Expired, as after a compaction.
+    for i in 0..80 {
+        let r = api
+            .send(
+                "PATCH",
+                &format!("{cms}/b"),
+                "application/merge-patch+json",
+                format!("{{\"data\":{{\"v\":\"{i}\"}}}}").as_bytes(),
+            )
+            .await;
+        assert_eq!(r.code, 200);
+    }
+    let gone = api
+        .get(&format!(
+            "{cms}?resourceVersion={then}&resourceVersionMatch=Exact"
+        ))
+        .await;
+    assert_eq!(
+        (gone.code, &gone.body["reason"]),
+        (410, &json!("Expired")),
+        "{}",
+        gone.body
     );
 }

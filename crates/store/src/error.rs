@@ -19,6 +19,9 @@ pub enum StoreError {
     /// A watch asked for history that was compacted away (HTTP 410).
     #[error("too old resource version: {requested} (compacted to {compacted})")]
     Gone { requested: u64, compacted: u64 },
+    /// A read at a revision the store has not reached yet.
+    #[error("too large resource version: {requested}, current: {current}")]
+    FutureRevision { requested: u64, current: u64 },
     /// The value cannot be stored (not an object with a `metadata` map, or a bad key).
     #[error("invalid object at {key}: {reason}")]
     InvalidObject { key: String, reason: String },

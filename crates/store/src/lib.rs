@@ -114,6 +114,13 @@ pub trait Store: Send + Sync + 'static {
     /// Every object whose key starts with `prefix`, read at one revision.
     fn list(&self, prefix: &str) -> BoxFuture<'_, Result<ListResult, StoreError>>;
 
+    /// Every object under `prefix` as it was at `revision` (etcd's read at a revision; a
+    /// list with `resourceVersionMatch=Exact`). [`StoreError::Gone`] when that revision is
+    /// older than the retained history, [`StoreError::FutureRevision`] when it is newer than
+    /// the store.
+    fn list_at(&self, prefix: &str, revision: u64)
+    -> BoxFuture<'_, Result<ListResult, StoreError>>;
+
     /// Stores a new object; [`StoreError::AlreadyExists`] when the key is taken.
     fn create(&self, key: &str, object: Value) -> BoxFuture<'_, Result<Value, StoreError>>;
 

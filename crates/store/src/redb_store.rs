@@ -193,6 +193,69 @@ impl Inner {
         Ok(ListResult { items, revision })
     }
 
+    /// The objects under `prefix` at `revision`: today's, with every later event under the
+    /// prefix undone, newest first (an addition removed, a change or deletion put back to the
+    /// object before it), all in one read transaction.
+    pub(crate) fn list_at(&self, prefix: &str, revision: u64) -> Result<ListResult, StoreError> {
+        let txn = self.db.begin_read()?;
+        let objects = txn.open_table(OBJECTS)?;
+        let meta = txn.open_table(META)?;
+        let events = txn.open_table(EVENTS)?;
+        let head = meta.get(META_REVISION)?.map(|v| v.value()).unwrap_or(0);
+        let compacted = meta.get(META_COMPACTED)?.map(|v| v.value()).unwrap_or(0);
+        if revision > head {
+            return Err(StoreError::FutureRevision {
+                requested: revision,
+                current: head,
+            });
+        }
+        if revision < compacted {
+            return Err(StoreError::Gone {
+                requested: revision,
+                compacted,
+            });
+        }
+        let mut at: std::collections::BTreeMap<String, Value> = std::collections::BTreeMap::new();
+        for entry in objects.range(prefix..)? {
+            let (key, value) = entry?;
+            if !key.value().starts_with(prefix) {
+                break;
+            }
+            at.insert(
+                key.value().to_string(),
+                serde_json::from_slice(value.value())?,
+            );
+        }
+        for entry in events.range(revision.saturating_add(1)..)?.rev() {
+            let (_, bytes) = entry?;
+            let event: Event = serde_json::from_slice(bytes.value())?;
+            if !event.key.starts_with(prefix) {
+                continue;
+            }
+            match (event.kind, event.prev_object) {
+                (EventType::Added, _) => {
+                    at.remove(&event.key);
+                }
+                (_, Some(prev)) => {
+                    at.insert(event.key, prev);
+                }
+                (_, None) => {
+                    return Err(StoreError::InvalidObject {
+                        key: event.key,
+                        reason: format!(
+                            "the history event at revision {} has no previous object",
+                            event.revision
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(ListResult {
+            items: at.into_values().collect(),
+            revision,
+        })
+    }
+
     /// Reads up to `limit` history events after `after`, keeping those under `prefix`.
     pub(crate) fn history(
         &self,
@@ -401,6 +464,15 @@ impl Store for RedbStore {
     fn list(&self, prefix: &str) -> BoxFuture<'_, Result<ListResult, StoreError>> {
         let prefix = prefix.to_string();
         self.spawn(move |inner| inner.list(&prefix))
+    }
+
+    fn list_at(
+        &self,
+        prefix: &str,
+        revision: u64,
+    ) -> BoxFuture<'_, Result<ListResult, StoreError>> {
+        let prefix = prefix.to_string();
+        self.spawn(move |inner| inner.list_at(&prefix, revision))
     }
 
     fn create(&self, key: &str, object: Value) -> BoxFuture<'_, Result<Value, StoreError>> {

@@ -526,3 +526,59 @@ async fn history_is_bounded_by_bytes() {
     let s = RedbStore::open(&path, StoreOptions::default()).unwrap();
     assert!(s.history_bytes().unwrap() <= budget);
 }
+
+/// A list at a revision is the state as it was then: later additions gone, later changes and
+/// deletions undone, other prefixes untouched; Gone once compacted, refused in the future.
+#[tokio::test]
+async fn list_at_a_revision_is_the_state_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir, 10_000);
+    let a = s
+        .create("/core/configmaps/ns/a", obj("a", 1))
+        .await
+        .unwrap();
+    s.create("/core/configmaps/ns/b", obj("b", 1))
+        .await
+        .unwrap();
+    let then = rv(&s.create("/core/pods/ns/p", obj("p", 1)).await.unwrap());
+    s.update("/core/configmaps/ns/a", obj("a", 2), None)
+        .await
+        .unwrap();
+    s.delete("/core/configmaps/ns/b", None).await.unwrap();
+    s.create("/core/configmaps/ns/c", obj("c", 1))
+        .await
+        .unwrap();
+    let at = s.list_at("/core/configmaps/", then).await.unwrap();
+    assert_eq!(at.revision, then);
+    let names: Vec<(&str, i64)> = at
+        .items
+        .iter()
+        .map(|o| {
+            (
+                o["metadata"]["name"].as_str().unwrap(),
+                o["spec"]["v"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(names, vec![("a", 1), ("b", 1)]);
+    assert_eq!(
+        at.items[0]["metadata"]["resourceVersion"],
+        a["metadata"]["resourceVersion"]
+    );
+    // At the head it is today's list.
+    let head = s.current_revision().unwrap();
+    let now = s.list("/core/configmaps/").await.unwrap();
+    assert_eq!(
+        s.list_at("/core/configmaps/", head).await.unwrap().items,
+        now.items
+    );
+    assert!(matches!(
+        s.list_at("/core/configmaps/", head + 1).await,
+        Err(StoreError::FutureRevision { .. })
+    ));
+    s.compact(1).unwrap();
+    assert!(matches!(
+        s.list_at("/core/configmaps/", then).await,
+        Err(StoreError::Gone { .. })
+    ));
+}
