@@ -6,19 +6,13 @@
 
 mod common;
 
-use std::collections::BTreeSet;
-
 use common::tracer::NftTracer;
 use svcnet_flows::{Case, Client, Expect, Masq, cases, node_addrs, run_table, world};
 use svcnet_proxy::NamespacedName;
 use svcnet_proxy::fixtures::*;
 
-fn tracer(fake: &svcnet_nft::FakeNft) -> NftTracer<'_> {
-    NftTracer {
-        fake,
-        local_addrs: node_addrs(),
-        affinity: BTreeSet::new(),
-    }
+fn tracer(fake: &svcnet_nft::FakeNft) -> NftTracer {
+    NftTracer::over_fake(fake, node_addrs())
 }
 
 #[test]
