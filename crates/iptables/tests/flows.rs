@@ -44,10 +44,7 @@ fn packet(c: &Case) -> Packet {
 
 /// Checks one case's traced distribution against its expectation (the shared kit's check).
 fn check(fake: &FakeIptables, c: &Case, env: &Env) {
-    let tracer = IptablesTracer {
-        fake,
-        env: env.clone(),
-    };
+    let tracer = IptablesTracer::over_fake(fake, env.clone());
     if let Err(e) = svcnet_flows::check(&tracer, c) {
         panic!("{e}");
     }
@@ -57,10 +54,7 @@ fn check(fake: &FakeIptables, c: &Case, env: &Env) {
 #[test]
 fn packet_flow_table() {
     let (_, fake) = applied(&world());
-    let tracer = IptablesTracer {
-        fake: &fake,
-        env: env(),
-    };
+    let tracer = IptablesTracer::over_fake(&fake, env());
     svcnet_flows::run_table(&tracer, &cases());
 }
 

@@ -19,64 +19,9 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
-use svcnet_proxy::Protocol;
+pub use svcnet_proxy::trace::{Branch, Hop, Outcome, Packet, TraceError};
 
 pub use listing::{ChainDef, ListingError, Ruleset};
-
-/// The first packet of a connection.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Packet {
-    pub src: IpAddr,
-    pub dst: IpAddr,
-    pub dport: u16,
-    pub proto: Protocol,
-    /// Sent by a process on the node (output hook) rather than arriving from a link.
-    pub local_origin: bool,
-}
-
-/// How one branch of the trace ends.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Outcome {
-    /// DNATed to `to`, source rewritten to the node's when `masquerade`.
-    Endpoint {
-        to: SocketAddr,
-        masquerade: bool,
-    },
-    /// No rule took it: routed (or delivered) as addressed.
-    Pass,
-    Drop,
-    Reject,
-}
-
-/// A chain a branch entered and the rule that sent it there (none for a base chain).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Hop {
-    pub chain: String,
-    /// The base chain's hook, for base chains.
-    pub hook: Option<&'static str>,
-    pub via: Option<String>,
-}
-
-/// One way the packet can go, with its share of the probability mass.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Branch {
-    pub share: f64,
-    pub outcome: Outcome,
-    pub path: Vec<Hop>,
-    /// The rule that marked it for masquerading, with its chain.
-    pub masquerade_by: Option<(String, String)>,
-    /// The rule that ended it (drop, reject, dnat), with its chain.
-    pub ended_by: Option<(String, String)>,
-}
-
-/// A rule the tracer cannot interpret, or a reference to nothing.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("chain {chain}: {message}: {rule}")]
-pub struct TraceError {
-    pub chain: String,
-    pub rule: String,
-    pub message: String,
-}
 
 #[derive(Clone, Debug)]
 struct St {
@@ -89,6 +34,7 @@ struct St {
     path: Vec<Hop>,
     masquerade_by: Option<(String, String)>,
     ended_by: Option<(String, String)>,
+    records_affinity: Vec<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -175,14 +121,6 @@ fn parse_u32(s: &str) -> Option<u32> {
     }
 }
 
-fn proto_name(p: Protocol) -> &'static str {
-    match p {
-        Protocol::Tcp => "tcp",
-        Protocol::Udp => "udp",
-        Protocol::Sctp => "sctp",
-    }
-}
-
 fn no_match(st: St) -> Branches {
     vec![(st, None)]
 }
@@ -222,6 +160,7 @@ impl Tracer<'_> {
             path: Vec::new(),
             masquerade_by: None,
             ended_by: None,
+            records_affinity: Vec::new(),
         };
         let mut finals = Vec::new();
         let mut delivered = Vec::new();
@@ -278,7 +217,7 @@ impl Tracer<'_> {
         Some(match (a, b) {
             ("ip" | "ip6", "daddr") => st.dst.to_string(),
             ("ip" | "ip6", "saddr") => pkt.src.to_string(),
-            ("meta", "l4proto") => proto_name(pkt.proto).to_string(),
+            ("meta", "l4proto") => pkt.proto_name().to_string(),
             ("th", "dport") => st.dport.to_string(),
             _ => return None,
         })
@@ -383,7 +322,7 @@ impl Tracer<'_> {
                     i += if neg { 4 } else { 3 };
                 }
                 ["meta", "l4proto", proto, "dnat", rest @ ..] => {
-                    if *proto != proto_name(pkt.proto) {
+                    if *proto != pkt.proto_name() {
                         return Ok(no_match(st));
                     }
                     // `dnat to A:P`, or nft's `dnat ip to A:P` in an inet table.
@@ -404,14 +343,13 @@ impl Tracer<'_> {
                     return Ok(vec![(st, Some(Verdict::End(End::Accept)))]);
                 }
                 [proto @ ("tcp" | "udp" | "sctp"), "dport", port, ..] => {
-                    if *proto != proto_name(pkt.proto) || port.parse::<u16>().ok() != Some(st.dport)
-                    {
+                    if *proto != pkt.proto_name() || port.parse::<u16>().ok() != Some(st.dport) {
                         return Ok(no_match(st));
                     }
                     i += 3;
                 }
                 ["meta", "l4proto", proto, ..] if !proto.starts_with('{') => {
-                    if *proto != proto_name(pkt.proto) {
+                    if *proto != pkt.proto_name() {
                         return Ok(no_match(st));
                     }
                     i += 3;
@@ -439,6 +377,8 @@ impl Tracer<'_> {
                     return Ok(vec![(st, Some(Verdict::End(End::Accept)))]);
                 }
                 ["update", set, _elem] if set.starts_with('@') => {
+                    st.records_affinity
+                        .push(set.trim_start_matches('@').to_string());
                     return Ok(vec![(st, None)]);
                 }
                 ["numgen", kind @ ("random" | "inc"), "mod", n, rest @ ..] => {
@@ -587,7 +527,7 @@ impl Tracer<'_> {
         }
         st.path.push(Hop {
             chain: chain.to_string(),
-            hook: def.base.as_ref().map(|b| b.hook),
+            hook: def.base.as_ref().map(|b| b.hook.to_string()),
             via: via.clone(),
         });
         let mut live = vec![st];
@@ -679,5 +619,6 @@ fn branch(st: St, outcome: Outcome) -> Branch {
         path: st.path,
         masquerade_by: if masquerade { st.masquerade_by } else { None },
         ended_by: st.ended_by,
+        records_affinity: st.records_affinity,
     }
 }
