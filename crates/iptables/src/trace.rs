@@ -199,7 +199,7 @@ impl Tracer<'_> {
         chain: &str,
         args: &[String],
     ) -> Result<Parsed, TraceError> {
-        let rule = args.join(" ");
+        let rule = quoted(args);
         let bad = |message: &str| TraceError {
             chain: chain.to_string(),
             rule: rule.clone(),
@@ -357,7 +357,7 @@ impl Tracer<'_> {
                 "-p" => p.matches &= (next(&mut i)? == pkt.proto_name()) != neg,
                 "--dport" => {
                     let port: u16 = next(&mut i)?.parse().map_err(|_| bad("bad --dport"))?;
-                    p.matches &= (port == st.dport) != neg;
+                    p.matches &= pkt.proto.is_some() && (port == st.dport) != neg;
                 }
                 "-d" => {
                     p.matches &=
@@ -387,9 +387,10 @@ impl Tracer<'_> {
         table: Table,
         chain: &str,
         mut st: St,
-        via: Option<String>,
+        from: Option<(&str, &str)>,
         depth: usize,
     ) -> Result<Vec<(St, End)>, TraceError> {
+        let via = from.map(|(_, r)| r.to_string());
         let fail = |message: &str| TraceError {
             chain: chain.to_string(),
             rule: via.clone().unwrap_or_default(),
@@ -408,12 +409,13 @@ impl Tracer<'_> {
         st.path.push(Hop {
             chain: chain.to_string(),
             hook: via.is_none().then(|| format!("{table} {chain}")),
+            from: from.map(|(c, _)| c.to_string()),
             via: via.clone(),
         });
         let mut live = vec![st];
         let mut done = Vec::new();
         for args in rules {
-            let rule = args.join(" ");
+            let rule = quoted(args);
             let mut next_live = Vec::new();
             for st in live {
                 let parsed = self.parse(pkt, &st, chain, args)?;
@@ -512,7 +514,7 @@ impl Tracer<'_> {
                             hit.masquerade_by = Some((chain.to_string(), rule.clone()));
                         }
                         for (st, end) in
-                            self.run(pkt, table, user, hit, Some(rule.clone()), depth + 1)?
+                            self.run(pkt, table, user, hit, Some((chain, &rule)), depth + 1)?
                         {
                             match end {
                                 End::Return => next_live.push(st),
@@ -604,6 +606,88 @@ fn branch(st: St, end: End) -> Branch {
     }
 }
 
+/// A rule's arguments as `iptables-save` prints them (arguments with spaces quoted).
+fn quoted(args: &[String]) -> String {
+    args.iter()
+        .map(|a| {
+            if a.contains(char::is_whitespace) || a.is_empty() {
+                format!("\"{a}\"")
+            } else {
+                a.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The `--comment` of a rule's text.
+fn comment_of(rule: &str) -> Option<String> {
+    let args = split_args(rule);
+    let i = args.iter().position(|a| a == "--comment")?;
+    args.get(i + 1).cloned()
+}
+
+/// A branch in words, from svcnet's iptables chain names and rule comments.
+pub fn explain(b: &Branch) -> svcnet_proxy::trace::Explanation {
+    use svcnet_proxy::trace::why;
+    let per_service = |c: &str| {
+        ["SVCNET-SVC-", "SVCNET-SVL-", "SVCNET-EXT-", "SVCNET-FW-"]
+            .iter()
+            .any(|p| c.starts_with(p))
+    };
+    let frontend = b.path.iter().find_map(|h| {
+        if !per_service(&h.chain) {
+            return None;
+        }
+        let c = comment_of(h.via.as_deref()?)?;
+        match h.from.as_deref()? {
+            "SVCNET-NODEPORTS" => Some(format!("node port of {c}")),
+            "SVCNET-SERVICES" | "SVCNET-EXTERNAL-SERVICES" | "SVCNET-PROXY-FIREWALL" => {
+                Some(match c.split_once(' ') {
+                    Some((svc, kind)) => format!("{kind} of {svc}"),
+                    None => c,
+                })
+            }
+            _ => None,
+        }
+    });
+    let masquerade = b.masquerade_by.as_ref().map(|(chain, rule)| {
+        if chain.starts_with("SVCNET-SEP-") {
+            why::HAIRPIN.to_string()
+        } else if rule.contains("--src-type LOCAL") {
+            why::LOCAL_SHORT_CIRCUIT.to_string()
+        } else if rule.starts_with("! -s") || rule.contains(" ! -s ") {
+            why::OFF_CLUSTER.to_string()
+        } else if chain.starts_with("SVCNET-EXT-") {
+            why::EXTERNAL_CLUSTER.to_string()
+        } else {
+            format!("marked by `{rule}` in chain {chain}")
+        }
+    });
+    let (end_chain, end_rule) = b
+        .ended_by
+        .clone()
+        .unwrap_or_else(|| (String::new(), String::new()));
+    let c = comment_of(&end_rule).unwrap_or_default();
+    let verdict = match &b.outcome {
+        Outcome::Endpoint { to, .. } => format!("DNAT to {to}"),
+        Outcome::Pass => why::NOT_A_SERVICE.to_string(),
+        _ if c.contains("has no local endpoints") => why::NO_LOCAL_ENDPOINTS.to_string(),
+        _ if c.contains("has no endpoints") => why::NO_ENDPOINTS.to_string(),
+        _ if c.contains("other ports") => why::UNKNOWN_PORT.to_string(),
+        _ if c.contains("unallocated service IP") => why::UNALLOCATED.to_string(),
+        _ if c.contains("not accepted by") => why::SOURCE_RANGES.to_string(),
+        _ if end_chain.starts_with("SVCNET-EXT-") => why::NO_LOCAL_ENDPOINTS.to_string(),
+        Outcome::Reject => format!("rejected by `{end_rule}` in chain {end_chain}"),
+        Outcome::Drop => format!("dropped by `{end_rule}` in chain {end_chain}"),
+    };
+    svcnet_proxy::trace::Explanation {
+        frontend,
+        masquerade,
+        verdict,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -645,7 +729,7 @@ COMMIT
             src: "10.244.4.2".parse().unwrap(),
             dst: "10.96.0.10".parse().unwrap(),
             dport: 80,
-            proto: svcnet_proxy::Protocol::Tcp,
+            proto: Some(svcnet_proxy::Protocol::Tcp),
             local_origin: false,
         };
         let b = t.trace(&pkt).unwrap();

@@ -304,3 +304,32 @@ fn fake_rejects_dangling_jumps_and_nat_drops() {
     let err = fake.restore("*nat\n-X SVCNET-Y\nCOMMIT\n").unwrap_err();
     assert!(err.message.contains("still referenced"), "{err}");
 }
+
+/// `svcnet trace`'s words for the shared cases (frontend, masquerade reason, verdict), the
+/// same as nft's tracer gives.
+#[test]
+fn explanations_match_the_shared_table() {
+    let (_, fake) = applied(&world());
+    let rules = svcnet_iptables::trace::Ruleset::from_fake(&fake);
+    svcnet_flows::check_explanations(&|p| {
+        let t = svcnet_iptables::trace::Tracer::new(&rules, node_addrs());
+        t.trace(&common::tracer::production(&packet_of(p)))
+            .unwrap()
+            .into_iter()
+            .map(|b| {
+                let e = svcnet_iptables::trace::explain(&b);
+                (b, e)
+            })
+            .collect()
+    });
+}
+
+fn packet_of(p: &svcnet_flows::Packet) -> Packet {
+    Packet {
+        src: p.src,
+        dst: p.dst,
+        proto: p.proto.as_str(),
+        dport: p.dport,
+        from_node: p.from == Client::Node,
+    }
+}

@@ -118,3 +118,22 @@ fn wrong_expectations_fail() {
         assert!(svcnet_flows::check(&t, c).is_err(), "{} passed", c.name);
     }
 }
+
+/// `svcnet trace`'s words for the shared cases (frontend, masquerade reason, verdict), the
+/// same as iptables' tracer gives.
+#[test]
+fn explanations_match_the_shared_table() {
+    let (_, fake, _) = common::full(&world(), None);
+    let rules = svcnet_nft::trace::Ruleset::from_fake(&fake);
+    svcnet_flows::check_explanations(&|p| {
+        let t = svcnet_nft::trace::Tracer::new(&rules, node_addrs());
+        t.trace(&common::tracer::packet(p))
+            .unwrap()
+            .into_iter()
+            .map(|b| {
+                let e = svcnet_nft::trace::explain(&b);
+                (b, e)
+            })
+            .collect()
+    });
+}

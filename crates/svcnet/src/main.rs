@@ -29,6 +29,8 @@ enum Command {
     Down(cmd::down::Args),
     /// Run a command inside a pod's namespaces.
     Exec(cmd::exec::Args),
+    /// Which rules a packet hits on a node, and why (from the rules the kernel holds now).
+    Trace(cmd::trace::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -55,6 +57,7 @@ fn main() -> std::process::ExitCode {
             Command::Env(args) => cmd::env::run(args).await,
             Command::Down(args) => cmd::down::run(args).await,
             Command::Exec(args) => cmd::exec::run(args).await,
+            Command::Trace(args) => cmd::trace::run(args).await,
         }
     });
     match result {

@@ -41,16 +41,16 @@ pub enum Verdict {
     Reject,
 }
 
-fn production(pkt: &Packet) -> trace::Packet {
+pub fn production(pkt: &Packet) -> trace::Packet {
     trace::Packet {
         src: pkt.src,
         dst: pkt.dst,
         dport: pkt.dport,
-        proto: match pkt.proto {
+        proto: Some(match pkt.proto {
             "udp" => Protocol::Udp,
             "sctp" => Protocol::Sctp,
             _ => Protocol::Tcp,
-        },
+        }),
         local_origin: pkt.from_node,
     }
 }

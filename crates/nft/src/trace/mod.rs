@@ -212,15 +212,19 @@ impl Tracer<'_> {
         Ok(out)
     }
 
-    /// A field of a selector or concatenation.
-    fn field(&self, pkt: &Packet, st: &St, a: &str, b: &str) -> Option<String> {
-        Some(match (a, b) {
+    /// A field of a selector or concatenation (`Some(None)`: the packet has no such field,
+    /// as an ICMP packet has no port, so nothing keyed on it matches).
+    fn field(&self, pkt: &Packet, st: &St, a: &str, b: &str) -> Option<Option<String>> {
+        if (a, b) == ("th", "dport") && pkt.proto.is_none() {
+            return Some(None);
+        }
+        Some(Some(match (a, b) {
             ("ip" | "ip6", "daddr") => st.dst.to_string(),
             ("ip" | "ip6", "saddr") => pkt.src.to_string(),
             ("meta", "l4proto") => pkt.proto_name().to_string(),
             ("th", "dport") => st.dport.to_string(),
             _ => return None,
-        })
+        }))
     }
 
     fn verdict(words: &[&str]) -> Option<Verdict> {
@@ -292,6 +296,11 @@ impl Tracer<'_> {
                         key.push(f);
                         i += 3;
                     }
+                    let key: Option<Vec<String>> = key.into_iter().collect();
+                    let Some(key) = key else {
+                        // A port-keyed map never matches a packet without ports.
+                        return Ok(no_match(st));
+                    };
                     return self.vmap(st, &key.join(" . "), &w[i..], chain, rule);
                 }
                 ["ip" | "ip6", a @ ("daddr" | "saddr"), rest @ ..] => {
@@ -510,9 +519,10 @@ impl Tracer<'_> {
         pkt: &Packet,
         chain: &str,
         mut st: St,
-        via: Option<String>,
+        from: Option<(&str, &str)>,
         depth: usize,
     ) -> Result<Vec<(St, End)>, TraceError> {
+        let via = from.map(|(_, r)| r.to_string());
         let def = self.rules.chains.get(chain).ok_or_else(|| TraceError {
             chain: chain.to_string(),
             rule: via.clone().unwrap_or_default(),
@@ -528,6 +538,7 @@ impl Tracer<'_> {
         st.path.push(Hop {
             chain: chain.to_string(),
             hook: def.base.as_ref().map(|b| b.hook.to_string()),
+            from: from.map(|(c, _)| c.to_string()),
             via: via.clone(),
         });
         let mut live = vec![st];
@@ -548,7 +559,7 @@ impl Tracer<'_> {
                             if c == "mark-for-masquerade" && st.masquerade_by.is_none() {
                                 st.masquerade_by = Some((chain.to_string(), r.clone()));
                             }
-                            for (st, e) in self.run(pkt, &c, st, Some(r.clone()), depth + 1)? {
+                            for (st, e) in self.run(pkt, &c, st, Some((chain, r)), depth + 1)? {
                                 match e {
                                     End::Return => next.push(st),
                                     e => done.push((st, e)),
@@ -557,7 +568,7 @@ impl Tracer<'_> {
                         }
                         // A goto's return ends this chain too.
                         Some(Verdict::Goto(c)) => {
-                            done.extend(self.run(pkt, &c, st, Some(r.clone()), depth + 1)?)
+                            done.extend(self.run(pkt, &c, st, Some((chain, r)), depth + 1)?)
                         }
                     }
                 }
@@ -620,5 +631,83 @@ fn branch(st: St, outcome: Outcome) -> Branch {
         masquerade_by: if masquerade { st.masquerade_by } else { None },
         ended_by: st.ended_by,
         records_affinity: st.records_affinity,
+    }
+}
+
+/// The `ns/name/proto/port` part of a per-service chain name (`service-HASH-ns/name/tcp/http`).
+fn service_of(chain: &str) -> Option<&str> {
+    chain.splitn(3, '-').nth(2)
+}
+
+/// A branch in words, from svcnet's nft chain names and rules.
+pub fn explain(b: &Branch) -> svcnet_proxy::trace::Explanation {
+    use svcnet_proxy::trace::why;
+    let hop_via = |h: &Hop, what: &str| h.via.as_deref().is_some_and(|v| v.contains(what));
+    let frontend = b
+        .path
+        .iter()
+        .find(|h| hop_via(h, "@service-ips") || hop_via(h, "@service-nodeports"))
+        .and_then(|h| {
+            let svc = service_of(&h.chain)?;
+            let firewall = b.path.iter().any(|h| h.chain.starts_with("firewall-"));
+            let kind = if hop_via(h, "@service-nodeports") {
+                "node port"
+            } else if h.chain.starts_with("service-") {
+                "cluster IP"
+            } else if firewall {
+                "load-balancer IP (with loadBalancerSourceRanges)"
+            } else {
+                "external IP or load-balancer IP"
+            };
+            Some(format!("{kind} of {svc}"))
+        })
+        .or_else(|| {
+            let h = b.path.iter().find(|h| h.chain.starts_with("firewall-"))?;
+            Some(format!(
+                "load-balancer IP (with loadBalancerSourceRanges) of {}",
+                service_of(&h.chain)?
+            ))
+        });
+    let masquerade = b.masquerade_by.as_ref().map(|(chain, rule)| {
+        if chain.starts_with("endpoint-") {
+            why::HAIRPIN.to_string()
+        } else if chain.starts_with("service-") && rule.contains("ip saddr !=") {
+            why::OFF_CLUSTER.to_string()
+        } else if chain.starts_with("external-") && rule.contains("fib saddr type local") {
+            why::LOCAL_SHORT_CIRCUIT.to_string()
+        } else if chain.starts_with("external-") {
+            why::EXTERNAL_CLUSTER.to_string()
+        } else {
+            format!("marked by `{rule}` in chain {chain}")
+        }
+    });
+    let in_path = |name: &str| b.path.iter().any(|h| h.chain == name);
+    let (end_chain, end_rule) = b
+        .ended_by
+        .clone()
+        .unwrap_or_else(|| (String::new(), String::new()));
+    let verdict = match &b.outcome {
+        Outcome::Endpoint { to, .. } => format!("DNAT to {to}"),
+        Outcome::Pass => why::NOT_A_SERVICE.to_string(),
+        Outcome::Reject if end_rule.contains("@cluster-ips") => why::UNKNOWN_PORT.to_string(),
+        Outcome::Reject
+            if in_path("service-endpoints-check") || in_path("nodeport-endpoints-check") =>
+        {
+            why::NO_ENDPOINTS.to_string()
+        }
+        Outcome::Drop if end_chain.starts_with("firewall-") => why::SOURCE_RANGES.to_string(),
+        Outcome::Drop if end_chain == "cluster-ips-check" => why::UNALLOCATED.to_string(),
+        Outcome::Drop
+            if end_chain.starts_with("external-") || end_chain.ends_with("endpoints-check") =>
+        {
+            why::NO_LOCAL_ENDPOINTS.to_string()
+        }
+        Outcome::Reject => format!("rejected by `{end_rule}` in chain {end_chain}"),
+        Outcome::Drop => format!("dropped by `{end_rule}` in chain {end_chain}"),
+    };
+    svcnet_proxy::trace::Explanation {
+        frontend,
+        masquerade,
+        verdict,
     }
 }

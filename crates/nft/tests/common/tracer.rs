@@ -46,10 +46,10 @@ pub fn packet(pkt: &Packet) -> trace::Packet {
         src: pkt.src,
         dst: pkt.dst,
         dport: pkt.dport,
-        proto: match pkt.proto {
+        proto: Some(match pkt.proto {
             Proto::Tcp => Protocol::Tcp,
             Proto::Udp => Protocol::Udp,
-        },
+        }),
         local_origin: pkt.from == Client::Node,
     }
 }
