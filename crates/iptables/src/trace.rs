@@ -671,6 +671,7 @@ pub fn explain(b: &Branch) -> svcnet_proxy::trace::Explanation {
     let c = comment_of(&end_rule).unwrap_or_default();
     let verdict = match &b.outcome {
         Outcome::Endpoint { to, .. } => format!("DNAT to {to}"),
+        Outcome::Listener { port } => format!("redirected to local port {port}"),
         Outcome::Pass => why::NOT_A_SERVICE.to_string(),
         _ if c.contains("has no local endpoints") => why::NO_LOCAL_ENDPOINTS.to_string(),
         _ if c.contains("has no endpoints") => why::NO_ENDPOINTS.to_string(),

@@ -41,6 +41,11 @@ pub enum Outcome {
         to: SocketAddr,
         masquerade: bool,
     },
+    /// Redirected to a local listener on `port` (the userspace proxy, which picks the
+    /// endpoint itself and connects from the node).
+    Listener {
+        port: u16,
+    },
     /// No rule took it: routed (or delivered) as addressed.
     Pass,
     Drop,

@@ -216,6 +216,41 @@ fn check_mode(net: &Net, mode: &str) {
     net.stop(&mut up);
 }
 
+/// Userspace mode: the trace ends at the proxy's listener (it picks the endpoint itself).
+fn check_userspace(net: &Net) {
+    let dns = free_udp_port();
+    let mut up = net.up_with("2", dns, &["--proxy-mode", "userspace"]);
+    up.ok(&["apply", "-f", &common::example("myapp.yaml")]);
+    let cip = up.ok(&["get", "svc", "myapp", "-o", "jsonpath={.spec.clusterIP}"]);
+    let dst = format!("{cip}:80");
+    let v = wait_for("the redirect to the userspace listener", || {
+        let out = trace(&up, &["-o", "json", "10.158.0.250", &dst]);
+        let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+        (v["branches"][0]["outcome"] == "redirected").then(|| v.to_string())
+    });
+    let v: Value = serde_json::from_str(&v).unwrap();
+    assert_eq!(v["dataplane"], "userspace", "{v:#}");
+    let b = &branches(&v)[0];
+    assert_eq!(branches(&v).len(), 1, "{v:#}");
+    assert!(b["endpoint"].as_str().unwrap().starts_with(':'), "{b:#}");
+    assert!(
+        b["verdict"]
+            .as_str()
+            .unwrap()
+            .contains("userspace proxy's listener"),
+        "{b:#}"
+    );
+    let fe = b["frontend"].as_str().unwrap();
+    assert!(fe.contains(&format!("ip daddr {cip} tcp dport 80")), "{fe}");
+    let (o, why) = only_verdict(&trace_json(&up, &["10.158.0.250", &format!("{cip}:81")]));
+    assert_eq!(o, "rejected");
+    assert!(why.contains("no port"), "{why}");
+    let (o, why) = only_verdict(&trace_json(&up, &["10.158.0.250", "10.148.255.254:80"]));
+    assert_eq!(o, "dropped");
+    assert!(why.contains("no service holds"), "{why}");
+    net.stop(&mut up);
+}
+
 #[test]
 fn trace_explains_myapp_on_two_nodes() {
     if !is_root() {
@@ -231,4 +266,5 @@ fn trace_explains_myapp_on_two_nodes() {
     };
     check_mode(&net, "nftables");
     check_mode(&net, "iptables");
+    check_userspace(&net);
 }

@@ -70,6 +70,7 @@ pub fn trace_rules(rules: &Ruleset, pkt: &Packet, env: &Env) -> BTreeMap<Verdict
         let v = match b.outcome {
             Outcome::Drop => Verdict::Drop,
             Outcome::Reject => Verdict::Reject,
+            Outcome::Listener { port } => panic!("iptables redirected {pkt:?} to port {port}"),
             Outcome::Pass => Verdict::Accept {
                 dst: std::net::SocketAddr::new(pkt.dst, pkt.dport).to_string(),
                 dnat: false,

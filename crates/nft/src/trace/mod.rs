@@ -28,6 +28,8 @@ struct St {
     dst: IpAddr,
     dport: u16,
     dnat: bool,
+    /// Redirected to a local port (`redirect to :port`).
+    redirect: bool,
     mark: u32,
     masquerade: bool,
     p: f64,
@@ -154,6 +156,7 @@ impl Tracer<'_> {
             dst: pkt.dst,
             dport: pkt.dport,
             dnat: false,
+            redirect: false,
             mark: 0,
             masquerade: false,
             p: 1.0,
@@ -169,8 +172,9 @@ impl Tracer<'_> {
             finals.extend(f);
             let (live, f) = self.hook(pkt, "postrouting", live)?;
             finals.extend(f);
-            let (local, out): (Vec<St>, Vec<St>) =
-                live.into_iter().partition(|s| self.is_local(s.dst));
+            let (local, out): (Vec<St>, Vec<St>) = live
+                .into_iter()
+                .partition(|s| s.redirect || self.is_local(s.dst));
             let (live, f) = self.hook(pkt, "input", local)?;
             finals.extend(f);
             delivered.extend(live);
@@ -178,8 +182,9 @@ impl Tracer<'_> {
         } else {
             let (live, f) = self.hook(pkt, "prerouting", vec![st])?;
             finals.extend(f);
-            let (local, fwd): (Vec<St>, Vec<St>) =
-                live.into_iter().partition(|s| self.is_local(s.dst));
+            let (local, fwd): (Vec<St>, Vec<St>) = live
+                .into_iter()
+                .partition(|s| s.redirect || self.is_local(s.dst));
             let (live, f) = self.hook(pkt, "input", local)?;
             finals.extend(f);
             delivered.extend(live);
@@ -199,7 +204,9 @@ impl Tracer<'_> {
             out.push(branch(st, outcome));
         }
         for st in delivered {
-            let outcome = if st.dnat {
+            let outcome = if st.redirect {
+                Outcome::Listener { port: st.dport }
+            } else if st.dnat {
                 Outcome::Endpoint {
                     to: SocketAddr::new(st.dst, st.dport),
                     masquerade: st.masquerade,
@@ -380,6 +387,16 @@ impl Tracer<'_> {
                         _ => return Err(bad("unknown mark operation")),
                     }
                     return Ok(vec![(st, None)]);
+                }
+                ["redirect", "to", to] => {
+                    let port = to
+                        .strip_prefix(':')
+                        .and_then(|p| p.parse().ok())
+                        .ok_or_else(|| bad("bad redirect port"))?;
+                    st.dport = port;
+                    st.redirect = true;
+                    st.ended_by = Some((chain.to_string(), rule.to_string()));
+                    return Ok(vec![(st, Some(Verdict::End(End::Accept)))]);
                 }
                 ["masquerade", ..] => {
                     st.masquerade = true;
@@ -662,6 +679,12 @@ pub fn explain(b: &Branch) -> svcnet_proxy::trace::Explanation {
             Some(format!("{kind} of {svc}"))
         })
         .or_else(|| {
+            // The userspace proxy's table: a redirect rule per frontend.
+            let (chain, rule) = b.ended_by.as_ref()?;
+            let (m, _) = rule.split_once(" redirect to ")?;
+            (chain == "frontends").then(|| format!("userspace frontend `{m}`"))
+        })
+        .or_else(|| {
             let h = b.path.iter().find(|h| h.chain.starts_with("firewall-"))?;
             Some(format!(
                 "load-balancer IP (with loadBalancerSourceRanges) of {}",
@@ -688,8 +711,16 @@ pub fn explain(b: &Branch) -> svcnet_proxy::trace::Explanation {
         .unwrap_or_else(|| (String::new(), String::new()));
     let verdict = match &b.outcome {
         Outcome::Endpoint { to, .. } => format!("DNAT to {to}"),
+        Outcome::Listener { port } => format!(
+            "redirected to the userspace proxy's listener on port {port}: it picks the endpoint \
+             with the service's algorithm and connects to it from the node"
+        ),
         Outcome::Pass => why::NOT_A_SERVICE.to_string(),
-        Outcome::Reject if end_rule.contains("@cluster-ips") => why::UNKNOWN_PORT.to_string(),
+        Outcome::Reject
+            if end_rule.contains("@cluster-ips") || end_chain == "cluster-ips-check" =>
+        {
+            why::UNKNOWN_PORT.to_string()
+        }
         Outcome::Reject
             if in_path("service-endpoints-check") || in_path("nodeport-endpoints-check") =>
         {

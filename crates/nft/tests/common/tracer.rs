@@ -73,6 +73,9 @@ impl Tracer for NftTracer {
             let o = match b.outcome {
                 trace::Outcome::Endpoint { to, masquerade } => Outcome::Endpoint { to, masquerade },
                 trace::Outcome::Pass => Outcome::Pass,
+                trace::Outcome::Listener { port } => {
+                    panic!("svcnet's nft table redirected {pkt:?} to port {port}")
+                }
                 trace::Outcome::Drop => Outcome::Drop,
                 trace::Outcome::Reject => Outcome::Reject,
             };

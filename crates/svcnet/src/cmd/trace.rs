@@ -1,7 +1,8 @@
 //! `svcnet trace [--node N] SRC DST:PORT [--proto tcp|udp|icmp] [-o text|json]
 //! [--explain-ping]`: which rules a connection's first packet hits on a node, and why. It reads
 //! the rules as the kernel holds them now, inside the node's network namespace (`nft list
-//! table`, or `iptables-save` of the back end holding svcnet's chains), walks them with the
+//! table`, or `iptables-save` of the back end holding svcnet's chains, or the userspace
+//! proxy's redirect table, whose trace ends at its listener), walks them with the
 //! dataplane's own tracer (`svcnet_nft::trace`, `svcnet_iptables::trace`) and prints the hook
 //! and chain path, the frontend that matched, each endpoint that can be chosen with its share,
 //! whether and why the packet is masqueraded, and the verdict when nothing takes it. Nodes of
@@ -199,11 +200,18 @@ fn trace_kernel(netns: Option<&str>, pkt: &Packet, local: Vec<IpAddr>) -> anyhow
             explain: svcnet_iptables::trace::explain,
         });
     }
-    if run_in(netns, &["nft", "list", "table", family, "svcnet-userspace"])?.is_some() {
-        bail!(
-            "the node runs the userspace proxy; svcnet trace reads nftables and iptables rules \
-             (the userspace proxy's routes are on its /metrics endpoint, userspace_service_*)"
-        );
+    // The userspace proxy's redirects to its listeners (privileged mode); it picks the
+    // endpoint itself, per connection, so the trace ends at its listener.
+    let us = svcnet_userspace::rules::TABLE;
+    if let Some(listing) = run_in(netns, &["nft", "list", "table", family, us])? {
+        let rules = svcnet_nft::trace::Ruleset::parse_listing(&listing)?;
+        let branches = svcnet_nft::trace::Tracer::new(&rules, local).trace(pkt)?;
+        return Ok(Traced {
+            dataplane: "userspace".into(),
+            source: format!("nft list table {family} {us}"),
+            branches,
+            explain: svcnet_nft::trace::explain,
+        });
     }
     bail!(
         "no svcnet proxy rules in {} (table {family} {table}, or SVCNET- chains): is the proxy running there?",
@@ -390,6 +398,7 @@ impl Report<'_> {
                     Outcome::Endpoint { to, masquerade } => {
                         ("endpoint", Some(to.to_string()), *masquerade)
                     }
+                    Outcome::Listener { port } => ("redirected", Some(format!(":{port}")), false),
                     Outcome::Pass => ("routed", None, false),
                     Outcome::Drop => ("dropped", None, false),
                     Outcome::Reject => ("rejected", None, false),
