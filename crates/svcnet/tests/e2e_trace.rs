@@ -198,6 +198,53 @@ fn check_mode(net: &Net, mode: &str) {
     assert_eq!(text.matches("33.3%").count(), 3, "{text}");
     assert!(text.contains("not masqueraded"), "{text}");
 
+    // Session affinity: after one connection from node 1 (its underlay address), that client
+    // is recorded in the kernel (nft set / xt_recent list) and traces to one endpoint.
+    let sticky = r#"
+apiVersion: v1
+kind: Service
+metadata: {name: sticky}
+spec:
+  selector: {app: myapp, release: stabel}
+  sessionAffinity: ClientIP
+  ports: [{name: http, port: 80, targetPort: 80}]
+"#;
+    let file = up.data_dir.path().join("sticky.yaml");
+    std::fs::write(&file, sticky).unwrap();
+    up.ok(&["apply", "-f", file.to_str().unwrap()]);
+    let sip = up.ok(&["get", "svc", "sticky", "-o", "jsonpath={.spec.clusterIP}"]);
+    let sdst = format!("{sip}:80");
+    let node1 = format!("{}-node1", net.prefix);
+    let client = "172.29.13.2";
+    wait_for("the sticky service answers from node 1", || {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &node1, "curl", "-s", "-m", "2"])
+            .args(["--interface", client, &format!("http://{sdst}/")])
+            .output()
+            .unwrap();
+        let body = String::from_utf8_lossy(&out.stdout).to_string();
+        body.contains("pod=").then_some(body)
+    });
+    let v = trace_json(&up, &["--node", nodes[0], client, &sdst]);
+    assert_eq!(v["packet"]["fromNode"], true, "{v:#}");
+    let b = branches(&v);
+    assert_eq!(b.len(), 1, "{v:#}");
+    assert_eq!(b[0]["affinityHit"], true, "{v:#}");
+    assert_eq!(b[0]["share"].as_f64().unwrap(), 1.0, "{v:#}");
+    assert!(
+        expected.contains(b[0]["endpoint"].as_str().unwrap()),
+        "{v:#}"
+    );
+    // Another client is not recorded: spread over the three.
+    assert_eq!(
+        branches(&trace_json(
+            &up,
+            &["--node", nodes[0], "10.158.0.250", &sdst]
+        ))
+        .len(),
+        3
+    );
+
     // Bad input: clear usage errors, non-zero exit.
     for (args, says) in [
         (vec!["not-an-ip", dst.as_str()], "is not an IP address"),

@@ -153,6 +153,34 @@ fn local_addrs(netns: Option<&str>) -> anyhow::Result<Vec<IpAddr>> {
         .collect())
 }
 
+/// The `recent` lists (ClientIP affinity) that hold `src` now: the kernel keeps them in
+/// `/proc/net/xt_recent/<name>` of the namespace, not in `iptables-save`.
+fn recent_lists_holding(
+    netns: Option<&str>,
+    rules: &svcnet_iptables::trace::Ruleset,
+    src: IpAddr,
+) -> anyhow::Result<std::collections::BTreeSet<String>> {
+    let mut names = std::collections::BTreeSet::new();
+    for rule in rules.tables.values().flat_map(|t| t.values()).flatten() {
+        if let Some(i) = rule.iter().position(|a| a == "--name")
+            && let Some(n) = rule.get(i + 1)
+        {
+            names.insert(n.clone());
+        }
+    }
+    let needle = format!("src={src} ");
+    let mut holding = std::collections::BTreeSet::new();
+    for name in names {
+        let path = format!("/proc/net/xt_recent/{name}");
+        if let Some(text) = run_in(netns, &["cat", &path])?
+            && text.lines().any(|l| l.starts_with(&needle))
+        {
+            holding.insert(name);
+        }
+    }
+    Ok(holding)
+}
+
 /// The dataplane found in the namespace and its trace.
 struct Traced {
     dataplane: String,
@@ -192,7 +220,9 @@ fn trace_kernel(netns: Option<&str>, pkt: &Packet, local: Vec<IpAddr>) -> anyhow
             continue;
         }
         let rules = svcnet_iptables::trace::Ruleset::parse_save(&save)?;
-        let branches = svcnet_iptables::trace::Tracer::new(&rules, local).trace(pkt)?;
+        let mut tracer = svcnet_iptables::trace::Tracer::new(&rules, local);
+        tracer.recent = recent_lists_holding(netns, &rules, pkt.src)?;
+        let branches = tracer.trace(pkt)?;
         return Ok(Traced {
             dataplane: "iptables".into(),
             source: program,
@@ -281,6 +311,16 @@ fn packet_text(p: &Packet) -> String {
     format!("{} {} -> {to}, {from}", p.proto_name(), p.src)
 }
 
+/// Whether the branch went to its endpoint because the client is in its affinity set (nft)
+/// or `recent` list (iptables).
+fn sticky(b: &Branch) -> bool {
+    b.path.iter().any(|h| {
+        h.via
+            .as_deref()
+            .is_some_and(|v| v.contains("@affinity-") || v.contains("--rcheck"))
+    })
+}
+
 /// The hops of a branch as `chain` lines, base chains with their hook, each jump indented
 /// below the chain it came from.
 fn path_lines(b: &Branch) -> Vec<String> {
@@ -365,6 +405,12 @@ impl Report<'_> {
                         "not masqueraded: the endpoint sees the client's address".into()
                     };
                     let _ = writeln!(out, "  {:>6}  {to}{via}\n          {masq}", percent(*share));
+                    if sticky(b) {
+                        let _ = writeln!(
+                            out,
+                            "          session affinity: this client is recorded for this endpoint, so it returns to it"
+                        );
+                    }
                     if !b.records_affinity.is_empty() {
                         let _ = writeln!(
                             out,
@@ -420,6 +466,7 @@ impl Report<'_> {
                     "endedBy": b.ended_by.as_ref().map(|(c, r)| serde_json::json!({"chain": c, "rule": r})),
                     "masqueradedBy": b.masquerade_by.as_ref().map(|(c, r)| serde_json::json!({"chain": c, "rule": r})),
                     "recordsAffinity": b.records_affinity,
+                    "affinityHit": sticky(b),
                 })
             })
             .collect();
