@@ -487,3 +487,53 @@ impl Report<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(src: &str, dst: &str, proto: &str, ping: bool) -> Args {
+        Args {
+            src: src.into(),
+            dst: dst.into(),
+            node: None,
+            netns: None,
+            proto: proto.into(),
+            output: "text".into(),
+            explain_ping: ping,
+            data_dir: PathBuf::from("svcnet-data"),
+        }
+    }
+
+    fn err(a: &Args) -> String {
+        match parse_packet(a) {
+            Ok(p) => panic!("accepted {p:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn packets_and_usage_errors() {
+        let p = parse_packet(&args("10.244.1.5", "10.96.0.10:80", "udp", false)).unwrap();
+        assert_eq!(p.2, 80);
+        assert_eq!(p.3, Some(Protocol::Udp));
+        let p = parse_packet(&args("fd00::5", "[fd00:10:96::a]:53", "tcp", false)).unwrap();
+        assert_eq!(p.3, Some(Protocol::Tcp));
+        // ICMP needs no port.
+        let p = parse_packet(&args("10.244.1.5", "10.96.0.10", "tcp", true)).unwrap();
+        assert_eq!(p.3, None);
+        let p = parse_packet(&args("10.244.1.5", "10.96.0.10", "icmp", false)).unwrap();
+        assert_eq!(p.3, None);
+        assert!(
+            err(&args("pod-a", "10.96.0.10:80", "tcp", false)).contains("is not an IP address")
+        );
+        assert!(err(&args("10.244.1.5", "10.96.0.10", "tcp", false)).contains("has no port"));
+        assert!(err(&args("10.244.1.5", "web:80", "tcp", false)).contains("is not IP:PORT"));
+        assert!(
+            err(&args("10.244.1.5", "10.96.0.10:99999", "tcp", false)).contains("is not IP:PORT")
+        );
+        assert!(
+            err(&args("fd00::5", "10.96.0.10:80", "tcp", false)).contains("different IP families")
+        );
+    }
+}
