@@ -244,7 +244,9 @@ fn trace_kernel(netns: Option<&str>, pkt: &Packet, local: Vec<IpAddr>) -> anyhow
         });
     }
     bail!(
-        "no svcnet proxy rules in {} (table {family} {table}, or SVCNET- chains): is the proxy running there?",
+        "no svcnet proxy rules in {} (table {family} {table}, SVCNET- chains or table {family} {us}): \
+         is the proxy running there? (The unprivileged userspace proxy installs no rules: it \
+         listens on each cluster IP itself; its /healthz and /metrics show what it serves.)",
         netns.map_or("this network namespace".to_string(), |n| format!(
             "network namespace {n}"
         ))
