@@ -553,3 +553,152 @@ pub fn run_table(tracer: &dyn Tracer, table: &[Case]) {
         tracer.name()
     );
 }
+
+/// What `svcnet trace` says of a case, the same on every kernel dataplane: the frontend kind
+/// (the words before ` of `), why its masqueraded branches are masqueraded, and the verdict
+/// of its branches that reach no endpoint (reasons as in `svcnet_proxy::trace::why`).
+#[derive(Clone, Debug)]
+pub struct Explained {
+    /// The start of the case's name.
+    pub case: &'static str,
+    pub frontend: Option<&'static str>,
+    pub masquerade: Option<&'static str>,
+    pub verdict: Option<&'static str>,
+}
+
+/// The explanations every kernel dataplane's tracer must give.
+pub fn explanations() -> Vec<Explained> {
+    use svcnet_proxy::trace::why;
+    let e = |case, frontend, masquerade, verdict| Explained {
+        case,
+        frontend,
+        masquerade,
+        verdict,
+    };
+    vec![
+        e("cluster IP spreads", Some("cluster IP"), None, None),
+        e(
+            "cluster IP from off-cluster",
+            Some("cluster IP"),
+            Some(why::OFF_CLUSTER),
+            None,
+        ),
+        e(
+            "hairpin is masqueraded",
+            Some("cluster IP"),
+            Some(why::HAIRPIN),
+            None,
+        ),
+        e(
+            "node port from outside",
+            Some("node port"),
+            Some(why::EXTERNAL_CLUSTER),
+            None,
+        ),
+        e(
+            "eTP=Local external IP from the node",
+            None,
+            Some(why::LOCAL_SHORT_CIRCUIT),
+            None,
+        ),
+        e(
+            "eTP=Local without local endpoints drops",
+            None,
+            None,
+            Some(why::NO_LOCAL_ENDPOINTS),
+        ),
+        e(
+            "LB IP outside source ranges",
+            None,
+            None,
+            Some(why::SOURCE_RANGES),
+        ),
+        e(
+            "no endpoints: cluster IP rejects",
+            None,
+            None,
+            Some(why::NO_ENDPOINTS),
+        ),
+        e(
+            "no endpoints: node port rejects",
+            None,
+            None,
+            Some(why::NO_ENDPOINTS),
+        ),
+        e(
+            "unallocated service IP is dropped",
+            None,
+            None,
+            Some(why::UNALLOCATED),
+        ),
+        e(
+            "unknown port on a cluster IP rejects",
+            None,
+            None,
+            Some(why::UNKNOWN_PORT),
+        ),
+    ]
+}
+
+/// A dataplane's trace with each branch's explanation.
+pub type Explain<'a> = &'a dyn Fn(
+    &Packet,
+) -> Vec<(
+    svcnet_proxy::trace::Branch,
+    svcnet_proxy::trace::Explanation,
+)>;
+
+/// Checks [`explanations`] against a dataplane's tracer and explainer.
+///
+/// # Panics
+/// On the first explanation that differs, naming the case.
+pub fn check_explanations(explain: Explain<'_>) {
+    use svcnet_proxy::trace::Outcome as O;
+    let all = cases();
+    for x in explanations() {
+        let Some(c) = all.iter().find(|c| c.name.starts_with(x.case)) else {
+            panic!("no case {}", x.case);
+        };
+        let got = explain(&c.packet());
+        assert!(!got.is_empty(), "{}: no branches", c.name);
+        for (b, e) in &got {
+            if let Some(kind) = x.frontend {
+                let f = e.frontend.clone().unwrap_or_default();
+                assert!(
+                    f.starts_with(&format!("{kind} of ")),
+                    "{}: frontend {f:?}",
+                    c.name
+                );
+            }
+            let masq = matches!(
+                b.outcome,
+                O::Endpoint {
+                    masquerade: true,
+                    ..
+                }
+            );
+            match x.masquerade {
+                Some(why) if masq => {
+                    assert_eq!(e.masquerade.as_deref(), Some(why), "{}: {b:?}", c.name)
+                }
+                _ => assert_eq!(masq, e.masquerade.is_some(), "{}: {b:?} {e:?}", c.name),
+            }
+            if let (Some(v), false) = (x.verdict, matches!(b.outcome, O::Endpoint { .. })) {
+                assert_eq!(e.verdict, v, "{}: {b:?}", c.name);
+            }
+        }
+        if x.masquerade.is_some() {
+            assert!(
+                got.iter().any(|(b, _)| matches!(
+                    b.outcome,
+                    O::Endpoint {
+                        masquerade: true,
+                        ..
+                    }
+                )),
+                "{}: nothing masqueraded",
+                c.name
+            );
+        }
+    }
+}

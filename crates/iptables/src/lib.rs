@@ -25,6 +25,7 @@ pub mod names;
 pub mod payload;
 pub mod plan;
 pub mod render;
+pub mod trace;
 
 pub use apply::{ApplyError, Backend, IptablesExecutor, cleanup_all};
 pub use dataplane::{IptablesDataplane, SyncError};

@@ -44,10 +44,7 @@ fn packet(c: &Case) -> Packet {
 
 /// Checks one case's traced distribution against its expectation (the shared kit's check).
 fn check(fake: &FakeIptables, c: &Case, env: &Env) {
-    let tracer = IptablesTracer {
-        fake,
-        env: env.clone(),
-    };
+    let tracer = IptablesTracer::over_fake(fake, env.clone());
     if let Err(e) = svcnet_flows::check(&tracer, c) {
         panic!("{e}");
     }
@@ -57,10 +54,7 @@ fn check(fake: &FakeIptables, c: &Case, env: &Env) {
 #[test]
 fn packet_flow_table() {
     let (_, fake) = applied(&world());
-    let tracer = IptablesTracer {
-        fake: &fake,
-        env: env(),
-    };
+    let tracer = IptablesTracer::over_fake(&fake, env());
     svcnet_flows::run_table(&tracer, &cases());
 }
 
@@ -309,4 +303,33 @@ fn fake_rejects_dangling_jumps_and_nat_drops() {
         .unwrap();
     let err = fake.restore("*nat\n-X SVCNET-Y\nCOMMIT\n").unwrap_err();
     assert!(err.message.contains("still referenced"), "{err}");
+}
+
+/// `svcnet trace`'s words for the shared cases (frontend, masquerade reason, verdict), the
+/// same as nft's tracer gives.
+#[test]
+fn explanations_match_the_shared_table() {
+    let (_, fake) = applied(&world());
+    let rules = svcnet_iptables::trace::Ruleset::from_fake(&fake);
+    svcnet_flows::check_explanations(&|p| {
+        let t = svcnet_iptables::trace::Tracer::new(&rules, node_addrs());
+        t.trace(&common::tracer::production(&packet_of(p)))
+            .unwrap()
+            .into_iter()
+            .map(|b| {
+                let e = svcnet_iptables::trace::explain(&b);
+                (b, e)
+            })
+            .collect()
+    });
+}
+
+fn packet_of(p: &svcnet_flows::Packet) -> Packet {
+    Packet {
+        src: p.src,
+        dst: p.dst,
+        proto: p.proto.as_str(),
+        dport: p.dport,
+        from_node: p.from == Client::Node,
+    }
 }

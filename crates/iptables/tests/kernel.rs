@@ -2,7 +2,8 @@
 //! running svcnet's rules (applied with `ip netns exec <node> iptables-restore --noflush`),
 //! backend pod namespaces with echo servers that report who answered and which client address
 //! they saw, a client pod and an external client. Only namespaces this test creates are
-//! touched; everything is removed on drop. Needs root (skipped otherwise).
+//! touched; everything is removed on drop. Needs root (skipped otherwise). The flow table is
+//! also traced by the production tracer over the kernel's own `iptables-save`.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -12,6 +13,7 @@ use std::io::ErrorKind;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use common::tracer;
 use common::*;
 use svcnet_flows::kernel::KernelLab;
 use svcnet_iptables::{Backend, Family, IptablesDataplane, IptablesExecutor};
@@ -77,6 +79,18 @@ fn flow_table(backend: Backend) {
         return;
     }
     let w = setup(backend, &world());
+    // The production tracer over the tables as the kernel lists them (what `svcnet trace`
+    // reads) gives the same answers as the real traffic below.
+    let save = w
+        .lab
+        .node
+        .exec(&[&backend.program(Family::V4, "-save")])
+        .unwrap();
+    let env = tracer::Env {
+        local_addrs: node_addrs(),
+        recent: Default::default(),
+    };
+    svcnet_flows::run_table(&tracer::IptablesTracer::over_save(&save, env), &cases());
     for c in cases() {
         run_case(&w, &c);
     }

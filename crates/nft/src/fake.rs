@@ -198,6 +198,14 @@ impl FakeNft {
             .collect()
     }
 
+    /// Names of the sets and maps.
+    pub fn set_names(&self) -> Vec<String> {
+        self.table
+            .iter()
+            .flat_map(|t| t.sets.keys().cloned())
+            .collect()
+    }
+
     /// Elements of a set or map, as `key` or `key : value`.
     pub fn elements(&self, set: &str) -> Vec<String> {
         let Some(s) = self.table.as_ref().and_then(|t| t.sets.get(set)) else {

@@ -22,6 +22,7 @@ pub mod fake;
 pub mod names;
 pub mod plan;
 pub mod render;
+pub mod trace;
 pub mod tx;
 
 pub use apply::{ApplyError, NftExecutor};

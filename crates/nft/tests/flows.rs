@@ -6,19 +6,13 @@
 
 mod common;
 
-use std::collections::BTreeSet;
-
 use common::tracer::NftTracer;
 use svcnet_flows::{Case, Client, Expect, Masq, cases, node_addrs, run_table, world};
 use svcnet_proxy::NamespacedName;
 use svcnet_proxy::fixtures::*;
 
-fn tracer(fake: &svcnet_nft::FakeNft) -> NftTracer<'_> {
-    NftTracer {
-        fake,
-        local_addrs: node_addrs(),
-        affinity: BTreeSet::new(),
-    }
+fn tracer(fake: &svcnet_nft::FakeNft) -> NftTracer {
+    NftTracer::over_fake(fake, node_addrs())
 }
 
 #[test]
@@ -123,4 +117,23 @@ fn wrong_expectations_fail() {
     for c in &wrong {
         assert!(svcnet_flows::check(&t, c).is_err(), "{} passed", c.name);
     }
+}
+
+/// `svcnet trace`'s words for the shared cases (frontend, masquerade reason, verdict), the
+/// same as iptables' tracer gives.
+#[test]
+fn explanations_match_the_shared_table() {
+    let (_, fake, _) = common::full(&world(), None);
+    let rules = svcnet_nft::trace::Ruleset::from_fake(&fake);
+    svcnet_flows::check_explanations(&|p| {
+        let t = svcnet_nft::trace::Tracer::new(&rules, node_addrs());
+        t.trace(&common::tracer::packet(p))
+            .unwrap()
+            .into_iter()
+            .map(|b| {
+                let e = svcnet_nft::trace::explain(&b);
+                (b, e)
+            })
+            .collect()
+    });
 }

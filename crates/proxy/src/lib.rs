@@ -11,7 +11,8 @@
 //! trackers), [`desired`] (the output types), [`graph`] (every traffic decision of a service
 //! port, lowered from the desired state: the one place dataplanes take routes, masquerade,
 //! refusals and node-wide verdicts from), [`state`] (observed world and change sets),
-//! [`dataplane`] (the contract every dataplane implements and one syncer drives),
+//! [`dataplane`] (the contract every dataplane implements and one syncer drives), [`trace`]
+//! (what a packet trace answers, in every dataplane's words alike),
 //! [`fixtures`] (builders for tests).
 
 pub mod algorithm;
@@ -24,6 +25,7 @@ pub mod graph;
 pub mod names;
 pub mod service;
 pub mod state;
+pub mod trace;
 pub mod tracker;
 
 pub use categorize::{Categorized, NodeTopology, categorize_endpoints};

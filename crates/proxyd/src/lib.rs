@@ -240,7 +240,11 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
             .register_collector(Box::new(usmetrics::UserspaceCollector(p)));
     }
     let mut tasks = JoinSet::new();
+    if let Some(p) = plane.userspace() {
+        tasks.spawn(retry_unbound(p));
+    }
     let shared = serve::Shared {
+        userspace: plane.userspace(),
         health: Arc::new(Mutex::new(serve::Health {
             last_updated: None,
             queued_since: None,
@@ -315,6 +319,21 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
         healthz,
         metrics,
     })
+}
+
+/// Userspace mode: tries the frontends that could not be bound again as their back-off
+/// passes (a port freed, a capability granted), without waiting for a change or resync.
+async fn retry_unbound(proxy: Arc<svcnet_userspace::UserspaceProxy>) {
+    loop {
+        let wait = match proxy.retry_unbound().await {
+            Ok(next) => next.unwrap_or(Duration::from_secs(1)),
+            Err(e) => {
+                tracing::warn!("retrying unbound frontends: {e}");
+                Duration::from_secs(5)
+            }
+        };
+        tokio::time::sleep(wait.clamp(Duration::from_millis(50), Duration::from_secs(1))).await;
+    }
 }
 
 /// Runs the proxy until `shutdown` completes.

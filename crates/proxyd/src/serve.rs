@@ -144,6 +144,8 @@ impl Health {
 pub struct Shared {
     pub health: Arc<Mutex<Health>>,
     pub metrics: Arc<Metrics>,
+    /// Userspace mode: its frontends that could not be bound show in the health answer.
+    pub userspace: Option<Arc<svcnet_userspace::UserspaceProxy>>,
 }
 
 fn rfc3339(t: SystemTime) -> String {
@@ -152,7 +154,33 @@ fn rfc3339(t: SystemTime) -> String {
         .unwrap_or_default()
 }
 
-fn health_response(s: &Shared, check_node: bool) -> impl IntoResponse + use<> {
+/// The health answer's `unboundFrontends`: each frontend the userspace proxy could not bind,
+/// with the error, what to do and its back-off (an empty list in the other modes).
+fn unbound_json(s: &Shared) -> serde_json::Value {
+    let Some(p) = &s.userspace else {
+        return serde_json::Value::Array(Vec::new());
+    };
+    p.unbound()
+        .into_iter()
+        .map(|u| {
+            serde_json::json!({
+                "address": u.addr.to_string(),
+                "protocol": u.protocol,
+                "error": u.error,
+                "hint": u.hint,
+                "attempts": u.attempts,
+                "since": rfc3339(u.since),
+                "retryInSeconds": u.retry_in.as_secs_f64(),
+            })
+        })
+        .collect()
+}
+
+fn health_response(
+    s: &Shared,
+    check_node: bool,
+    unbound: serde_json::Value,
+) -> impl IntoResponse + use<> {
     let h = s
         .health
         .lock()
@@ -164,6 +192,7 @@ fn health_response(s: &Shared, check_node: bool) -> impl IntoResponse + use<> {
         "lastUpdated": h.last_updated.map(rfc3339).unwrap_or_default(),
         "currentTime": rfc3339(now),
         "nodeEligible": h.node_eligible,
+        "unboundFrontends": unbound,
     });
     let code = if healthy {
         StatusCode::OK
@@ -178,11 +207,11 @@ fn health_response(s: &Shared, check_node: bool) -> impl IntoResponse + use<> {
 }
 
 async fn healthz(State(s): State<Shared>) -> impl IntoResponse {
-    health_response(&s, true)
+    health_response(&s, true, unbound_json(&s))
 }
 
 async fn livez(State(s): State<Shared>) -> impl IntoResponse {
-    health_response(&s, false)
+    health_response(&s, false, unbound_json(&s))
 }
 
 async fn metrics(State(s): State<Shared>) -> impl IntoResponse {

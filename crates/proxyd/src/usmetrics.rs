@@ -8,6 +8,9 @@
 //! `userspace_service_refused_total` (counters), labelled `service` (`ns/name/proto/port`) and
 //! `algorithm`; the same with `userspace_endpoint_` and labels `service`, `endpoint`
 //! (`ip:port`). `bytes_in` flows client → endpoint, `bytes_out` endpoint → client.
+//! Frontends the proxy could not bind: `userspace_frontend_unbound` (gauge, 1 per frontend,
+//! labels `address`, `protocol`, `reason`) and `userspace_frontend_bind_failures_total`
+//! (failed attempts so far, retried with back-off).
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use svcnet_userspace::{ServiceMetrics, UserspaceProxy};
+use svcnet_userspace::{ServiceMetrics, UnboundFrontend, UserspaceProxy};
 
 /// Reads the userspace proxy's counters on each scrape.
 pub struct UserspaceCollector(pub Arc<UserspaceProxy>);
@@ -36,6 +39,51 @@ struct Family {
     help: &'static str,
     gauge: bool,
     samples: Vec<(Labels, u64)>,
+}
+
+/// Why a bind failed, as a label: the error's last words (`permission_denied`, …).
+fn reason(error: &str) -> String {
+    let text = error.rsplit(": ").next().unwrap_or(error);
+    let text = text.split(" (os error").next().unwrap_or(text);
+    text.trim()
+        .to_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// The unbound frontends' families.
+fn unbound_families(unbound: &[UnboundFrontend]) -> Vec<Family> {
+    let labels = |u: &UnboundFrontend| -> Labels {
+        vec![
+            ("address", u.addr.to_string()),
+            ("protocol", u.protocol.to_string()),
+        ]
+    };
+    vec![
+        Family {
+            name: "userspace_frontend_unbound",
+            help: "Frontends the userspace proxy wants but could not bind (retried with back-off)",
+            gauge: true,
+            samples: unbound
+                .iter()
+                .map(|u| {
+                    let mut l = labels(u);
+                    l.push(("reason", reason(&u.error)));
+                    (l, 1)
+                })
+                .collect(),
+        },
+        Family {
+            name: "userspace_frontend_bind_failures",
+            help: "Failed attempts to bind a frontend that is still unbound",
+            gauge: false,
+            samples: unbound
+                .iter()
+                .map(|u| (labels(u), u64::from(u.attempts)))
+                .collect(),
+        },
+    ]
 }
 
 /// The families for `metrics` (pure, so tests need no proxy).
@@ -180,7 +228,9 @@ fn encode(families: &[Family], mut encoder: DescriptorEncoder<'_>) -> Result<(),
 
 impl Collector for UserspaceCollector {
     fn encode(&self, encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
-        encode(&families(&self.0.metrics()), encoder)
+        let mut all = families(&self.0.metrics());
+        all.extend(unbound_families(&self.0.unbound()));
+        encode(&all, encoder)
     }
 }
 
@@ -197,6 +247,40 @@ mod tests {
     impl Collector for Fixed {
         fn encode(&self, encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
             encode(&families(&self.0), encoder)
+        }
+    }
+
+    #[derive(Debug)]
+    struct Unbound(Vec<UnboundFrontend>);
+    impl Collector for Unbound {
+        fn encode(&self, encoder: DescriptorEncoder<'_>) -> Result<(), fmt::Error> {
+            encode(&unbound_families(&self.0), encoder)
+        }
+    }
+
+    #[test]
+    fn unbound_frontends_with_reason_and_attempts() {
+        let u = UnboundFrontend {
+            addr: "127.96.0.1:443".parse().unwrap(),
+            protocol: "TCP",
+            error: "cannot bind TCP 127.96.0.1:443: Permission denied (os error 13)".into(),
+            hint: None,
+            attempts: 4,
+            since: std::time::SystemTime::UNIX_EPOCH,
+            retry_in: std::time::Duration::from_secs(8),
+        };
+        let mut registry = Registry::with_prefix("kubeproxy");
+        registry.register_collector(Box::new(Unbound(vec![u])));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        for line in [
+            "kubeproxy_userspace_frontend_unbound{address=\"127.96.0.1:443\",protocol=\"TCP\",reason=\"permission_denied\"} 1",
+            "kubeproxy_userspace_frontend_bind_failures_total{address=\"127.96.0.1:443\",protocol=\"TCP\"} 4",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
         }
     }
 

@@ -31,6 +31,8 @@ enum Command {
     Exec(cmd::exec::Args),
     /// Check Services for the mistakes people make, and say how to fix each.
     Doctor(cmd::doctor::Args),
+    /// Which rules a packet hits on a node, and why (from the rules the kernel holds now).
+    Trace(cmd::trace::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -58,6 +60,7 @@ fn main() -> std::process::ExitCode {
             Command::Down(args) => cmd::down::run(args).await,
             Command::Exec(args) => cmd::exec::run(args).await,
             Command::Doctor(args) => cmd::doctor::run(args).await,
+            Command::Trace(args) => cmd::trace::run(args).await,
         }
     });
     match result {

@@ -310,3 +310,151 @@ subsets:
         curl(&url).is_none().then_some(String::new())
     });
 }
+
+/// A process this test started, killed (by its id) and reaped on drop, also on failure.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn http_get(addr: std::net::SocketAddr, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s =
+        std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(1)).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    Some(out)
+}
+
+/// Without root, for real: the unprivileged userspace proxy (`svcnet proxy --unprivileged`,
+/// run as `nobody` with no capability through `setpriv`) cannot bind the `default/kubernetes`
+/// service's 127.98.0.1:443. It says so once, with what to do, keeps serving the rest and
+/// retrying with back-off, and shows the port on `/healthz` and `/metrics`.
+#[test]
+fn unprivileged_proxy_reports_an_unbindable_port_once_in_health_and_metrics() {
+    if !common::is_root() {
+        eprintln!("skipped: needs root to become nobody (CI runs as root)");
+        return;
+    }
+    let start: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1024);
+    if start <= 443 {
+        eprintln!("skipped: net.ipv4.ip_unprivileged_port_start is {start}");
+        return;
+    }
+    let up = Up::start(&[
+        "--disable",
+        "agent,dns,proxy",
+        "--service-cidr",
+        "127.98.0.0/16",
+    ]);
+    let ip = up.ok(&[
+        "get",
+        "svc",
+        "kubernetes",
+        "-o",
+        "jsonpath={.spec.clusterIP}",
+    ]);
+    assert!(ip.starts_with("127.98."), "{ip}");
+    // What nobody may read and write: a copy of the kubeconfig and the proxy's log.
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let kc = dir.path().join("kubeconfig");
+    std::fs::copy(up.kubeconfig(), &kc).unwrap();
+    std::fs::set_permissions(&kc, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let log_path = dir.path().join("proxy.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let healthz = common::free_port();
+    let metrics = common::free_port();
+    let child = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--",
+        ])
+        .arg(env!("CARGO_BIN_EXE_svcnet"))
+        .args(["proxy", "--kubeconfig"])
+        .arg(&kc)
+        .args([
+            "--node-name",
+            "dev",
+            "--mode",
+            "userspace",
+            "--unprivileged",
+            "--service-cidr",
+            "127.98.0.0/16",
+            "--healthz-bind-address",
+            &healthz.to_string(),
+            "--metrics-bind-address",
+            &metrics.to_string(),
+        ])
+        .env("SVCNET_LOG", "info")
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("setpriv (util-linux) runs the proxy as nobody");
+    let _proxy = Killed(child);
+    let addr = format!("{ip}:443");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let health = loop {
+        if let Some(h) = http_get(healthz, "/healthz").filter(|h| h.contains(&addr)) {
+            break h;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no unbound {addr} on /healthz; the proxy's log:\n{}",
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    let body = health.split("\r\n\r\n").nth(1).unwrap();
+    let v: serde_json::Value = serde_json::from_str(body).unwrap();
+    let u = &v["unboundFrontends"][0];
+    assert_eq!(u["address"], addr.as_str(), "{v:#}");
+    assert_eq!(u["protocol"], "TCP", "{v:#}");
+    assert!(
+        u["error"].as_str().unwrap().contains("Permission denied"),
+        "{v:#}"
+    );
+    assert!(
+        u["hint"].as_str().unwrap().contains("CAP_NET_BIND_SERVICE"),
+        "{v:#}"
+    );
+    let m = http_get(metrics, "/metrics").unwrap();
+    let line = format!(
+        "kubeproxy_userspace_frontend_unbound{{address=\"{addr}\",protocol=\"TCP\",reason=\"permission_denied\"}} 1"
+    );
+    assert!(m.lines().any(|l| l == line), "{line} not in\n{m}");
+    // Several syncs and retries later the failure is still reported once, with the fix.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let m = http_get(metrics, "/metrics").unwrap();
+    let attempts: u64 = m
+        .lines()
+        .find(|l| l.starts_with("kubeproxy_userspace_frontend_bind_failures_total{"))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no bind failure counter in\n{m}"));
+    // Back-off from 1 s: about 3 or 4 attempts in 5 s, never one per sync tick.
+    assert!((2..=5).contains(&attempts), "{attempts} attempts");
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    let said = format!("cannot bind TCP {addr}: Permission denied");
+    assert_eq!(text.matches(&said).count(), 1, "{text}");
+    assert!(
+        text.contains("net.ipv4.ip_unprivileged_port_start=443"),
+        "{text}"
+    );
+}

@@ -113,10 +113,8 @@ impl Dataplane for UserspaceDataplane {
             .collect();
         families.push(plan.desired.clone());
         let report = self.runtime.block_on(self.proxy.sync(&families))?;
-        // Frontends that could not be bound were logged by the proxy; the rest applied.
-        for e in &report.bind_errors {
-            tracing::warn!("userspace proxy: {e}");
-        }
+        // Frontends that could not be bound were logged by the proxy (once each, with what
+        // to do) and are retried with back-off; the rest applied.
         self.report = Some(report);
         Ok(())
     }

@@ -40,6 +40,32 @@ impl UserspaceError {
         }
     }
 
+    /// What an operator can do about a bind failure: the capability or sysctl behind a
+    /// privileged port, the process holding a port, a frontend address that is not local.
+    pub fn hint(&self) -> Option<String> {
+        let Self::Bind { addr, source, .. } = self else {
+            return None;
+        };
+        let port = addr.port();
+        match source.kind() {
+            std::io::ErrorKind::PermissionDenied => Some(format!(
+                "port {port} is below net.ipv4.ip_unprivileged_port_start: grant the proxy \
+                 CAP_NET_BIND_SERVICE (`sudo setcap cap_net_bind_service=+ep \"$(command -v \
+                 svcnet)\"`, or AmbientCapabilities=CAP_NET_BIND_SERVICE in a systemd unit), or \
+                 lower the limit (`sudo sysctl net.ipv4.ip_unprivileged_port_start={port}`)"
+            )),
+            std::io::ErrorKind::AddrInUse => Some(format!(
+                "another socket holds {addr} (`ss -ltnup 'sport = :{port}'` shows which)"
+            )),
+            std::io::ErrorKind::AddrNotAvailable => Some(format!(
+                "{} is not an address of this host: without root the service CIDR must be \
+                 local, a loopback range such as 127.96.0.0/16",
+                addr.ip()
+            )),
+            _ => None,
+        }
+    }
+
     /// Whether retrying the same sync later may succeed (a port in use may be freed; a missing
     /// `nft` binary or a bad Maglev input will not change by themselves).
     pub fn is_retryable(&self) -> bool {

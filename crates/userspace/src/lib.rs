@@ -37,6 +37,6 @@ mod workers;
 
 pub use dataplane::{UserspaceDataplane, UserspacePlan};
 pub use error::UserspaceError;
-pub use proxy::{Config, SyncReport, UserspaceProxy, cleanup};
+pub use proxy::{Config, SyncReport, UnboundFrontend, UserspaceProxy, cleanup};
 pub use state::{EndpointMetrics, ServiceMetrics};
 pub use table::{Class, Mode};

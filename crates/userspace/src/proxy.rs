@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use svcnet_lb::{Backend, Balancer, Fallback};
@@ -57,6 +57,10 @@ pub struct Config {
     /// Linux: TCP runs on svcnet's own edge-triggered epoll loops (the default there);
     /// `false` runs it on tokio, the portable path (and the only one elsewhere).
     pub event_loop: bool,
+    /// First delay before a frontend that could not be bound is tried again; each failure
+    /// doubles it, up to `bind_retry_max`.
+    pub bind_retry: Duration,
+    pub bind_retry_max: Duration,
 }
 
 impl Config {
@@ -75,6 +79,8 @@ impl Config {
             splice: true,
             reuseport: false,
             event_loop: cfg!(target_os = "linux"),
+            bind_retry: Duration::from_secs(1),
+            bind_retry_max: Duration::from_secs(300),
         }
     }
 }
@@ -106,9 +112,43 @@ struct Registry {
     services: HashMap<ServicePortName, Arc<ServiceState>>,
 }
 
+/// A wanted listener that could not be bound: retried with back-off, reported once.
+#[derive(Clone)]
+struct Unbound {
+    addr: SocketAddr,
+    protocol: &'static str,
+    error: String,
+    hint: Option<String>,
+    attempts: u32,
+    since: SystemTime,
+    delay: Duration,
+    next_try: Instant,
+}
+
+/// A frontend the proxy wants but could not bind (`UserspaceProxy::unbound`), for the health
+/// and metrics endpoints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnboundFrontend {
+    pub addr: SocketAddr,
+    pub protocol: &'static str,
+    /// The last attempt's error.
+    pub error: String,
+    /// What to do about it (see `UserspaceError::hint`).
+    pub hint: Option<String>,
+    /// Failed attempts so far.
+    pub attempts: u32,
+    /// When the first attempt failed.
+    pub since: SystemTime,
+    /// Time until the next attempt.
+    pub retry_in: Duration,
+}
+
 #[derive(Default)]
 struct Control {
     listeners: BTreeMap<ListenerKey, Listener>,
+    unbound: BTreeMap<ListenerKey, Unbound>,
+    /// The families of the last sync, for retrying unbound listeners.
+    last: Vec<DesiredFamily>,
     drains: HashMap<(ServicePortName, SocketAddr), AbortHandle>,
     programmed: BTreeSet<IpFamily>,
     next_listener: u64,
@@ -121,6 +161,8 @@ pub struct SyncReport {
     pub fallbacks: Vec<(ServicePortName, Fallback)>,
     /// Frontends that could not be bound (unprivileged mode: an address that is not local, a
     /// port below 1024 without the capability, a port in use); the rest of the sync applied.
+    /// Only a listener's first failure is here (and logged, once, with its hint); later
+    /// attempts, with back-off, show in [`UserspaceProxy::unbound`].
     pub bind_errors: Vec<UserspaceError>,
 }
 
@@ -133,6 +175,8 @@ pub struct UserspaceProxy {
     loops: Option<crate::evloop::Loops>,
     control: tokio::sync::Mutex<Control>,
     registry: Mutex<Registry>,
+    /// The unbound listeners as of the last sync, for readers that must not wait for one.
+    unbound: ArcSwap<Vec<Unbound>>,
 }
 
 impl UserspaceProxy {
@@ -161,6 +205,7 @@ impl UserspaceProxy {
             shared,
             control: tokio::sync::Mutex::new(Control::default()),
             registry: Mutex::new(Registry::default()),
+            unbound: ArcSwap::from_pointee(Vec::new()),
         })
     }
 
@@ -187,22 +232,34 @@ impl UserspaceProxy {
         let mut report = SyncReport::default();
 
         // 1. Listeners for new routes (existing ones are kept; their sockets never move).
+        // One that failed before is tried again only when its back-off has passed.
         let wanted: BTreeSet<&ListenerKey> = specs.iter().flat_map(|s| &s.listeners).collect();
+        control.unbound.retain(|k, _| wanted.contains(k));
+        let now = Instant::now();
         for key in &wanted {
-            if control.listeners.contains_key(*key) {
+            if control.listeners.contains_key(*key)
+                || control.unbound.get(*key).is_some_and(|u| now < u.next_try)
+            {
                 continue;
             }
             control.next_listener += 1;
             match self.listen(key, control.next_listener) {
                 Ok(l) => {
+                    if let Some(u) = control.unbound.remove(*key) {
+                        tracing::info!(
+                            "bound {} {} after {} failed attempts",
+                            u.protocol,
+                            key.bind.socket_addr(),
+                            u.attempts
+                        );
+                    }
                     control.listeners.insert((*key).clone(), l);
                 }
-                Err(e) => {
-                    tracing::warn!("{e}");
-                    report.bind_errors.push(e);
-                }
+                Err(e) => self.bind_failed(&mut control, key, e, now, &mut report),
             }
         }
+        self.unbound
+            .store(Arc::new(control.unbound.values().cloned().collect()));
 
         // 2. The new table, reusing endpoint and service state across syncs.
         let table = self.build_table(&specs, &mut report)?;
@@ -229,6 +286,7 @@ impl UserspaceProxy {
                 control.programmed.insert(family);
             }
         }
+        control.last = families.to_vec();
 
         // 4. Listeners nobody wants any more close; their established connections live on.
         control.listeners.retain(|k, l| {
@@ -242,6 +300,87 @@ impl UserspaceProxy {
         // 5. Endpoints gone from every route drain; returning ones are restored.
         self.drain_removed(&mut control, &specs);
         Ok(report)
+    }
+
+    /// Records a failed bind: the first failure of a listener is logged once with what to do
+    /// and reported; later ones only lengthen its back-off.
+    fn bind_failed(
+        &self,
+        control: &mut Control,
+        key: &ListenerKey,
+        e: UserspaceError,
+        now: Instant,
+        report: &mut SyncReport,
+    ) {
+        let max = self.shared.config.bind_retry_max;
+        if let Some(u) = control.unbound.get_mut(key) {
+            u.attempts += 1;
+            u.delay = (u.delay * 2).min(max);
+            u.next_try = now + u.delay;
+            u.error = e.to_string();
+            tracing::debug!(attempts = u.attempts, retry_in = ?u.delay, "{e}");
+            return;
+        }
+        let delay = self.shared.config.bind_retry.min(max);
+        let hint = e.hint();
+        match &hint {
+            Some(h) => tracing::warn!("{e}: {h}; retrying with back-off"),
+            None => tracing::warn!("{e}; retrying with back-off"),
+        }
+        let protocol = match &e {
+            UserspaceError::Bind { protocol, .. } => protocol,
+            _ => key.protocol.as_str(),
+        };
+        control.unbound.insert(
+            key.clone(),
+            Unbound {
+                addr: key.bind.socket_addr(),
+                protocol,
+                error: e.to_string(),
+                hint,
+                attempts: 1,
+                since: SystemTime::now(),
+                delay,
+                next_try: now + delay,
+            },
+        );
+        report.bind_errors.push(e);
+    }
+
+    /// The frontends wanted but not bound, with their last error and back-off.
+    pub fn unbound(&self) -> Vec<UnboundFrontend> {
+        let now = Instant::now();
+        self.unbound
+            .load()
+            .iter()
+            .map(|u| UnboundFrontend {
+                addr: u.addr,
+                protocol: u.protocol,
+                error: u.error.clone(),
+                hint: u.hint.clone(),
+                attempts: u.attempts,
+                since: u.since,
+                retry_in: u.next_try.saturating_duration_since(now),
+            })
+            .collect()
+    }
+
+    /// Tries again the listeners whose back-off has passed (a sync of the last applied
+    /// state); returns how long until the next one is due, `None` when every listener is
+    /// bound. The runtime calls it on a timer, so retries need no other change.
+    pub async fn retry_unbound(&self) -> Result<Option<Duration>, UserspaceError> {
+        let now = Instant::now();
+        if self.unbound.load().iter().any(|u| u.next_try <= now) {
+            let last = self.control.lock().await.last.clone();
+            self.sync(&last).await?;
+        }
+        let now = Instant::now();
+        Ok(self
+            .unbound
+            .load()
+            .iter()
+            .map(|u| u.next_try.saturating_duration_since(now))
+            .min())
     }
 
     // `id` names the listener to the Linux event loops.

@@ -532,6 +532,41 @@ async fn shared_flow_table_on_the_kernel() {
         .collect();
     let p = proxy(&kl.lab);
     p.sync(&families).await.unwrap();
+    // `svcnet trace`'s reading of the proxy's redirect table as the kernel lists it: every
+    // case that reaches endpoints goes to a listener, the rest are rejected or dropped, as
+    // the real traffic below finds.
+    let listing = kl
+        .node()
+        .exec(&["nft", "list", "table", "ip", svcnet_userspace::rules::TABLE])
+        .unwrap();
+    let rules = svcnet_nft::trace::Ruleset::parse_listing(&listing).unwrap();
+    let tracer = svcnet_nft::trace::Tracer::new(&rules, svcnet_flows::node_addrs());
+    for c in svcnet_flows::cases() {
+        let pkt = svcnet_nft::trace::Packet {
+            src: c.from.ip(),
+            dst: c.to.0.into(),
+            dport: c.to.1,
+            proto: Some(match c.proto {
+                svcnet_flows::Proto::Tcp => svcnet_proxy::Protocol::Tcp,
+                svcnet_flows::Proto::Udp => svcnet_proxy::Protocol::Udp,
+            }),
+            local_origin: c.from == svcnet_flows::Client::Node,
+        };
+        let branches = tracer.trace(&pkt).unwrap();
+        let total: f64 = branches.iter().map(|b| b.share).sum();
+        assert!((total - 1.0).abs() < 1e-9, "{}: {branches:?}", c.name);
+        for b in &branches {
+            use svcnet_nft::trace::Outcome;
+            let ok = match c.expect {
+                svcnet_flows::Expect::Spread(..) | svcnet_flows::Expect::Sticky(..) => {
+                    matches!(b.outcome, Outcome::Listener { .. })
+                }
+                svcnet_flows::Expect::Reject => b.outcome == Outcome::Reject,
+                svcnet_flows::Expect::Drop => b.outcome == Outcome::Drop,
+            };
+            assert!(ok, "{}: traced {:?}\n{listing}", c.name, b.outcome);
+        }
+    }
     tokio::task::block_in_place(|| kl.run_table(&svcnet_flows::cases(), false));
     p.shutdown().await.unwrap();
 }

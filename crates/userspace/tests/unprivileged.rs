@@ -437,3 +437,144 @@ async fn local_policy_short_circuits_this_hosts_connections() {
         p.shutdown().await.unwrap();
     }
 }
+
+/// The real thing without root: a cluster IP's port 443 cannot be bound without
+/// `CAP_NET_BIND_SERVICE`. The failure is reported once, with what to do, retried with
+/// back-off (not at every sync), shown in `unbound()`, and the service's other port serves.
+/// As root the test runs itself again as `nobody` (no capabilities) through `setpriv`.
+#[test]
+fn privileged_port_without_the_capability_is_reported_once_and_retried_with_backoff() {
+    const AS_NOBODY: &str = "SVCNET_TEST_AS_NOBODY";
+    let start: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1024);
+    if start <= 443 {
+        eprintln!(
+            "skipped: net.ipv4.ip_unprivileged_port_start is {start}, 443 needs no capability"
+        );
+        return;
+    }
+    // The effective user, from /proc (this test links no libc binding).
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    if root && std::env::var_os(AS_NOBODY).is_none() {
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ])
+            .arg(exe)
+            .args([
+                "--exact",
+                "privileged_port_without_the_capability_is_reported_once_and_retried_with_backoff",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(AS_NOBODY, "1")
+            .output()
+            .expect("setpriv (util-linux) runs the test as nobody");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "as nobody:\n{text}");
+        assert!(text.contains("1 passed"), "as nobody:\n{text}");
+        return;
+    }
+    assert!(!root, "still root under setpriv");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let ip = unique_ip(96);
+        let open = free_port(ip).await;
+        let backend_ip = unique_ip(1);
+        let backend = SocketAddr::new(backend_ip, free_port(backend_ip).await);
+        let _server = tcp_backend(backend, "b0").await;
+        let ips = ip.to_string();
+        let svc = service("default", "kubernetes", |b| {
+            b.cluster_ip(&[&ips])
+                .port("https", "TCP", 443)
+                .port("other", "TCP", i32::from(open));
+        });
+        let sl = slice("default", "kubernetes-1", "kubernetes", |b| {
+            b.port("https", "TCP", i32::from(backend.port()))
+                .port("other", "TCP", i32::from(backend.port()))
+                .endpoint(&backend_ip.to_string(), NODE, |_| {});
+        });
+        let p = proxy_with(|c| {
+            c.bind_retry = Duration::from_millis(100);
+            c.bind_retry_max = Duration::from_millis(400);
+        });
+        let state = desired(&[svc], &[sl]);
+        let report = p.sync(&state).await.unwrap();
+        assert_eq!(report.bind_errors.len(), 1, "{:?}", report.bind_errors);
+        let e = &report.bind_errors[0];
+        assert_eq!(
+            e.to_string(),
+            format!("cannot bind TCP {ip}:443: Permission denied (os error 13)")
+        );
+        let hint = e.hint().unwrap();
+        for word in [
+            "CAP_NET_BIND_SERVICE",
+            "setcap cap_net_bind_service=+ep",
+            "net.ipv4.ip_unprivileged_port_start=443",
+        ] {
+            assert!(hint.contains(word), "{word} not in {hint}");
+        }
+        let u = p.unbound();
+        assert_eq!(u.len(), 1, "{u:?}");
+        assert_eq!(u[0].addr, SocketAddr::new(ip, 443));
+        assert_eq!((u[0].protocol, u[0].attempts), ("TCP", 1));
+        assert_eq!(u[0].hint.as_deref(), Some(hint.as_str()));
+        // The other port applied and serves.
+        assert_eq!(ask(SocketAddr::new(ip, open)).await.unwrap(), "b0");
+        // Syncs within the back-off neither report nor try again.
+        for _ in 0..5 {
+            let r = p.sync(&state).await.unwrap();
+            assert!(r.bind_errors.is_empty(), "{:?}", r.bind_errors);
+        }
+        assert_eq!(p.unbound()[0].attempts, 1);
+        // The retry timer tries again as the back-off passes: 100, 200, 400, 400 ms …
+        let begun = Instant::now();
+        while begun.elapsed() < Duration::from_millis(1500) {
+            let next = p.retry_unbound().await.unwrap().unwrap();
+            assert!(next <= Duration::from_millis(400), "{next:?}");
+            tokio::time::sleep(next.max(Duration::from_millis(10))).await;
+        }
+        let u = p.unbound();
+        let attempts = u[0].attempts;
+        // About 1 + 1500/400 + 2; never one per loop turn (that would be ~100).
+        assert!((4..=8).contains(&attempts), "{attempts} attempts: {u:?}");
+        assert!(u[0].retry_in <= Duration::from_millis(400), "{u:?}");
+        // Removing the port forgets it.
+        let svc = service("default", "kubernetes", |b| {
+            b.cluster_ip(&[&ips]).port("other", "TCP", i32::from(open));
+        });
+        let sl = slice("default", "kubernetes-1", "kubernetes", |b| {
+            b.port("other", "TCP", i32::from(backend.port())).endpoint(
+                &backend_ip.to_string(),
+                NODE,
+                |_| {},
+            );
+        });
+        p.sync(&desired(&[svc], &[sl])).await.unwrap();
+        assert!(p.unbound().is_empty());
+        assert_eq!(p.retry_unbound().await.unwrap(), None);
+    });
+}

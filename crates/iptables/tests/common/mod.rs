@@ -6,8 +6,6 @@
 
 pub mod tracer;
 
-use std::net::Ipv4Addr;
-
 pub use svcnet_flows::*;
 
 /// A fake's dump with the rules of the shared chains sorted (partial syncs insert and delete
@@ -57,30 +55,5 @@ pub fn normalized(dump: &str) -> String {
     out.join("\n")
 }
 
-/// Linux's `jhash_1word` (include/linux/jhash.h), with which `-m cluster` hashes an IPv4
-/// source address.
-pub fn jhash_1word(a: u32, seed: u32) -> u32 {
-    let init = seed.wrapping_add(0xdead_beef).wrapping_add(1 << 2);
-    let (mut a, mut b, mut c) = (a.wrapping_add(init), init, init);
-    c ^= b;
-    c = c.wrapping_sub(b.rotate_left(14));
-    a ^= c;
-    a = a.wrapping_sub(c.rotate_left(11));
-    b ^= a;
-    b = b.wrapping_sub(a.rotate_left(25));
-    c ^= b;
-    c = c.wrapping_sub(b.rotate_left(16));
-    a ^= c;
-    a = a.wrapping_sub(c.rotate_left(4));
-    b ^= a;
-    b = b.wrapping_sub(a.rotate_left(14));
-    c ^= b;
-    c.wrapping_sub(b.rotate_left(24))
-}
-
-/// The slot `-m cluster --cluster-total-nodes total --cluster-hash-seed seed` hashes an IPv4
-/// source into (`reciprocal_scale` of the hash of the address as it lies in memory).
-pub fn cluster_slot(src: Ipv4Addr, seed: u32, total: u32) -> u32 {
-    let h = jhash_1word(u32::from_ne_bytes(src.octets()), seed);
-    ((u64::from(h) * u64::from(total)) >> 32) as u32
-}
+#[allow(unused_imports)] // not every test file hashes
+pub use svcnet_iptables::trace::cluster_slot;

@@ -7,6 +7,7 @@ pub mod env;
 pub mod exec;
 pub mod kubeconfig;
 pub mod proxy;
+pub mod trace;
 pub mod up;
 
 /// The help text of every `--data-dir`: where it is and how a relative one is read.

@@ -59,22 +59,27 @@ pub struct Args {
     pub nodeport_addresses: Vec<IpNet>,
     /// Address of /healthz and /livez ("" disables).
     #[arg(long, default_value = "0.0.0.0:10256", value_parser = parse_bind)]
-    pub healthz_bind_address: Option<SocketAddr>,
+    pub healthz_bind_address: BindAddress,
     /// Address of /metrics ("" disables).
     #[arg(long, default_value = "127.0.0.1:10249", value_parser = parse_bind)]
-    pub metrics_bind_address: Option<SocketAddr>,
+    pub metrics_bind_address: BindAddress,
     /// Remove everything svcnet's proxy installed, in every mode (nft table `svcnet`, iptables
     /// SVCNET- chains and hooks on both back ends, the userspace proxy's tables), and exit.
     #[arg(long)]
     pub cleanup: bool,
 }
 
-fn parse_bind(s: &str) -> Result<Option<SocketAddr>, String> {
+/// An `address:port` to serve on, or none (`""`). A newtype, not an `Option` field: clap
+/// reads an `Option<T>` field as an optional `T` and would panic on a parser returning one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BindAddress(pub Option<SocketAddr>);
+
+fn parse_bind(s: &str) -> Result<BindAddress, String> {
     if s.is_empty() {
-        return Ok(None);
+        return Ok(BindAddress(None));
     }
     s.parse()
-        .map(Some)
+        .map(|a| BindAddress(Some(a)))
         .map_err(|_| format!("{s:?} is not an address:port"))
 }
 
@@ -124,8 +129,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         cluster_cidrs: args.cluster_cidr,
         service_cidrs: args.service_cidr,
         nodeport_addresses: args.nodeport_addresses,
-        healthz_bind: args.healthz_bind_address,
-        metrics_bind: args.metrics_bind_address,
+        healthz_bind: args.healthz_bind_address.0,
+        metrics_bind: args.metrics_bind_address.0,
         scheduler: args.scheduler,
         unprivileged: args.unprivileged,
         ..Default::default()

@@ -224,10 +224,17 @@ impl Net {
     /// Starts `svcnet up` on these ranges (nothing of them may be on the host yet), with DNS
     /// on `dns` and a closed upstream.
     pub fn up(&self, nodes: &str, dns: std::net::SocketAddr) -> Up {
+        self.up_with(nodes, dns, &[])
+    }
+
+    /// [`Net::up`] with more flags (`--proxy-mode iptables`, …).
+    pub fn up_with(&self, nodes: &str, dns: std::net::SocketAddr, extra: &[&str]) -> Up {
         let before = self.leftovers();
         assert!(before.is_empty(), "leftovers before the test: {before:?}");
         let upstream = free_udp_port(); // closed: nothing leaves the machine
-        Up::start(&[
+        let dns = dns.to_string();
+        let upstream = upstream.to_string();
+        let mut args = vec![
             "--nodes",
             nodes,
             "--prefix",
@@ -241,10 +248,12 @@ impl Net {
             "--lb-pool",
             self.lb,
             "--dns-listen",
-            &dns.to_string(),
+            &dns,
             "--dns-upstream",
-            &upstream.to_string(),
-        ])
+            &upstream,
+        ];
+        args.extend_from_slice(extra);
+        Up::start(&args)
     }
 
     /// Stops `svcnet up` as Ctrl-C does and checks it removed everything it made.
