@@ -69,6 +69,7 @@ fn admit_plain(kind: &str, obj: Value) -> Result<Value, Vec<FieldError>> {
     match kind {
         "ServiceAccount" => misc::admit_typed::<core::ServiceAccount>(obj, |o| &o.metadata),
         "ReplicaSet" => misc::admit_typed::<apps::ReplicaSet>(obj, |o| &o.metadata),
+        "ControllerRevision" => misc::admit_typed::<apps::ControllerRevision>(obj, |o| &o.metadata),
         "Lease" => misc::admit_typed::<coordination::Lease>(obj, |o| &o.metadata),
         "events.k8s.io/Event" => misc::admit_typed::<events::Event>(obj, |o| &o.metadata),
         _ => Ok(obj),

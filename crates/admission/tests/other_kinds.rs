@@ -734,6 +734,7 @@ fn kinds_admitted_through_their_typed_schema() {
             "apps/v1",
             json!({"spec": {"replicas": "three"}}),
         ),
+        ("ControllerRevision", "apps/v1", json!({"revision": "two"})),
         (
             "Lease",
             "coordination.k8s.io/v1",

@@ -414,3 +414,126 @@ async fn deployment_rollout_history_undo_pause_resume() -> Result<()> {
     })
     .await
 }
+
+const STATEFULSET: &str = r#"
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: web
+spec:
+  replicas: 2
+  serviceName: nginx
+  selector:
+    matchLabels: {app: nginx}
+  template:
+    metadata:
+      labels: {app: nginx}
+    spec:
+      containers:
+      - name: c
+        image: nginx:1
+"#;
+
+/// What kubectl prints once a StatefulSet's pods are all at the update revision (the API
+/// server defaults `rollingUpdate.partition` to 0, as upstream, so kubectl takes its
+/// partitioned path).
+const STS_DONE: &str = "partitioned roll out complete: 2 new pods have been updated";
+
+fn history_revisions(out: &str) -> Vec<String> {
+    out.lines()
+        .skip_while(|l| !l.starts_with("REVISION"))
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statefulset_history_through_controller_revisions() -> Result<()> {
+    with_cluster(|k, dir| {
+        let manifest = dir.join("sts.yaml");
+        std::fs::write(&manifest, STATEFULSET).unwrap();
+        k.ok(&["apply", "-f", &manifest.to_string_lossy()]);
+        let out = k.ok(&["rollout", "status", "statefulset/web", "--timeout=60s"]);
+        assert!(out.contains(STS_DONE), "{out}");
+
+        // One ControllerRevision, controlled by the StatefulSet, named in its status and on
+        // its pods.
+        let crs = k.ok(&["get", "controllerrevisions", "--no-headers"]);
+        let rows: Vec<Vec<&str>> = crs
+            .lines()
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows.len(), 1, "{crs}");
+        assert_eq!(&rows[0][1..3], ["statefulset.apps/web", "1"], "{crs}");
+        let first = rows[0][0].to_string();
+        assert!(first.starts_with("web-"), "{first}");
+        let status = k.ok(&[
+            "get",
+            "sts",
+            "web",
+            "-o",
+            "jsonpath={.status.currentRevision} {.status.updateRevision}",
+        ]);
+        assert_eq!(status, format!("{first} {first}"));
+        let labelled = k.ok(&[
+            "get",
+            "pods",
+            "-l",
+            &format!("controller-revision-hash={first}"),
+            "-o",
+            "name",
+        ]);
+        assert_eq!(labelled.lines().count(), 2, "{labelled}");
+
+        // A new image: revision 2, rolled out to both pods.
+        k.ok(&["set", "image", "statefulset/web", "c=nginx:2"]);
+        let out = k.ok(&["rollout", "status", "statefulset/web", "--timeout=60s"]);
+        assert!(out.contains(STS_DONE), "{out}");
+        let history = k.ok(&["rollout", "history", "statefulset/web"]);
+        assert_eq!(history_revisions(&history), ["1", "2"], "{history}");
+        let rev2 = k.ok(&["rollout", "history", "statefulset/web", "--revision=2"]);
+        assert!(rev2.contains("nginx:2"), "{rev2}");
+        let second = k.ok(&[
+            "get",
+            "sts",
+            "web",
+            "-o",
+            "jsonpath={.status.updateRevision}",
+        ]);
+        assert_ne!(second, first);
+
+        // Undo: the first revision's template comes back, renumbered 3.
+        let out = k.ok(&["rollout", "undo", "statefulset/web"]);
+        assert!(out.contains("rolled back"), "{out}");
+        let out = k.ok(&["rollout", "status", "statefulset/web", "--timeout=60s"]);
+        assert!(out.contains(STS_DONE), "{out}");
+        let history = k.until(&["rollout", "history", "statefulset/web"], |o| {
+            history_revisions(o) == ["2", "3"]
+        });
+        let _ = history;
+        let image = k.ok(&[
+            "get",
+            "sts",
+            "web",
+            "-o",
+            "jsonpath={.spec.template.spec.containers[0].image}",
+        ]);
+        assert_eq!(image, "nginx:1");
+        let update = k.ok(&[
+            "get",
+            "sts",
+            "web",
+            "-o",
+            "jsonpath={.status.updateRevision}",
+        ]);
+        assert_eq!(update, first, "the first revision is reused");
+
+        // Deleting the StatefulSet takes its history and pods with it.
+        k.ok(&["delete", "statefulset", "web"]);
+        k.until(&["get", "controllerrevisions,pods", "--no-headers"], |o| {
+            o.trim().is_empty()
+        });
+    })
+    .await
+}

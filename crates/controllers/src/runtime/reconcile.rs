@@ -59,7 +59,7 @@ impl Kind {
             Kind::Mirroring => &["services", "endpoints", "endpointslices"],
             Kind::Deployments => &["deployments", "replicasets", "pods"],
             Kind::ReplicaSets => &["replicasets", "pods"],
-            Kind::StatefulSets => &["statefulsets", "pods"],
+            Kind::StatefulSets => &["statefulsets", "controllerrevisions", "pods"],
             Kind::Scheduler => &["pods"],
         }
     }
@@ -661,7 +661,16 @@ impl Controllers {
         };
         let pods = Self::pods_in(inf, &key.namespace);
         let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
-        let plan = workloads::statefulset::plan(&s, &pods)?;
+        let revisions: Vec<Arc<ControllerRevision>> = inf
+            .revisions
+            .state()
+            .into_iter()
+            .filter(|r| r.metadata.namespace.as_deref() == Some(key.namespace.as_str()))
+            .collect();
+        let revisions: Vec<&ControllerRevision> = revisions.iter().map(AsRef::as_ref).collect();
+        let history = workloads::history::plan(&s, &revisions, &pods);
+        self.apply_history(key, &history).await?;
+        let plan = workloads::statefulset::plan_at(&s, &pods, &history.update_revision)?;
         self.apply_pods(Kind::StatefulSets, key, &plan).await?;
         if let Some(status) = plan.status {
             let mut obj = (*s).clone();
@@ -674,6 +683,39 @@ impl Controllers {
             .await?;
         }
         Ok(None)
+    }
+
+    async fn apply_history(
+        &self,
+        key: &Key,
+        plan: &workloads::history::RevisionPlan,
+    ) -> Result<(), ControllerError> {
+        let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &key.namespace);
+        let what = |verb: &str, name: &str| {
+            format!(
+                "{verb} ControllerRevision {}/{name} of {key}",
+                key.namespace
+            )
+        };
+        if let Some(r) = &plan.create {
+            match api.create(&PostParams::default(), r).await {
+                Ok(_) => {}
+                // Already there (the cache is behind): the next pass sees it.
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(ControllerError::api(what("create", &r.name_any()), e)),
+            }
+        }
+        if let Some(r) = &plan.update {
+            api.replace(&r.name_any(), &PostParams::default(), r)
+                .await
+                .map_err(|e| ControllerError::api(what("update", &r.name_any()), e))?;
+        }
+        for name in &plan.delete {
+            delete_ignoring_missing(&api, name)
+                .await
+                .map_err(|e| ControllerError::api(what("delete", name), e))?;
+        }
+        Ok(())
     }
 
     async fn apply_pods<S>(

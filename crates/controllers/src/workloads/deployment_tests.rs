@@ -4,32 +4,16 @@ use crate::workloads::pod_template_hash;
 use k8s_openapi::api::apps::v1::{
     DeploymentSpec, DeploymentStrategy, ReplicaSetStatus, RollingUpdateDeployment,
 };
-use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 fn deployment(replicas: i32, image: &str, f: impl FnOnce(&mut DeploymentSpec)) -> Deployment {
+    let (selector, template) = workload_parts("myapp", image);
     let mut spec = DeploymentSpec {
         replicas: Some(replicas),
-        selector: LabelSelector {
-            match_labels: Some(map(&[("app", "myapp")])),
-            ..Default::default()
-        },
-        template: PodTemplateSpec {
-            metadata: Some(ObjectMeta {
-                labels: Some(map(&[("app", "myapp")])),
-                ..Default::default()
-            }),
-            spec: Some(PodSpec {
-                containers: vec![Container {
-                    name: "c".into(),
-                    image: Some(image.into()),
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }),
-        },
+        selector,
+        template,
         ..Default::default()
     };
     f(&mut spec);

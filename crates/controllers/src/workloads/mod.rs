@@ -11,6 +11,7 @@
 //! spew dump, so the values differ from a real cluster's but have the same shape.
 
 pub mod deployment;
+pub mod history;
 pub mod replicaset;
 pub mod statefulset;
 

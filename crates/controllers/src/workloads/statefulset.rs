@@ -3,7 +3,8 @@
 //! - each pod has `spec.hostname` = its name and `spec.subdomain` = `serviceName`, so the
 //!   headless service gives it a stable DNS name, and labels
 //!   `statefulset.kubernetes.io/pod-name`, `apps.kubernetes.io/pod-index` and
-//!   `controller-revision-hash` (`<name>-<template hash>`);
+//!   `controller-revision-hash` (the name of the ControllerRevision of its template, see
+//!   [`super::history`]);
 //! - `OrderedReady` (default): pod N+1 is created only when pods 0..=N are Running and Ready;
 //!   scale-down removes the highest ordinal first, one at a time, only when every remaining
 //!   pod is healthy; failed pods are deleted and recreated in place;
@@ -17,7 +18,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{PodPlan, WorkloadError, owned, pod_from_template, pod_template_hash};
+use super::{PodPlan, WorkloadError, owned, pod_from_template};
 use crate::endpointslice::controller_ref;
 use crate::podutil;
 use svcnet_apimachinery::selector::LabelSelector;
@@ -28,6 +29,15 @@ pub const LABEL_REVISION: &str = "controller-revision-hash";
 
 /// Computes the plan for `sts`; `pods` may be every pod of its namespace.
 pub fn plan(sts: &StatefulSet, pods: &[&Pod]) -> Result<PodPlan<StatefulSetStatus>, WorkloadError> {
+    plan_at(sts, pods, &super::history::revision_name(sts))
+}
+
+/// [`plan`] with the update revision the history decided (its name).
+pub fn plan_at(
+    sts: &StatefulSet,
+    pods: &[&Pod],
+    update_revision: &str,
+) -> Result<PodPlan<StatefulSetStatus>, WorkloadError> {
     let ns = sts.metadata.namespace.clone().unwrap_or_default();
     let name = sts.metadata.name.clone().unwrap_or_default();
     let spec = sts.spec.clone().unwrap_or_default();
@@ -57,7 +67,7 @@ pub fn plan(sts: &StatefulSet, pods: &[&Pod]) -> Result<PodPlan<StatefulSetStatu
         Ok(true) => {}
     }
     let replicas = usize::try_from(spec.replicas.unwrap_or(1).max(0)).unwrap_or(0);
-    let revision = format!("{name}-{}", pod_template_hash(&spec.template));
+    let revision = update_revision.to_string();
     let parallel = spec.pod_management_policy.as_deref() == Some("Parallel");
     let strategy = spec.update_strategy.clone().unwrap_or_default();
     let on_delete = strategy.type_.as_deref() == Some("OnDelete");
@@ -249,34 +259,17 @@ mod tests {
     use super::*;
     use crate::fixtures::*;
     use k8s_openapi::api::apps::v1::StatefulSetSpec;
-    use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
     fn sts(replicas: i32, policy: Option<&str>) -> StatefulSet {
+        let (selector, template) = workload_parts("nginx", "nginx:1");
         StatefulSet {
             metadata: meta("default", "web"),
             spec: Some(StatefulSetSpec {
                 replicas: Some(replicas),
                 service_name: Some("nginx".into()),
                 pod_management_policy: policy.map(str::to_string),
-                selector: LabelSelector {
-                    match_labels: Some(map(&[("app", "nginx")])),
-                    ..Default::default()
-                },
-                template: PodTemplateSpec {
-                    metadata: Some(ObjectMeta {
-                        labels: Some(map(&[("app", "nginx")])),
-                        ..Default::default()
-                    }),
-                    spec: Some(PodSpec {
-                        containers: vec![Container {
-                            name: "c".into(),
-                            image: Some("nginx:1".into()),
-                            ..Default::default()
-                        }],
-                        ..Default::default()
-                    }),
-                },
+                selector,
+                template,
                 ..Default::default()
             }),
             status: None,
