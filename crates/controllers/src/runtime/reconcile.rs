@@ -732,7 +732,10 @@ impl Controllers {
             api.replace(&name, &PostParams::default(), p)
                 .await
                 .map_err(|e| {
-                    ControllerError::api(format!("adopt pod {}/{name}", key.namespace), e)
+                    ControllerError::api(
+                        format!("update the owners of pod {}/{name}", key.namespace),
+                        e,
+                    )
                 })?;
         }
         let mut result = Ok(());

@@ -2,6 +2,8 @@
 //! one pass computes the ReplicaSets to create, scale and delete, and the status, from the
 //! Deployment and the ReplicaSets it controls; the ReplicaSet controller makes the pods.
 //!
+//! - It controls the ReplicaSets whose controller reference names it, and adopts orphans its
+//!   selector matches (a Deployment re-created after `kubectl delete --cascade=orphan`).
 //! - The new ReplicaSet is the oldest one whose template equals the Deployment's once the
 //!   `pod-template-hash` label is removed (upstream's `EqualIgnoreHash`); all others are old.
 //!   Rolling back (`kubectl rollout undo` writes an old ReplicaSet's template into the
@@ -229,12 +231,30 @@ pub fn plan(
     let uid = d.metadata.uid.clone().unwrap_or_default();
     let paused = spec.paused == Some(true);
 
-    let mut owned: Vec<ReplicaSet> = replicasets
+    // Upstream's `ClaimReplicaSets`: ReplicaSets it controls, and orphans its selector
+    // matches (adopted: written back with its controller reference).
+    let mut adopted = Vec::new();
+    let mut owned: Vec<ReplicaSet> = Vec::new();
+    for rs in replicasets
         .iter()
         .filter(|rs| rs.metadata.namespace == d.metadata.namespace)
-        .filter(|rs| controller_uid(&rs.metadata) == Some(uid.as_str()))
-        .map(|rs| (*rs).clone())
-        .collect();
+    {
+        match controller_uid(&rs.metadata) {
+            Some(u) if u == uid => owned.push((*rs).clone()),
+            None if rs.metadata.deletion_timestamp.is_none()
+                && selector.matches(&rs.metadata.labels.clone().unwrap_or_default()) =>
+            {
+                let mut rs = (*rs).clone();
+                rs.metadata
+                    .owner_references
+                    .get_or_insert_with(Vec::new)
+                    .push(controller_ref("apps/v1", "Deployment", &d.metadata));
+                adopted.push(rs.metadata.name.clone());
+                owned.push(rs);
+            }
+            _ => {}
+        }
+    }
     owned.sort_by(|a, b| {
         let t = |r: &ReplicaSet| r.metadata.creation_timestamp.as_ref().map(|t| t.0);
         t(a).cmp(&t(b))
@@ -246,10 +266,13 @@ pub fn plan(
             .and_then(|s| s.template.as_ref())
             .is_some_and(|t| super::templates_equal_ignoring_hash(t, &spec.template))
     });
-    let n = owned.len();
+    let changed = owned
+        .iter()
+        .map(|rs| adopted.contains(&rs.metadata.name))
+        .collect();
     let mut sets = Sets {
         all: owned,
-        changed: vec![false; n],
+        changed,
         new,
         created: false,
     };

@@ -600,3 +600,24 @@ fn bad_specs_are_errors_naming_the_field() {
         "{e}"
     );
 }
+
+#[test]
+fn orphaned_replicasets_are_adopted_not_duplicated() {
+    // `kubectl delete deployment --cascade=orphan`, then the same Deployment again.
+    let mut sim = Sim::new();
+    let mut d = deployment(2, "nginx:1", |_| {});
+    sim.settle(&mut d, true);
+    sim.sets[0].metadata.owner_references = None;
+    let mut again = deployment(2, "nginx:1", |_| {});
+    again.metadata.uid = Some("uid-new".into());
+    let p = sim.step(&mut again, true);
+    assert!(p.create.is_none(), "{p:?}");
+    assert_eq!(p.update.len(), 1);
+    let owner = &p.update[0].metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.uid.as_str(), owner.controller),
+        ("uid-new", Some(true))
+    );
+    sim.settle(&mut again, true);
+    assert_eq!(sim.sizes(), vec![2]);
+}

@@ -30,7 +30,8 @@ pub struct PodPlan<S> {
     pub create: Vec<Pod>,
     /// Names of pods to delete, in the order they should go.
     pub delete: Vec<String>,
-    /// Orphan pods to adopt: the same pods with the controller's ownerReference added.
+    /// Pods whose ownerReferences change: orphans adopted (the controller's reference added)
+    /// and pods released (it removed). Written back as they are, with their resourceVersion.
     pub adopt: Vec<Pod>,
     pub status: Option<S>,
 }

@@ -1,7 +1,8 @@
 //! ReplicaSet → pods, as upstream's ReplicaSet controller:
 //!
 //! - the pods it controls are those whose controller ownerReference names its uid; an orphan
-//!   pod (no controller) in its namespace that its selector matches is adopted;
+//!   pod (no controller) in its namespace that its selector matches is adopted, a controlled
+//!   pod the selector no longer matches is released;
 //! - missing replicas are created from the template (`generateName: <replicaset>-`), excess
 //!   ones deleted in upstream's `ActivePods` ranking: unscheduled, then pending, then not
 //!   ready, then the newest first;
@@ -54,7 +55,20 @@ pub fn plan(
     let mut out = PodPlan::default();
     // Upstream adopts orphans only while the ReplicaSet is not being deleted; an adopted pod
     // counts at once (the adoption is applied before creates and deletes).
-    let mut mine = owned(pods, &uid, rs.metadata.namespace.as_ref());
+    // Upstream's `ClaimPods` also releases controlled pods its selector no longer matches
+    // (relabelled by hand): written back without the reference, and no longer counted.
+    let mut mine: Vec<&Pod> = Vec::new();
+    for p in owned(pods, &uid, rs.metadata.namespace.as_ref()) {
+        if podutil::labels_match(&selector, p) || podutil::is_terminating(p) {
+            mine.push(p);
+        } else {
+            let mut released = p.clone();
+            if let Some(refs) = released.metadata.owner_references.as_mut() {
+                refs.retain(|o| o.uid != uid);
+            }
+            out.adopt.push(released);
+        }
+    }
     if !deleting {
         for p in pods.iter().copied() {
             let orphan = p.metadata.namespace == rs.metadata.namespace

@@ -114,29 +114,37 @@ fn deletes_unscheduled_pending_unready_and_newest_first() {
 fn status_counts_ready_available_and_fully_labeled() {
     let mut set = rs(3);
     set.spec.as_mut().unwrap().min_ready_seconds = Some(60);
+    // The template carries a label the selector does not ask for.
+    let labels = &[
+        ("app", "web"),
+        ("pod-template-hash", "abc"),
+        ("tier", "front"),
+    ];
+    set.spec
+        .as_mut()
+        .unwrap()
+        .template
+        .as_mut()
+        .unwrap()
+        .metadata
+        .as_mut()
+        .unwrap()
+        .labels = Some(map(labels));
     let pods = [
         owned_pod("a", |p| {
+            p.labels(labels);
             p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].last_transition_time =
                 Some(Time(Timestamp::from_second(1_700_000_000).unwrap()));
         }),
         // Ready only 10 s ago: not yet available.
         owned_pod("b", |p| {
+            p.labels(labels);
             p.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].last_transition_time =
                 Some(Time(Timestamp::from_second(1_700_000_490).unwrap()));
         }),
-        // Relabelled by hand (still owned): not fully labelled.
+        // Selected, but without every template label: not fully labelled.
         owned_pod("c", |p| {
             p.ready(false);
-            p.metadata
-                .labels
-                .as_mut()
-                .unwrap()
-                .insert("app".into(), "web".into());
-            p.metadata
-                .labels
-                .as_mut()
-                .unwrap()
-                .remove("pod-template-hash");
         }),
         // Terminating pods do not count.
         owned_pod("d", |p| {
@@ -205,4 +213,21 @@ fn steady_state_is_quiet_and_bad_selectors_are_errors() {
         plan(&bad, &[], now()).unwrap_err().to_string(),
         "ReplicaSet default/web-abc: spec.template.metadata.labels: do not match spec.selector"
     );
+}
+
+#[test]
+fn releases_pods_the_selector_no_longer_matches() {
+    let pods = [
+        owned_pod("kept", |_| {}),
+        owned_pod("relabelled", |p| {
+            p.labels(&[("app", "debug")]);
+        }),
+    ];
+    let refs: Vec<&Pod> = pods.iter().collect();
+    let p = plan(&rs(2), &refs, now()).unwrap();
+    assert_eq!(p.adopt.len(), 1);
+    let released = &p.adopt[0];
+    assert_eq!(released.metadata.name.as_deref(), Some("relabelled"));
+    assert_eq!(released.metadata.owner_references, Some(vec![]));
+    assert_eq!(p.create.len(), 1, "the released pod no longer counts");
 }
