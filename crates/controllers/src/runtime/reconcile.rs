@@ -567,8 +567,12 @@ impl Controllers {
         let pods = Self::pods_in(inf, &key.namespace);
         let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
         let plan = workloads::deployment::plan(&d, &sets, &pods, now())?;
+        let recheck = plan
+            .recheck_after
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs);
         if plan.is_empty() {
-            return Ok(None);
+            return Ok(recheck);
         }
         debug!(%key, ?plan, "applying deployment plan");
         let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &key.namespace);
@@ -613,7 +617,7 @@ impl Controllers {
                 .await
                 .map_err(|e| ControllerError::api(format!("annotate Deployment {key}"), e))?;
         }
-        Ok(None)
+        Ok(recheck)
     }
 
     async fn sync_replicaset(

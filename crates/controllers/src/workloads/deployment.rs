@@ -71,6 +71,9 @@ pub struct DeploymentPlan {
     /// The Deployment's `revision` annotation, when it must change.
     pub revision: Option<String>,
     pub status: Option<DeploymentStatus>,
+    /// Seconds until a rollout still in progress would exceed its `progressDeadlineSeconds`:
+    /// look again then, even if nothing changes.
+    pub recheck_after: Option<i64>,
 }
 
 impl DeploymentPlan {
@@ -368,6 +371,19 @@ pub fn plan(
         collision_count,
         now,
     );
+    out.recheck_after = status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == "Progressing")
+        .filter(|c| {
+            !matches!(
+                c.reason.as_deref(),
+                Some("NewReplicaSetAvailable" | "ProgressDeadlineExceeded" | "DeploymentPaused")
+            )
+        })
+        .and_then(|c| seconds_to_deadline(d, c, now))
+        .map(|s| s.max(0) + 1);
     if d.status.as_ref() != Some(&status) {
         out.status = Some(status);
     }
@@ -770,6 +786,12 @@ fn compute_status(
                 "ReplicaSetUpdated",
             ))
         }
+    } else if prev.as_ref().is_some_and(|p| timed_out(d, p, now)) {
+        Some((
+            "False",
+            format!("ReplicaSet \"{rs_label}\" has timed out progressing."),
+            "ProgressDeadlineExceeded",
+        ))
     } else {
         None
     };
@@ -798,6 +820,28 @@ fn compute_status(
         collision_count,
         terminating_replicas: old.terminating_replicas,
     }
+}
+
+/// Upstream's `DeploymentTimedOut`: no progress reported for `progressDeadlineSeconds`.
+fn timed_out(d: &Deployment, progressing: &DeploymentCondition, now: Timestamp) -> bool {
+    match progressing.reason.as_deref() {
+        Some("NewReplicaSetAvailable") => return false,
+        Some("ProgressDeadlineExceeded") => return true,
+        _ => {}
+    }
+    seconds_to_deadline(d, progressing, now).is_some_and(|s| s < 0)
+}
+
+/// Seconds left before a rollout reporting `progressing` exceeds its deadline (negative once
+/// past it); `None` without a deadline or a time to count from.
+fn seconds_to_deadline(
+    d: &Deployment,
+    progressing: &DeploymentCondition,
+    now: Timestamp,
+) -> Option<i64> {
+    let deadline = d.spec.as_ref().and_then(|s| s.progress_deadline_seconds)?;
+    let from = progressing.last_update_time.as_ref()?.0;
+    Some(from.as_second() + i64::from(deadline) - now.as_second())
 }
 
 /// A condition keeping its timestamps when nothing about it changed. `status` is `"True"`

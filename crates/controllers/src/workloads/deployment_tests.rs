@@ -621,3 +621,45 @@ fn orphaned_replicasets_are_adopted_not_duplicated() {
     sim.settle(&mut again, true);
     assert_eq!(sim.sizes(), vec![2]);
 }
+
+#[test]
+fn a_stuck_rollout_exceeds_its_progress_deadline() {
+    let mut sim = Sim::new();
+    let mut d = deployment(2, "nginx:1", |s| s.progress_deadline_seconds = Some(600));
+    sim.settle(&mut d, true);
+    set_image(&mut d, "nginx:bad");
+    sim.step(&mut d, false);
+    // The new pods never become available.
+    for rs in &mut sim.sets {
+        if rs.metadata.annotations.as_ref().unwrap()[ANNOTATION_REVISION] == "2" {
+            let st = rs.status.as_mut().unwrap();
+            st.available_replicas = Some(0);
+            st.ready_replicas = Some(0);
+        }
+    }
+    let t0 = 1_700_000_500;
+    let refs: Vec<&ReplicaSet> = sim.sets.iter().collect();
+    let at = |d: &Deployment, secs: i64| {
+        plan(d, &refs, &[], Timestamp::from_second(t0 + secs).unwrap()).unwrap()
+    };
+    let p = at(&d, 0);
+    assert!(p.update.is_empty(), "nothing can move: {p:?}");
+    d.status = p.status;
+    assert_eq!(progressing(&d).1, "ReplicaSetUpdated");
+    // Before the deadline: asked to look again when it would pass.
+    let p = at(&d, 100);
+    assert_eq!(p.recheck_after, Some(501));
+    assert!(p.status.is_none(), "no progress, no change");
+    let p = at(&d, 601);
+    d.status = p.status;
+    let name = sim.sets[1].metadata.name.clone().unwrap();
+    assert_eq!(
+        progressing(&d),
+        (
+            "False".into(),
+            "ProgressDeadlineExceeded".into(),
+            format!("ReplicaSet \"{name}\" has timed out progressing.")
+        )
+    );
+    assert_eq!(at(&d, 700).recheck_after, None);
+}
