@@ -674,7 +674,8 @@ impl Controllers {
         let revisions: Vec<&ControllerRevision> = revisions.iter().map(AsRef::as_ref).collect();
         let history = workloads::history::plan(&s, &revisions, &pods);
         self.apply_history(key, &history).await?;
-        let plan = workloads::statefulset::plan_at(&s, &pods, &history.update_revision)?;
+        let current = history.current.as_ref().map(|(n, t)| (n.as_str(), t));
+        let plan = workloads::statefulset::plan_at(&s, &pods, &history.update_revision, current)?;
         self.apply_pods(Kind::StatefulSets, key, &plan).await?;
         if let Some(status) = plan.status {
             let mut obj = (*s).clone();

@@ -13,7 +13,7 @@
 //!   lowest numbers first.
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
 use serde_json::{Value, json};
@@ -32,6 +32,9 @@ pub struct RevisionPlan {
     pub delete: Vec<String>,
     /// The update revision's name: the `controller-revision-hash` of new pods.
     pub update_revision: String,
+    /// The current revision (`status.currentRevision`) when it is another one still in the
+    /// history: its name and template, for pods below a rolling update's partition.
+    pub current: Option<(String, PodTemplateSpec)>,
 }
 
 /// The revision data of `sts`: the patch restoring its template.
@@ -79,6 +82,15 @@ fn number(r: &ControllerRevision) -> i64 {
 
 fn data_of(r: &ControllerRevision) -> Option<&Value> {
     r.data.as_ref().map(|d| &d.0)
+}
+
+/// The template a revision restores (its data without the `$patch` directive).
+pub fn template_of(r: &ControllerRevision) -> Option<PodTemplateSpec> {
+    let mut t = data_of(r)?.pointer("/spec/template")?.clone();
+    if let Value::Object(m) = &mut t {
+        m.remove("$patch");
+    }
+    serde_json::from_value(t).ok()
 }
 
 /// Computes the history writes for `sts`; `revisions` and `pods` may be all of its namespace.
@@ -149,6 +161,13 @@ pub fn plan(sts: &StatefulSet, revisions: &[&ControllerRevision], pods: &[&Pod])
         .as_ref()
         .and_then(|s| s.current_revision.clone())
         .unwrap_or_default();
+    if current != out.update_revision {
+        out.current = mine
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(current.as_str()))
+            .and_then(|r| template_of(r))
+            .map(|t| (current.clone(), t));
+    }
     let live = |name: &str| {
         name == current
             || name == out.update_revision
@@ -306,5 +325,23 @@ mod tests {
         }
         let nums: Vec<i64> = numbers(&history).iter().map(|(_, n)| *n).collect();
         assert_eq!(nums, vec![2, 4, 5]);
+    }
+
+    #[test]
+    fn the_current_revision_is_offered_while_it_differs() {
+        let mut history = Vec::new();
+        let one = sts("nginx:1");
+        apply(&mut history, &plan(&one, &[], &[]));
+        let mut two = sts("nginx:2");
+        two.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
+            current_revision: Some(revision_name(&one)),
+            ..Default::default()
+        });
+        let refs: Vec<&ControllerRevision> = history.iter().collect();
+        let p = plan(&two, &refs, &[]);
+        let (name, template) = p.current.expect("the current revision");
+        assert_eq!(name, revision_name(&one));
+        assert_eq!(template, one.spec.unwrap().template);
+        assert!(plan(&sts("nginx:1"), &refs, &[]).current.is_none());
     }
 }
