@@ -190,6 +190,8 @@ impl Controllers {
                     self.enqueue(Kind::ReplicaSets, k);
                 }
                 "StatefulSet" => self.enqueue(Kind::StatefulSets, k),
+                // Made by svcnet before Deployments had ReplicaSets; see `legacy_pods`.
+                "Deployment" => self.enqueue(Kind::Deployments, k),
                 _ => {}
             }
         }
@@ -601,6 +603,14 @@ impl Controllers {
             delete_ignoring_missing(&api, name).await.map_err(|e| {
                 ControllerError::api(format!("delete ReplicaSet {}/{name}", key.namespace), e)
             })?;
+        }
+        if !plan.legacy_pods.is_empty() {
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+            for name in &plan.legacy_pods {
+                delete_ignoring_missing(&pods, name).await.map_err(|e| {
+                    ControllerError::api(format!("delete pod {}/{name}", key.namespace), e)
+                })?;
+            }
         }
         let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &key.namespace);
         if let Some(status) = plan.status {

@@ -71,6 +71,9 @@ pub struct DeploymentPlan {
     /// The Deployment's `revision` annotation, when it must change.
     pub revision: Option<String>,
     pub status: Option<DeploymentStatus>,
+    /// Pods the Deployment controls directly (svcnet before ReplicaSets made them): deleted
+    /// once its new ReplicaSet has every replica available, as an old ReplicaSet would be.
+    pub legacy_pods: Vec<String>,
     /// Seconds until a rollout still in progress would exceed its `progressDeadlineSeconds`:
     /// look again then, even if nothing changes.
     pub recheck_after: Option<i64>,
@@ -198,7 +201,8 @@ fn is_recreate(d: &Deployment) -> bool {
 }
 
 /// Computes the plan for `d`. `replicasets` and `pods` may be every one of its namespace; pods
-/// are read only by `Recreate`, to wait until the old ones are gone.
+/// are read only by `Recreate`, to wait until the old ones are gone, and to find pods the
+/// Deployment controls directly (made by svcnet before it had ReplicaSets).
 pub fn plan(
     d: &Deployment,
     replicasets: &[&ReplicaSet],
@@ -341,6 +345,20 @@ pub fn plan(
         {
             reconcile_old(&mut sets, i, replicas, max_replicas, &fp);
         }
+    }
+
+    // Pods from before ReplicaSets go once their replacements are all available.
+    let new_available = sets.new.filter(|_| !sets.created).map_or(0, |i| {
+        rs_status(&sets.all[i]).available_replicas.unwrap_or(0)
+    });
+    if new_available >= replicas {
+        out.legacy_pods = pods
+            .iter()
+            .filter(|p| p.metadata.namespace == d.metadata.namespace)
+            .filter(|p| controller_uid(&p.metadata) == Some(uid.as_str()))
+            .filter(|p| !podutil::is_terminating(p))
+            .filter_map(|p| p.metadata.name.clone())
+            .collect();
     }
 
     // History: only once the rollout is complete and nothing else changed.

@@ -663,3 +663,26 @@ fn a_stuck_rollout_exceeds_its_progress_deadline() {
     );
     assert_eq!(at(&d, 700).recheck_after, None);
 }
+
+#[test]
+fn pods_owned_directly_from_before_replicasets_go_once_replaced() {
+    let d = deployment(2, "nginx:1", |_| {});
+    let legacy = pod("default", "myapp-abc-x1", |p| {
+        p.labels(&[("app", "myapp")]);
+        p.metadata.owner_references = Some(vec![crate::endpointslice::controller_ref(
+            "apps/v1",
+            "Deployment",
+            &d.metadata,
+        )]);
+    });
+    let mut sim = Sim::new();
+    let mut d = d;
+    // While the new ReplicaSet is not available, they stay.
+    let refs: Vec<&ReplicaSet> = sim.sets.iter().collect();
+    let p = plan(&d, &refs, &[&legacy], Timestamp::UNIX_EPOCH).unwrap();
+    assert!(p.legacy_pods.is_empty());
+    sim.settle(&mut d, true);
+    let refs: Vec<&ReplicaSet> = sim.sets.iter().collect();
+    let p = plan(&d, &refs, &[&legacy], Timestamp::UNIX_EPOCH).unwrap();
+    assert_eq!(p.legacy_pods, vec!["myapp-abc-x1"]);
+}
