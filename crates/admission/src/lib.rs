@@ -57,6 +57,7 @@ pub fn admit_create(
         "Node" => misc::admit_node(obj),
         "ConfigMap" => misc::admit_configmap(obj),
         "Event" => misc::admit_event(obj),
+        "ControllerRevision" => misc::admit_controller_revision(obj),
         other => admit_plain(other, obj),
     }
 }
@@ -69,7 +70,6 @@ fn admit_plain(kind: &str, obj: Value) -> Result<Value, Vec<FieldError>> {
     match kind {
         "ServiceAccount" => misc::admit_typed::<core::ServiceAccount>(obj, |o| &o.metadata),
         "ReplicaSet" => misc::admit_typed::<apps::ReplicaSet>(obj, |o| &o.metadata),
-        "ControllerRevision" => misc::admit_typed::<apps::ControllerRevision>(obj, |o| &o.metadata),
         "Lease" => misc::admit_typed::<coordination::Lease>(obj, |o| &o.metadata),
         "events.k8s.io/Event" => misc::admit_typed::<events::Event>(obj, |o| &o.metadata),
         _ => Ok(obj),
@@ -97,6 +97,7 @@ pub fn admit_update(
         "Node" => misc::admit_node(new),
         "ConfigMap" => misc::admit_configmap_update(old, new),
         "Event" => misc::admit_event(new),
+        "ControllerRevision" => misc::admit_controller_revision_update(old, new),
         other => admit_plain(other, new),
     }
 }
