@@ -342,6 +342,21 @@ async fn deployment_rollout_history_undo_pause_resume() -> Result<()> {
         assert_eq!(revisions, ["1", "2"], "{history}");
         let rev2 = k.ok(&["rollout", "history", "deployment/myapp", "--revision=2"]);
         assert!(rev2.contains("nginx:2"), "{rev2}");
+        // The change cause goes from the Deployment to its current ReplicaSet's history entry.
+        k.ok(&[
+            "annotate",
+            "deployment/myapp",
+            "kubernetes.io/change-cause=image nginx:2",
+        ]);
+        k.until(&["rollout", "history", "deployment/myapp"], |o| {
+            o.lines()
+                .any(|l| l.starts_with('2') && l.contains("image nginx:2"))
+        });
+        let describe = k.ok(&["describe", "deployment", "myapp"]);
+        assert!(
+            describe.contains(&format!("NewReplicaSet:   {second} (3/3 replicas created)")),
+            "{describe}"
+        );
 
         // Undo: back to the first template, which reuses the first ReplicaSet as revision 3.
         let out = k.ok(&["rollout", "undo", "deployment/myapp"]);
