@@ -57,6 +57,7 @@ pub fn admit_create(
         "Node" => misc::admit_node(obj),
         "ConfigMap" => misc::admit_configmap(obj),
         "Event" => misc::admit_event(obj),
+        "ControllerRevision" => misc::admit_controller_revision(obj),
         other => admit_plain(other, obj),
     }
 }
@@ -96,6 +97,7 @@ pub fn admit_update(
         "Node" => misc::admit_node(new),
         "ConfigMap" => misc::admit_configmap_update(old, new),
         "Event" => misc::admit_event(new),
+        "ControllerRevision" => misc::admit_controller_revision_update(old, new),
         other => admit_plain(other, new),
     }
 }

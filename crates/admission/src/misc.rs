@@ -193,6 +193,43 @@ pub(crate) fn admit_event(obj: Value) -> Result<Value, Vec<FieldError>> {
 /// A kind admitted through its typed schema: the object must decode into `T` (wrong types
 /// are a 400), its metadata must be valid, and it is stored as `T` encodes it, with its own
 /// `apiVersion` and `kind` (a patch that blanks them cannot store a broken object).
+/// upstream's `ValidateControllerRevision`: `data` is mandatory, `revision` not negative.
+pub(crate) fn admit_controller_revision(obj: Value) -> Result<Value, Vec<FieldError>> {
+    use k8s_openapi::api::apps::v1::ControllerRevision;
+    let r: ControllerRevision = decode(obj)?;
+    let mut errs = syntax::validate_object_meta(&r.metadata, true, NameRule::Dns1123Subdomain);
+    if r.data.is_none() {
+        errs.push(FieldError::required("data", "data is mandatory"));
+    }
+    if r.revision < 0 {
+        errs.push(FieldError::invalid(
+            "revision",
+            r.revision,
+            "must be greater than or equal to 0",
+        ));
+    }
+    finish(&r, errs)
+}
+
+/// upstream's `ValidateControllerRevisionUpdate`: a revision's `data` never changes (only its
+/// number does, when a rollback renumbers it).
+pub(crate) fn admit_controller_revision_update(
+    old: &Value,
+    new: Value,
+) -> Result<Value, Vec<FieldError>> {
+    let out = admit_controller_revision(new)?;
+    let (old_data, new_data) = (old.get("data"), out.get("data"));
+    if old_data != new_data {
+        let value = new_data.cloned().unwrap_or(Value::Null);
+        return Err(vec![FieldError::invalid(
+            "data",
+            &value,
+            "field is immutable",
+        )]);
+    }
+    Ok(out)
+}
+
 pub(crate) fn admit_typed<T>(
     obj: Value,
     meta: fn(&T) -> &ObjectMeta,

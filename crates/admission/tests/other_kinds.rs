@@ -774,3 +774,43 @@ fn kinds_admitted_through_their_typed_schema() {
         assert!(admit_create(kind, named, &mut allocs()).is_err(), "{kind}");
     }
 }
+
+#[test]
+fn controller_revisions_keep_their_data() {
+    let obj = json!({"apiVersion": "apps/v1", "kind": "ControllerRevision",
+                     "metadata": {"name": "web-7b4f9", "namespace": "default"},
+                     "revision": 1, "data": {"spec": {"template": {"$patch": "replace"}}}});
+    let good = admit_create("ControllerRevision", obj.clone(), &mut allocs())
+        .unwrap_or_else(|e| panic!("{:?}", messages(&e)));
+    // A rollback renumbers a revision: allowed.
+    let mut renumbered = good.clone();
+    renumbered["revision"] = json!(3);
+    let out = admit_update("ControllerRevision", &good, renumbered, &mut allocs()).unwrap();
+    assert_eq!(out["revision"], 3);
+    // Its data never changes.
+    let mut changed = good.clone();
+    changed["data"] = json!({"spec": {}});
+    let errs = admit_update("ControllerRevision", &good, changed, &mut allocs()).unwrap_err();
+    assert_eq!(
+        messages(&errs),
+        vec![r#"data: Invalid value: {"spec":{}}: field is immutable"#]
+    );
+    let mut no_data = obj.clone();
+    no_data.as_object_mut().unwrap().remove("data");
+    let errs = admit_create("ControllerRevision", no_data, &mut allocs()).unwrap_err();
+    assert_eq!(
+        messages(&errs),
+        vec!["data: Required value: data is mandatory"]
+    );
+    let mut negative = obj.clone();
+    negative["revision"] = json!(-1);
+    let errs = admit_create("ControllerRevision", negative, &mut allocs()).unwrap_err();
+    assert_eq!(
+        messages(&errs),
+        vec!["revision: Invalid value: -1: must be greater than or equal to 0"]
+    );
+    let mut wrong = obj;
+    wrong["revision"] = json!("two");
+    let errs = admit_create("ControllerRevision", wrong, &mut allocs()).unwrap_err();
+    assert!(errs[0].is_decode_error(), "{:?}", messages(&errs));
+}

@@ -47,6 +47,7 @@ pub fn check(kind: &str, obj: &Value) -> Result<Vec<String>, DecodeError> {
         "Deployment" => check_as::<apps::Deployment>(kind, obj),
         "StatefulSet" => check_as::<apps::StatefulSet>(kind, obj),
         "ReplicaSet" => check_as::<apps::ReplicaSet>(kind, obj),
+        "ControllerRevision" => check_as::<apps::ControllerRevision>(kind, obj),
         "ServiceAccount" => check_as::<core::ServiceAccount>(kind, obj),
         "Lease" => check_as::<coordination::Lease>(kind, obj),
         // events.k8s.io's Event, named with its group (its kind name is core's).
@@ -359,6 +360,14 @@ mod tests {
             ),
             Ok(vec!["spec.bogus".to_string()])
         );
+        assert_eq!(
+            check(
+                "ControllerRevision",
+                &json!({"revision": 1, "data": {"spec": {}}, "bogus": 1})
+            ),
+            Ok(vec!["bogus".to_string()])
+        );
+        assert!(check("ControllerRevision", &json!({"revision": "two"})).is_err());
         let err = check("events.k8s.io/Event", &json!({"note": 5})).unwrap_err();
         assert_eq!(err.kind, "Event");
         assert_eq!(err.version, "events.k8s.io/v1");

@@ -224,6 +224,7 @@ fn kind_schemas(
             ("apps", "v1", "Deployment") => add::<apps::Deployment>(&mut g),
             ("apps", "v1", "StatefulSet") => add::<apps::StatefulSet>(&mut g),
             ("apps", "v1", "ReplicaSet") => add::<apps::ReplicaSet>(&mut g),
+            ("apps", "v1", "ControllerRevision") => add::<apps::ControllerRevision>(&mut g),
             ("events.k8s.io", "v1", "Event") => add::<events::Event>(&mut g),
             ("coordination.k8s.io", "v1", "Lease") => add::<coordination::Lease>(&mut g),
             _ => continue,

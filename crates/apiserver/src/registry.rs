@@ -185,6 +185,17 @@ pub static RESOURCES: &[ResourceInfo] = &[
         &["status", "scale"]
     ),
     res!(
+        "apps",
+        "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        "controllerrevision",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
         "events.k8s.io",
         "v1",
         "Event",

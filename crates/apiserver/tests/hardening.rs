@@ -448,6 +448,12 @@ async fn every_kind_keeps_its_type_and_identity() {
             json!({"spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}),
         ),
         (
+            "/apis/apps/v1/namespaces/default/controllerrevisions",
+            "apps/v1",
+            "ControllerRevision",
+            json!({"revision": 1, "data": {"spec": {"template": {}}}}),
+        ),
+        (
             "/apis/coordination.k8s.io/v1/namespaces/default/leases",
             "coordination.k8s.io/v1",
             "Lease",
@@ -654,6 +660,9 @@ fn fixture(collection: &str) -> Value {
         }
         ("coordination.k8s.io", "leases") => {
             json!({"metadata": name, "spec": {"holderIdentity": "me"}})
+        }
+        ("apps", "controllerrevisions") => {
+            json!({"metadata": name, "revision": 1, "data": {"spec": {"template": template}}})
         }
         _ => panic!("no fixture for {collection}: add one for the new resource"),
     }

@@ -201,6 +201,36 @@ impl PodExt for Pod {
     }
 }
 
+/// A selector `app=<app>` and a pod template with that label and one container `c` running
+/// `image`: the shape every workload fixture starts from.
+pub(crate) fn workload_parts(
+    app: &str,
+    image: &str,
+) -> (
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector,
+    k8s_openapi::api::core::v1::PodTemplateSpec,
+) {
+    let selector = k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+        match_labels: Some(map(&[("app", app)])),
+        ..Default::default()
+    };
+    let template = k8s_openapi::api::core::v1::PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(map(&[("app", app)])),
+            ..Default::default()
+        }),
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "c".into(),
+                image: Some(image.into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+    };
+    (selector, template)
+}
+
 pub(crate) fn node(name: &str, zone: Option<&str>) -> Node {
     Node {
         metadata: ObjectMeta {

@@ -1,5 +1,5 @@
-//! Controllers: EndpointSlices, Endpoints, EndpointSlice mirroring, Deployments, StatefulSets
-//! and a one-node scheduler, driven against any Kubernetes API server through kube-rs.
+//! Controllers: EndpointSlices, Endpoints, EndpointSlice mirroring, Deployments, ReplicaSets,
+//! StatefulSets (with their ControllerRevisions) and a one-node scheduler, driven against any Kubernetes API server through kube-rs.
 //!
 //! Every controller is split the house way. A pure module computes a plan (a plain value with
 //! `Debug`) from a snapshot of API objects: [`endpointslice`], [`endpoints`], [`mirroring`],
@@ -12,7 +12,8 @@
 //!
 //! **Architecture Invariant:** this crate never writes an object it does not own: EndpointSlices
 //! carry its `managed-by` label, Endpoints belong to services with a selector, pods carry an
-//! ownerReference to the Deployment or StatefulSet that created them.
+//! ownerReference to the ReplicaSet or StatefulSet that created them, ReplicaSets one to
+//! their Deployment, ControllerRevisions one to their StatefulSet.
 
 pub mod endpoints;
 pub mod endpointslice;

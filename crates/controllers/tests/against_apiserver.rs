@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -393,7 +393,17 @@ async fn deployment_creates_and_scales_pods() -> Result<()> {
             .strip_prefix(&format!("myapp-{hash}-"))
             .with_context(|| format!("pod name {name}"))?;
         assert_eq!(rest.len(), 5, "{name}");
+        // The pod belongs to the ReplicaSet `myapp-<hash>`, which belongs to the Deployment.
         let owner = &p.metadata.owner_references.as_ref().unwrap()[0];
+        let rs_name = format!("myapp-{hash}");
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+            ("ReplicaSet", rs_name.as_str(), Some(true))
+        );
+        let rs = Api::<ReplicaSet>::namespaced(c.client.clone(), "default")
+            .get(&rs_name)
+            .await?;
+        let owner = &rs.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (owner.kind.as_str(), owner.name.as_str(), owner.controller),
             ("Deployment", "myapp", Some(true))

@@ -171,6 +171,28 @@ const DEPLOYMENT: &[Column] = &[
     ),
 ];
 
+const REPLICA_SET: &[Column] = &[
+    NAME,
+    col("Desired", "integer", "Number of desired pods"),
+    col("Current", "integer", "Number of actually running pods"),
+    col("Ready", "integer", "Number of ready pods"),
+    AGE,
+    wide("Containers", "string", CONTAINERS_DESC),
+    wide("Images", "string", IMAGES_DESC),
+    wide(
+        "Selector",
+        "string",
+        "Label selector for pods. Existing ReplicaSets whose pods are selected by this will be the ones affected by this deployment.",
+    ),
+];
+
+const CONTROLLER_REVISION: &[Column] = &[
+    NAME,
+    col("Controller", "string", "Controller of the object"),
+    col("Revision", "string", "Revision of the ControllerRevision"),
+    AGE,
+];
+
 const STATEFUL_SET: &[Column] = &[
     NAME,
     col("Ready", "string", "Number of the pod with ready state"),
@@ -286,6 +308,8 @@ pub fn columns(kind: &str) -> &'static [Column] {
         "EndpointSlice" => ENDPOINT_SLICE,
         "Deployment" => DEPLOYMENT,
         "StatefulSet" => STATEFUL_SET,
+        "ReplicaSet" => REPLICA_SET,
+        "ControllerRevision" => CONTROLLER_REVISION,
         "Node" => NODE,
         "Namespace" => NAMESPACE,
         "Event" => EVENT,

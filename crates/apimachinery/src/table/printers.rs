@@ -87,6 +87,8 @@ pub(crate) fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
         ],
         "EndpointSlice" => endpoint_slice(obj, now),
         "Deployment" => deployment(obj, now),
+        "ReplicaSet" => replica_set(obj, now),
+        "ControllerRevision" => controller_revision(obj, now),
         "StatefulSet" => {
             let (names, images) = container_cells(list(obj, "/spec/template/spec/containers"));
             let replicas = at(obj, "/spec/replicas").as_i64().unwrap_or(1);
@@ -445,12 +447,7 @@ fn endpoint_slice(obj: &Value, now: Timestamp) -> Vec<Value> {
 fn deployment(obj: &Value, now: Timestamp) -> Vec<Value> {
     let (names, images) = container_cells(list(obj, "/spec/template/spec/containers"));
     let replicas = at(obj, "/spec/replicas").as_i64().unwrap_or(1);
-    let selector = match serde_json::from_value(at(obj, "/spec/selector").clone()) {
-        Ok(sel) => LabelSelector::from_k8s(&sel)
-            .map(|s| s.to_string())
-            .unwrap_or_else(|_| "<invalid>".to_string()),
-        Err(_) => "<invalid>".to_string(),
-    };
+    let selector = selector_cell(at(obj, "/spec/selector"));
     vec![
         name(obj),
         format!("{}/{replicas}", int(obj, "/status/readyReplicas")).into(),
@@ -461,6 +458,58 @@ fn deployment(obj: &Value, now: Timestamp) -> Vec<Value> {
         images.into(),
         selector.into(),
     ]
+}
+
+/// upstream `printReplicaSet`.
+fn replica_set(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let (names, images) = container_cells(list(obj, "/spec/template/spec/containers"));
+    vec![
+        name(obj),
+        json!(at(obj, "/spec/replicas").as_i64().unwrap_or(1)),
+        json!(int(obj, "/status/replicas")),
+        json!(int(obj, "/status/readyReplicas")),
+        age(obj, now).into(),
+        names.into(),
+        images.into(),
+        selector_cell(at(obj, "/spec/selector")).into(),
+    ]
+}
+
+/// upstream `printControllerRevision`: the controller as `<kind>.<group>/<name>`.
+fn controller_revision(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let controller = list(obj, "/metadata/ownerReferences")
+        .iter()
+        .find(|o| at(o, "/controller").as_bool() == Some(true))
+        .map_or_else(
+            || "<none>".to_string(),
+            |o| {
+                let group = text(o, "/apiVersion")
+                    .rsplit_once('/')
+                    .map_or("", |(g, _)| g);
+                let kind = text(o, "/kind").to_lowercase();
+                let kind = if group.is_empty() {
+                    kind
+                } else {
+                    format!("{kind}.{group}")
+                };
+                format!("{kind}/{}", text(o, "/name"))
+            },
+        );
+    vec![
+        name(obj),
+        controller.into(),
+        json!(int(obj, "/revision")),
+        age(obj, now).into(),
+    ]
+}
+
+fn selector_cell(sel: &Value) -> String {
+    match serde_json::from_value(sel.clone()) {
+        Ok(sel) => LabelSelector::from_k8s(&sel)
+            .map(|s| s.to_string())
+            .unwrap_or_else(|_| "<invalid>".to_string()),
+        Err(_) => "<invalid>".to_string(),
+    }
 }
 
 fn node(obj: &Value, now: Timestamp) -> Vec<Value> {

@@ -260,6 +260,36 @@ fn workloads_nodes_namespaces() {
             web    2/2     12d   web,log      nginx:1.25,busybox"#]],
     );
     check(
+        "ReplicaSet",
+        vec![
+            json!({"metadata": meta("web-5d4f8c7b9", "2025-06-01T11:50:00Z"),
+                    "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web", "pod-template-hash": "5d4f8c7b9"}},
+                             "template": template},
+                    "status": {"replicas": 3, "readyReplicas": 2}}),
+            json!({"metadata": meta("web-old", "2025-06-01T11:00:00Z"),
+                    "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}}, "template": template},
+                    "status": {"replicas": 0}}),
+        ],
+        expect![[r#"
+            NAME            DESIRED   CURRENT   READY   AGE   CONTAINERS   IMAGES               SELECTOR
+            web-5d4f8c7b9   3         3         2       10m   web,log      nginx:1.25,busybox   app=web,pod-template-hash=5d4f8c7b9
+            web-old         0         0         0       60m   web,log      nginx:1.25,busybox   app=web"#]],
+    );
+    check(
+        "ControllerRevision",
+        vec![
+            json!({"metadata": {"name": "web-7b4f9", "creationTimestamp": "2025-06-01T11:00:00Z",
+                                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "web",
+                                                      "uid": "u", "controller": true}]},
+                    "revision": 2, "data": {}}),
+            json!({"metadata": {"name": "loose", "creationTimestamp": "2025-06-01T11:00:00Z"}, "revision": 1}),
+        ],
+        expect![[r#"
+            NAME        CONTROLLER             REVISION   AGE
+            web-7b4f9   statefulset.apps/web   2          60m
+            loose       <none>                 1          60m"#]],
+    );
+    check(
         "Node",
         vec![
             json!({"metadata": {"name": "node-1", "creationTimestamp": "2025-05-31T12:00:00Z",

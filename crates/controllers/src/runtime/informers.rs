@@ -5,7 +5,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
@@ -27,6 +27,8 @@ pub(crate) struct Informers {
     pub endpoints: Store<Endpoints>,
     pub deployments: Store<Deployment>,
     pub statefulsets: Store<StatefulSet>,
+    pub replicasets: Store<ReplicaSet>,
+    pub revisions: Store<ControllerRevision>,
 }
 
 type Writer<K> = reflector::store::Writer<K>;
@@ -44,6 +46,8 @@ impl Informers {
         let (endpoints, w_endpoints) = reflector::store::<Endpoints>();
         let (deployments, w_deployments) = reflector::store::<Deployment>();
         let (statefulsets, w_statefulsets) = reflector::store::<StatefulSet>();
+        let (replicasets, w_replicasets) = reflector::store::<ReplicaSet>();
+        let (revisions, w_revisions) = reflector::store::<ControllerRevision>();
         let inf = Arc::new(Self {
             services,
             pods,
@@ -52,6 +56,8 @@ impl Informers {
             endpoints,
             deployments,
             statefulsets,
+            replicasets,
+            revisions,
         });
         let need = controllers.needed_kinds();
         let mut tasks = Vec::new();
@@ -76,6 +82,13 @@ impl Informers {
         watch!(w_endpoints, Endpoints, "endpoints", on_endpoints);
         watch!(w_deployments, Deployment, "deployments", on_deployment);
         watch!(w_statefulsets, StatefulSet, "statefulsets", on_statefulset);
+        watch!(w_replicasets, ReplicaSet, "replicasets", on_replicaset);
+        watch!(
+            w_revisions,
+            ControllerRevision,
+            "controllerrevisions",
+            on_revision
+        );
         (inf, tasks)
     }
 }
@@ -95,6 +108,8 @@ impl Informers {
                 "endpointslices" => self.slices.wait_until_ready().await,
                 "endpoints" => self.endpoints.wait_until_ready().await,
                 "deployments" => self.deployments.wait_until_ready().await,
+                "replicasets" => self.replicasets.wait_until_ready().await,
+                "controllerrevisions" => self.revisions.wait_until_ready().await,
                 _ => self.statefulsets.wait_until_ready().await,
             };
             ready.map_err(|_| format!("the {what} watch ended before its first list"))?;

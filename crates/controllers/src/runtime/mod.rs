@@ -139,13 +139,20 @@ pub async fn run_mirroring(
     run_kinds(client, opts, &[Kind::Mirroring], shutdown).await
 }
 
-/// Runs only the Deployment controller.
+/// Runs only the Deployment and ReplicaSet controllers (a Deployment's pods are made by its
+/// ReplicaSets).
 pub async fn run_deployments(
     client: kube::Client,
     opts: ControllerOptions,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ControllerError> {
-    run_kinds(client, opts, &[Kind::Deployments], shutdown).await
+    run_kinds(
+        client,
+        opts,
+        &[Kind::Deployments, Kind::ReplicaSets],
+        shutdown,
+    )
+    .await
 }
 
 /// Runs only the StatefulSet controller.

@@ -4,7 +4,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Binding, Endpoints, Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -35,6 +35,7 @@ pub enum Kind {
     Endpoints,
     Mirroring,
     Deployments,
+    ReplicaSets,
     StatefulSets,
     Scheduler,
 }
@@ -45,6 +46,7 @@ impl Kind {
         Kind::Endpoints,
         Kind::Mirroring,
         Kind::Deployments,
+        Kind::ReplicaSets,
         Kind::StatefulSets,
         Kind::Scheduler,
     ];
@@ -55,8 +57,9 @@ impl Kind {
             Kind::EndpointSlices => &["services", "pods", "nodes", "endpointslices"],
             Kind::Endpoints => &["services", "pods", "endpoints"],
             Kind::Mirroring => &["services", "endpoints", "endpointslices"],
-            Kind::Deployments => &["deployments", "pods"],
-            Kind::StatefulSets => &["statefulsets", "pods"],
+            Kind::Deployments => &["deployments", "replicasets", "pods"],
+            Kind::ReplicaSets => &["replicasets", "pods"],
+            Kind::StatefulSets => &["statefulsets", "controllerrevisions", "pods"],
             Kind::Scheduler => &["pods"],
         }
     }
@@ -178,9 +181,31 @@ impl Controllers {
         {
             let k = Key::new(key.namespace.clone(), owner.name.clone());
             match owner.kind.as_str() {
-                "Deployment" => self.enqueue(Kind::Deployments, k),
+                "ReplicaSet" => {
+                    // A Recreate rollout waits for the old pods to be gone: their owner's
+                    // Deployment hears of it.
+                    if let Some(rs) = get(&inf.replicasets, &k) {
+                        self.enqueue_owner_deployment(&key.namespace, rs.as_ref());
+                    }
+                    self.enqueue(Kind::ReplicaSets, k);
+                }
                 "StatefulSet" => self.enqueue(Kind::StatefulSets, k),
+                // Made by svcnet before Deployments had ReplicaSets; see `legacy_pods`.
+                "Deployment" => self.enqueue(Kind::Deployments, k),
                 _ => {}
+            }
+        }
+        if crate::workloads::controller_uid(&pod.metadata).is_none() {
+            // An orphan: the ReplicaSets that select it may adopt it.
+            for rs in inf.replicasets.state() {
+                if rs.metadata.namespace == pod.metadata.namespace
+                    && rs.spec.as_ref().is_some_and(|s| {
+                        LabelSelector::from_k8s(&s.selector)
+                            .is_ok_and(|sel| podutil::labels_match(&sel, pod))
+                    })
+                {
+                    self.enqueue(Kind::ReplicaSets, key_of(rs.as_ref()));
+                }
             }
         }
         if pod
@@ -238,6 +263,32 @@ impl Controllers {
         self.enqueue(Kind::StatefulSets, key_of(s));
     }
 
+    pub fn on_replicaset(&self, _inf: &Informers, rs: &ReplicaSet) {
+        self.enqueue(Kind::ReplicaSets, key_of(rs));
+        self.enqueue_owner_deployment(&rs.namespace().unwrap_or_default(), rs);
+    }
+
+    pub fn on_revision(&self, _inf: &Informers, r: &ControllerRevision) {
+        for owner in r
+            .owner_references()
+            .iter()
+            .filter(|o| o.controller == Some(true) && o.kind == "StatefulSet")
+        {
+            let ns = r.namespace().unwrap_or_default();
+            self.enqueue(Kind::StatefulSets, Key::new(ns, owner.name.clone()));
+        }
+    }
+
+    fn enqueue_owner_deployment(&self, namespace: &str, rs: &ReplicaSet) {
+        for owner in rs
+            .owner_references()
+            .iter()
+            .filter(|o| o.controller == Some(true) && o.kind == "Deployment")
+        {
+            self.enqueue(Kind::Deployments, Key::new(namespace, owner.name.clone()));
+        }
+    }
+
     pub fn resync_all(&self, inf: &Informers) {
         for s in inf.services.state() {
             self.enqueue_service(&key_of(s.as_ref()));
@@ -250,6 +301,9 @@ impl Controllers {
         }
         for s in inf.statefulsets.state() {
             self.enqueue(Kind::StatefulSets, key_of(s.as_ref()));
+        }
+        for rs in inf.replicasets.state() {
+            self.enqueue(Kind::ReplicaSets, key_of(rs.as_ref()));
         }
         for p in inf.pods.state() {
             if p.spec
@@ -276,6 +330,7 @@ impl Controllers {
                 Kind::Endpoints => self.sync_endpoints(&key, &inf).await,
                 Kind::Mirroring => self.sync_mirroring(&key, &inf).await,
                 Kind::Deployments => self.sync_deployment(&key, &inf).await,
+                Kind::ReplicaSets => self.sync_replicaset(&key, &inf).await,
                 Kind::StatefulSets => self.sync_statefulset(&key, &inf).await,
                 Kind::Scheduler => self.sync_scheduler(&key, &inf).await,
             };
@@ -491,24 +546,112 @@ impl Controllers {
         inf: &Informers,
     ) -> Result<Option<Duration>, ControllerError> {
         let exp = &self.expectations[&Kind::Deployments];
-        if !exp.satisfied(key, Self::pod_present(inf, &key.namespace)) {
+        let ns = key.namespace.clone();
+        if !exp.satisfied(key, |name| {
+            get(&inf.replicasets, &Key::new(&ns, name)).is_some()
+        }) {
             return Ok(Some(SHORT_RETRY));
         }
         let Some(d) = get(&inf.deployments, key) else {
             exp.forget(key);
             return Ok(None);
         };
+        if d.metadata.deletion_timestamp.is_some() {
+            return Ok(None);
+        }
+        let sets: Vec<Arc<ReplicaSet>> = inf
+            .replicasets
+            .state()
+            .into_iter()
+            .filter(|r| r.metadata.namespace.as_deref() == Some(key.namespace.as_str()))
+            .collect();
+        let sets: Vec<&ReplicaSet> = sets.iter().map(AsRef::as_ref).collect();
         let pods = Self::pods_in(inf, &key.namespace);
         let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
-        let now = Timestamp::now();
-        let now = Timestamp::from_second(now.as_second()).unwrap_or(now);
-        let plan = workloads::deployment::plan(&d, &pods, now)?;
-        self.apply_pods(Kind::Deployments, key, &plan).await?;
+        let plan = workloads::deployment::plan(&d, &sets, &pods, now())?;
+        let recheck = plan
+            .recheck_after
+            .and_then(|s| u64::try_from(s).ok())
+            .map(Duration::from_secs);
+        if plan.is_empty() {
+            return Ok(recheck);
+        }
+        debug!(%key, ?plan, "applying deployment plan");
+        let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &key.namespace);
+        if let Some(rs) = &plan.create {
+            match api.create(&PostParams::default(), rs).await {
+                Ok(o) => exp.expect(key, vec![o.name_any()], Vec::new()),
+                // Taken by a ReplicaSet the cache has not seen yet: look again shortly.
+                Err(kube::Error::Api(s)) if s.code == 409 => return Ok(Some(SHORT_RETRY)),
+                Err(e) => {
+                    return Err(ControllerError::api(
+                        format!("create ReplicaSet for Deployment {key}"),
+                        e,
+                    ));
+                }
+            }
+        }
+        for rs in &plan.update {
+            let name = rs.name_any();
+            api.replace(&name, &PostParams::default(), rs)
+                .await
+                .map_err(|e| {
+                    ControllerError::api(format!("update ReplicaSet {}/{name}", key.namespace), e)
+                })?;
+        }
+        for name in &plan.delete {
+            delete_ignoring_missing(&api, name).await.map_err(|e| {
+                ControllerError::api(format!("delete ReplicaSet {}/{name}", key.namespace), e)
+            })?;
+        }
+        if !plan.legacy_pods.is_empty() {
+            let pods: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
+            for name in &plan.legacy_pods {
+                delete_ignoring_missing(&pods, name).await.map_err(|e| {
+                    ControllerError::api(format!("delete pod {}/{name}", key.namespace), e)
+                })?;
+            }
+        }
+        let deploys: Api<Deployment> = Api::namespaced(self.client.clone(), &key.namespace);
         if let Some(status) = plan.status {
             let mut obj = (*d).clone();
             obj.status = Some(status);
+            write_status(&deploys, &obj, key).await?;
+        }
+        if let Some(rev) = &plan.revision {
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                workloads::deployment::ANNOTATION_REVISION: rev
+            }}});
+            deploys
+                .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| ControllerError::api(format!("annotate Deployment {key}"), e))?;
+        }
+        Ok(recheck)
+    }
+
+    async fn sync_replicaset(
+        &self,
+        key: &Key,
+        inf: &Informers,
+    ) -> Result<Option<Duration>, ControllerError> {
+        let exp = &self.expectations[&Kind::ReplicaSets];
+        if !exp.satisfied(key, Self::pod_present(inf, &key.namespace)) {
+            return Ok(Some(SHORT_RETRY));
+        }
+        let Some(rs) = get(&inf.replicasets, key) else {
+            exp.forget(key);
+            return Ok(None);
+        };
+        let pods = Self::pods_in(inf, &key.namespace);
+        let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+        let plan = workloads::replicaset::plan(&rs, &pods, now())?;
+        self.apply_pods(Kind::ReplicaSets, key, &plan).await?;
+        if let Some(status) = plan.status {
+            let mut obj = (*rs).clone();
+            obj.status = Some(status);
             write_status(
-                &Api::<Deployment>::namespaced(self.client.clone(), &key.namespace),
+                &Api::<ReplicaSet>::namespaced(self.client.clone(), &key.namespace),
                 &obj,
                 key,
             )
@@ -532,7 +675,17 @@ impl Controllers {
         };
         let pods = Self::pods_in(inf, &key.namespace);
         let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
-        let plan = workloads::statefulset::plan(&s, &pods)?;
+        let revisions: Vec<Arc<ControllerRevision>> = inf
+            .revisions
+            .state()
+            .into_iter()
+            .filter(|r| r.metadata.namespace.as_deref() == Some(key.namespace.as_str()))
+            .collect();
+        let revisions: Vec<&ControllerRevision> = revisions.iter().map(AsRef::as_ref).collect();
+        let history = workloads::history::plan(&s, &revisions, &pods);
+        self.apply_history(key, &history).await?;
+        let current = history.current.as_ref().map(|(n, t)| (n.as_str(), t));
+        let plan = workloads::statefulset::plan_at(&s, &pods, &history.update_revision, current)?;
         self.apply_pods(Kind::StatefulSets, key, &plan).await?;
         if let Some(status) = plan.status {
             let mut obj = (*s).clone();
@@ -547,6 +700,39 @@ impl Controllers {
         Ok(None)
     }
 
+    async fn apply_history(
+        &self,
+        key: &Key,
+        plan: &workloads::history::RevisionPlan,
+    ) -> Result<(), ControllerError> {
+        let api: Api<ControllerRevision> = Api::namespaced(self.client.clone(), &key.namespace);
+        let what = |verb: &str, name: &str| {
+            format!(
+                "{verb} ControllerRevision {}/{name} of {key}",
+                key.namespace
+            )
+        };
+        if let Some(r) = &plan.create {
+            match api.create(&PostParams::default(), r).await {
+                Ok(_) => {}
+                // Already there (the cache is behind): the next pass sees it.
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(ControllerError::api(what("create", &r.name_any()), e)),
+            }
+        }
+        if let Some(r) = &plan.update {
+            api.replace(&r.name_any(), &PostParams::default(), r)
+                .await
+                .map_err(|e| ControllerError::api(what("update", &r.name_any()), e))?;
+        }
+        for name in &plan.delete {
+            delete_ignoring_missing(&api, name)
+                .await
+                .map_err(|e| ControllerError::api(what("delete", name), e))?;
+        }
+        Ok(())
+    }
+
     async fn apply_pods<S>(
         &self,
         kind: Kind,
@@ -556,6 +742,17 @@ impl Controllers {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
         let mut created = Vec::new();
         let mut deleted = Vec::new();
+        for p in &plan.adopt {
+            let name = p.name_any();
+            api.replace(&name, &PostParams::default(), p)
+                .await
+                .map_err(|e| {
+                    ControllerError::api(
+                        format!("update the owners of pod {}/{name}", key.namespace),
+                        e,
+                    )
+                })?;
+        }
         let mut result = Ok(());
         for p in &plan.create {
             match api.create(&PostParams::default(), p).await {
@@ -609,6 +806,12 @@ impl Controllers {
         }
         Ok(None)
     }
+}
+
+/// Now, to the second (what API timestamps hold).
+fn now() -> Timestamp {
+    let now = Timestamp::now();
+    Timestamp::from_second(now.as_second()).unwrap_or(now)
 }
 
 async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str) -> Result<(), kube::Error>

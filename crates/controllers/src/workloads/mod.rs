@@ -1,14 +1,18 @@
-//! Pure cores of the workload controllers: [`deployment`] and [`statefulset`] turn a workload
-//! and the pods it owns into the pods to create, the pods to delete and the status to write.
+//! Pure cores of the workload controllers, as upstream's: [`replicaset`] and [`statefulset`]
+//! turn a workload and the pods it owns into the pods to create, the pods to delete and the
+//! status to write; [`deployment`] turns a Deployment and the ReplicaSets it owns into the
+//! ReplicaSets to create, scale or delete (it never touches a pod).
 //!
-//! svcnet serves no ReplicaSet resource: a Deployment owns its pods directly (ownerReference
-//! kind `Deployment`). Its pods are still named as under a ReplicaSet,
-//! `<deployment>-<pod-template-hash>-<5 random chars>`: the plan asks for
-//! `generateName: <deployment>-<hash>-` and the API server draws the suffix, so planning stays
-//! deterministic. The hash (label `pod-template-hash`) is computed from the pod template like
-//! upstream's (FNV-32a, encoded with the safe alphabet), over its canonical JSON.
+//! A Deployment's ReplicaSet is `<deployment>-<pod-template-hash>`, its pods
+//! `<replicaset>-<5 random chars>`: the plan asks for `generateName: <replicaset>-` and the API
+//! server draws the suffix, so planning stays deterministic. The hash (label
+//! `pod-template-hash`) is computed from the pod template like upstream's (FNV-32a, plus the
+//! collision count, encoded with the safe alphabet), over its canonical JSON rather than Go's
+//! spew dump, so the values differ from a real cluster's but have the same shape.
 
 pub mod deployment;
+pub mod history;
+pub mod replicaset;
 pub mod statefulset;
 
 use std::cmp::Ordering;
@@ -16,6 +20,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::jiff::Timestamp;
 
 use crate::podutil;
 
@@ -25,6 +30,9 @@ pub struct PodPlan<S> {
     pub create: Vec<Pod>,
     /// Names of pods to delete, in the order they should go.
     pub delete: Vec<String>,
+    /// Pods whose ownerReferences change: orphans adopted (the controller's reference added)
+    /// and pods released (it removed). Written back as they are, with their resourceVersion.
+    pub adopt: Vec<Pod>,
     pub status: Option<S>,
 }
 
@@ -33,6 +41,7 @@ impl<S> Default for PodPlan<S> {
         Self {
             create: Vec::new(),
             delete: Vec::new(),
+            adopt: Vec::new(),
             status: None,
         }
     }
@@ -40,7 +49,10 @@ impl<S> Default for PodPlan<S> {
 
 impl<S> PodPlan<S> {
     pub fn is_empty(&self) -> bool {
-        self.create.is_empty() && self.delete.is_empty() && self.status.is_none()
+        self.create.is_empty()
+            && self.delete.is_empty()
+            && self.adopt.is_empty()
+            && self.status.is_none()
     }
 }
 
@@ -70,20 +82,100 @@ pub enum WorkloadError {
     },
 }
 
-/// Upstream's `ComputeHash` without the collision count: FNV-32a of the template, as the
+/// Upstream's `ComputeHash` without a collision count: FNV-32a of the template, as the
 /// decimal number mapped onto the alphabet of `rand.SafeEncodeString`.
 pub fn pod_template_hash(template: &PodTemplateSpec) -> String {
-    let bytes = serde_json::to_vec(template).unwrap_or_default();
+    pod_template_hash_with(template, None)
+}
+
+/// Upstream's `ComputeHash`: the template, then (when set) the collision count as four
+/// little-endian bytes, so a Deployment whose hash collided gets a new name.
+pub fn pod_template_hash_with(template: &PodTemplateSpec, collision_count: Option<i32>) -> String {
+    let mut bytes = serde_json::to_vec(template).unwrap_or_default();
+    if let Some(c) = collision_count {
+        bytes.extend_from_slice(&c.to_le_bytes());
+    }
+    safe_encode(fnv32a(&bytes))
+}
+
+pub(crate) fn fnv32a(bytes: &[u8]) -> u32 {
     let mut h: u32 = 0x811c_9dc5;
     for b in bytes {
-        h ^= u32::from(b);
+        h ^= u32::from(*b);
         h = h.wrapping_mul(0x0100_0193);
     }
+    h
+}
+
+/// `rand.SafeEncodeString(fmt.Sprint(h))`.
+pub(crate) fn safe_encode(h: u32) -> String {
     const ALPHANUMS: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     h.to_string()
         .bytes()
         .map(|b| ALPHANUMS[usize::from(b) % ALPHANUMS.len()] as char)
         .collect()
+}
+
+/// Upstream's `EqualIgnoreHash`: two pod templates are the same once the `pod-template-hash`
+/// label is removed. Like Go's semantic equality, an empty map or list equals an absent one.
+pub fn templates_equal_ignoring_hash(a: &PodTemplateSpec, b: &PodTemplateSpec) -> bool {
+    fn canonical(t: &PodTemplateSpec) -> serde_json::Value {
+        let mut t = t.clone();
+        if let Some(l) = t.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
+            l.remove(deployment::LABEL_POD_TEMPLATE_HASH);
+        }
+        prune(serde_json::to_value(&t).unwrap_or_default())
+    }
+    canonical(a) == canonical(b)
+}
+
+/// Drops nulls, empty lists and empty maps, recursively.
+fn prune(v: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    let empty = |v: &Value| match v {
+        Value::Null => true,
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        _ => false,
+    };
+    match v {
+        Value::Object(o) => Value::Object(
+            o.into_iter()
+                .map(|(k, v)| (k, prune(v)))
+                .filter(|(_, v)| !empty(v))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(a.into_iter().map(prune).collect()),
+        other => other,
+    }
+}
+
+/// The uid of the object's controller (the ownerReference with `controller: true`).
+pub(crate) fn controller_uid(meta: &ObjectMeta) -> Option<&str> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
+/// Pods with the same ranking for availability: Ready for at least `min_ready_seconds` at
+/// `now` (upstream's `IsPodAvailable`).
+pub(crate) fn is_available(p: &Pod, min_ready_seconds: i32, now: Timestamp) -> bool {
+    if !podutil::is_ready(p) {
+        return false;
+    }
+    if min_ready_seconds <= 0 {
+        return true;
+    }
+    let since = p
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0);
+    since.is_some_and(|t| now.as_second() - t.as_second() >= i64::from(min_ready_seconds))
 }
 
 /// Pods controlled by the object with this uid.

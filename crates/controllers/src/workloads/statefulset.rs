@@ -3,7 +3,8 @@
 //! - each pod has `spec.hostname` = its name and `spec.subdomain` = `serviceName`, so the
 //!   headless service gives it a stable DNS name, and labels
 //!   `statefulset.kubernetes.io/pod-name`, `apps.kubernetes.io/pod-index` and
-//!   `controller-revision-hash` (`<name>-<template hash>`);
+//!   `controller-revision-hash` (the name of the ControllerRevision of its template, see
+//!   [`super::history`]);
 //! - `OrderedReady` (default): pod N+1 is created only when pods 0..=N are Running and Ready;
 //!   scale-down removes the highest ordinal first, one at a time, only when every remaining
 //!   pod is healthy; failed pods are deleted and recreated in place;
@@ -15,9 +16,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetStatus};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 
-use super::{PodPlan, WorkloadError, owned, pod_from_template, pod_template_hash};
+use super::{PodPlan, WorkloadError, owned, pod_from_template};
 use crate::endpointslice::controller_ref;
 use crate::podutil;
 use svcnet_apimachinery::selector::LabelSelector;
@@ -28,6 +29,19 @@ pub const LABEL_REVISION: &str = "controller-revision-hash";
 
 /// Computes the plan for `sts`; `pods` may be every pod of its namespace.
 pub fn plan(sts: &StatefulSet, pods: &[&Pod]) -> Result<PodPlan<StatefulSetStatus>, WorkloadError> {
+    plan_at(sts, pods, &super::history::revision_name(sts), None)
+}
+
+/// [`plan`] with the revisions the history decided: the update revision's name, and the
+/// current revision (name and template) when it differs. As upstream's
+/// `newVersionedStatefulSetPod`, a pod recreated below a rolling update's partition comes
+/// from the current revision, every other from the update revision.
+pub fn plan_at(
+    sts: &StatefulSet,
+    pods: &[&Pod],
+    update_revision: &str,
+    current: Option<(&str, &PodTemplateSpec)>,
+) -> Result<PodPlan<StatefulSetStatus>, WorkloadError> {
     let ns = sts.metadata.namespace.clone().unwrap_or_default();
     let name = sts.metadata.name.clone().unwrap_or_default();
     let spec = sts.spec.clone().unwrap_or_default();
@@ -57,7 +71,7 @@ pub fn plan(sts: &StatefulSet, pods: &[&Pod]) -> Result<PodPlan<StatefulSetStatu
         Ok(true) => {}
     }
     let replicas = usize::try_from(spec.replicas.unwrap_or(1).max(0)).unwrap_or(0);
-    let revision = format!("{name}-{}", pod_template_hash(&spec.template));
+    let revision = update_revision.to_string();
     let parallel = spec.pod_management_policy.as_deref() == Some("Parallel");
     let strategy = spec.update_strategy.clone().unwrap_or_default();
     let on_delete = strategy.type_.as_deref() == Some("OnDelete");
@@ -95,12 +109,16 @@ pub fn plan(sts: &StatefulSet, pods: &[&Pod]) -> Result<PodPlan<StatefulSetStatu
     for ord in 0..replicas {
         match by_ordinal.get(&ord) {
             None => {
+                let (template, rev) = match current {
+                    Some((cur, t)) if !on_delete && ord < partition => (t, cur),
+                    _ => (&spec.template, revision.as_str()),
+                };
                 out.create.push(new_pod(
                     sts,
-                    &spec.template,
+                    template,
                     &name,
                     ord,
-                    &revision,
+                    rev,
                     spec.service_name.as_deref(),
                 ));
                 if !parallel {
@@ -216,7 +234,7 @@ pub fn plan(sts: &StatefulSet, pods: &[&Pod]) -> Result<PodPlan<StatefulSetStatu
 
 fn new_pod(
     sts: &StatefulSet,
-    template: &k8s_openapi::api::core::v1::PodTemplateSpec,
+    template: &PodTemplateSpec,
     name: &str,
     ord: usize,
     revision: &str,
@@ -249,34 +267,17 @@ mod tests {
     use super::*;
     use crate::fixtures::*;
     use k8s_openapi::api::apps::v1::StatefulSetSpec;
-    use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
     fn sts(replicas: i32, policy: Option<&str>) -> StatefulSet {
+        let (selector, template) = workload_parts("nginx", "nginx:1");
         StatefulSet {
             metadata: meta("default", "web"),
             spec: Some(StatefulSetSpec {
                 replicas: Some(replicas),
                 service_name: Some("nginx".into()),
                 pod_management_policy: policy.map(str::to_string),
-                selector: LabelSelector {
-                    match_labels: Some(map(&[("app", "nginx")])),
-                    ..Default::default()
-                },
-                template: PodTemplateSpec {
-                    metadata: Some(ObjectMeta {
-                        labels: Some(map(&[("app", "nginx")])),
-                        ..Default::default()
-                    }),
-                    spec: Some(PodSpec {
-                        containers: vec![Container {
-                            name: "c".into(),
-                            image: Some("nginx:1".into()),
-                            ..Default::default()
-                        }],
-                        ..Default::default()
-                    }),
-                },
+                selector,
+                template,
                 ..Default::default()
             }),
             status: None,
@@ -432,5 +433,45 @@ mod tests {
         let st = s.status.unwrap();
         assert_eq!(st.current_revision, st.update_revision);
         assert_eq!(st.updated_replicas, Some(2));
+    }
+
+    #[test]
+    fn below_the_partition_pods_come_from_the_current_revision() {
+        use k8s_openapi::api::apps::v1::{
+            RollingUpdateStatefulSetStrategy, StatefulSetUpdateStrategy,
+        };
+        let mut s = sts(3, Some("Parallel"));
+        s.spec.as_mut().unwrap().update_strategy = Some(StatefulSetUpdateStrategy {
+            type_: Some("RollingUpdate".into()),
+            rolling_update: Some(RollingUpdateStatefulSetStrategy {
+                partition: Some(2),
+                max_unavailable: None,
+            }),
+        });
+        let (_, old_template) = workload_parts("nginx", "nginx:0");
+        let p = plan_at(&s, &[], "web-new", Some(("web-old", &old_template))).unwrap();
+        let got: Vec<(String, String, String)> = p
+            .create
+            .iter()
+            .map(|pod| {
+                (
+                    pod.metadata.name.clone().unwrap(),
+                    pod.metadata.labels.as_ref().unwrap()[LABEL_REVISION].clone(),
+                    pod.spec.as_ref().unwrap().containers[0]
+                        .image
+                        .clone()
+                        .unwrap(),
+                )
+            })
+            .collect();
+        let row = |n: &str, r: &str, i: &str| (n.to_string(), r.to_string(), i.to_string());
+        assert_eq!(
+            got,
+            vec![
+                row("web-0", "web-old", "nginx:0"),
+                row("web-1", "web-old", "nginx:0"),
+                row("web-2", "web-new", "nginx:1"),
+            ]
+        );
     }
 }
