@@ -74,22 +74,16 @@ pub(crate) fn delete_options(
     if let Some(p) = &opts.propagation
         && !matches!(p.as_str(), "Foreground" | "Background" | "Orphan")
     {
-        return Err(invalid_options(
-            "FieldValueNotSupported",
-            format!(
-                "Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
-            ),
-        ));
+        return Err(invalid_propagation(format!(
+            "Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+        )));
     }
     if let Some(orphan) = orphan_dependents {
         if opts.propagation.is_some() {
-            return Err(invalid_options(
-                "FieldValueInvalid",
-                format!(
-                    "Invalid value: {:?}: orphanDependents and deletionPropagation cannot be both set",
-                    opts.propagation.as_deref().unwrap_or("")
-                ),
-            ));
+            return Err(invalid_propagation(format!(
+                "Invalid value: {:?}: orphanDependents and deletionPropagation cannot be both set",
+                opts.propagation.as_deref().unwrap_or("")
+            )));
         }
         if orphan {
             opts.propagation = Some("Orphan".into());
@@ -99,18 +93,8 @@ pub(crate) fn delete_options(
 }
 
 /// A 422 on `DeleteOptions.propagationPolicy`, as upstream's `ValidateDeleteOptions` gives it.
-fn invalid_options(reason: &str, message: String) -> ApiError {
-    ApiError::Invalid {
-        kind: "DeleteOptions".into(),
-        group: "meta.k8s.io".into(),
-        name: String::new(),
-        message: format!("DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: {message}"),
-        causes: vec![crate::status::Cause {
-            reason: reason.into(),
-            field: "propagationPolicy".into(),
-            message,
-        }],
-    }
+fn invalid_propagation(message: String) -> ApiError {
+    crate::request::options_invalid("DeleteOptions", "propagationPolicy", message)
 }
 
 const PROTECTED_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];

@@ -237,17 +237,11 @@ fn validate_list_options(verb: Verb, q: &Query) -> Result<(), ApiError> {
     } else {
         return Ok(());
     };
-    let mut err = options_invalid("ListOptions", "resourceVersionMatch", message);
-    if let ApiError::Invalid { causes, .. } = &mut err
-        && let Some(c) = causes.first_mut()
-    {
-        c.reason = if c.message.starts_with("Unsupported") {
-            "FieldValueNotSupported".into()
-        } else {
-            "FieldValueForbidden".into()
-        };
-    }
-    Err(err)
+    Err(options_invalid(
+        "ListOptions",
+        "resourceVersionMatch",
+        message,
+    ))
 }
 
 /// upstream's `ValidateFieldManager`: at most 128 bytes, printable characters only.
@@ -266,15 +260,19 @@ pub(crate) fn validate_field_manager(kind: &str, manager: &str) -> Result<(), Ap
     Err(options_invalid(kind, "fieldManager", message))
 }
 
-/// A 422 on a verb's options (`CreateOptions`, ...), as upstream's handlers give it.
+/// A 422 on a verb's options (`CreateOptions`, ...), as upstream's handlers give it. The
+/// cause's reason follows from the message's error type, as upstream's `field.ErrorType`
+/// names both (`Unsupported value` is `FieldValueNotSupported`, ...).
 pub(crate) fn options_invalid(kind: &str, field: &str, message: String) -> ApiError {
-    let reason = if message.starts_with("Too long") {
-        "FieldValueTooLong"
-    } else if message.starts_with("Required") {
-        "FieldValueRequired"
-    } else {
-        "FieldValueInvalid"
-    };
+    let reason = [
+        ("Too long", "FieldValueTooLong"),
+        ("Required value", "FieldValueRequired"),
+        ("Unsupported value", "FieldValueNotSupported"),
+        ("Forbidden", "FieldValueForbidden"),
+    ]
+    .iter()
+    .find(|(text, _)| message.starts_with(text))
+    .map_or("FieldValueInvalid", |(_, reason)| reason);
     ApiError::Invalid {
         kind: kind.into(),
         group: "meta.k8s.io".into(),
@@ -299,17 +297,7 @@ pub(crate) fn validate_dry_run(kind: &str, values: &[String]) -> Result<(), ApiE
         "Unsupported value: []string{{{}}}: supported values: \"All\"",
         quoted.join(", ")
     );
-    Err(ApiError::Invalid {
-        kind: kind.into(),
-        group: "meta.k8s.io".into(),
-        name: String::new(),
-        message: format!("{kind}.meta.k8s.io \"\" is invalid: dryRun: {message}"),
-        causes: vec![crate::status::Cause {
-            reason: "FieldValueNotSupported".into(),
-            field: "dryRun".into(),
-            message,
-        }],
-    })
+    Err(options_invalid(kind, "dryRun", message))
 }
 
 fn non_negative(key: &str, v: &str) -> Result<u64, ApiError> {
