@@ -332,9 +332,7 @@ fn exit_status(
 
 fn kill_group(pid: u32) {
     // The process leads its own session and group (the sandbox calls setsid).
-    if pid > 1 {
-        let _ = std::process::Command::new("kill")
-            .args(["-KILL", "--", &format!("-{pid}")])
-            .status();
+    if let Err(e) = svcnet_netns::sandbox::signal_group(pid, true) {
+        tracing::warn!("killing the exec'd process group {pid}: {e}");
     }
 }
