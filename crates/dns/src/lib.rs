@@ -18,4 +18,7 @@ pub use envvars::{ServiceEnv, service_env_vars};
 pub use resolvconf::{ResolvConf, pod_resolv_conf};
 pub use server::{DnsError, DnsServer, ZoneHandle};
 pub use watch::{DnsConfig, RunningDns, run, start};
-pub use zone::{Addresses, Objects, Outcome, PodMode, Response, Zone, ZoneConfig};
+pub use zone::{
+    Addresses, ExternalZones, Objects, Outcome, PluginOptions, PodMode, Response, Zone, ZoneConfig,
+    parse_ttl,
+};

@@ -190,3 +190,95 @@ async fn answers_follow_the_api_server() {
 fn slice_of(svc: &str, name: &str) -> std::sync::Arc<EndpointSlice> {
     slice("default", svc, name, &[("peer", "TCP", 2380)])
 }
+
+/// CoreDNS's `labels` selector goes to the API server with the watch (an unlabelled service is
+/// never read), and `k8s_external` answers what the API server allocated to a LoadBalancer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn label_selector_and_k8s_external_follow_the_api_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = svcnet_apiserver::start(svcnet_apiserver::ServerConfig {
+        data_dir: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let kubeconfig = kube::config::Kubeconfig::read_from(api.kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+
+    let mut dns_config = DnsConfig::new("127.0.0.1:0".parse().unwrap());
+    let mut zone = ZoneConfig::new("cluster.local").unwrap();
+    zone.apply_option("k8s_external example.org").unwrap();
+    dns_config.zone = zone;
+    dns_config.upstreams = Some(vec![]);
+    dns_config.labels = Some("dns=public".into());
+    let dns = svcnet_dns::start(dns_config, client.clone()).await.unwrap();
+    tokio::time::timeout(BOUND, dns.wait_synced())
+        .await
+        .expect("first sync");
+    let addr = dns.local_addr();
+
+    let services: Api<Service> = Api::namespaced(client.clone(), "default");
+    let lb = |name: &str, labelled: bool| -> Service {
+        let mut svc = (*cluster_ip("default", name, &[], &[("http", "TCP", 80)])).clone();
+        if let Some(spec) = svc.spec.as_mut() {
+            spec.type_ = Some("LoadBalancer".into());
+            spec.cluster_ip = None;
+            spec.cluster_ips = None;
+            spec.external_ips = Some(vec!["192.0.2.7".into()]);
+        }
+        if labelled {
+            svc.metadata.labels = Some([("dns".to_string(), "public".to_string())].into());
+        }
+        svc
+    };
+    let public = services
+        .create(&PostParams::default(), &lb("public", true))
+        .await
+        .unwrap();
+    services
+        .create(&PostParams::default(), &lb("hidden", false))
+        .await
+        .unwrap();
+    let cluster_ip = public.spec.and_then(|s| s.cluster_ip).unwrap();
+    until("the labelled service", || async {
+        dig_short(addr, "public.default.svc.cluster.local", "A").await == cluster_ip
+    })
+    .await;
+    // Its LoadBalancer ingress IP, from the API server's pool, comes with the status write.
+    let started = Instant::now();
+    let ingress = loop {
+        let svc = services.get("public").await.unwrap();
+        let ip = svc
+            .status
+            .and_then(|s| s.load_balancer)
+            .and_then(|lb| lb.ingress)
+            .and_then(|i| i.into_iter().next())
+            .and_then(|i| i.ip);
+        if let Some(ip) = ip {
+            break ip;
+        }
+        assert!(started.elapsed() < BOUND, "no LoadBalancer ingress IP");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut want = ["192.0.2.7".to_string(), ingress];
+    want.sort();
+    let want = want.join(" ");
+    until("public.default.example.org", || async {
+        dig_short(addr, "public.default.example.org", "A").await == want
+    })
+    .await;
+    // The unlabelled service was never read: NXDOMAIN in both zones.
+    assert_eq!(
+        status(addr, "hidden.default.svc.cluster.local").await,
+        "NXDOMAIN"
+    );
+    assert_eq!(status(addr, "hidden.default.example.org").await, "NXDOMAIN");
+    assert_eq!(status(addr, "default.example.org").await, "NOERROR");
+
+    dns.shutdown().await.unwrap();
+    api.shutdown().await.unwrap();
+}

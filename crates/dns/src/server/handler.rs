@@ -305,7 +305,11 @@ impl Handler {
             Some(zone) => zone.lookup(name, qtype, qclass, rng),
             None if self.owns(name) => {
                 debug!(%name, "not synced yet: SERVFAIL");
-                return Step::Done(Reply::error(ResponseCode::ServFail));
+                // As CoreDNS before its first sync: authoritative, with the zone's SOA.
+                let mut reply = Reply::error(ResponseCode::ServFail);
+                reply.authoritative = true;
+                reply.authorities.extend(self.config.unsynced_soa(name));
+                return Step::Done(reply);
             }
             None => Outcome::Forward,
         };
@@ -387,6 +391,11 @@ impl Handler {
     /// that before the first sync it gets SERVFAIL instead of a forwarded NXDOMAIN.
     fn owns(&self, name: &Name) -> bool {
         if self.config.domain.zone_of(name) {
+            return true;
+        }
+        if let Some(external) = &self.config.external
+            && external.zones.iter().any(|z| z.zone_of(name))
+        {
             return true;
         }
         let mut fqdn = name.clone();
