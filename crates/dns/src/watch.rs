@@ -36,6 +36,9 @@ pub struct DnsConfig {
     pub upstreams: Option<Vec<SocketAddr>>,
     /// How long to gather watch events before rebuilding the zone.
     pub debounce: Duration,
+    /// Where to serve `/health`, `/ready` and `/metrics` (CoreDNS's health, ready and
+    /// prometheus plugins); `None`: not served.
+    pub http: Option<SocketAddr>,
     /// CoreDNS's `labels EXPRESSION`: only Services, EndpointSlices and Pods matching this label
     /// selector are read (the selector goes to the API server with every list and watch).
     pub labels: Option<String>,
@@ -58,6 +61,7 @@ impl DnsConfig {
             }),
             upstreams: None,
             debounce: Duration::from_millis(5),
+            http: None,
             labels: None,
         }
     }
@@ -68,12 +72,18 @@ pub struct RunningDns {
     server: DnsServer,
     watchers: JoinSet<()>,
     synced: watch::Receiver<bool>,
+    http: Option<SocketAddr>,
 }
 
 impl RunningDns {
     /// The bound address (UDP and TCP).
     pub fn local_addr(&self) -> SocketAddr {
         self.server.local_addr()
+    }
+
+    /// Where `/health`, `/ready` and `/metrics` are served, if they are.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http
     }
 
     /// The published zone (to inspect in tests).
@@ -116,10 +126,26 @@ pub async fn start(config: DnsConfig, client: Client) -> Result<RunningDns, DnsE
         config.debounce,
         synced_tx,
     ));
+    let http = match config.http {
+        Some(listen) => {
+            let observer = server.observer();
+            let addr = crate::http::serve(listen, observer, synced.clone(), &mut watchers)
+                .await
+                .map_err(|source| DnsError::Bind {
+                    addr: listen,
+                    proto: "http",
+                    source,
+                })?;
+            info!(%addr, "cluster DNS /health, /ready and /metrics");
+            Some(addr)
+        }
+        None => None,
+    };
     Ok(RunningDns {
         server,
         watchers,
         synced,
+        http,
     })
 }
 

@@ -23,6 +23,10 @@ pub struct Args {
     /// nameservers of /etc/resolv.conf.
     #[arg(long = "upstream")]
     pub upstreams: Vec<SocketAddr>,
+    /// Where to serve /health, /ready and /metrics (CoreDNS's health, ready and prometheus
+    /// plugins, on one listener; CoreDNS's metrics port is 9153).
+    #[arg(long, default_value = "127.0.0.1:9153")]
+    pub http_listen: SocketAddr,
     /// The kubernetes and k8s_external plugins' options.
     #[command(flatten)]
     pub options: super::dns_options::DnsOptions,
@@ -38,6 +42,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         upstreams: (!args.upstreams.is_empty()).then_some(args.upstreams),
         debounce: Duration::from_millis(5),
         labels: args.options.labels.clone(),
+        http: Some(args.http_listen),
     };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;

@@ -117,6 +117,10 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub dns_upstreams: Vec<SocketAddr>,
+    /// Where cluster DNS serves /health, /ready and /metrics (CoreDNS's names); not served
+    /// without it.
+    #[arg(long)]
+    pub dns_http_listen: Option<SocketAddr>,
     /// Cluster DNS options (CoreDNS's kubernetes and k8s_external plugins).
     #[command(flatten)]
     pub dns: crate::cmd::dns_options::DnsOptions,
@@ -345,6 +349,7 @@ async fn start_dns(
         upstreams: (!args.dns_upstreams.is_empty()).then(|| args.dns_upstreams.clone()),
         debounce: std::time::Duration::from_millis(5),
         labels: args.dns.labels.clone(),
+        http: args.dns_http_listen,
     };
     svcnet_dns::start(config, client.clone())
         .await
