@@ -117,6 +117,13 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub dns_upstreams: Vec<SocketAddr>,
+    /// Where cluster DNS serves /health, /ready and /metrics (CoreDNS's names); not served
+    /// without it.
+    #[arg(long)]
+    pub dns_http_listen: Option<SocketAddr>,
+    /// Cluster DNS options (CoreDNS's kubernetes and k8s_external plugins).
+    #[command(flatten)]
+    pub dns: crate::cmd::dns_options::DnsOptions,
     /// Components not to start (comma-separated).
     #[arg(long, value_delimiter = ',', value_enum)]
     pub disable: Vec<Component>,
@@ -335,11 +342,14 @@ async fn start_dns(
         .copied()
         .chain([IpNet::V4(args.pod_cidr)])
         .collect();
+    args.dns.apply(&mut zone)?;
     let config = svcnet_dns::DnsConfig {
         listen,
         zone,
         upstreams: (!args.dns_upstreams.is_empty()).then(|| args.dns_upstreams.clone()),
         debounce: std::time::Duration::from_millis(5),
+        labels: args.dns.labels.clone(),
+        http: args.dns_http_listen,
     };
     svcnet_dns::start(config, client.clone())
         .await
