@@ -97,6 +97,14 @@ impl Plane {
         }
     }
 
+    /// The nftables dataplane's executor (shares its context).
+    pub fn nft_executor(&self) -> Option<NftExecutor> {
+        match self {
+            Self::Nft(s) => s.dataplane().map(|d| d.executor().clone()),
+            _ => None,
+        }
+    }
+
     /// The userspace proxy, for its metrics.
     pub fn userspace(&self) -> Option<Arc<UserspaceProxy>> {
         match self {

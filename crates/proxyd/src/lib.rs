@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 pub mod dataplane;
+pub mod foreign;
 pub mod healthcheck;
 pub mod report;
 pub mod serve;
@@ -233,6 +234,9 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
         }
     }
     let plane = dataplane::Plane::new(&cfg).await?;
+    if let Some(exec) = plane.nft_executor() {
+        warn_foreign_chains(exec, &cfg.table).await;
+    }
     let mut metrics = serve::Metrics::default();
     if let Some(p) = plane.userspace() {
         metrics
@@ -319,6 +323,23 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
         healthz,
         metrics,
     })
+}
+
+/// nftables mode: warns once when other software's chains in the namespace slow every commit
+/// (see [`foreign`]).
+async fn warn_foreign_chains(exec: svcnet_nft::NftExecutor, table: &str) {
+    let own = foreign::own_tables(table);
+    match tokio::task::spawn_blocking(move || foreign::check(&exec, &own)).await {
+        Ok(Ok(found)) => match foreign::warning(&found, foreign::WARN_ABOVE) {
+            Some(w) => tracing::warn!(foreign_chains = found.total, "{w}"),
+            None => tracing::debug!(
+                foreign_chains = found.total,
+                "other software's nftables chains"
+            ),
+        },
+        Ok(Err(e)) => tracing::debug!("counting other software's nftables chains: {e}"),
+        Err(e) => tracing::debug!("counting other software's nftables chains: {e}"),
+    }
 }
 
 /// Userspace mode: tries the frontends that could not be bound again as their back-off
