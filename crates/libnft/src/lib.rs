@@ -62,6 +62,10 @@ pub fn available() -> Result<(), Error> {
     ffi::api().map_err(Error::NotInstalled)
 }
 
+/// Commands longer than this (full syncs, not one-service changes) are followed by
+/// [`ffi::trim`], after the answer is sent.
+const TRIM_ABOVE: usize = 1 << 20;
+
 enum Job {
     Run {
         commands: String,
@@ -100,7 +104,11 @@ impl Nft {
             while let Ok(job) = queue.recv() {
                 match job {
                     Job::Run { commands, reply } => {
+                        let big = commands.len() > TRIM_ABOVE;
                         let _ = reply.send(ctx.run(&commands));
+                        if big {
+                            ffi::trim();
+                        }
                     }
                     Job::Stop => break,
                 }
