@@ -225,9 +225,6 @@ fn check(cfg: &ProxyConfig) -> Result<(), ProxyError> {
 pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProxy, ProxyError> {
     check(&cfg)?;
     let plane = dataplane::Plane::new(&cfg).await?;
-    if let Some(exec) = plane.nft_executor() {
-        warn_foreign_chains(exec, &cfg.table).await;
-    }
     let mut metrics = serve::Metrics::default();
     if let Some(p) = plane.userspace() {
         metrics
@@ -235,6 +232,11 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
             .register_collector(Box::new(usmetrics::UserspaceCollector(p)));
     }
     let mut tasks = JoinSet::new();
+    if let Some(exec) = plane.nft_executor() {
+        // Beside the first sync (they take turns on the context), not before it.
+        let table = cfg.table.clone();
+        tasks.spawn(async move { warn_foreign_chains(exec, &table).await });
+    }
     if let Some(p) = plane.userspace() {
         tasks.spawn(retry_unbound(p));
     }
