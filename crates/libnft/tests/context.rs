@@ -44,7 +44,9 @@ fn a_refused_batch_changes_nothing_and_says_what_nft_says() {
     let Error::Rejected(text) = &err else {
         panic!("{err:?}")
     };
-    assert!(text.contains("Error:"), "{text}");
+    // As `nft -f` prints it: the location, and the offending command under it.
+    assert!(text.contains(":2:22-27: Error:"), "{text}");
+    assert!(text.contains("delete element ip t1 nosuch"), "{text}");
     assert!(err.is_retryable());
     let tables = nft.run("list tables").unwrap();
     assert!(!tables.contains("t1"), "{tables}");

@@ -152,7 +152,7 @@ async fn start(e: &Env, mode: ProxyMode) -> RunningProxy {
 /// Waits until the proxy's first sync is done and the other modes' rules are removed.
 async fn wait_retired(p: &RunningProxy) {
     let mut stats = p.stats();
-    tokio::time::timeout(Duration::from_secs(20), stats.wait_for(|s| s.retired))
+    tokio::time::timeout(Duration::from_secs(60), stats.wait_for(|s| s.retired))
         .await
         .expect("the other modes' rules were never removed")
         .unwrap();

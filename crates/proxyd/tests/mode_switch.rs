@@ -82,10 +82,11 @@ async fn start(e: &Env, mode: ProxyMode) -> RunningProxy {
     .unwrap()
 }
 
-/// Waits until the proxy has synced and removed the other modes' rules.
+/// Waits until the proxy has synced and removed the other modes' rules (generously: the
+/// iptables tools wait for the host-wide xtables lock, which other tests may hold).
 async fn wait_retired(p: &RunningProxy) {
     let mut stats = p.stats();
-    tokio::time::timeout(Duration::from_secs(20), stats.wait_for(|s| s.retired))
+    tokio::time::timeout(Duration::from_secs(60), stats.wait_for(|s| s.retired))
         .await
         .expect("the new mode never finished its first sync")
         .unwrap();
