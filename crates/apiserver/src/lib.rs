@@ -36,6 +36,8 @@ mod machinery;
 mod metered;
 mod metrics;
 mod objects;
+mod openapi;
+mod openapi_schemas;
 mod paging;
 mod protobuf;
 mod registry;
@@ -326,7 +328,7 @@ async fn serve(state: SharedState, req: Request, parsed: Result<ApiRequest, ApiE
         ApiRequest::ResourceList { group, version } => {
             discovery::resource_list(&group, &version).map(get_only)
         }
-        ApiRequest::OpenApiIndex => Ok(get_only(discovery::openapi_index())),
+        ApiRequest::OpenApiIndex => Ok(get_only(openapi::index())),
         ApiRequest::Metrics if parts.method == Method::GET => {
             let text = state.render_metrics().await;
             return (
@@ -343,7 +345,7 @@ async fn serve(state: SharedState, req: Request, parsed: Result<ApiRequest, ApiE
             parts.method
         ))),
         ApiRequest::OpenApiGroupVersion { group, version } => {
-            discovery::openapi_group_version(&group, &version).map(get_only)
+            openapi::group_version(&group, &version).map(get_only)
         }
         ApiRequest::SelfReview { rules } => match read_body(body, state.cfg.max_body_bytes).await {
             Ok(bytes) => discovery::self_review(&bytes, rules)
