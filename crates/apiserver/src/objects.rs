@@ -345,11 +345,18 @@ pub fn prepare_update(
             ));
         }
     }
-    // An EndpointSlice's generation also follows its labels (upstream's strategy), since
-    // they decide which service it serves.
-    let labels_changed = res.kind == "EndpointSlice"
-        && next.pointer("/metadata/labels") != current.pointer("/metadata/labels");
-    if has_generation(res) && (spec_part(&next) != spec_part(current) || labels_changed) {
+    // Upstream's strategies also count an EndpointSlice's labels (they decide which service
+    // it serves) and a Deployment's annotations (copied to its ReplicaSets).
+    let meta_changed = |field: &str| {
+        next.pointer(&format!("/metadata/{field}"))
+            != current.pointer(&format!("/metadata/{field}"))
+    };
+    let also = match res.kind {
+        "EndpointSlice" => meta_changed("labels"),
+        "Deployment" => meta_changed("annotations"),
+        _ => false,
+    };
+    if has_generation(res) && (spec_part(&next) != spec_part(current) || also) {
         let generation = current
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
@@ -479,6 +486,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(same["metadata"]["generation"], 3);
+        // A Deployment's annotations count (upstream copies them to its ReplicaSets); labels
+        // do not.
+        let annotated = prepare_update(
+            dep,
+            None,
+            &cur,
+            json!({"metadata": {"name": "d", "annotations": {"a": "b"}}, "spec": {"replicas": 1}}),
+        )
+        .unwrap();
+        assert_eq!(annotated["metadata"]["generation"], 4);
 
         let status = prepare_update(dep, Some(Subresource::Status), &cur, json!({"metadata": {"name": "d", "labels": {"x": "y"}}, "spec": {"replicas": 5}, "status": {"replicas": 2}})).unwrap();
         assert_eq!(status["status"]["replicas"], 2);
