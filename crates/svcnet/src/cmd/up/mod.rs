@@ -9,6 +9,7 @@
 //! the data dir survives.
 
 mod cluster;
+mod lease;
 mod objects;
 
 use std::collections::BTreeSet;
@@ -202,6 +203,16 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
+    // Each registered node heartbeats through its Lease, as a kubelet does.
+    {
+        let client = client.clone();
+        let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        let stop = stopped(stop_rx.clone());
+        tasks.spawn(async move {
+            lease::run(client, names, stop).await;
+            Ok(())
+        });
+    }
     if !disabled.contains(&Component::Controllers) {
         let opts = svcnet_controllers::ControllerOptions {
             node_name: nodes[0].name.clone(),
