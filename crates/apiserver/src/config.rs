@@ -44,6 +44,46 @@ pub struct ServerConfig {
     /// Starts processes in pods, for `pods/exec` (`kubectl exec`, `kubectl cp`). `None`: the
     /// server runs without a node agent and answers exec requests with a 400 saying so.
     pub exec_source: Option<ExecSource>,
+    /// Opens connections to ports inside pods, for `pods/portforward` (`kubectl
+    /// port-forward`). `None`: the server runs without a node agent and says so (a 400).
+    pub port_forward_source: Option<PortForwardSource>,
+}
+
+/// A port a `pods/portforward` connection wants, in a pod the server has found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortForwardTarget {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    pub port: u16,
+}
+
+/// Connects to a port on the pod's loopback from inside its network namespace, as the kubelet
+/// does (`svcnet up` wraps the node agent's pod records), or says why not: the message goes to
+/// kubectl on the connection's error stream.
+#[derive(Clone)]
+pub struct PortForwardSource(Arc<PortDialer>);
+
+/// The function inside a [`PortForwardSource`]; it blocks while connecting.
+pub type PortDialer =
+    dyn Fn(&PortForwardTarget) -> Result<std::net::TcpStream, String> + Send + Sync;
+
+impl PortForwardSource {
+    pub fn new(
+        f: impl Fn(&PortForwardTarget) -> Result<std::net::TcpStream, String> + Send + Sync + 'static,
+    ) -> Self {
+        PortForwardSource(Arc::new(f))
+    }
+
+    pub fn dial(&self, target: &PortForwardTarget) -> Result<std::net::TcpStream, String> {
+        (self.0)(target)
+    }
+}
+
+impl std::fmt::Debug for PortForwardSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PortForwardSource(..)")
+    }
 }
 
 /// What a `pods/exec` request runs. The server has checked the pod exists and resolved the
@@ -193,6 +233,7 @@ impl Default for ServerConfig {
             log_source: None,
             limits: ConnectionLimits::default(),
             exec_source: None,
+            port_forward_source: None,
         }
     }
 }

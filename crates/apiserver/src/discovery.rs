@@ -107,9 +107,13 @@ fn resource_entries(r: &ResourceInfo) -> Vec<Value> {
         if *sub == "log" {
             e["verbs"] = json!(["get"]);
         }
-        if *sub == "exec" {
+        if let Some(kind) = match *sub {
+            "exec" => Some("PodExecOptions"),
+            "portforward" => Some("PodPortForwardOptions"),
+            _ => None,
+        } {
             e["verbs"] = json!(["create", "get"]);
-            e["kind"] = json!("PodExecOptions");
+            e["kind"] = json!(kind);
         }
         if *sub == "scale" {
             e["kind"] = json!("Scale");

@@ -34,10 +34,12 @@ mod logs;
 mod machinery;
 mod objects;
 mod paging;
+mod portforward;
 mod protobuf;
 mod registry;
 pub mod request;
 mod server;
+mod spdy;
 mod state;
 mod status;
 mod tls;
@@ -57,7 +59,7 @@ use svcnet_store::{RedbStore, StoreOptions};
 
 pub use config::{
     ConnectionLimits, ExecProcess, ExecSource, ExecStarter, ExecTarget, LogLocator, LogSource,
-    LogTarget, ServerConfig,
+    LogTarget, PortDialer, PortForwardSource, PortForwardTarget, ServerConfig,
 };
 pub use registry::{RESOURCES, ResourceInfo};
 pub use state::{AppState, SharedState};
@@ -261,9 +263,12 @@ async fn dispatch(State(state): State<SharedState>, req: Request) -> Response {
     // A stream (pods/exec) takes the request's parts for its upgrade; it has no body.
     let parsed = match parsed {
         ApiRequest::Resource(r) if r.verb == request::Verb::Connect => {
-            return exec::serve(state.clone(), *r, parts)
-                .await
-                .unwrap_or_else(IntoResponse::into_response);
+            let served = if r.subresource == Some(request::Subresource::PortForward) {
+                portforward::serve(state.clone(), *r, parts).await
+            } else {
+                exec::serve(state.clone(), *r, parts).await
+            };
+            return served.unwrap_or_else(IntoResponse::into_response);
         }
         other => other,
     };

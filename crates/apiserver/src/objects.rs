@@ -249,9 +249,9 @@ pub fn prepare_update(
             }
             return Ok(next);
         }
-        Some(Subresource::Log | Subresource::Exec) => {
+        Some(Subresource::Log | Subresource::Exec | Subresource::PortForward) => {
             return Err(ApiError::MethodNotAllowed(
-                "the log and exec subresources cannot be written".into(),
+                "the log, exec and portforward subresources cannot be written".into(),
             ));
         }
         Some(Subresource::Scale) => {

@@ -55,6 +55,15 @@ pub enum Subresource {
     Log,
     /// `pods/exec`: a process in a container, streamed.
     Exec,
+    /// `pods/portforward`: connections to the pod's ports, streamed over SPDY.
+    PortForward,
+}
+
+impl Subresource {
+    /// A stream the client upgrades the request into (GET or POST, no body).
+    pub fn is_stream(self) -> bool {
+        matches!(self, Subresource::Exec | Subresource::PortForward)
+    }
 }
 
 /// The query of a `pods/exec` request (`PodExecOptions`).
@@ -426,12 +435,13 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
             "status" => Subresource::Status,
             "log" => Subresource::Log,
             "exec" => Subresource::Exec,
+            "portforward" => Subresource::PortForward,
             _ => Subresource::Scale,
         }),
-        Some(s @ ("attach" | "portforward")) if resource.plural == "pods" => {
-            return Err(ApiError::BadRequest(format!(
-                "svcnet does not serve pods/{s} yet: use `kubectl exec` to run a command in the pod, and reach a pod or service port from the host by its IP (svcnet routes the pod and service ranges to its nodes)"
-            )));
+        Some("attach") if resource.plural == "pods" => {
+            return Err(ApiError::BadRequest(
+                "svcnet does not serve pods/attach yet: use `kubectl exec` to run a command in the pod, and `kubectl logs -f` to follow its output".into(),
+            ));
         }
         Some(_) => return Err(not_found()),
     };
@@ -440,7 +450,9 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
         return Err(ApiError::BadRequest("name must be provided".into()));
     }
     let verb = match (method.as_str(), &name) {
-        ("GET" | "POST", Some(_)) if subresource == Some(Subresource::Exec) => Verb::Connect,
+        ("GET" | "POST", Some(_)) if subresource.is_some_and(Subresource::is_stream) => {
+            Verb::Connect
+        }
         ("GET", _) if watch => Verb::Watch,
         ("GET", Some(_)) => Verb::Get,
         ("GET", None) => Verb::List,
@@ -458,7 +470,7 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
     let allowed = match subresource {
         None => true,
         Some(Subresource::Log) => verb == Verb::Get,
-        Some(Subresource::Exec) => verb == Verb::Connect,
+        Some(Subresource::Exec | Subresource::PortForward) => verb == Verb::Connect,
         Some(_) => matches!(verb, Verb::Get | Verb::Update | Verb::Patch),
     };
     if !allowed {

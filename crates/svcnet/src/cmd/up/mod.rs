@@ -156,6 +156,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         dns_service_ip,
         log_source: Some(log_source(&args.data_dir)),
         exec_source: with_agent.then(|| exec_source(&args.data_dir)),
+        port_forward_source: with_agent.then(|| port_forward_source(&args.data_dir)),
         ..Default::default()
     };
     let server = svcnet_apiserver::start(config)
@@ -358,6 +359,14 @@ fn log_source(data_dir: &std::path::Path) -> svcnet_apiserver::LogSource {
             target.previous,
         )
         .map_err(|e| e.to_string())
+    })
+}
+
+/// `kubectl port-forward` connects to the pod's port from inside its network namespace.
+fn port_forward_source(data_dir: &std::path::Path) -> svcnet_apiserver::PortForwardSource {
+    let dir = data_dir.to_path_buf();
+    svcnet_apiserver::PortForwardSource::new(move |t| {
+        svcnet_agent::exec::dial_port(&dir, &t.namespace, &t.pod, t.port)
     })
 }
 
