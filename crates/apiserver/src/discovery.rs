@@ -110,6 +110,7 @@ fn resource_entries(r: &ResourceInfo) -> Vec<Value> {
         if let Some(kind) = match *sub {
             "exec" => Some("PodExecOptions"),
             "portforward" => Some("PodPortForwardOptions"),
+            "attach" => Some("PodAttachOptions"),
             _ => None,
         } {
             e["verbs"] = json!(["create", "get"]);

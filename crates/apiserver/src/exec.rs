@@ -24,14 +24,14 @@ use crate::request::ResourceRequest;
 use crate::state::SharedState;
 use crate::status::ApiError;
 
-const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
+pub(crate) const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
 
-const STDIN: u8 = 0;
-const STDOUT: u8 = 1;
-const STDERR: u8 = 2;
+pub(crate) const STDIN: u8 = 0;
+pub(crate) const STDOUT: u8 = 1;
+pub(crate) const STDERR: u8 = 2;
 const ERROR: u8 = 3;
-const RESIZE: u8 = 4;
-const CLOSE: u8 = 255;
+pub(crate) const RESIZE: u8 = 4;
+pub(crate) const CLOSE: u8 = 255;
 
 /// How long output is still read after the process exited.
 const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
@@ -131,7 +131,7 @@ pub(crate) async fn serve(
 }
 
 /// Sends the final Status on the error channel and closes the stream normally.
-async fn finish(socket: &mut WebSocket, status: &Value) {
+pub(crate) async fn finish(socket: &mut WebSocket, status: &Value) {
     let mut frame = vec![ERROR];
     frame.extend_from_slice(status.to_string().as_bytes());
     let _ = socket.send(Message::Binary(Bytes::from(frame))).await;

@@ -23,6 +23,7 @@
 //! makes the PKI and kubeconfig; `server` is the HTTPS front.
 
 mod admission;
+mod attach;
 mod bootstrap;
 mod config;
 mod deletion;
@@ -30,6 +31,7 @@ mod discovery;
 mod exec;
 mod gc;
 mod handlers;
+mod logformat;
 mod logs;
 mod machinery;
 mod objects;
@@ -57,6 +59,7 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use svcnet_store::{RedbStore, StoreOptions};
 
+pub use config::{AttachSource, AttachStarter, AttachTarget, Attached};
 pub use config::{
     ConnectionLimits, ExecProcess, ExecSource, ExecStarter, ExecTarget, LogLocator, LogSource,
     LogTarget, PortDialer, PortForwardSource, PortForwardTarget, ServerConfig,
@@ -263,10 +266,12 @@ async fn dispatch(State(state): State<SharedState>, req: Request) -> Response {
     // A stream (pods/exec) takes the request's parts for its upgrade; it has no body.
     let parsed = match parsed {
         ApiRequest::Resource(r) if r.verb == request::Verb::Connect => {
-            let served = if r.subresource == Some(request::Subresource::PortForward) {
-                portforward::serve(state.clone(), *r, parts).await
-            } else {
-                exec::serve(state.clone(), *r, parts).await
+            let served = match r.subresource {
+                Some(request::Subresource::PortForward) => {
+                    portforward::serve(state.clone(), *r, parts).await
+                }
+                Some(request::Subresource::Attach) => attach::serve(state.clone(), *r, parts).await,
+                _ => exec::serve(state.clone(), *r, parts).await,
             };
             return served.unwrap_or_else(IntoResponse::into_response);
         }

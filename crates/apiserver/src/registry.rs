@@ -83,7 +83,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         true,
         &["po"],
         ALL,
-        &["status", "log", "exec", "portforward"]
+        &["status", "log", "exec", "attach", "portforward"]
     ),
     res!(
         "",

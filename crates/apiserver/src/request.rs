@@ -57,12 +57,17 @@ pub enum Subresource {
     Exec,
     /// `pods/portforward`: connections to the pod's ports, streamed over SPDY.
     PortForward,
+    /// `pods/attach`: a container's running process, streamed.
+    Attach,
 }
 
 impl Subresource {
     /// A stream the client upgrades the request into (GET or POST, no body).
     pub fn is_stream(self) -> bool {
-        matches!(self, Subresource::Exec | Subresource::PortForward)
+        matches!(
+            self,
+            Subresource::Exec | Subresource::PortForward | Subresource::Attach
+        )
     }
 }
 
@@ -85,8 +90,10 @@ pub struct LogQuery {
     pub tail_lines: Option<u64>,
     pub limit_bytes: Option<u64>,
     pub timestamps: bool,
-    /// `sinceSeconds` or `sinceTime` was given.
-    pub since: bool,
+    /// `sinceSeconds`, as given (validated by the log subresource).
+    pub since_seconds: Option<i64>,
+    /// `sinceTime`, as given (RFC 3339).
+    pub since_time: Option<String>,
 }
 
 /// How strictly unknown fields are treated (`fieldValidation`).
@@ -206,7 +213,12 @@ fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
             "timestamps" => query.log.timestamps = truthy(&v),
             "tailLines" => query.log.tail_lines = Some(non_negative(&k, &v)?),
             "limitBytes" => query.log.limit_bytes = Some(non_negative(&k, &v)?),
-            "sinceSeconds" | "sinceTime" => query.log.since = true,
+            "sinceSeconds" => {
+                query.log.since_seconds = Some(v.parse().map_err(|_| {
+                    ApiError::BadRequest(format!("invalid sinceSeconds {v:?}: not an integer"))
+                })?)
+            }
+            "sinceTime" if !v.is_empty() => query.log.since_time = Some(v),
             "watch" if truthy(&v) => {} // handled by the caller
             _ => {}
         }
@@ -436,13 +448,9 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
             "log" => Subresource::Log,
             "exec" => Subresource::Exec,
             "portforward" => Subresource::PortForward,
+            "attach" => Subresource::Attach,
             _ => Subresource::Scale,
         }),
-        Some("attach") if resource.plural == "pods" => {
-            return Err(ApiError::BadRequest(
-                "svcnet does not serve pods/attach yet: use `kubectl exec` to run a command in the pod, and `kubectl logs -f` to follow its output".into(),
-            ));
-        }
         Some(_) => return Err(not_found()),
     };
     let watch = legacy_watch || is_watch_param(uri);
@@ -470,7 +478,7 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
     let allowed = match subresource {
         None => true,
         Some(Subresource::Log) => verb == Verb::Get,
-        Some(Subresource::Exec | Subresource::PortForward) => verb == Verb::Connect,
+        Some(s) if s.is_stream() => verb == Verb::Connect,
         Some(_) => matches!(verb, Verb::Get | Verb::Update | Verb::Patch),
     };
     if !allowed {

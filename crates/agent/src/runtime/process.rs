@@ -1,7 +1,8 @@
 //! Starting a container's process inside the pod's sandbox: the pod's network namespace, a
 //! private mount namespace with the pod's `/etc/resolv.conf` and `/etc/hosts`, its own UTS
 //! namespace (hostname), a new session (so the whole process group can be signalled), stdout
-//! and stderr appended to a log file, and SIGKILL if the agent dies.
+//! and stderr as pipes the agent records (see [`super::output`]), and SIGKILL if the agent
+//! dies.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -65,25 +66,30 @@ impl PodSandbox {
     }
 }
 
-/// Starts a container process with its output appended to `log`. Call from an async task (not
-/// `spawn_blocking`): the child is killed when the thread that started it exits.
+/// Starts a container process with piped stdout and stderr (and stdin, when `stdin`), and
+/// opens `log` for appending its records. Call from an async task (not `spawn_blocking`): the
+/// child is killed when the thread that started it exits.
 pub fn spawn(
     sandbox: &PodSandbox,
     argv: &[String],
     env: &[(String, String)],
     log: &Path,
-) -> std::io::Result<tokio::process::Child> {
+    stdin: bool,
+) -> std::io::Result<(tokio::process::Child, std::fs::File)> {
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let out = std::fs::File::options()
+    let file = std::fs::File::options()
         .create(true)
         .append(true)
         .open(log)?;
-    let err = out.try_clone()?;
     let mut cmd = sandbox.command(argv, env, true)?;
-    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
-    tokio::process::Command::from(cmd).spawn()
+    let input = if stdin { Stdio::piped() } else { Stdio::null() };
+    cmd.stdin(input)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = tokio::process::Command::from(cmd).spawn()?;
+    Ok((child, file))
 }
 
 /// Sends SIGTERM (or SIGKILL when `force`) to a container's process group.

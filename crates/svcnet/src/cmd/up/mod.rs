@@ -157,6 +157,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         log_source: Some(log_source(&args.data_dir)),
         exec_source: with_agent.then(|| exec_source(&args.data_dir)),
         port_forward_source: with_agent.then(|| port_forward_source(&args.data_dir)),
+        attach_source: with_agent.then(attach_source),
         ..Default::default()
     };
     let server = svcnet_apiserver::start(config)
@@ -367,6 +368,63 @@ fn port_forward_source(data_dir: &std::path::Path) -> svcnet_apiserver::PortForw
     let dir = data_dir.to_path_buf();
     svcnet_apiserver::PortForwardSource::new(move |t| {
         svcnet_agent::exec::dial_port(&dir, &t.namespace, &t.pod, t.port)
+    })
+}
+
+/// `kubectl attach` reaches the containers the agents of this process run.
+fn attach_source() -> svcnet_apiserver::AttachSource {
+    use svcnet_agent::runtime::output;
+    svcnet_apiserver::AttachSource::new(|t| {
+        let running = output::find(&t.uid, &t.container).ok_or_else(|| {
+            format!(
+                "container {} in pod {}/{} is not running (nothing to attach to)",
+                t.container, t.namespace, t.pod
+            )
+        })?;
+        let (out_tx, out_rx) = tokio::sync::mpsc::channel(64);
+        let mut sub = running.subscribe();
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                match sub.recv().await {
+                    Ok((ch, data)) => {
+                        if out_tx.send((ch, bytes::Bytes::from(data))).await.is_err() {
+                            return;
+                        }
+                    }
+                    // A client that fell behind misses output rather than holding the container.
+                    Err(RecvError::Lagged(_)) => {}
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        });
+        let stdin = match (&running.stdin, t.stdin) {
+            (Some(pipe), true) => {
+                let (in_tx, mut in_rx) = tokio::sync::mpsc::channel::<Option<bytes::Bytes>>(16);
+                let (pipe, once) = (pipe.clone(), running.stdin_once);
+                tokio::spawn(async move {
+                    use tokio::io::AsyncWriteExt;
+                    while let Some(Some(data)) = in_rx.recv().await {
+                        let mut guard = pipe.lock().await;
+                        let Some(w) = guard.as_mut() else { return };
+                        if w.write_all(&data).await.is_err() || w.flush().await.is_err() {
+                            return;
+                        }
+                    }
+                    // The client's end of input (or its going away) closes the container's
+                    // stdin only when the spec says stdinOnce, as the kubelet does.
+                    if once {
+                        pipe.lock().await.take();
+                    }
+                });
+                Some(in_tx)
+            }
+            _ => None,
+        };
+        Ok(svcnet_apiserver::Attached {
+            output: out_rx,
+            stdin,
+        })
     })
 }
 
