@@ -1,6 +1,6 @@
 //! The `pods/attach` subresource (`kubectl attach`): the running process of a container,
 //! streamed over the same WebSocket channel protocol as `pods/exec` (`v5.channel.k8s.io` or
-//! `v4`): its output from the moment of attaching on channels 1 and 2, and with `-i` the
+//! `v4`; SPDY for kubectl 1.29 and earlier, see [`crate::execspdy`]): its output from the moment of attaching on channels 1 and 2, and with `-i` the
 //! client's input on channel 0 to the container's stdin (which the container has only when
 //! its spec says `stdin: true`). The stream ends with a `Success` status when the container's
 //! run ends; a client that detaches leaves the container running. Terminal resizes are
@@ -50,6 +50,23 @@ pub(crate) async fn serve(
         ));
     }
     let container = crate::logs::container_of(&pod, req.query.log.container.as_deref())?;
+    let target = AttachTarget {
+        namespace: ns,
+        pod: name,
+        uid: meta_str(&pod, "uid").unwrap_or("").to_string(),
+        container,
+        stdin: q.stdin,
+    };
+    if crate::spdyconn::wants_spdy(&parts.headers) {
+        let channels = crate::execspdy::Channels {
+            stdin: q.stdin,
+            stdout: q.stdout,
+            stderr: q.stderr,
+            tty: q.tty,
+        };
+        let work = crate::execspdy::Work::Attach(source, target);
+        return crate::execspdy::serve(&mut parts, work, channels);
+    }
     let offered = parts
         .headers
         .get(http::header::SEC_WEBSOCKET_PROTOCOL)
@@ -64,13 +81,6 @@ pub(crate) async fn serve(
             "svcnet streams pods/attach over WebSocket ({}), which kubectl 1.30 and later speak; this request offered {offered:?}",
             PROTOCOLS.join(", ")
         )));
-    };
-    let target = AttachTarget {
-        namespace: ns,
-        pod: name,
-        uid: meta_str(&pod, "uid").unwrap_or("").to_string(),
-        container,
-        stdin: q.stdin,
     };
     // Attaching to a container that is not running is an ordinary HTTP error kubectl prints.
     let attached = source.attach(&target).map_err(ApiError::BadRequest)?;

@@ -21,7 +21,7 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
-use http::{HeaderValue, StatusCode, header};
+use http::header;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -32,6 +32,7 @@ use crate::objects::meta_str;
 use crate::request::ResourceRequest;
 use crate::spdy::frame::{self, FLAG_FIN, Frame};
 use crate::spdy::headers::{self, HeaderCodec};
+use crate::spdyconn::{self, QUEUE, SPDY_UPGRADE, header_values};
 use crate::state::SharedState;
 use crate::status::ApiError;
 
@@ -39,12 +40,8 @@ use crate::status::ApiError;
 const PROTOCOL: &str = "portforward.k8s.io";
 /// The WebSocket subprotocol that tunnels SPDY (KEP-4006).
 const TUNNEL_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
-const SPDY_UPGRADE: &str = "SPDY/3.1";
-const PROTOCOL_HEADER: &str = "x-stream-protocol-version";
 /// Largest data frame sent, and the read size from a pod's socket.
 const CHUNK: usize = 32 * 1024;
-/// Frames buffered towards the client, and chunks towards one pod connection.
-const QUEUE: usize = 64;
 /// A peer's frame larger than this ends the session (SPDY allows 16 MiB; kubectl sends 32 KiB).
 const MAX_FRAME: usize = 1 << 20;
 
@@ -52,17 +49,6 @@ const MAX_FRAME: usize = 1 << 20;
 enum Carrier {
     Spdy(hyper::upgrade::OnUpgrade),
     WebSocket(Box<WebSocketUpgrade>),
-}
-
-fn header_values<'a>(headers: &'a http::HeaderMap, name: &str) -> Vec<&'a str> {
-    headers
-        .get_all(name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .collect()
 }
 
 pub(crate) async fn serve(
@@ -103,19 +89,10 @@ pub(crate) async fn serve(
             .on_upgrade(move |socket| websocket_session(socket, source, pod_ref))
             .into_response()),
         Carrier::Spdy(on_upgrade) => {
-            tokio::spawn(async move {
-                match on_upgrade.await {
-                    Ok(upgraded) => spdy_session(upgraded, source, pod_ref).await,
-                    Err(e) => tracing::debug!("port-forward upgrade failed: {e}"),
-                }
+            spdyconn::spawn_upgraded(on_upgrade, move |input, out| {
+                Session::new(source, pod_ref, out).run(input)
             });
-            let mut resp = Response::new(axum::body::Body::empty());
-            *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-            let h = resp.headers_mut();
-            h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-            h.insert(header::UPGRADE, HeaderValue::from_static(SPDY_UPGRADE));
-            h.insert(PROTOCOL_HEADER, HeaderValue::from_static(PROTOCOL));
-            Ok(resp)
+            Ok(spdyconn::switching_protocols(PROTOCOL))
         }
     }
 }
@@ -141,22 +118,7 @@ async fn negotiate(parts: &mut http::request::Parts) -> Result<Carrier, ApiError
         return Ok(Carrier::WebSocket(Box::new(ws)));
     }
     if upgrade.eq_ignore_ascii_case(SPDY_UPGRADE) {
-        let offered = header_values(&parts.headers, PROTOCOL_HEADER);
-        // A client naming no protocol gets the only one (as upstream's handshake allows).
-        if !offered.is_empty() && !offered.contains(&PROTOCOL) {
-            return Err(ApiError::Forbidden(format!(
-                "unable to upgrade: unable to negotiate protocol: client supports {offered:?}, server accepts [\"{PROTOCOL}\"]"
-            )));
-        }
-        let on_upgrade = parts
-            .extensions
-            .remove::<hyper::upgrade::OnUpgrade>()
-            .ok_or_else(|| {
-                ApiError::BadRequest(
-                    "unable to upgrade: this connection cannot be upgraded (SPDY needs HTTP/1.1)"
-                        .into(),
-                )
-            })?;
+        let (_, on_upgrade) = spdyconn::handshake(parts, &[PROTOCOL])?;
         return Ok(Carrier::Spdy(on_upgrade));
     }
     Err(ApiError::BadRequest(format!(
@@ -175,37 +137,6 @@ struct PodRef {
     namespace: String,
     pod: String,
     uid: String,
-}
-
-async fn spdy_session(upgraded: hyper::upgrade::Upgraded, source: PortForwardSource, pod: PodRef) {
-    let io = hyper_util::rt::TokioIo::new(upgraded);
-    let (mut reader, mut writer) = tokio::io::split(io);
-    let (in_tx, in_rx) = mpsc::channel::<Bytes>(QUEUE);
-    let (out_tx, mut out_rx) = mpsc::channel::<Bytes>(QUEUE);
-    let read = async move {
-        let mut buf = vec![0u8; CHUNK];
-        loop {
-            match reader.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    if in_tx.send(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    };
-    let write = async move {
-        while let Some(b) = out_rx.recv().await {
-            if writer.write_all(&b).await.is_err() {
-                return;
-            }
-        }
-        let _ = writer.shutdown().await;
-    };
-    let session = Session::new(source, pod, out_tx);
-    // The session ends when the client's bytes end; the writer then drains what is queued.
-    tokio::join!(read, session.run(in_rx), write);
 }
 
 async fn websocket_session(socket: WebSocket, source: PortForwardSource, pod: PodRef) {

@@ -1,6 +1,7 @@
 //! End to end (needs root): the real `kubectl logs` (`-f`, `--tail`, `--since`,
 //! `--since-time`, `--timestamps`, `--limit-bytes`, `--previous` and its error) and
-//! `kubectl attach` (output, and `-i` into a container with `stdin: true`) against `svcnet up`.
+//! `kubectl attach` (output, and `-i` into a container with `stdin: true`) against `svcnet up`,
+//! and kubectl 1.29's `exec` and `attach` over SPDY.
 //! Address ranges and the name prefix are this test's own.
 #![allow(clippy::unwrap_used)]
 
@@ -227,6 +228,108 @@ fn kubectl_logs_and_attach() {
     assert_eq!(echoed.trim_end(), "got:hello");
     attach.kill().unwrap();
     let _ = attach.wait();
+    // kubectl 1.29 speaks SPDY for exec and attach: output, exit codes, stdin to its end, a
+    // terminal with its size, and attach -i.
+    let old = "/usr/lib/google-cloud-sdk/bin/kubectl.1.29";
+    let run = |args: &[&str]| {
+        Command::new(old)
+            .env("KUBECONFIG", up.kubeconfig())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[
+        "exec",
+        "talker",
+        "--",
+        "sh",
+        "-c",
+        "echo out; echo err >&2; exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(text(&out.stdout), "out\n");
+    assert!(text(&out.stderr).contains("err"), "{out:?}");
+    let mut child = Command::new(old)
+        .env("KUBECONFIG", up.kubeconfig())
+        .args(["exec", "-i", "talker", "--", "sh", "-c", "cat; echo done"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"over spdy\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(text(&out.stdout), "over spdy\ndone\n", "{out:?}");
+    assert!(out.status.success());
+    let script = format!(
+        "stty rows 21 cols 77; KUBECONFIG={} {old} exec -it talker -- sh -c 'tty; stty size; exit 5'",
+        up.kubeconfig().display()
+    );
+    let out = Command::new("script")
+        .args(["-qec", &script, "/dev/null"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let shown = text(&out.stdout);
+    assert!(
+        shown.contains("/dev/pts/") && shown.contains("21 77"),
+        "{shown:?}"
+    );
+    assert_eq!(out.status.code(), Some(5), "{shown:?}");
+    let mut attach = Command::new(old)
+        .env("KUBECONFIG", up.kubeconfig())
+        .args(["attach", "-i", "echoer"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = attach.stdin.take().unwrap();
+    let mut out = BufReader::new(attach.stdout.take().unwrap());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        input.write_all(b"spdy\n").unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        if line.contains("got:spdy") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no echo over SPDY: {line:?}");
+    }
+    attach.kill().unwrap();
+    let _ = attach.wait();
+
+    // A SPDY client that goes away mid-stream takes its process with it.
+    let marker = "302.456";
+    let mut child = Command::new(old)
+        .env("KUBECONFIG", up.kubeconfig())
+        .args(["exec", "talker", "--", "sleep", marker])
+        .spawn()
+        .unwrap();
+    let running = || {
+        Command::new("pgrep")
+            .args(["-f", &format!("sleep {marker}")])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    wait_for("the exec'd process", || running().then(String::new));
+    child.kill().unwrap();
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while running() {
+        assert!(
+            Instant::now() < deadline,
+            "the process outlived its SPDY client"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
     // Detaching leaves the container running, its output in the log.
     assert!(text(&logs(&up, &["echoer"]).stdout).contains("got:hello"));
     let phase = up.ok(&["get", "pod", "echoer", "-o", "jsonpath={.status.phase}"]);
