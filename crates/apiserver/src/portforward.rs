@@ -482,3 +482,7 @@ impl Connection {
         self.finish(None).await;
     }
 }
+
+#[cfg(test)]
+#[path = "portforward_tests.rs"]
+mod tests;
