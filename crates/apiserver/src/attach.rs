@@ -3,8 +3,8 @@
 //! `v4`; SPDY for kubectl 1.29 and earlier, see [`crate::execspdy`]): its output from the moment of attaching on channels 1 and 2, and with `-i` the
 //! client's input on channel 0 to the container's stdin (which the container has only when
 //! its spec says `stdin: true`). The stream ends with a `Success` status when the container's
-//! run ends; a client that detaches leaves the container running. Terminal resizes are
-//! accepted and ignored: containers run without a terminal here.
+//! run ends; a client that detaches leaves the container running. A container with `tty: true`
+//! runs on a terminal: its output is one stream and the client's resizes reach it.
 
 use axum::extract::FromRequestParts;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -13,7 +13,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::config::{AttachTarget, Attached};
-use crate::exec::{CLOSE, PROTOCOLS, STDERR, STDIN, STDOUT, finish};
+use crate::exec::{CLOSE, PROTOCOLS, RESIZE, STDERR, STDIN, STDOUT, finish};
 use crate::objects::meta_str;
 use crate::request::ResourceRequest;
 use crate::state::SharedState;
@@ -96,7 +96,11 @@ pub(crate) async fn serve(
 }
 
 async fn session(mut socket: WebSocket, attached: Attached, v5: bool, stdout: bool, stderr: bool) {
-    let Attached { mut output, stdin } = attached;
+    let Attached {
+        mut output,
+        stdin,
+        resize,
+    } = attached;
     loop {
         tokio::select! {
             msg = socket.recv() => match msg {
@@ -111,7 +115,7 @@ async fn session(mut socket: WebSocket, attached: Attached, v5: bool, stdout: bo
                             let _ = tx.send(None).await;
                         }
                     }
-                    // Resizes (channel 4) and anything else: no terminal here.
+                    Some(&RESIZE) => crate::exec::apply_resize(&resize, &b[1..]),
                     _ => {}
                 },
                 // The client detached; the container runs on.

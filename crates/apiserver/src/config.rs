@@ -71,6 +71,8 @@ pub struct Attached {
     /// Its input (when it has one and the client asked): bytes, then `None` at the client's
     /// end of input.
     pub stdin: Option<tokio::sync::mpsc::Sender<Option<bytes::Bytes>>>,
+    /// Sets its terminal's rows and columns, when it runs on one (`tty: true`).
+    pub resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>>,
 }
 
 /// Attaches to a running container (`svcnet up` wraps the node agent's), or says why not.

@@ -65,6 +65,7 @@ enum Running {
     Attached {
         output: mpsc::Receiver<(u8, Bytes)>,
         stdin: Option<mpsc::Sender<Option<Bytes>>>,
+        resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>>,
     },
 }
 
@@ -236,8 +237,12 @@ impl Session {
                     self.resize_buf.extend_from_slice(&data);
                     while let Some(end) = self.resize_buf.iter().position(|&b| b == b'\n') {
                         let line: Vec<u8> = self.resize_buf.drain(..=end).collect();
-                        if let Some(Running::Process(io)) = running {
-                            exec::apply_resize(&io.resize, &line);
+                        match running {
+                            Some(Running::Process(io)) => exec::apply_resize(&io.resize, &line),
+                            Some(Running::Attached { resize, .. }) => {
+                                exec::apply_resize(resize, &line)
+                            }
+                            None => {}
                         }
                     }
                 }
@@ -284,6 +289,7 @@ impl Session {
                 Ok(a) => Some(Running::Attached {
                     output: a.output,
                     stdin: a.stdin,
+                    resize: a.resize,
                 }),
                 Err(e) => {
                     let status = json!({"metadata": {}, "status": "Failure", "reason": "BadRequest",

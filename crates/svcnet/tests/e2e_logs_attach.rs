@@ -50,6 +50,19 @@ spec:
     image: busybox
     stdin: true
     command: [sh, -c, 'while read l; do echo got:$l; done']
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: ttysh}
+spec:
+  # An interactive shell ignores SIGTERM; do not wait 30 s for it at the end.
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: c
+    image: busybox
+    stdin: true
+    tty: true
+    command: [sh]
 "#;
 
 fn logs(up: &Up, args: &[&str]) -> Output {
@@ -228,6 +241,48 @@ fn kubectl_logs_and_attach() {
     assert_eq!(echoed.trim_end(), "got:hello");
     attach.kill().unwrap();
     let _ = attach.wait();
+    // attach -it to a container with `tty: true`: it runs on a terminal, which takes the
+    // client's size.
+    wait_for("ttysh running", || {
+        let phase = up.ok(&["get", "pod", "ttysh", "-o", "jsonpath={.status.phase}"]);
+        (phase == "Running").then_some(phase)
+    });
+    let script = format!(
+        "stty rows 19 cols 66; KUBECONFIG={} {KUBECTL} attach -it ttysh",
+        up.kubeconfig().display()
+    );
+    let mut term = Command::new("script")
+        .args(["-qec", &script, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut keys = term.stdin.take().unwrap();
+    let mut screen = term.stdout.take().unwrap();
+    let (seen_tx, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = std::io::Read::read(&mut screen, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            all.extend_from_slice(&buf[..n]);
+            let _ = seen_tx.send(text(&all));
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut shown = String::new();
+    while !(shown.contains("/dev/pts/") && shown.contains("19 66")) {
+        assert!(Instant::now() < deadline, "no terminal in ttysh: {shown:?}");
+        let _ = keys.write_all(b"tty; stty size\n");
+        if let Ok(s) = seen.recv_timeout(Duration::from_secs(1)) {
+            shown = s;
+        }
+    }
+    let _ = term.kill();
+    let _ = term.wait();
+
     // kubectl 1.29 speaks SPDY for exec and attach: output, exit codes, stdin to its end, a
     // terminal with its size, and attach -i.
     let old = "/usr/lib/google-cloud-sdk/bin/kubectl.1.29";

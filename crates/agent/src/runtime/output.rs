@@ -3,7 +3,8 @@
 //! (`<RFC 3339 time> <stdout|stderr> <F|P> <text>`, `F` ending a line, `P` a piece of a
 //! longer one) and handing the raw bytes to clients attached at that moment (`kubectl
 //! attach`). A container with `stdin: true` gets a pipe as stdin that stays open for its whole
-//! run, so an attached client can write to it.
+//! run, so an attached client can write to it; one with `tty: true` runs on a terminal whose
+//! master is read (one output stream, recorded as stdout), written and resized instead.
 //!
 //! Attachable containers are found in a registry of this process, keyed by pod uid and
 //! container name: `svcnet up` runs the API server and the agents in one process.
@@ -25,12 +26,17 @@ const MAX_LINE: usize = 16 * 1024;
 /// Output chunks an attached client may lag behind before it misses some.
 const ATTACH_BACKLOG: usize = 256;
 
+/// Where an attached client's input goes.
+pub type Input = Box<dyn tokio::io::AsyncWrite + Send + Unpin>;
+
 /// A running container's stdio, for attaching.
 pub struct Attachable {
     output: broadcast::Sender<(u8, Vec<u8>)>,
-    /// Its stdin, when the spec asked for one (`stdin: true`).
+    /// Its stdin, when the spec asked for one (`stdin: true`): a pipe, or the terminal.
     /// `None` inside once it was closed (`stdinOnce`).
-    pub stdin: Option<Arc<tokio::sync::Mutex<Option<tokio::process::ChildStdin>>>>,
+    pub stdin: Option<Arc<tokio::sync::Mutex<Option<Input>>>>,
+    /// Sets its terminal's rows and columns (`tty: true`).
+    pub resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>>,
     /// The spec's `stdinOnce`: the first attached client's end of input closes it.
     pub stdin_once: bool,
     /// The spec's `tty` (served without a terminal here).
@@ -73,19 +79,36 @@ pub struct StdinSpec {
 /// `container` of pod `uid` into `log`, until both outputs end.
 pub fn capture(
     child: &mut tokio::process::Child,
+    terminal: Option<std::fs::File>,
     uid: &str,
     container: &str,
     log: std::fs::File,
     spec: StdinSpec,
 ) {
-    let stdin = child
-        .stdin
-        .take()
-        .map(|s| Arc::new(tokio::sync::Mutex::new(Some(s))));
+    let mut pumps: Vec<(u8, Box<dyn tokio::io::AsyncRead + Send + Unpin>)> = Vec::new();
+    let mut stdin: Option<Input> = child.stdin.take().map(|s| Box::new(s) as Input);
+    let mut resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>> = None;
+    if let Some(master) = terminal {
+        // tokio reads and writes a file on its blocking pool, which suits a terminal's
+        // blocking master.
+        if let Ok(sizer) = master.try_clone() {
+            resize = Some(Box::new(move |rows, cols| {
+                let _ = svcnet_netns::pty::resize(&sizer, rows, cols);
+            }));
+        }
+        if spec.stdin
+            && let Ok(w) = master.try_clone()
+        {
+            stdin = Some(Box::new(tokio::fs::File::from_std(w)));
+        }
+        pumps.push((STDOUT, Box::new(tokio::fs::File::from_std(master))));
+    }
+    let stdin = stdin.map(|s| Arc::new(tokio::sync::Mutex::new(Some(s))));
     let (tx, _) = broadcast::channel(ATTACH_BACKLOG);
     let entry = Arc::new(Attachable {
         output: tx.clone(),
         stdin,
+        resize,
         stdin_once: spec.stdin_once,
         tty: spec.tty,
     });
@@ -93,7 +116,6 @@ pub fn capture(
     registry().insert(key.clone(), entry.clone());
     let log = Arc::new(Mutex::new(log));
     let open = Arc::new(std::sync::atomic::AtomicUsize::new(2));
-    let mut pumps: Vec<(u8, Box<dyn tokio::io::AsyncRead + Send + Unpin>)> = Vec::new();
     if let Some(out) = child.stdout.take() {
         pumps.push((STDOUT, Box::new(out)));
     }

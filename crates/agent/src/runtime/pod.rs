@@ -402,9 +402,13 @@ impl PodWorker {
             stdin_once: ctr.spec.stdin_once.unwrap_or(false),
             tty: ctr.spec.tty.unwrap_or(false),
         };
-        match process::spawn(&self.sandbox, &argv, &env, &log, stdin.stdin) {
-            Ok((mut child, log)) => {
-                output::capture(&mut child, &self.uid, &ctr.spec.name, log, stdin);
+        match process::spawn(&self.sandbox, &argv, &env, &log, stdin.stdin, stdin.tty) {
+            Ok(process::Spawned {
+                mut child,
+                log,
+                terminal,
+            }) => {
+                output::capture(&mut child, terminal, &self.uid, &ctr.spec.name, log, stdin);
                 ctr.pgid = child.id();
                 ctr.state = CState::Running {
                     started: Timestamp::now(),

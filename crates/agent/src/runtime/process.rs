@@ -66,7 +66,16 @@ impl PodSandbox {
     }
 }
 
-/// Starts a container process with piped stdout and stderr (and stdin, when `stdin`), and
+/// A started container: the process, its log file opened for appending, and with `tty: true`
+/// the master of the terminal it runs on.
+pub struct Spawned {
+    pub child: tokio::process::Child,
+    pub log: std::fs::File,
+    pub terminal: Option<std::fs::File>,
+}
+
+/// Starts a container process with piped stdout and stderr (and stdin, when `stdin`), or on a
+/// new terminal when `tty` (its controlling terminal, as a runtime gives `tty: true`), and
 /// opens `log` for appending its records. Call from an async task (not `spawn_blocking`): the
 /// child is killed when the thread that started it exits.
 pub fn spawn(
@@ -75,7 +84,8 @@ pub fn spawn(
     env: &[(String, String)],
     log: &Path,
     stdin: bool,
-) -> std::io::Result<(tokio::process::Child, std::fs::File)> {
+    tty: bool,
+) -> std::io::Result<Spawned> {
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -83,13 +93,31 @@ pub fn spawn(
         .create(true)
         .append(true)
         .open(log)?;
-    let mut cmd = sandbox.command(argv, env, true)?;
+    let mut cmd = sandbox.command_with(argv, env, true, tty)?;
+    if tty {
+        let pty = svcnet_netns::pty::Pty::open(24, 80)?;
+        cmd.stdin(pty.slave.try_clone()?)
+            .stdout(pty.slave.try_clone()?)
+            .stderr(pty.slave);
+        let child = tokio::process::Command::from(cmd).spawn()?;
+        // Only the child keeps the slave open (the command held the other copies), so the
+        // master reads the end once the child and what it started are gone.
+        return Ok(Spawned {
+            child,
+            log: file,
+            terminal: Some(pty.master),
+        });
+    }
     let input = if stdin { Stdio::piped() } else { Stdio::null() };
     cmd.stdin(input)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let child = tokio::process::Command::from(cmd).spawn()?;
-    Ok((child, file))
+    Ok(Spawned {
+        child,
+        log: file,
+        terminal: None,
+    })
 }
 
 /// Sends SIGTERM (or SIGKILL when `force`) to a container's process group.

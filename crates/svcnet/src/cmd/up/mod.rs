@@ -421,9 +421,19 @@ fn attach_source() -> svcnet_apiserver::AttachSource {
             }
             _ => None,
         };
+        let sized = running.clone();
+        let resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>> =
+            running.resize.is_some().then(|| {
+                Box::new(move |rows, cols| {
+                    if let Some(resize) = &sized.resize {
+                        resize(rows, cols);
+                    }
+                }) as Box<dyn Fn(u16, u16) + Send + Sync>
+            });
         Ok(svcnet_apiserver::Attached {
             output: out_rx,
             stdin,
+            resize,
         })
     })
 }
