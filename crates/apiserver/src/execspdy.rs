@@ -21,6 +21,8 @@ use crate::status::ApiError;
 /// The one remotecommand version served over SPDY (kubectl 1.27-1.29 all offer it).
 const PROTOCOL: &str = "v4.channel.k8s.io";
 const CHUNK: usize = 32 * 1024;
+/// How long the client may take to open its streams.
+const STREAM_CREATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// What the streams are for.
 pub(crate) enum Work {
@@ -108,7 +110,8 @@ impl Session {
         let mut work = Some(work);
         let mut running: Option<Running> = None;
         let mut exited = None;
-        let mut deadline: Option<tokio::time::Instant> = None;
+        // Until the process runs, the deadline is for the client's streams (the kubelet's 30 s).
+        let mut deadline = Some(tokio::time::Instant::now() + STREAM_CREATION_TIMEOUT);
         loop {
             let linger = async {
                 match deadline {
@@ -148,7 +151,10 @@ impl Session {
                     if running.is_none() && self.streams.len() >= self.channels.expected() {
                         match work.take() {
                             Some(w) => match self.start(w).await {
-                                Some(r) => running = Some(r),
+                                Some(r) => {
+                                    running = Some(r);
+                                    deadline = None;
+                                }
                                 None => return,
                             },
                             None => return,
@@ -174,7 +180,15 @@ impl Session {
                     }
                     None => break,
                 },
-                () = linger => break,
+                () = linger => {
+                    if running.is_none() {
+                        let status = json!({"metadata": {}, "status": "Failure", "reason": "Timeout",
+                            "message": "timed out waiting for client to create streams"});
+                        self.end(&status).await;
+                        return;
+                    }
+                    break;
+                }
             }
         }
         let status = match (&running, &self.target) {
