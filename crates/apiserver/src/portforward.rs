@@ -44,6 +44,9 @@ const TUNNEL_PROTOCOL: &str = "SPDY/3.1+portforward.k8s.io";
 const CHUNK: usize = 32 * 1024;
 /// A peer's frame larger than this ends the session (SPDY allows 16 MiB; kubectl sends 32 KiB).
 const MAX_FRAME: usize = 1 << 20;
+/// How long the two streams of one connection may arrive apart (the kubelet's stream creation
+/// timeout).
+const PAIR_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// How the session's bytes travel.
 enum Carrier {
@@ -168,8 +171,9 @@ async fn websocket_session(socket: WebSocket, source: PortForwardSource, pod: Po
 }
 
 /// The two streams of one forwarded connection, as they arrive.
-#[derive(Default)]
 struct Pair {
+    /// When its first stream arrived.
+    opened: tokio::time::Instant,
     error: Option<u32>,
     data: Option<u32>,
     port: Option<String>,
@@ -189,6 +193,8 @@ struct Session {
     /// The task of each live connection, by its data stream and error stream.
     tasks: JoinSet<(u32, u32)>,
     task_of: HashMap<u32, tokio::task::AbortHandle>,
+    /// [`PAIR_TIMEOUT`], shorter in tests.
+    pair_timeout: std::time::Duration,
 }
 
 impl Session {
@@ -202,6 +208,7 @@ impl Session {
             inputs: HashMap::new(),
             tasks: JoinSet::new(),
             task_of: HashMap::new(),
+            pair_timeout: PAIR_TIMEOUT,
         }
     }
 
@@ -209,7 +216,16 @@ impl Session {
     /// connection is aborted (the JoinSet's drop), closing its socket.
     async fn run(mut self, mut input: mpsc::Receiver<Bytes>) {
         let mut buf: Vec<u8> = Vec::new();
-        while let Some(chunk) = input.recv().await {
+        let mut sweep = tokio::time::interval(self.pair_timeout / 6);
+        loop {
+            let chunk = tokio::select! {
+                chunk = input.recv() => chunk,
+                _ = sweep.tick() => {
+                    self.expire_pairs().await;
+                    continue;
+                }
+            };
+            let Some(chunk) = chunk else { return };
             buf.extend_from_slice(&chunk);
             loop {
                 match frame::parse(&buf) {
@@ -238,6 +254,38 @@ impl Session {
                     self.task_of.remove(&error);
                     self.task_of.remove(&data);
                 }
+            }
+        }
+    }
+
+    /// A connection whose second stream never came is given up after [`PAIR_TIMEOUT`], as the
+    /// kubelet does: the reason on its error stream, its data stream reset.
+    async fn expire_pairs(&mut self) {
+        let now = tokio::time::Instant::now();
+        let expired: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| now.duration_since(p.opened) >= self.pair_timeout)
+            .map(|(r, _)| r.clone())
+            .collect();
+        for request in expired {
+            let Some(pair) = self.pending.remove(&request) else {
+                continue;
+            };
+            if let Some(error) = pair.error {
+                let msg = format!(
+                    "timed out waiting for the data stream of port-forward request {request}"
+                );
+                let frames = frame::data_frames(error, msg.as_bytes(), true, CHUNK);
+                let _ = self.out.send(Bytes::from(frames)).await;
+            }
+            if let Some(data) = pair.data {
+                self.inputs.remove(&data);
+                self.send(Frame::RstStream {
+                    stream: data,
+                    status: frame::RST_INTERNAL_ERROR,
+                })
+                .await;
             }
         }
     }
@@ -329,7 +377,13 @@ impl Session {
             None if kind == "data" => stream.saturating_sub(2).to_string(),
             None => stream.to_string(),
         };
-        let pair = self.pending.entry(request.clone()).or_default();
+        let pair = self.pending.entry(request.clone()).or_insert_with(|| Pair {
+            opened: tokio::time::Instant::now(),
+            error: None,
+            data: None,
+            port: None,
+            input: None,
+        });
         match kind {
             "error" => pair.error = Some(stream),
             "data" => {

@@ -90,6 +90,10 @@ impl Client {
 }
 
 fn session() -> Client {
+    session_with(PAIR_TIMEOUT)
+}
+
+fn session_with(pair_timeout: Duration) -> Client {
     let source = PortForwardSource::new(|t| {
         std::net::TcpStream::connect(("127.0.0.1", t.port)).map_err(|e| format!("dial: {e}"))
     });
@@ -100,7 +104,9 @@ fn session() -> Client {
     };
     let (to_server, input) = mpsc::channel(QUEUE);
     let (out, from_server) = mpsc::channel(QUEUE);
-    tokio::spawn(Session::new(source, pod, out).run(input));
+    let mut session = Session::new(source, pod, out);
+    session.pair_timeout = pair_timeout;
+    tokio::spawn(session.run(input));
     Client {
         codec: HeaderCodec::new(),
         to_server,
@@ -220,4 +226,16 @@ async fn garbage_ends_the_session_with_a_goaway() {
         .await
         .unwrap();
     assert!(matches!(c.frame().await, Frame::GoAway { status: 1, .. }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_missing_its_data_stream_is_given_up() {
+    let mut c = session_with(Duration::from_millis(300));
+    c.open(1, "error", "80", "0").await;
+    // Past the pair timeout, the error stream says why.
+    let (msg, _) = c.read_stream(1).await;
+    assert_eq!(
+        String::from_utf8(msg).unwrap(),
+        "timed out waiting for the data stream of port-forward request 0"
+    );
 }
