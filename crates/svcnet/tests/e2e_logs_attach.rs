@@ -358,6 +358,20 @@ fn kubectl_logs_and_attach() {
     attach.kill().unwrap();
     let _ = attach.wait();
 
+    // kubectl cp (tar over exec) both ways over SPDY. The pod sees the host's file system.
+    let dir = tempfile::tempdir().unwrap();
+    let (src, back) = (dir.path().join("src.txt"), dir.path().join("back.txt"));
+    std::fs::write(&src, "copied over spdy\n").unwrap();
+    let in_pod = format!("talker:{}/in-pod.txt", dir.path().display());
+    let out = run(&["cp", src.to_str().unwrap(), &in_pod]);
+    assert!(out.status.success(), "cp into the pod: {out:?}");
+    let out = run(&["cp", &in_pod, back.to_str().unwrap()]);
+    assert!(out.status.success(), "cp out of the pod: {out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&back).unwrap(),
+        "copied over spdy\n"
+    );
+
     // A SPDY client that goes away mid-stream takes its process with it.
     let marker = "302.456";
     let mut child = Command::new(old)
