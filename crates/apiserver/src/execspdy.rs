@@ -346,3 +346,7 @@ impl Session {
         let _ = self.send(b).await;
     }
 }
+
+#[cfg(test)]
+#[path = "execspdy_tests.rs"]
+mod tests;

@@ -9,83 +9,24 @@ use std::net::TcpListener;
 use std::time::Duration;
 
 use super::*;
+use crate::spdy::test_client::Client;
 
-/// kubectl's side of a session: its own header codec and a frame reader.
-struct Client {
-    codec: HeaderCodec,
-    to_server: mpsc::Sender<Bytes>,
-    from_server: mpsc::Receiver<Bytes>,
-    buf: Vec<u8>,
-    /// Bytes received per stream, and the streams finished.
-    streams: std::collections::HashMap<u32, Vec<u8>>,
-    finished: Vec<u32>,
+/// kubectl's side, with port-forward's stream headers.
+trait PortForwardClient {
+    async fn open(&mut self, stream: u32, kind: &str, port: &str, request: &str);
 }
 
-impl Client {
+impl PortForwardClient for Client {
     async fn open(&mut self, stream: u32, kind: &str, port: &str, request: &str) {
-        let headers: [(&str, &[&str]); 3] = [
-            ("streamType", &[kind]),
-            ("port", &[port]),
-            ("requestID", &[request]),
-        ];
-        let block = self.codec.encode(&headers).unwrap();
-        let mut b = Vec::new();
-        Frame::SynStream {
+        self.open_with(
             stream,
-            associated: 0,
-            priority: 0,
-            flags: 0,
-            headers: Bytes::from(block),
-        }
-        .encode(&mut b)
-        .unwrap();
-        self.to_server.send(Bytes::from(b)).await.unwrap();
-    }
-
-    async fn data(&mut self, stream: u32, data: &[u8], fin: bool) {
-        let b = frame::data_frames(stream, data, fin, 1000);
-        self.to_server.send(Bytes::from(b)).await.unwrap();
-    }
-
-    async fn frame(&mut self) -> Frame {
-        loop {
-            if let Some((f, used)) = frame::parse(&self.buf).unwrap() {
-                self.buf.drain(..used);
-                return f;
-            }
-            let more = tokio::time::timeout(Duration::from_secs(5), self.from_server.recv())
-                .await
-                .expect("a frame within 5 s")
-                .expect("the session is still there");
-            self.buf.extend_from_slice(&more);
-        }
-    }
-
-    /// Reads frames until stream `stream` is finished; its bytes, and the replies seen.
-    async fn read_stream(&mut self, stream: u32) -> (Vec<u8>, Vec<u32>) {
-        let mut replies = Vec::new();
-        while !self.finished.contains(&stream) {
-            match self.frame().await {
-                Frame::SynReply {
-                    stream: s, headers, ..
-                } => {
-                    assert_eq!(self.codec.decode(&headers).unwrap(), vec![]);
-                    replies.push(s);
-                }
-                Frame::Data {
-                    stream: s,
-                    fin,
-                    data,
-                } => {
-                    self.streams.entry(s).or_default().extend_from_slice(&data);
-                    if fin {
-                        self.finished.push(s);
-                    }
-                }
-                other => panic!("unexpected {other:?}"),
-            }
-        }
-        (self.streams.remove(&stream).unwrap_or_default(), replies)
+            &[
+                ("streamType", &[kind]),
+                ("port", &[port]),
+                ("requestID", &[request]),
+            ],
+        )
+        .await;
     }
 }
 
@@ -107,14 +48,7 @@ fn session_with(pair_timeout: Duration) -> Client {
     let mut session = Session::new(source, pod, out);
     session.pair_timeout = pair_timeout;
     tokio::spawn(session.run(input));
-    Client {
-        codec: HeaderCodec::new(),
-        to_server,
-        from_server,
-        buf: Vec::new(),
-        streams: std::collections::HashMap::new(),
-        finished: Vec::new(),
-    }
+    Client::new(to_server, from_server)
 }
 
 /// A one-connection-at-a-time upper-casing echo server; returns its port.

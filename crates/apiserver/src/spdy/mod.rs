@@ -8,6 +8,8 @@
 
 pub mod frame;
 pub mod headers;
+#[cfg(test)]
+pub mod test_client;
 
 use std::sync::LazyLock;
 
