@@ -153,6 +153,7 @@ async fn pump(
     let name = if stream == STDOUT { "stdout" } else { "stderr" };
     let mut line = LineBuffer::default();
     let mut buf = vec![0u8; 32 * 1024];
+    let mut failing = false;
     loop {
         let n = match reader.read(&mut buf).await {
             Ok(0) | Err(_) => break,
@@ -161,19 +162,26 @@ async fn pump(
         // Nobody attached is not an error.
         let _ = tx.send((stream, buf[..n].to_vec()));
         let records = line.push(&buf[..n], name, Timestamp::now());
-        write_log(log, &records);
+        write_log(log, &records, &mut failing);
     }
     let records = line.finish(name, Timestamp::now());
-    write_log(log, &records);
+    write_log(log, &records, &mut failing);
 }
 
-fn write_log(log: &Mutex<std::fs::File>, records: &[u8]) {
+/// Appends records; a failure (a full disk) is reported once until writing works again, and
+/// the container keeps running with its output still reaching attached clients.
+fn write_log(log: &Mutex<std::fs::File>, records: &[u8], failing: &mut bool) {
     if records.is_empty() {
         return;
     }
     let mut file = log.lock().unwrap_or_else(|e| e.into_inner());
-    if let Err(e) = file.write_all(records) {
-        tracing::warn!("writing a container log: {e}");
+    match file.write_all(records) {
+        Ok(()) => *failing = false,
+        Err(e) if !*failing => {
+            *failing = true;
+            tracing::warn!("writing a container log: {e}; records are dropped until it works");
+        }
+        Err(_) => {}
     }
 }
 
