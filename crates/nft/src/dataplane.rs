@@ -105,6 +105,9 @@ impl Dataplane for NftDataplane {
 
     fn invalidate(&mut self, family: IpFamily) {
         self.renderer(family).invalidate();
+        // The full sync that follows runs on a fresh context (a failure may have been the
+        // context's own).
+        self.exec.reset();
     }
 
     fn service_ports(&self, family: IpFamily) -> usize {

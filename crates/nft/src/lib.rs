@@ -3,8 +3,8 @@
 //! kube-proxy's nftables mode, in svcnet's shape: [`render`] turns each
 //! [`svcnet_proxy::DesiredServicePort`] into a fragment of one table per family (`ip svcnet`,
 //! `ip6 svcnet`) with O(1) verdict-map dispatch; [`plan`] turns desired state into full or
-//! partial [`Transaction`]s (values, whose `Display` is the nft text); [`apply`] pipes them
-//! to `nft -f -` (the only I/O here); [`fake`] applies the same values in memory and rejects
+//! partial [`Transaction`]s (values, whose `Display` is the nft text); [`apply`] sends that
+//! text to one long-lived libnftables context (`svcnet-libnft`; the only I/O here); [`fake`] applies the same values in memory and rejects
 //! dangling references; [`dataplane`] is all of it behind the dataplane contract
 //! ([`svcnet_proxy::Dataplane`]). This crate never reads API objects and never decides policy: every
 //! decision (which endpoints, reject or drop, masquerade, which algorithm) comes from the
@@ -16,7 +16,6 @@
 
 pub mod apply;
 mod choice;
-pub mod conntrack;
 pub mod dataplane;
 pub mod fake;
 pub mod names;
