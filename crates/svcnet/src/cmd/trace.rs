@@ -316,11 +316,13 @@ fn packet_text(p: &Packet) -> String {
 /// Whether the branch went to its endpoint because the client is in its affinity set (nft)
 /// or `recent` list (iptables).
 fn sticky(b: &Branch) -> bool {
-    b.path.iter().any(|h| {
-        h.via
-            .as_deref()
-            .is_some_and(|v| v.contains("@affinity-") || v.contains("--rcheck"))
-    })
+    let nft_hit = b.ended_by.as_ref().is_some_and(|(_, rule)| {
+        rule.contains("map @affinity") || rule.contains("map @np-affinity")
+    });
+    nft_hit
+        || b.path
+            .iter()
+            .any(|h| h.via.as_deref().is_some_and(|v| v.contains("--rcheck")))
 }
 
 /// The hops of a branch as `chain` lines, base chains with their hook, each jump indented
