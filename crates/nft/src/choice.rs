@@ -134,7 +134,7 @@ pub(crate) fn choose(
     family: Family,
     g: &ServiceGraph<'_>,
     eps: &[DesiredEndpoint],
-    scope: Scope,
+    (scope, proto): (Scope, &'static str),
     pool: &str,
     key: &str,
     comment: &str,
@@ -144,7 +144,7 @@ pub(crate) fn choose(
     let ip = family.as_str();
     for (i, ep) in slots.iter().enumerate() {
         f.elements.insert(Element {
-            set: scope.backends(),
+            set: scope.backends(proto),
             key: format!("{key} . {i}"),
             comment: None,
             value: Some(format!("{} . {}", ep.ip, ep.port)),
@@ -153,7 +153,12 @@ pub(crate) fn choose(
     let len = slots.len();
     match slot {
         Some(slot) => {
-            let group = Group::Choice { scope, slot, len };
+            let group = Group::Choice {
+                scope,
+                slot,
+                len,
+                proto,
+            };
             f.elements.insert(Element {
                 set: group.set_name(),
                 key: key.to_string(),
@@ -169,7 +174,7 @@ pub(crate) fn choose(
                 vec![format!(
                     "dnat {ip} to {} . numgen inc mod {len} map @{}",
                     key_expr(family, scope),
-                    scope.backends()
+                    scope.backends(proto)
                 )],
             );
             f.elements.insert(Element {

@@ -74,11 +74,13 @@ impl Dataplane for NftDataplane {
         desired: &DesiredFamily,
         why: FullReason,
     ) -> Result<Plan, ApplyError> {
-        // Delete and recreate the table in the same transaction. (A reassert, which keeps
-        // the affinity maps, needs `flush set` and `add table`, after which nft 1.0.6 has
-        // loaded its cache and cannot compile the DNAT rules; see `render::base_sets`.)
-        let _ = why;
-        Ok(self.renderer(family).plan_full(desired, FullMode::Recreate))
+        // Unknown kernel state: delete and recreate the table in the same transaction.
+        let mode = if why == FullReason::Unknown {
+            FullMode::Recreate
+        } else {
+            FullMode::Reassert
+        };
+        Ok(self.renderer(family).plan_full(desired, mode))
     }
 
     fn plan_partial(

@@ -208,34 +208,6 @@ impl FakeNft {
         out
     }
 
-    /// The dump without what nothing can reach: empty sets no rule or element names and empty
-    /// regular chains nothing jumps to (a resync leaves them until the next recreate), so it
-    /// compares equal to a fresh full sync's.
-    pub fn live_dump(&self) -> String {
-        let mut live = self.clone();
-        if let Some(t) = live.table.as_mut() {
-            let dead_sets: Vec<String> = t
-                .sets
-                .iter()
-                .filter(|(n, s)| s.elements.is_empty() && !t.set_referenced(n))
-                .map(|(n, _)| n.clone())
-                .collect();
-            let dead_chains: Vec<String> = t
-                .chains
-                .iter()
-                .filter(|(n, c)| c.base.is_none() && c.rules.is_empty() && !t.chain_referenced(n))
-                .map(|(n, _)| n.clone())
-                .collect();
-            for n in dead_sets {
-                t.sets.remove(&n);
-            }
-            for n in dead_chains {
-                t.chains.remove(&n);
-            }
-        }
-        live.dump()
-    }
-
     /// Number of chains (for assertions about stale-chain removal).
     pub fn chain_names(&self) -> Vec<String> {
         self.table

@@ -20,9 +20,21 @@ pub const HAIRPIN: &str = "hairpin";
 /// (`frontend . source range`, an interval set).
 pub const FIREWALL: &str = "firewall";
 pub const FIREWALL_ALLOW: &str = "firewall-allow";
-/// ClientIP affinity: `client . frontend → endpoint`, filled from the packet path.
-pub const AFFINITY: &str = "affinity";
-pub const NP_AFFINITY: &str = "np-affinity";
+/// The protocols a service port can have, as nft names them.
+pub const PROTOCOLS: [&str; 3] = ["tcp", "udp", "sctp"];
+
+/// ClientIP affinity of one protocol: `client . frontend → endpoint`, filled from the packet
+/// path (one map per protocol, as the `backends` maps; see `render::base_sets`).
+pub fn affinity_map(node_port: bool, proto: &str) -> &'static str {
+    match (node_port, proto) {
+        (false, "udp") => "affinity-udp",
+        (false, "sctp") => "affinity-sctp",
+        (false, _) => "affinity-tcp",
+        (true, "udp") => "np-affinity-udp",
+        (true, "sctp") => "np-affinity-sctp",
+        (true, _) => "np-affinity-tcp",
+    }
+}
 /// The explicit size of the affinity maps (a dynamic map without one holds 65,535 entries).
 pub const AFFINITY_SIZE: u32 = 1 << 20;
 

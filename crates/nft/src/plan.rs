@@ -164,27 +164,26 @@ impl Renderer {
                 tx.push(Op::AddTable { comment });
                 push_base(&mut tx.ops, &base, &fragments, true);
                 push_elements(&mut tx.ops, elements.values().copied());
+                // Stale round-robin chains (their verdict-map elements are flushed above) and
+                // group sets (no rule names them any more) go.
                 let current: BTreeSet<&str> = base.sets.iter().map(|s| s.name.as_str()).collect();
-                for g in self.groups.keys() {
-                    let name = g.set_name();
-                    if !current.contains(name.as_str()) {
-                        tx.push(Op::FlushSet {
-                            name,
-                            kind: set_kind(g),
-                        });
-                    }
+                let stale_sets: BTreeMap<String, SetKind> = self
+                    .groups
+                    .keys()
+                    .map(|g| (g.set_name(), set_kind(g)))
+                    .filter(|(n, _)| !current.contains(n.as_str()))
+                    .collect();
+                for (name, kind) in stale_sets {
+                    tx.push(Op::DeleteSet { name, kind });
                 }
                 let new_chains: BTreeSet<&String> =
                     fragments.values().flat_map(|f| f.chains.keys()).collect();
                 for c in self.applied.values().flat_map(|f| f.chains.keys()) {
                     if !new_chains.contains(c) {
                         tx.push(Op::FlushChain(c.clone()));
+                        tx.push(Op::DeleteChain(c.clone()));
                     }
                 }
-                // Stale round-robin chains and group sets are flushed and stay, empty
-                // and unreferenced, until the next `Recreate`: deleting them would make `nft`
-                // load its cache, after which it cannot compile the DNAT rules (see
-                // `render::base_sets`).
                 let old: BTreeSet<&AffinityPair> =
                     self.applied.values().flat_map(|f| &f.affinity).collect();
                 let new: BTreeSet<&AffinityPair> =
@@ -359,19 +358,13 @@ impl Renderer {
                 tx.push(Op::DeleteChain((*name).clone()));
             }
         }
-        // Unused group sets stay, empty and unreferenced, until the next `Recreate`.
-        // nft 1.0.6 cannot compile DNAT rules (the rewritten dispatch chains, a round-robin
-        // chain) once a delete has made it load its cache (see `render::base_sets`): such a
-        // sync (a group coming into use while something is deleted) is a full one.
-        let loads_cache = tx.ops.iter().any(|op| {
-            matches!(
-                op,
-                Op::DeleteElement { .. } | Op::DeleteSet { .. } | Op::DeleteChain(_)
-            )
-        });
-        let compiles = tx.ops.iter().any(|op| matches!(op, Op::AddRule { .. }));
-        if compiles && loads_cache {
-            return None;
+        for (name, g) in &old_sets {
+            if !new_sets.contains_key(name) {
+                tx.push(Op::DeleteSet {
+                    name: name.clone(),
+                    kind: set_kind(g),
+                });
+            }
         }
         let fragments: BTreeMap<ServicePortName, Option<Fragment>> =
             updates.into_iter().map(|(k, (_, new))| (k, new)).collect();

@@ -66,11 +66,11 @@ impl Scope {
         matches!(self, Scope::ShortCircuit | Scope::NodePortShortCircuit)
     }
 
-    /// The map `frontend . slot → endpoint address . port` of this scope.
-    pub fn backends(self) -> String {
+    /// The map `frontend . slot → endpoint address . port` of this scope and protocol.
+    pub fn backends(self, proto: &str) -> String {
         match self {
-            Scope::Service => "backends".into(),
-            s => format!("{}-backends", s.prefix()),
+            Scope::Service => format!("backends-{proto}"),
+            s => format!("{}-backends-{proto}", s.prefix()),
         }
     }
 
@@ -83,11 +83,13 @@ impl Scope {
 /// A dispatch rule in use: present in the table while some service port needs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Group {
-    /// `<scope key> @<set> dnat to <key> . <slot expr mod len> map @<backends>`.
+    /// `meta l4proto <proto> <scope key> @<set> dnat to <key> . <slot expr mod len> map
+    /// @<backends-proto>` (the set is shared by the protocols).
     Choice {
         scope: Scope,
         slot: Slot,
         len: usize,
+        proto: &'static str,
     },
     /// `<scope key> vmap @<scope>-rr`: per-service round-robin chains.
     RoundRobin(Scope),
@@ -103,9 +105,9 @@ impl Group {
     /// The set or map the group's rule looks up.
     pub fn set_name(&self) -> String {
         match self {
-            Group::Choice { scope, slot, len } => {
-                format!("{}-{}{len}", scope.prefix(), slot.short())
-            }
+            Group::Choice {
+                scope, slot, len, ..
+            } => format!("{}-{}{len}", scope.prefix(), slot.short()),
             Group::RoundRobin(scope) => scope.round_robin_map(),
             Group::Affinity {
                 node_port, timeout, ..
@@ -322,17 +324,20 @@ pub fn base_sets(family: Family) -> Vec<SetDef> {
     let svc = key_type(family, Scope::Service);
     let np = key_type(family, Scope::NodePort);
     let mut sets = vec![plain(CLUSTER_IPS, addr.into())];
-    for scope in Scope::ALL {
+    for (scope, proto) in Scope::ALL
+        .into_iter()
+        .flat_map(|s| PROTOCOLS.map(|p| (s, p)))
+    {
         // `numgen` has no named type; the modulus in `typeof` is only a label, and the same
-        // map serves every slot expression (`jhash` yields the same 32-bit integer). nft 1.0.6
-        // cannot compile a rule against a map typed `… : ip daddr . th dport` once it has
-        // loaded its cache ("conflicting protocols specified: ip vs. th"), which any delete
-        // makes it do, and `tcp dport` would restrict the rule to TCP: so the planner never
-        // puts a DNAT rule and a delete in one transaction (see `plan.rs`).
+        // map serves every slot expression (`jhash` yields the same 32-bit integer). One map
+        // per protocol: its value is typed `<proto> dport`, which makes every rule looking it
+        // up match that protocol; `th dport` would serve all, but nft 1.0.6 cannot compile a
+        // rule against such a map once it has loaded its cache ("conflicting protocols
+        // specified: ip vs. th"), which any delete or flush makes it do.
         sets.push(map(
-            scope.backends(),
+            scope.backends(proto),
             format!(
-                "{} . numgen random mod 1 : {ip} daddr . th dport",
+                "{} . numgen random mod 1 : {ip} daddr . {proto} dport",
                 key_type(family, scope)
             ),
         ));
@@ -356,11 +361,15 @@ pub fn base_sets(family: Family) -> Vec<SetDef> {
     allow.flags = vec!["interval"];
     sets.push(allow);
     sets.push(plain(HAIRPIN, format!("typeof {ip} saddr . {ip} daddr")));
-    for (name, scope) in [(AFFINITY, Scope::Service), (NP_AFFINITY, Scope::NodePort)] {
+    for (node_port, proto) in [false, true]
+        .into_iter()
+        .flat_map(|n| PROTOCOLS.map(|p| (n, p)))
+    {
+        let scope = scope_of(node_port, false);
         let mut m = map(
-            name,
+            affinity_map(node_port, proto),
             format!(
-                "typeof {ip} saddr . {} : {ip} daddr . th dport",
+                "typeof {ip} saddr . {} : {ip} daddr . {proto} dport",
                 key_expr(family, scope)
             ),
         );
@@ -398,15 +407,19 @@ fn services_rules(family: Family, node: &DesiredNode, groups: &BTreeSet<Group>) 
         ));
     }
     // A client pinned by affinity goes to its endpoint (only affinity frontends record).
-    rules.push(format!(
-        "dnat {ip} to {ip} saddr . {} map @{AFFINITY}",
-        key_expr(family, Scope::Service)
-    ));
-    rules.push(format!(
-        "{} dnat {ip} to {ip} saddr . {} map @{NP_AFFINITY}",
-        nodeport_daddr(family, node),
-        key_expr(family, Scope::NodePort)
-    ));
+    for proto in PROTOCOLS {
+        rules.push(format!(
+            "meta l4proto {proto} dnat {ip} to {ip} saddr . {} map @{}",
+            key_expr(family, Scope::Service),
+            affinity_map(false, proto)
+        ));
+        rules.push(format!(
+            "meta l4proto {proto} {} dnat {ip} to {ip} saddr . {} map @{}",
+            nodeport_daddr(family, node),
+            key_expr(family, Scope::NodePort),
+            affinity_map(true, proto)
+        ));
+    }
     // Short-circuits first: their frontends also sit in their Local pool's groups.
     for scope in Scope::ALL {
         let sources: Vec<String> = if scope.is_short_circuit() {
@@ -426,11 +439,12 @@ fn services_rules(family: Family, node: &DesiredNode, groups: &BTreeSet<Group>) 
                     scope: s,
                     slot,
                     len,
+                    proto,
                 } if *s == scope => format!(
-                    "{k} @{} dnat {ip} to {bare} . {} map @{}",
+                    "meta l4proto {proto} {k} @{} dnat {ip} to {bare} . {} map @{}",
                     g.set_name(),
                     slot.expr(family, *len),
-                    scope.backends()
+                    scope.backends(proto)
                 ),
                 Group::RoundRobin(s) if *s == scope => {
                     format!("{k} vmap @{}", scope.round_robin_map())
@@ -464,14 +478,16 @@ fn record_rules(family: Family, groups: &BTreeSet<Group>) -> Vec<String> {
         rules.push(if *node_port {
             format!(
                 "{head} meta l4proto . ct original proto-dst @{} ct original {ip} daddr != @{CLUSTER_IPS} \
-                 update @{NP_AFFINITY} {{ {ip} saddr . meta l4proto . ct original proto-dst timeout {timeout}s : {ip} daddr . th dport }}",
-                g.set_name()
+                 update @{} {{ {ip} saddr . meta l4proto . ct original proto-dst timeout {timeout}s : {ip} daddr . th dport }}",
+                g.set_name(),
+                affinity_map(true, proto)
             )
         } else {
             format!(
                 "{head} ct original {ip} daddr . meta l4proto . ct original proto-dst @{} \
-                 update @{AFFINITY} {{ {ip} saddr . ct original {ip} daddr . meta l4proto . ct original proto-dst timeout {timeout}s : {ip} daddr . th dport }}",
-                g.set_name()
+                 update @{} {{ {ip} saddr . ct original {ip} daddr . meta l4proto . ct original proto-dst timeout {timeout}s : {ip} daddr . th dport }}",
+                g.set_name(),
+                affinity_map(false, proto)
             )
         });
     }
@@ -745,7 +761,7 @@ pub fn service_fragment(family: Family, d: &DesiredServicePort, node: &DesiredNo
                 family,
                 &g,
                 eps,
-                scope,
+                (scope, proto),
                 pool_word(pool),
                 &key,
                 &comment,
@@ -759,7 +775,7 @@ pub fn service_fragment(family: Family, d: &DesiredServicePort, node: &DesiredNo
                 timeout,
                 proto,
             });
-            let map = if node_port { NP_AFFINITY } else { AFFINITY };
+            let map = affinity_map(node_port, proto);
             for ep in g.endpoints() {
                 f.affinity.insert(AffinityPair {
                     map,

@@ -82,7 +82,7 @@ fn check(algorithm: Option<&str>, want: Expect) {
         );
     }
     lines.extend(
-        fake.elements("backends")
+        fake.elements("backends-tcp")
             .into_iter()
             .map(|e| e.replace("10.96.0.10 . tcp . 80 . ", "slot ")),
     );
@@ -99,7 +99,7 @@ fn random_is_numgen_random_over_the_backends_map() {
     check(
         None,
         expect![[r#"
-            ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends
+            meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp
             slot 0 : 10.244.1.2 . 8080
             slot 1 : 10.244.2.2 . 8080
             slot 2 : 10.244.3.2 . 8080
@@ -108,7 +108,7 @@ fn random_is_numgen_random_over_the_backends_map() {
     check(
         Some("random"),
         expect![[r#"
-            ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends
+            meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp
             slot 0 : 10.244.1.2 . 8080
             slot 1 : 10.244.2.2 . 8080
             slot 2 : 10.244.3.2 . 8080
@@ -122,7 +122,7 @@ fn round_robin_is_an_incrementing_counter_per_service() {
         Some("rr"),
         expect![[r#"
             ip daddr . meta l4proto . th dport vmap @svc-rr
-            rr-svc-cluster-MIPVSHLX-default/web/tcp/http: dnat ip to ip daddr . meta l4proto . th dport . numgen inc mod 3 map @backends
+            rr-svc-cluster-MIPVSHLX-default/web/tcp/http: dnat ip to ip daddr . meta l4proto . th dport . numgen inc mod 3 map @backends-tcp
             slot 0 : 10.244.1.2 . 8080
             slot 1 : 10.244.2.2 . 8080
             slot 2 : 10.244.3.2 . 8080
@@ -135,7 +135,7 @@ fn hashes_are_jhash_slots_in_the_backends_map() {
     check(
         Some("sh"),
         expect![[r#"
-            ip daddr . meta l4proto . th dport @svc-sh3 dnat ip to ip daddr . meta l4proto . th dport . jhash ip saddr mod 3 seed 0x53564e01 map @backends
+            meta l4proto tcp ip daddr . meta l4proto . th dport @svc-sh3 dnat ip to ip daddr . meta l4proto . th dport . jhash ip saddr mod 3 seed 0x53564e01 map @backends-tcp
             slot 0 : 10.244.1.2 . 8080
             slot 1 : 10.244.2.2 . 8080
             slot 2 : 10.244.3.2 . 8080
@@ -144,7 +144,7 @@ fn hashes_are_jhash_slots_in_the_backends_map() {
     check(
         Some("dh"),
         expect![[r#"
-            ip daddr . meta l4proto . th dport @svc-dh3 dnat ip to ip daddr . meta l4proto . th dport . jhash ip daddr . th dport mod 3 seed 0x53564e02 map @backends
+            meta l4proto tcp ip daddr . meta l4proto . th dport @svc-dh3 dnat ip to ip daddr . meta l4proto . th dport . jhash ip daddr . th dport mod 3 seed 0x53564e02 map @backends-tcp
             slot 0 : 10.244.1.2 . 8080
             slot 1 : 10.244.2.2 . 8080
             slot 2 : 10.244.3.2 . 8080
@@ -160,14 +160,14 @@ fn maglev_is_a_lookup_table_of_prime_size() {
     let text = plan.tx.to_string();
     assert!(
         text.contains(
-            "ip daddr . meta l4proto . th dport @svc-mg509 dnat ip to ip daddr . meta l4proto . th dport . jhash ip saddr . th sport mod 509 seed 0x53564e03 map @backends"
+            "ip daddr . meta l4proto . th dport @svc-mg509 dnat ip to ip daddr . meta l4proto . th dport . jhash ip saddr . th sport mod 509 seed 0x53564e03 map @backends-tcp"
         ),
         "{text}"
     );
     // Every slot maps to an endpoint, each endpoint owns ⌊509/3⌋ or ⌈509/3⌉ of them.
     let mut fake = FakeNft::new();
     fake.apply(&plan.tx).unwrap();
-    let slots = fake.elements("backends");
+    let slots = fake.elements("backends-tcp");
     assert_eq!(slots.len(), 509);
     for ip in ["10.244.1.2", "10.244.2.2", "10.244.3.2"] {
         let owned = slots
@@ -201,13 +201,13 @@ fn counting_algorithms_fall_back_to_random_and_say_so() {
         assert!(
             plan.tx
                 .to_string()
-                .contains("numgen random mod 3 map @backends")
+                .contains("numgen random mod 3 map @backends-tcp")
         );
     }
     check(
         Some("lc"),
         expect![[r#"
-            ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends
+            meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp
             slot 0 : 10.244.1.2 . 8080
             slot 1 : 10.244.2.2 . 8080
             slot 2 : 10.244.3.2 . 8080

@@ -36,12 +36,12 @@ fn affinity_follows_the_map_entry_of_the_client() {
             .unwrap();
     assert_eq!(first.len(), 2, "{first:?}");
     assert!(
-        first.iter().all(|b| b.records_affinity == ["affinity"]),
+        first.iter().all(|b| b.records_affinity == ["affinity-tcp"]),
         "{first:?}"
     );
     let mut tx = svcnet_nft::Transaction::new(svcnet_nft::Family::Ip, "svcnet");
     tx.push(svcnet_nft::Op::AddElement {
-        set: "affinity".into(),
+        set: "affinity-tcp".into(),
         key: format!("{} . 10.96.0.11 . tcp . 80", c.packet().src),
         value: Some("10.244.2.2 . 8080".into()),
     });

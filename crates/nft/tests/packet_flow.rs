@@ -397,7 +397,7 @@ fn session_affinity_sticks_then_expires() {
     let sets = env
         .lab
         .node
-        .exec(&["nft", "list", "map", "ip", "svcnet", "affinity"])
+        .exec(&["nft", "list", "map", "ip", "svcnet", "affinity-tcp"])
         .unwrap();
     assert!(
         sets.contains(&env.lab.pod(0).ipv4.to_string()),
@@ -408,7 +408,7 @@ fn session_affinity_sticks_then_expires() {
     let sets = env
         .lab
         .node
-        .exec(&["nft", "list", "map", "ip", "svcnet", "affinity"])
+        .exec(&["nft", "list", "map", "ip", "svcnet", "affinity-tcp"])
         .unwrap();
     assert!(
         !sets.contains(&env.lab.pod(0).ipv4.to_string()),

@@ -36,7 +36,7 @@ fn sync(state: &mut ProxyState, r: &mut Renderer, exec: &NftExecutor) {
 fn map_slots(lab: &Lab) -> usize {
     let listed = lab
         .node
-        .exec(&["nft", "list", "map", "ip", "svcnet", "backends"])
+        .exec(&["nft", "list", "map", "ip", "svcnet", "backends-tcp"])
         .unwrap();
     listed.matches("10.96.0.10 . tcp . 80 . ").count()
 }
@@ -109,7 +109,8 @@ fn ten_backends_are_chosen_uniformly_through_the_backends_map() {
         .exec(&["nft", "list", "table", "ip", "svcnet"])
         .unwrap();
     assert!(
-        rules.contains("@svc-n10 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 10 map @backends"),
+        rules.contains("@svc-n10 dnat ip to ")
+            && rules.contains(" . numgen random mod 10 map @backends-tcp"),
         "the kernel should pick through the backends map:\n{rules}"
     );
     assert_eq!(map_slots(&lab), 10, "{rules}");
@@ -133,7 +134,7 @@ fn ten_backends_are_chosen_uniformly_through_the_backends_map() {
         .exec(&["nft", "list", "table", "ip", "svcnet"])
         .unwrap();
     assert!(
-        rules.contains("numgen random mod 9 map @backends") && !rules.contains("svc-n10"),
+        rules.contains("numgen random mod 9 map @backends-tcp") && !rules.contains("svc-n10"),
         "{rules}"
     );
     assert_eq!(map_slots(&lab), 9, "{rules}");

@@ -41,10 +41,18 @@ fn full_ruleset_cluster_ip() {
         delete table ip svcnet
         add table ip svcnet { comment "svcnet service proxy" ; }
         add set ip svcnet cluster-ips { type ipv4_addr ; }
-        add map ip svcnet sc-backends { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport ; }
-        add map ip svcnet np-sc-backends { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport ; }
-        add map ip svcnet backends { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport ; }
-        add map ip svcnet np-backends { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport ; }
+        add map ip svcnet sc-backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
+        add map ip svcnet sc-backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+        add map ip svcnet sc-backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
+        add map ip svcnet np-sc-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
+        add map ip svcnet np-sc-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+        add map ip svcnet np-sc-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
+        add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
+        add map ip svcnet backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+        add map ip svcnet backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
+        add map ip svcnet np-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
+        add map ip svcnet np-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+        add map ip svcnet np-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
         add set ip svcnet masq-always { typeof ip daddr . meta l4proto . th dport ; }
         add set ip svcnet masq-off-cluster { typeof ip daddr . meta l4proto . th dport ; }
         add set ip svcnet masq-local-source { typeof ip daddr . meta l4proto . th dport ; }
@@ -62,8 +70,12 @@ fn full_ruleset_cluster_ip() {
         add set ip svcnet firewall { typeof ip daddr . meta l4proto . th dport ; }
         add set ip svcnet firewall-allow { typeof ip daddr . meta l4proto . th dport . ip saddr ; flags interval ; }
         add set ip svcnet hairpin { typeof ip saddr . ip daddr ; }
-        add map ip svcnet affinity { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . th dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-        add map ip svcnet np-affinity { typeof ip saddr . meta l4proto . th dport : ip daddr . th dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+        add map ip svcnet affinity-tcp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+        add map ip svcnet affinity-udp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . udp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+        add map ip svcnet affinity-sctp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . sctp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+        add map ip svcnet np-affinity-tcp { typeof ip saddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+        add map ip svcnet np-affinity-udp { typeof ip saddr . meta l4proto . th dport : ip daddr . udp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+        add map ip svcnet np-affinity-sctp { typeof ip saddr . meta l4proto . th dport : ip daddr . sctp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
         add set ip svcnet svc-n2 { typeof ip daddr . meta l4proto . th dport ; }
         add chain ip svcnet masquerading
         add chain ip svcnet services
@@ -83,7 +95,7 @@ fn full_ruleset_cluster_ip() {
         add chain ip svcnet nat-output { type nat hook output priority -100 ; }
         add chain ip svcnet nat-postrouting { type nat hook postrouting priority 100 ; }
         add chain ip svcnet masquerading { meta mark & 0x4000 == 0 return ; meta mark set meta mark ^ 0x4000 ; masquerade fully-random ; }
-        add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity ; fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity ; ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends ; }
+        add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; meta l4proto tcp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-tcp ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-tcp ; meta l4proto udp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-udp ; meta l4proto udp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-udp ; meta l4proto sctp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-sctp ; meta l4proto sctp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-sctp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends-tcp ; }
         add chain ip svcnet firewall-check { ip daddr . meta l4proto . th dport @firewall ip daddr . meta l4proto . th dport . ip saddr != @firewall-allow drop ; }
         add chain ip svcnet endpoints-check { ip daddr . meta l4proto . th dport @no-endpoint-reject reject ; ip daddr . meta l4proto . th dport @no-endpoint-drop drop ; ip daddr . meta l4proto . th dport @local-refuse-reject reject ; ip daddr . meta l4proto . th dport @local-refuse-drop drop ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-no-endpoint-reject reject ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-no-endpoint-drop drop ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-local-refuse-reject reject ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-local-refuse-drop drop ; }
         add chain ip svcnet output-endpoints-check { ip daddr . meta l4proto . th dport @no-endpoint-reject reject ; ip daddr . meta l4proto . th dport @no-endpoint-drop drop ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-no-endpoint-reject reject ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-no-endpoint-drop drop ; }
@@ -98,7 +110,7 @@ fn full_ruleset_cluster_ip() {
         add chain ip svcnet nat-prerouting { jump services ; }
         add chain ip svcnet nat-output { jump services ; }
         add chain ip svcnet nat-postrouting { jump masquerading ; ct status dnat ip saddr . ip daddr @hairpin masquerade fully-random ; }
-        add map ip svcnet backends { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport ; elements = { 10.96.0.10 . tcp . 80 . 0 : 10.244.1.2 . 8080, 10.96.0.10 . tcp . 80 . 1 : 10.244.2.2 . 8080 } ; }
+        add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; elements = { 10.96.0.10 . tcp . 80 . 0 : 10.244.1.2 . 8080, 10.96.0.10 . tcp . 80 . 1 : 10.244.2.2 . 8080 } ; }
         add set ip svcnet cluster-ips { type ipv4_addr ; elements = { 10.96.0.10 } ; }
         add set ip svcnet hairpin { typeof ip saddr . ip daddr ; elements = { 10.244.1.2 . 10.244.1.2, 10.244.2.2 . 10.244.2.2 } ; }
         add set ip svcnet masq-off-cluster { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.10 . tcp . 80 } ; }
@@ -168,10 +180,11 @@ fn full_ruleset_every_frontend_kind() {
     }));
     let (_, _, text) = full(&s, None);
     expect![[r#"
-        add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity ; fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity ; ip saddr { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @sc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @sc-backends ; fib saddr type local ip daddr . meta l4proto . th dport @sc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @sc-backends ; ip saddr { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-sc-n2 dnat ip to meta l4proto . th dport . numgen random mod 2 map @np-sc-backends ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-sc-n2 dnat ip to meta l4proto . th dport . numgen random mod 2 map @np-sc-backends ; ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends ; ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-n1 dnat ip to meta l4proto . th dport . numgen random mod 1 map @np-backends ; }
-        add chain ip svcnet affinity-record { meta l4proto udp ct state new ct status dnat ct original ip daddr . meta l4proto . ct original proto-dst @aff-60 update @affinity { ip saddr . ct original ip daddr . meta l4proto . ct original proto-dst timeout 60s : ip daddr . th dport } ; }
+        add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; meta l4proto tcp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-tcp ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-tcp ; meta l4proto udp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-udp ; meta l4proto udp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-udp ; meta l4proto sctp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-sctp ; meta l4proto sctp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-sctp ; ip saddr { 10.244.0.0/16 } meta l4proto tcp ip daddr . meta l4proto . th dport @sc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @sc-backends-tcp ; fib saddr type local meta l4proto tcp ip daddr . meta l4proto . th dport @sc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @sc-backends-tcp ; ip saddr { 10.244.0.0/16 } meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-sc-n2 dnat ip to meta l4proto . th dport . numgen random mod 2 map @np-sc-backends-tcp ; fib saddr type local meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-sc-n2 dnat ip to meta l4proto . th dport . numgen random mod 2 map @np-sc-backends-tcp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends-tcp ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-n1 dnat ip to meta l4proto . th dport . numgen random mod 1 map @np-backends-tcp ; }
+        add chain ip svcnet affinity-record { meta l4proto udp ct state new ct status dnat ct original ip daddr . meta l4proto . ct original proto-dst @aff-60 update @affinity-udp { ip saddr . ct original ip daddr . meta l4proto . ct original proto-dst timeout 60s : ip daddr . th dport } ; }
         add set ip svcnet aff-60 { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.10 . udp . 53 } ; }
-        add map ip svcnet backends { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport ; elements = { 10.96.0.10 . udp . 53 . 0 : 10.244.1.3 . 5353, 10.96.0.20 . tcp . 443 . 0 : 10.244.1.5 . 8443, 10.96.0.20 . tcp . 443 . 1 : 10.244.2.5 . 8443, 198.51.100.9 . tcp . 443 . 0 : 10.244.1.5 . 8443, 203.0.113.7 . tcp . 443 . 0 : 10.244.1.5 . 8443 } ; }
+        add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; elements = { 10.96.0.20 . tcp . 443 . 0 : 10.244.1.5 . 8443, 10.96.0.20 . tcp . 443 . 1 : 10.244.2.5 . 8443, 198.51.100.9 . tcp . 443 . 0 : 10.244.1.5 . 8443, 203.0.113.7 . tcp . 443 . 0 : 10.244.1.5 . 8443 } ; }
+        add map ip svcnet backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; elements = { 10.96.0.10 . udp . 53 . 0 : 10.244.1.3 . 5353 } ; }
         add set ip svcnet cluster-ips { type ipv4_addr ; elements = { 10.96.0.10, 10.96.0.20, 10.96.0.30, 10.96.0.40 } ; }
         add set ip svcnet firewall { typeof ip daddr . meta l4proto . th dport ; elements = { 203.0.113.7 . tcp . 443 } ; }
         add set ip svcnet firewall-allow { typeof ip daddr . meta l4proto . th dport . ip saddr ; flags interval ; elements = { 203.0.113.7 . tcp . 443 . 192.168.50.0/24 } ; }
@@ -180,13 +193,13 @@ fn full_ruleset_every_frontend_kind() {
         add set ip svcnet masq-off-cluster { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.10 . udp . 53, 10.96.0.20 . tcp . 443 } ; }
         add set ip svcnet no-endpoint-drop { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.40 . tcp . 80 } ; }
         add set ip svcnet no-endpoint-reject { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.30 . tcp . 80 } ; }
-        add map ip svcnet np-backends { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport ; elements = { tcp . 30443 . 0 : 10.244.1.5 . 8443 } ; }
+        add map ip svcnet np-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; elements = { tcp . 30443 . 0 : 10.244.1.5 . 8443 } ; }
         add set ip svcnet np-masq-local-source { typeof meta l4proto . th dport ; elements = { tcp . 30443 } ; }
         add set ip svcnet np-n1 { typeof meta l4proto . th dport ; elements = { tcp . 30443 comment "node port of shop/lb/tcp/https" } ; }
         add set ip svcnet np-no-endpoint-reject { typeof meta l4proto . th dport ; elements = { tcp . 30080 } ; }
-        add map ip svcnet np-sc-backends { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport ; elements = { tcp . 30443 . 0 : 10.244.1.5 . 8443, tcp . 30443 . 1 : 10.244.2.5 . 8443 } ; }
+        add map ip svcnet np-sc-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; elements = { tcp . 30443 . 0 : 10.244.1.5 . 8443, tcp . 30443 . 1 : 10.244.2.5 . 8443 } ; }
         add set ip svcnet np-sc-n2 { typeof meta l4proto . th dport ; elements = { tcp . 30443 comment "node port of shop/lb/tcp/https" } ; }
-        add map ip svcnet sc-backends { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport ; elements = { 198.51.100.9 . tcp . 443 . 0 : 10.244.1.5 . 8443, 198.51.100.9 . tcp . 443 . 1 : 10.244.2.5 . 8443, 203.0.113.7 . tcp . 443 . 0 : 10.244.1.5 . 8443, 203.0.113.7 . tcp . 443 . 1 : 10.244.2.5 . 8443 } ; }
+        add map ip svcnet sc-backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; elements = { 198.51.100.9 . tcp . 443 . 0 : 10.244.1.5 . 8443, 198.51.100.9 . tcp . 443 . 1 : 10.244.2.5 . 8443, 203.0.113.7 . tcp . 443 . 0 : 10.244.1.5 . 8443, 203.0.113.7 . tcp . 443 . 1 : 10.244.2.5 . 8443 } ; }
         add set ip svcnet sc-n2 { typeof ip daddr . meta l4proto . th dport ; elements = { 198.51.100.9 . tcp . 443 comment "external IP of shop/lb/tcp/https", 203.0.113.7 . tcp . 443 comment "load-balancer IP (with loadBalancerSourceRanges) of shop/lb/tcp/https" } ; }
         add set ip svcnet svc-n1 { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.10 . udp . 53 comment "cluster IP of kube-system/dns/udp/dns", 198.51.100.9 . tcp . 443 comment "external IP of shop/lb/tcp/https", 203.0.113.7 . tcp . 443 comment "load-balancer IP (with loadBalancerSourceRanges) of shop/lb/tcp/https" } ; }
         add set ip svcnet svc-n2 { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.20 . tcp . 443 comment "cluster IP of shop/lb/tcp/https" } ; }
@@ -212,14 +225,48 @@ fn partial_syncs_touch_only_what_changed() {
         &mut r,
         &mut fake,
         expect![[r#"
-            add map ip svcnet backends { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport ; }
+            add map ip svcnet affinity-sctp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . sctp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet affinity-tcp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet affinity-udp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . udp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
+            add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
+            add map ip svcnet backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+            add set ip svcnet cluster-ips { type ipv4_addr ; }
+            add set ip svcnet firewall { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet firewall-allow { typeof ip daddr . meta l4proto . th dport . ip saddr ; flags interval ; }
             add set ip svcnet hairpin { typeof ip saddr . ip daddr ; }
+            add set ip svcnet local-refuse-drop { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet local-refuse-reject { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet masq-always { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet masq-local-source { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet masq-off-cluster { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet no-endpoint-drop { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet no-endpoint-reject { typeof ip daddr . meta l4proto . th dport ; }
+            add map ip svcnet np-affinity-sctp { typeof ip saddr . meta l4proto . th dport : ip daddr . sctp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet np-affinity-tcp { typeof ip saddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet np-affinity-udp { typeof ip saddr . meta l4proto . th dport : ip daddr . udp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet np-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
+            add map ip svcnet np-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
+            add map ip svcnet np-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+            add set ip svcnet np-local-refuse-drop { typeof meta l4proto . th dport ; }
+            add set ip svcnet np-local-refuse-reject { typeof meta l4proto . th dport ; }
+            add set ip svcnet np-masq-always { typeof meta l4proto . th dport ; }
+            add set ip svcnet np-masq-local-source { typeof meta l4proto . th dport ; }
+            add set ip svcnet np-masq-off-cluster { typeof meta l4proto . th dport ; }
+            add set ip svcnet np-no-endpoint-drop { typeof meta l4proto . th dport ; }
+            add set ip svcnet np-no-endpoint-reject { typeof meta l4proto . th dport ; }
+            add map ip svcnet np-sc-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
+            add map ip svcnet np-sc-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
+            add map ip svcnet np-sc-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+            add map ip svcnet sc-backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
+            add map ip svcnet sc-backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
+            add map ip svcnet sc-backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
             add set ip svcnet svc-n3 { typeof ip daddr . meta l4proto . th dport ; }
-            add map ip svcnet backends { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . th dport ; elements = { 10.96.0.10 . tcp . 80 . 2 : 10.244.3.2 . 8080 } ; }
+            add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; elements = { 10.96.0.10 . tcp . 80 . 2 : 10.244.3.2 . 8080 } ; }
             add set ip svcnet hairpin { typeof ip saddr . ip daddr ; elements = { 10.244.3.2 . 10.244.3.2 } ; }
             add set ip svcnet svc-n3 { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.10 . tcp . 80 comment "cluster IP of default/web/tcp/http" } ; }
             flush chain ip svcnet services
-            add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity ; fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity ; ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends ; }
+            add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; meta l4proto tcp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-tcp ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-tcp ; meta l4proto udp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-udp ; meta l4proto udp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-udp ; meta l4proto sctp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-sctp ; meta l4proto sctp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-sctp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp ; }
             flush chain ip svcnet affinity-record
             delete set ip svcnet svc-n2
         "#]],
@@ -250,17 +297,52 @@ fn partial_syncs_touch_only_what_changed() {
         &mut r,
         &mut fake,
         expect![[r#"
-            delete element ip svcnet backends { 10.96.0.10 . tcp . 80 . 0 }
-            delete element ip svcnet backends { 10.96.0.10 . tcp . 80 . 1 }
-            delete element ip svcnet backends { 10.96.0.10 . tcp . 80 . 2 }
+            delete element ip svcnet backends-tcp { 10.96.0.10 . tcp . 80 . 0 }
+            delete element ip svcnet backends-tcp { 10.96.0.10 . tcp . 80 . 1 }
+            delete element ip svcnet backends-tcp { 10.96.0.10 . tcp . 80 . 2 }
             delete element ip svcnet hairpin { 10.244.1.2 . 10.244.1.2 }
             delete element ip svcnet hairpin { 10.244.2.2 . 10.244.2.2 }
             delete element ip svcnet hairpin { 10.244.3.2 . 10.244.3.2 }
             delete element ip svcnet masq-off-cluster { 10.96.0.10 . tcp . 80 }
+            add map ip svcnet affinity-sctp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . sctp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet affinity-tcp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet affinity-udp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . udp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
+            add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
+            add map ip svcnet backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+            add set ip svcnet cluster-ips { type ipv4_addr ; }
+            add set ip svcnet firewall { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet firewall-allow { typeof ip daddr . meta l4proto . th dport . ip saddr ; flags interval ; }
+            add set ip svcnet hairpin { typeof ip saddr . ip daddr ; }
+            add set ip svcnet local-refuse-drop { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet local-refuse-reject { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet masq-always { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet masq-local-source { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet masq-off-cluster { typeof ip daddr . meta l4proto . th dport ; }
+            add set ip svcnet no-endpoint-drop { typeof ip daddr . meta l4proto . th dport ; }
             add set ip svcnet no-endpoint-reject { typeof ip daddr . meta l4proto . th dport ; }
+            add map ip svcnet np-affinity-sctp { typeof ip saddr . meta l4proto . th dport : ip daddr . sctp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet np-affinity-tcp { typeof ip saddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet np-affinity-udp { typeof ip saddr . meta l4proto . th dport : ip daddr . udp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet np-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
+            add map ip svcnet np-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
+            add map ip svcnet np-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+            add set ip svcnet np-local-refuse-drop { typeof meta l4proto . th dport ; }
+            add set ip svcnet np-local-refuse-reject { typeof meta l4proto . th dport ; }
+            add set ip svcnet np-masq-always { typeof meta l4proto . th dport ; }
+            add set ip svcnet np-masq-local-source { typeof meta l4proto . th dport ; }
+            add set ip svcnet np-masq-off-cluster { typeof meta l4proto . th dport ; }
+            add set ip svcnet np-no-endpoint-drop { typeof meta l4proto . th dport ; }
+            add set ip svcnet np-no-endpoint-reject { typeof meta l4proto . th dport ; }
+            add map ip svcnet np-sc-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
+            add map ip svcnet np-sc-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
+            add map ip svcnet np-sc-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+            add map ip svcnet sc-backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
+            add map ip svcnet sc-backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
+            add map ip svcnet sc-backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
             add set ip svcnet no-endpoint-reject { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.10 . tcp . 80 } ; }
             flush chain ip svcnet services
-            add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity ; fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity ; }
+            add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; meta l4proto tcp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-tcp ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-tcp ; meta l4proto udp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-udp ; meta l4proto udp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-udp ; meta l4proto sctp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-sctp ; meta l4proto sctp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-sctp ; }
             flush chain ip svcnet affinity-record
             delete set ip svcnet svc-n3
         "#]],
@@ -291,11 +373,11 @@ fn reassert_repairs_drift_and_keeps_affinity_entries() {
     // Drift: someone deletes a backends slot; a client is pinned by affinity.
     let mut tx = svcnet_nft::Transaction::new(Family::Ip, "svcnet");
     tx.push(svcnet_nft::Op::DeleteElement {
-        set: "backends".into(),
+        set: "backends-tcp".into(),
         key: "10.96.0.10 . tcp . 80 . 1".into(),
     });
     tx.push(svcnet_nft::Op::AddElement {
-        set: "affinity".into(),
+        set: "affinity-tcp".into(),
         key: "10.244.9.9 . 10.96.0.10 . tcp . 80".into(),
         value: Some("10.244.1.2 . 8080".into()),
     });
@@ -309,15 +391,18 @@ fn reassert_repairs_drift_and_keeps_affinity_entries() {
     fake.apply(&plan.tx).unwrap();
     r.commit(plan);
     let (_, fresh, _) = full(&state, None);
-    assert_eq!(fake.elements("backends"), fresh.elements("backends"));
     assert_eq!(
-        fake.elements("affinity"),
+        fake.elements("backends-tcp"),
+        fresh.elements("backends-tcp")
+    );
+    assert_eq!(
+        fake.elements("affinity-tcp"),
         ["10.244.9.9 . 10.96.0.10 . tcp . 80 : 10.244.1.2 . 8080"]
     );
     // Apart from the affinity entry, a reassert gives what a fresh full sync gives.
     let mut tx = svcnet_nft::Transaction::new(Family::Ip, "svcnet");
     tx.push(svcnet_nft::Op::DeleteElement {
-        set: "affinity".into(),
+        set: "affinity-tcp".into(),
         key: "10.244.9.9 . 10.96.0.10 . tcp . 80".into(),
     });
     fake.apply(&tx).unwrap();
@@ -352,7 +437,7 @@ fn fake_rejects_dangling_references_atomically() {
     assert!(fake.apply(&tx).unwrap_err().message.contains("not empty"));
     let mut tx = svcnet_nft::Transaction::new(Family::Ip, "svcnet");
     tx.push(svcnet_nft::Op::DeleteSet {
-        name: "backends".into(),
+        name: "backends-tcp".into(),
         kind: svcnet_nft::tx::SetKind::Map,
     });
     assert!(
@@ -382,7 +467,7 @@ fn ipv6_renders_in_its_own_table() {
     let text = plan.tx.to_string();
     let marker = "add chain ip6 svcnet nat-postrouting { jump masquerading ; ct status dnat ip6 saddr . ip6 daddr @hairpin masquerade fully-random ; }\n";
     expect![[r#"
-        add map ip6 svcnet backends { typeof ip6 daddr . meta l4proto . th dport . numgen random mod 1 : ip6 daddr . th dport ; elements = { fd00:10:96::10 . tcp . 80 . 0 : fd00:244:1::2 . 8080 } ; }
+        add map ip6 svcnet backends-tcp { typeof ip6 daddr . meta l4proto . th dport . numgen random mod 1 : ip6 daddr . tcp dport ; elements = { fd00:10:96::10 . tcp . 80 . 0 : fd00:244:1::2 . 8080 } ; }
         add set ip6 svcnet cluster-ips { type ipv6_addr ; elements = { fd00:10:96::10 } ; }
         add set ip6 svcnet hairpin { typeof ip6 saddr . ip6 daddr ; elements = { fd00:244:1::2 . fd00:244:1::2 } ; }
         add set ip6 svcnet svc-n1 { typeof ip6 daddr . meta l4proto . th dport ; elements = { fd00:10:96::10 . tcp . 80 comment "cluster IP of default/v6/tcp/" } ; }

@@ -220,7 +220,15 @@ impl Tracer<'_> {
             ["ip" | "ip6", "daddr", ..] => (v(st.dst.to_string()), 2),
             ["ip" | "ip6", "saddr", ..] => (v(pkt.src.to_string()), 2),
             ["meta", "l4proto", ..] => (v(pkt.proto_name().to_string()), 2),
-            ["th" | "tcp" | "udp" | "sctp", "dport", ..] => (port(st.dport), 2),
+            ["th", "dport", ..] => (port(st.dport), 2),
+            // nft's listing names the port by the protocol the rule depends on.
+            [proto @ ("tcp" | "udp" | "sctp"), "dport", ..] => {
+                if *proto == pkt.proto_name() {
+                    (port(st.dport), 2)
+                } else {
+                    (Some(Field::Value(None)), 2)
+                }
+            }
             ["ct", "original", "ip" | "ip6", "daddr", ..] => (v(pkt.dst.to_string()), 4),
             ["ct", "original", "proto-dst", ..] => (port(pkt.dport), 3),
             ["numgen", "random" | "inc", "mod", n, ..] => (Some(Field::Numgen(n.parse().ok()?)), 4),
