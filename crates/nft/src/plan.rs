@@ -352,18 +352,19 @@ impl Renderer {
                 }
             }
         }
-        for name in old_chains.keys() {
-            if !new_chains.contains_key(*name) {
-                tx.push(Op::FlushChain((*name).clone()));
-                tx.push(Op::DeleteChain((*name).clone()));
-            }
-        }
+        // Unused group sets first: a round-robin map's elements name the chains.
         for (name, g) in &old_sets {
             if !new_sets.contains_key(name) {
                 tx.push(Op::DeleteSet {
                     name: name.clone(),
                     kind: set_kind(g),
                 });
+            }
+        }
+        for name in old_chains.keys() {
+            if !new_chains.contains_key(*name) {
+                tx.push(Op::FlushChain((*name).clone()));
+                tx.push(Op::DeleteChain((*name).clone()));
             }
         }
         let fragments: BTreeMap<ServicePortName, Option<Fragment>> =
