@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 need=(nft iptables-restore conntrack ip dig curl script pgrep)
 missing=()
 for bin in "${need[@]}"; do command -v "$bin" >/dev/null 2>&1 || missing+=("$bin"); done
+# The nftables dataplane loads libnftables at run time (dlopen, no headers needed to build).
+ldconfig -p 2>/dev/null | grep 'libnftables\.so\.1 ' >/dev/null || missing+=(libnftables.so.1)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "missing tools: ${missing[*]}; run as root so they can be installed" >&2
@@ -15,7 +17,7 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq nftables iptables conntrack iproute2 bind9-dnsutils curl util-linux procps >/dev/null
+  apt-get install -y -qq nftables libnftables1 iptables conntrack iproute2 bind9-dnsutils curl util-linux procps >/dev/null
 fi
 
 cargo fmt --all -- --check

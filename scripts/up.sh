@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The run command: installs what `svcnet up` and the README's walkthrough need at run time (as
-# root, on Debian: nftables, iptables, conntrack, iproute2, and curl and dig for the
+# root, on Debian: nftables and libnftables1, iptables, conntrack, iproute2, and curl and dig for the
 # walkthrough), then starts `svcnet up` from the repository root, so the default data dir is
 # <repository>/svcnet-data. Arguments are passed to `svcnet up` (see `svcnet up --help`).
 # SVCNET_BIN=/path/to/svcnet runs that binary instead of building one with cargo (the README
@@ -12,6 +12,8 @@ missing=()
 for pair in nft:nftables iptables-restore:iptables conntrack:conntrack ip:iproute2 curl:curl dig:bind9-dnsutils; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair##*:}")
 done
+# The nftables mode's proxy loads libnftables at run time (dlopen).
+ldconfig -p 2>/dev/null | grep 'libnftables\.so\.1 ' >/dev/null || missing+=(libnftables1)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "svcnet up needs: ${missing[*]}; run this script as root so it can install them" >&2

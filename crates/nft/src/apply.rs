@@ -1,111 +1,128 @@
-//! Applying transactions to the kernel with `nft -f -` (atomic: the whole text is one netlink
-//! batch), optionally inside a named network namespace (`ip netns exec`). The only I/O in
-//! this crate.
+//! Applying transactions to the kernel through one long-lived libnftables context
+//! (`svcnet-libnft`), in the current or a named network namespace. The context receives
+//! exactly the text `Transaction`'s `Display` prints, the text `nft -f -` would read: one
+//! atomic netlink batch. The only I/O in this crate.
+//!
+//! Why a context and not `nft -f -` per sync: an `nft` process pays its start-up and, after
+//! any deletion, a wait in its final `close()` for an RCU grace period after the change is
+//! already live (4–13 ms at 30k services, `shared/notes/nft-data-maps.md`, finding 4), so a
+//! one-element change costs milliseconds where the kernel's commit costs tens of
+//! microseconds; figures in README.md (`context_bench`). There is no fallback to the `nft`
+//! binary: the library is what the binary runs, so a host with `nft` has it, and one
+//! transport keeps one behaviour (a missing library is reported once and not retried in a
+//! loop).
+//!
+//! The context is opened on first use and dropped after any failure ([`NftExecutor::reset`],
+//! which the dataplane calls when the syncer invalidates a family): the next sync is full and
+//! runs on a fresh context.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use svcnet_libnft::Nft;
 
 use crate::tx::{Family, Transaction};
 
 /// Why an apply failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
-    /// The `nft` (or `ip`) binary is missing.
-    #[error("{program} not found; install it (Debian/Ubuntu: `apt-get install {package}`)")]
-    NotInstalled {
-        program: String,
-        package: &'static str,
-    },
-    /// nft rejected the transaction; nothing was changed.
-    #[error("nft rejected the transaction (exit {status}): {stderr}")]
-    Rejected { status: i32, stderr: String },
-    #[error("running nft: {0}")]
-    Io(#[from] std::io::Error),
+    /// libnftables is missing: retrying cannot help.
+    #[error("{0}")]
+    NotInstalled(svcnet_libnft::Error),
+    /// nft rejected the transaction (the text is what `nft -f` prints); nothing was changed.
+    #[error("nft rejected the transaction: {stderr}")]
+    Rejected { stderr: String },
+    /// The context died or could not be opened; the next sync opens a new one.
+    #[error("nftables context: {0}")]
+    Context(svcnet_libnft::Error),
 }
 
-impl ApplyError {
-    /// Whether retrying (with a full sync) may help; a missing binary will not fix itself.
-    pub fn is_retryable(&self) -> bool {
-        !matches!(self, Self::NotInstalled { .. })
+impl From<svcnet_libnft::Error> for ApplyError {
+    fn from(e: svcnet_libnft::Error) -> Self {
+        match e {
+            svcnet_libnft::Error::Rejected(stderr) => Self::Rejected { stderr },
+            e @ svcnet_libnft::Error::NotInstalled(_) => Self::NotInstalled(e),
+            e => Self::Context(e),
+        }
     }
 }
 
-/// Runs `nft`, in the current or a named network namespace.
+impl ApplyError {
+    /// Whether retrying (with a full sync) may help; a missing library or namespace will not
+    /// fix itself.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Self::NotInstalled(_) => false,
+            Self::Rejected { .. } => true,
+            Self::Context(e) => e.is_retryable(),
+        }
+    }
+}
+
+/// Applies transactions in the current or a named network namespace through one context,
+/// opened on first use. Clones share the context.
 #[derive(Clone, Debug, Default)]
 pub struct NftExecutor {
     netns: Option<String>,
+    ctx: Arc<Mutex<Option<Nft>>>,
 }
 
 impl NftExecutor {
     pub fn new(netns: Option<String>) -> Self {
-        Self { netns }
+        Self {
+            netns,
+            ctx: Arc::default(),
+        }
     }
 
     pub fn netns(&self) -> Option<&str> {
         self.netns.as_deref()
     }
 
-    fn command(&self, args: &[&str]) -> Command {
-        match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, "nft"]).args(args);
-                c
-            }
-            None => {
-                let mut c = Command::new("nft");
-                c.args(args);
-                c
-            }
-        }
+    fn slot(&self) -> MutexGuard<'_, Option<Nft>> {
+        self.ctx.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn run(&self, args: &[&str], stdin: Option<&str>) -> Result<String, ApplyError> {
-        let mut cmd = self.command(args);
-        cmd.stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                let (program, package) = if self.netns.is_some() {
-                    ("ip", "iproute2")
-                } else {
-                    ("nft", "nftables")
-                };
-                ApplyError::NotInstalled {
-                    program: program.into(),
-                    package,
+    /// Runs nft commands through the context (opening it if needed); a context that died is
+    /// dropped, so the next call opens a new one.
+    fn run(&self, commands: &str) -> Result<String, ApplyError> {
+        let mut slot = self.slot();
+        let nft = match &mut *slot {
+            Some(nft) => nft,
+            empty => empty.insert(Nft::open(self.netns.as_deref())?),
+        };
+        match nft.run(commands) {
+            Ok(out) => Ok(out),
+            Err(e) => {
+                if matches!(e, svcnet_libnft::Error::Gone) {
+                    *slot = None;
                 }
+                Err(e.into())
             }
-            _ => ApplyError::Io(e),
-        })?;
-        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(text.as_bytes())?;
         }
-        let out = child.wait_with_output()?;
-        if !out.status.success() {
-            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-            if stderr.contains("exec of \"nft\" failed") || stderr.contains("exec of nft failed") {
-                return Err(ApplyError::NotInstalled {
-                    program: "nft".into(),
-                    package: "nftables",
-                });
-            }
-            return Err(ApplyError::Rejected {
-                status: out.status.code().unwrap_or(-1),
-                stderr,
-            });
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// Checks that nft can run (for a clear error at start-up).
+    /// Checks that a context can be opened (the library loads, the namespace can be entered),
+    /// for a clear error at start-up; keeps it for the first sync.
     pub fn check(&self) -> Result<(), ApplyError> {
-        self.run(&["--version"], None).map(|_| ())
+        let mut slot = self.slot();
+        if slot.is_none() {
+            *slot = Some(Nft::open(self.netns.as_deref())?);
+        }
+        Ok(())
+    }
+
+    /// Drops the context; the next call opens a new one (after a failed sync, so that the
+    /// full sync that follows starts from a fresh context).
+    pub fn reset(&self) {
+        *self.slot() = None;
+    }
+
+    /// Fault injection for tests: the context's thread ends as if it had died, unknown to
+    /// the caller; the next apply fails (retryably) and the one after opens a new context.
+    pub fn kill_context(&self) {
+        if let Some(nft) = &*self.slot() {
+            nft.kill();
+        }
     }
 
     /// Applies a transaction atomically. An empty transaction is a no-op.
@@ -113,14 +130,20 @@ impl NftExecutor {
         if tx.is_empty() {
             return Ok(());
         }
-        self.run(&["-f", "-"], Some(&tx.to_string())).map(|_| ())
+        self.run(&tx.to_string()).map(|_| ())
+    }
+
+    /// Runs nft commands as written (a listing's text comes back): for readers of the kernel's
+    /// state beside transactions (`list table`, counting chains at start-up).
+    pub fn command(&self, commands: &str) -> Result<String, ApplyError> {
+        self.run(commands)
     }
 
     /// `nft list table`; `Ok(None)` when the table does not exist.
     pub fn list_table(&self, family: Family, table: &str) -> Result<Option<String>, ApplyError> {
-        match self.run(&["list", "table", family.as_str(), table], None) {
+        match self.run(&format!("list table {} {table}", family.as_str())) {
             Ok(s) => Ok(Some(s)),
-            Err(ApplyError::Rejected { stderr, .. }) if stderr.contains("No such file") => Ok(None),
+            Err(ApplyError::Rejected { stderr }) if stderr.contains("No such file") => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -132,20 +155,18 @@ impl NftExecutor {
         table: &str,
         map: &str,
     ) -> Result<Option<String>, ApplyError> {
-        match self.run(&["list", "map", family.as_str(), table, map], None) {
+        match self.run(&format!("list map {} {table} {map}", family.as_str())) {
             Ok(s) => Ok(Some(s)),
-            Err(ApplyError::Rejected { stderr, .. }) if stderr.contains("No such file") => Ok(None),
+            Err(ApplyError::Rejected { stderr }) if stderr.contains("No such file") => Ok(None),
             Err(e) => Err(e),
         }
     }
 
     /// Deletes svcnet's table (`--cleanup`); `Ok(false)` when it did not exist.
     pub fn delete_table(&self, family: Family, table: &str) -> Result<bool, ApplyError> {
-        match self.run(&["delete", "table", family.as_str(), table], None) {
+        match self.run(&format!("delete table {} {table}", family.as_str())) {
             Ok(_) => Ok(true),
-            Err(ApplyError::Rejected { stderr, .. }) if stderr.contains("No such file") => {
-                Ok(false)
-            }
+            Err(ApplyError::Rejected { stderr }) if stderr.contains("No such file") => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -106,7 +106,6 @@ impl Dataplane for NftDataplane {
             };
             let tx = affinity::purge(family, &self.table, map, &listing, &plan.affinity_purge)
                 .map_err(|e| ApplyError::Rejected {
-                    status: -1,
                     stderr: format!("reading affinity map {map}: {e}"),
                 })?;
             self.exec.apply(&tx)?;
@@ -122,6 +121,9 @@ impl Dataplane for NftDataplane {
 
     fn invalidate(&mut self, family: IpFamily) {
         self.renderer(family).invalidate();
+        // The full sync that follows runs on a fresh context (a failure may have been the
+        // context's own).
+        self.exec.reset();
     }
 
     fn service_ports(&self, family: IpFamily) -> usize {

@@ -6,7 +6,8 @@
 //! with the same slot expression), so service and endpoint changes are element updates;
 //! [`plan`] turns desired state into full or
 //! partial [`Transaction`]s (values, whose `Display` is the nft text); [`apply`] pipes them
-//! to `nft -f -` (the only I/O here); [`fake`] applies the same values in memory and rejects
+//! to one long-lived libnftables context (`svcnet-libnft`; the only I/O here); [`fake`]
+//! applies the same values in memory and rejects
 //! dangling references; [`dataplane`] is all of it behind the dataplane contract
 //! ([`svcnet_proxy::Dataplane`]). This crate never reads API objects and never decides policy: every
 //! decision (which endpoints, reject or drop, masquerade, which algorithm) comes from the
@@ -20,7 +21,6 @@
 pub mod affinity;
 pub mod apply;
 pub mod choice;
-pub mod conntrack;
 pub mod dataplane;
 pub mod fake;
 pub mod names;

@@ -94,7 +94,7 @@ impl Env {
             r.commit(plan);
         }
         let stale = self.state.stale_conntrack(&changes);
-        svcnet_nft::conntrack::clear_stale(Some(self.lab.node.name()), &stale).unwrap();
+        svcnet_conntrack::clear_stale(Some(self.lab.node.name()), &stale).unwrap();
     }
 
     fn tcp_from(

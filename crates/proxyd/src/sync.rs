@@ -212,7 +212,7 @@ impl SyncLoop {
         if !stale.is_empty() {
             let ns = self.cfg.netns.clone();
             match tokio::task::spawn_blocking(move || {
-                svcnet_nft::conntrack::clear_stale(ns.as_deref(), &stale)
+                svcnet_conntrack::clear_stale(ns.as_deref(), &stale)
             })
             .await
             {

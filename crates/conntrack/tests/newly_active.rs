@@ -9,8 +9,8 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
+use svcnet_conntrack::{clear_stale, delete_args};
 use svcnet_netns::test_support::{Lab, NODE_IP, udp_ask_with};
-use svcnet_nft::conntrack::{clear_stale, delete_args};
 use svcnet_nft::{Family, FullMode, NftExecutor, Renderer};
 use svcnet_proxy::fixtures::*;
 use svcnet_proxy::{CoreConfig, IpFamily, ProxyState, StaleConntrack};

@@ -1,0 +1,71 @@
+//! A real libnftables context in a fresh network namespace (root): it programs that namespace
+//! only, applies a batch atomically or not at all with nft's own error text, and a context
+//! whose thread died says so.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
+
+use svcnet_libnft::{Error, Nft};
+use svcnet_netns::{NetNs, unique_name};
+
+fn lab() -> NetNs {
+    NetNs::create(&unique_name("lnft")).unwrap()
+}
+
+#[test]
+fn a_context_programs_its_namespace_only() {
+    let ns = lab();
+    let table = unique_name("lnft");
+    let nft = Nft::open(Some(ns.name())).unwrap();
+    nft.run(&format!(
+        "add table ip {table}\nadd set ip {table} s {{ type ipv4_addr ; }}\n"
+    ))
+    .unwrap();
+    nft.run(&format!("add element ip {table} s {{ 10.0.0.1 }}"))
+        .unwrap();
+    let listed = nft.run(&format!("list set ip {table} s")).unwrap();
+    assert!(listed.contains("10.0.0.1"), "{listed}");
+    // The kernel of that namespace has it, as `nft` sees it there.
+    let seen = ns.exec(&["nft", "list", "tables"]).unwrap();
+    assert!(seen.contains(&table), "{seen}");
+    // The process's own namespace does not.
+    let host = Nft::open(None).unwrap();
+    let tables = host.run("list tables").unwrap();
+    assert!(!tables.contains(&table), "{tables}");
+}
+
+#[test]
+fn a_refused_batch_changes_nothing_and_says_what_nft_says() {
+    let ns = lab();
+    let nft = Nft::open(Some(ns.name())).unwrap();
+    // The second command refers to a set that does not exist: the whole batch is refused,
+    // the table of the first command included.
+    let err = nft
+        .run("add table ip t1\ndelete element ip t1 nosuch { 10.0.0.1 }\n")
+        .unwrap_err();
+    let Error::Rejected(text) = &err else {
+        panic!("{err:?}")
+    };
+    assert!(text.contains("Error:"), "{text}");
+    assert!(err.is_retryable());
+    let tables = nft.run("list tables").unwrap();
+    assert!(!tables.contains("t1"), "{tables}");
+    // The context is still usable after a refusal.
+    nft.run("add table ip t2").unwrap();
+    assert!(nft.run("list tables").unwrap().contains("t2"));
+}
+
+#[test]
+fn a_dead_context_is_reported_as_gone() {
+    let ns = lab();
+    let nft = Nft::open(Some(ns.name())).unwrap();
+    nft.kill();
+    let err = nft.run("list tables").unwrap_err();
+    assert!(matches!(err, Error::Gone), "{err:?}");
+    assert!(err.is_retryable());
+}
+
+#[test]
+fn a_missing_namespace_is_an_error_not_a_context_elsewhere() {
+    let err = Nft::open(Some(&unique_name("lnft-missing"))).unwrap_err();
+    assert!(matches!(err, Error::Netns(_)), "{err:?}");
+    assert!(!err.is_retryable());
+}
