@@ -38,7 +38,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use svcnet_netns::{NetNs, unique_name};
-use svcnet_nft::{Family, FullMode, NftExecutor, Renderer};
+use svcnet_nft::{Family, FullMode, Renderer};
 use svcnet_proxy::fixtures::{service, slice};
 use svcnet_proxy::{CoreConfig, IpFamily, ProxyState};
 

@@ -81,7 +81,7 @@ pub fn run(st: &mut ProxyState, n: usize, eps: usize, runs: usize, kube: bool, c
         );
         kube_ok = !run.capped;
     }
-    let mut sync = |st: &mut ProxyState, r: &mut Renderer| -> Duration {
+    let sync = |st: &mut ProxyState, r: &mut Renderer| -> Duration {
         let t = Instant::now();
         let changes = st.take_changes();
         let d = st.desired_for(IpFamily::V4, changes.services.keys());
