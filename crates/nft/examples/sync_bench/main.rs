@@ -22,7 +22,7 @@
 //! kube-proxy model's shape (in its own namespace holding its full ruleset).
 //!
 //! Usage (root): `cargo run --release -p svcnet-nft --example sync_bench -- [N …] [--quick]
-//! [--rounds R] [--endpoints 2,10] [--dump] [--s2-only] [--s2-runs K] [--kube-max N]`.
+//! [--rounds R] [--endpoints 2,10] [--dump] [--s2-only] [--s2-runs K (0: no S2)] [--kube-max N]`.
 //! Default N = 1000 10000 30000 (`--quick`: 1000 10000); default rounds 3. The kube-proxy
 //! model runs up to `--kube-max` services (10000; above, its load takes minutes and is
 //! reported as "> cap"). `--dump` prints both rulesets for 2 services × 2 endpoints and exits.
@@ -504,7 +504,7 @@ fn main() {
                     format!("{:.2}", row.a_nft_kib as f64 / row.b_nft_kib.max(1) as f64)
                 }
             );
-            if eps == 2 {
+            if eps == 2 && o.s2_runs > 0 {
                 s2::run(&mut st, n, eps, o.s2_runs, n <= o.s2_kube_max, o.cap);
             }
             rows.push(row);
