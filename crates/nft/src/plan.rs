@@ -216,7 +216,18 @@ impl Renderer {
         let mut updates: BTreeMap<ServicePortName, (Option<&Fragment>, Option<Fragment>)> =
             BTreeMap::new();
         for (svc, ports) in changes {
-            for (spn, old) in self.applied.iter().filter(|(k, _)| &k.service == svc) {
+            // The service's ports, found by range (ports sort by service first): a scan
+            // of every applied port made each partial sync O(services).
+            let first = ServicePortName {
+                service: svc.clone(),
+                port: String::new(),
+                protocol: svcnet_proxy::Protocol::Tcp,
+            };
+            let held = self
+                .applied
+                .range(first..)
+                .take_while(|(k, _)| &k.service == svc);
+            for (spn, old) in held {
                 updates.insert(spn.clone(), (Some(old), None));
             }
             for d in ports {
