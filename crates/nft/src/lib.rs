@@ -20,6 +20,7 @@
 
 pub mod affinity;
 pub mod apply;
+mod base;
 pub mod choice;
 pub mod dataplane;
 pub mod fake;
