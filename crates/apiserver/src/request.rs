@@ -22,6 +22,8 @@ pub enum ApiRequest {
     ResourceList { group: String, version: String },
     /// `/openapi/v3`
     OpenApiIndex,
+    /// `/metrics` (Prometheus text format)
+    Metrics,
     /// `/openapi/v3/api/v1`, `/openapi/v3/apis/{group}/{version}`
     OpenApiGroupVersion { group: String, version: String },
     /// `POST /apis/authorization.k8s.io/v1/selfsubject{access,rules}reviews` (`kubectl auth
@@ -346,6 +348,7 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
     match segs.as_slice() {
         ["healthz" | "livez" | "readyz", ..] => return Ok(ApiRequest::Probe),
         ["version"] => return Ok(ApiRequest::Version),
+        ["metrics"] => return Ok(ApiRequest::Metrics),
         ["openapi", "v3"] => return Ok(ApiRequest::OpenApiIndex),
         ["openapi", "v3", "api", "v1"] => {
             return Ok(ApiRequest::OpenApiGroupVersion {

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    Namespace, Pod, PodIP, PodStatus, Service, ServicePort, ServiceSpec,
+    LoadBalancerIngress, LoadBalancerStatus, Namespace, ObjectReference, Pod, PodIP, PodStatus,
+    Service, ServicePort, ServiceSpec, ServiceStatus,
 };
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -73,9 +74,33 @@ pub fn external(ns: &str, name: &str, target: &str) -> Arc<Service> {
 pub trait ServiceFixture {
     /// Sets `spec.publishNotReadyAddresses: true`.
     fn publish_not_ready(self) -> Self;
+    /// Sets `spec.externalIPs` and the LoadBalancer ingress IPs (`status.loadBalancer`).
+    fn external_ips(self, spec: &[&str], ingress: &[&str]) -> Self;
 }
 
 impl ServiceFixture for Arc<Service> {
+    fn external_ips(mut self, spec_ips: &[&str], ingress: &[&str]) -> Self {
+        let svc = Arc::make_mut(&mut self);
+        if let Some(spec) = svc.spec.as_mut() {
+            spec.external_ips = Some(spec_ips.iter().map(|s| s.to_string()).collect());
+        }
+        svc.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(
+                    ingress
+                        .iter()
+                        .map(|ip| LoadBalancerIngress {
+                            ip: Some(ip.to_string()),
+                            ..Default::default()
+                        })
+                        .collect(),
+                ),
+            }),
+            ..Default::default()
+        });
+        self
+    }
+
     fn publish_not_ready(mut self) -> Self {
         let svc = Arc::make_mut(&mut self);
         if let Some(spec) = svc.spec.as_mut() {
@@ -114,6 +139,8 @@ pub fn slice(ns: &str, svc: &str, name: &str, ports: &[Port<'_>]) -> Arc<Endpoin
 pub trait SliceFixture {
     /// Adds an endpoint with one address, an optional hostname and a ready condition.
     fn ep(self, ip: &str, hostname: Option<&str>, ready: bool) -> Self;
+    /// Adds a ready endpoint without a hostname whose targetRef is pod `pod`.
+    fn pod_ep(self, ip: &str, pod: &str) -> Self;
 }
 
 impl SliceFixture for Arc<EndpointSlice> {
@@ -133,6 +160,20 @@ impl SliceFixture for Arc<EndpointSlice> {
             ..Default::default()
         });
         self
+    }
+
+    fn pod_ep(self, ip: &str, pod: &str) -> Self {
+        let mut out = self.ep(ip, None, true);
+        let slice = Arc::make_mut(&mut out);
+        if let Some(ep) = slice.endpoints.last_mut() {
+            ep.target_ref = Some(ObjectReference {
+                kind: Some("Pod".into()),
+                name: Some(pod.into()),
+                namespace: slice.metadata.namespace.clone(),
+                ..Default::default()
+            });
+        }
+        out
     }
 }
 

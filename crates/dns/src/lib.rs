@@ -8,6 +8,7 @@
 pub mod envvars;
 pub mod fake_upstream;
 pub mod fixtures;
+mod http;
 pub mod resolvconf;
 pub mod rule_table;
 pub mod server;
@@ -16,6 +17,9 @@ pub mod zone;
 
 pub use envvars::{ServiceEnv, service_env_vars};
 pub use resolvconf::{ResolvConf, pod_resolv_conf};
-pub use server::{DnsError, DnsServer, ZoneHandle};
+pub use server::{DnsError, DnsServer, Observer, ZoneHandle};
 pub use watch::{DnsConfig, RunningDns, run, start};
-pub use zone::{Addresses, Objects, Outcome, PodMode, Response, Zone, ZoneConfig};
+pub use zone::{
+    Addresses, ExternalZones, Objects, Outcome, PluginOptions, PodMode, Response, Zone, ZoneConfig,
+    parse_ttl,
+};

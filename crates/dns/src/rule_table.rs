@@ -26,6 +26,8 @@ pub struct Case {
     /// 1-based line of the block's first query in `tests/rules.txt`.
     pub line: usize,
     pub pods: PodMode,
+    /// Options in CoreDNS's syntax (`options: ignore empty_service`), one per line.
+    pub options: Vec<String>,
     /// `NAME TYPE [CLASS]`; every one gets `expected`.
     pub queries: Vec<String>,
     /// The zone's answer as [`crate::Response`]'s text, or `forward\n`.
@@ -67,6 +69,7 @@ pub fn parse(text: &str) -> Result<Vec<Case>, RuleError> {
     let mut lines = text.lines().enumerate().peekable();
     while lines.peek().is_some() {
         let mut pods = PodMode::Insecure;
+        let mut options = Vec::new();
         let mut queries = Vec::new();
         let mut line = 0;
         let mut expected = String::new();
@@ -81,6 +84,12 @@ pub fn parse(text: &str) -> Result<Vec<Case>, RuleError> {
             }
             if let Some(mode) = l.strip_prefix("pods: ") {
                 pods = mode.parse().map_err(|e| RuleError::Table(i + 1, e))?;
+            } else if let Some(option) = l.strip_prefix("options: ") {
+                let mut config = ZoneConfig::new("cluster.local")?;
+                config
+                    .apply_option(option)
+                    .map_err(|e| RuleError::Table(i + 1, e.to_string()))?;
+                options.push(option.trim().to_string());
             } else if let Some(q) = l.strip_prefix("query: ") {
                 if queries.is_empty() {
                     line = i + 1;
@@ -115,6 +124,7 @@ pub fn parse(text: &str) -> Result<Vec<Case>, RuleError> {
         cases.push(Case {
             line,
             pods,
+            options,
             queries,
             expected,
             wire,
@@ -139,16 +149,40 @@ pub fn parse_query(query: &str) -> Result<(Name, RecordType, DNSClass), RuleErro
     Ok((name, qtype, class))
 }
 
-/// The configuration of the table's zone in this pod mode.
-pub fn zone_config(pods: PodMode) -> Result<ZoneConfig, RuleError> {
+/// The configuration of the table's zone in this pod mode, with these options.
+pub fn zone_config(pods: PodMode, options: &[String]) -> Result<ZoneConfig, RuleError> {
     let mut config = ZoneConfig::new("cluster.local")?;
     config.pods = pods;
+    for option in options {
+        config.apply_option(option)?;
+    }
     Ok(config)
 }
 
-/// The table's zone in this pod mode.
+/// The table's zone in this pod mode (no options).
 pub fn zone(pods: PodMode) -> Result<Zone, RuleError> {
-    Ok(Zone::build(Arc::new(zone_config(pods)?), &world(), SERIAL))
+    zone_with(pods, &[])
+}
+
+/// The table's zone in this pod mode, with these options.
+pub fn zone_with(pods: PodMode, options: &[String]) -> Result<Zone, RuleError> {
+    Ok(Zone::build(
+        Arc::new(zone_config(pods, options)?),
+        &world(),
+        SERIAL,
+    ))
+}
+
+/// Each distinct (pod mode, options) the cases ask for, in order of first use.
+pub fn setups(cases: &[Case]) -> Vec<(PodMode, Vec<String>)> {
+    let mut out: Vec<(PodMode, Vec<String>)> = Vec::new();
+    for case in cases {
+        let setup = (case.pods, case.options.clone());
+        if !out.contains(&setup) {
+            out.push(setup);
+        }
+    }
+    out
 }
 
 /// The zone's answer to `query` as text (`forward\n` when it goes upstream).
@@ -198,7 +232,19 @@ pub fn world() -> Objects {
                 "kube-dns",
                 &["10.96.0.10"],
                 &[("dns", "UDP", 53), ("dns-tcp", "TCP", 53)],
-            ),
+            )
+            .external_ips(&[], &["10.200.0.53"]),
+            // No endpoints at all (`ignore empty_service`), external IPs (`k8s_external`).
+            cluster_ip(
+                "default",
+                "idle",
+                &["10.96.0.60"],
+                &[("http", "TCP", 80), ("dns", "UDP", 53)],
+            )
+            .external_ips(&["192.0.2.60"], &["10.200.0.60", "fd00:200::60"]),
+            cluster_ip("other", "api", &["10.96.0.70"], &[("http", "TCP", 80)]),
+            // Endpoints of pods without hostnames (`endpoint_pod_names`).
+            headless("default", "pods", &[("http", "TCP", 80)]),
         ],
         endpoint_slices: vec![
             slice("default", "myapp", "myapp-1", &[("http", "TCP", 8080)])
@@ -222,12 +268,21 @@ pub fn world() -> Objects {
                 None,
                 false,
             ),
+            slice("other", "api", "api-1", &[("http", "TCP", 8080)]).ep("10.244.4.1", None, true),
+            slice("default", "pods", "pods-1", &[("http", "TCP", 80)])
+                .pod_ep("10.244.5.1", "pods-7d9f-abcde")
+                .pod_ep(
+                    "10.244.5.2",
+                    "a-pod-name-that-is-longer-than-sixty-three-characters-is-not-a-label",
+                )
+                .ep("10.244.5.3", Some("named"), true),
         ],
         pods: vec![pod("default", "web-0", "10.244.1.10")],
         namespaces: vec![
             namespace("default"),
             namespace("kube-system"),
             namespace("quiet"),
+            namespace("other"),
         ],
     }
 }

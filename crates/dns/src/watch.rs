@@ -36,6 +36,12 @@ pub struct DnsConfig {
     pub upstreams: Option<Vec<SocketAddr>>,
     /// How long to gather watch events before rebuilding the zone.
     pub debounce: Duration,
+    /// Where to serve `/health`, `/ready` and `/metrics` (CoreDNS's health, ready and
+    /// prometheus plugins); `None`: not served.
+    pub http: Option<SocketAddr>,
+    /// CoreDNS's `labels EXPRESSION`: only Services, EndpointSlices and Pods matching this label
+    /// selector are read (the selector goes to the API server with every list and watch).
+    pub labels: Option<String>,
 }
 
 impl DnsConfig {
@@ -50,9 +56,13 @@ impl DnsConfig {
                 pods: PodMode::Insecure,
                 reverse_cidrs: Vec::new(),
                 dns_service: ("kube-system".into(), "kube-dns".into()),
+                options: Default::default(),
+                external: None,
             }),
             upstreams: None,
             debounce: Duration::from_millis(5),
+            http: None,
+            labels: None,
         }
     }
 }
@@ -62,12 +72,18 @@ pub struct RunningDns {
     server: DnsServer,
     watchers: JoinSet<()>,
     synced: watch::Receiver<bool>,
+    http: Option<SocketAddr>,
 }
 
 impl RunningDns {
     /// The bound address (UDP and TCP).
     pub fn local_addr(&self) -> SocketAddr {
         self.server.local_addr()
+    }
+
+    /// Where `/health`, `/ready` and `/metrics` are served, if they are.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http
     }
 
     /// The published zone (to inspect in tests).
@@ -104,15 +120,32 @@ pub async fn start(config: DnsConfig, client: Client) -> Result<RunningDns, DnsE
     let mut watchers = JoinSet::new();
     watchers.spawn(publish_loop(
         client,
+        config.labels,
         zone_config,
         server.zone(),
         config.debounce,
         synced_tx,
     ));
+    let http = match config.http {
+        Some(listen) => {
+            let observer = server.observer();
+            let addr = crate::http::serve(listen, observer, synced.clone(), &mut watchers)
+                .await
+                .map_err(|source| DnsError::Bind {
+                    addr: listen,
+                    proto: "http",
+                    source,
+                })?;
+            info!(%addr, "cluster DNS /health, /ready and /metrics");
+            Some(addr)
+        }
+        None => None,
+    };
     Ok(RunningDns {
         server,
         watchers,
         synced,
+        http,
     })
 }
 
@@ -129,6 +162,7 @@ pub async fn run(
 
 async fn publish_loop(
     client: Client,
+    labels: Option<String>,
     config: Arc<ZoneConfig>,
     handle: ZoneHandle,
     debounce: Duration,
@@ -137,13 +171,32 @@ async fn publish_loop(
     let state = Arc::new(Mutex::new(ZoneState::new(config.clone())));
     let notify = Arc::new(Notify::new());
     let mut tasks = JoinSet::new();
+    let selected = match &labels {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
     let mut listed = vec![
-        track::<Service>(&client, &state, &notify, &mut tasks),
-        track::<EndpointSlice>(&client, &state, &notify, &mut tasks),
-        track::<Namespace>(&client, &state, &notify, &mut tasks),
+        track::<Service>(&client, selected.clone(), &state, &notify, &mut tasks),
+        track::<Namespace>(
+            &client,
+            watcher::Config::default(),
+            &state,
+            &notify,
+            &mut tasks,
+        ),
     ];
+    // `noendpoints`: CoreDNS does not watch endpoints at all.
+    if !config.options.no_endpoints {
+        listed.push(track::<EndpointSlice>(
+            &client,
+            selected.clone(),
+            &state,
+            &notify,
+            &mut tasks,
+        ));
+    }
     if config.pods == PodMode::Verified {
-        listed.push(track::<Pod>(&client, &state, &notify, &mut tasks));
+        listed.push(track::<Pod>(&client, selected, &state, &notify, &mut tasks));
     }
 
     let mut last_warnings: Vec<String> = Vec::new();
@@ -255,13 +308,13 @@ impl Tracked for Pod {
 /// The returned flag turns true after the first complete list.
 fn track<K: Tracked>(
     client: &Client,
+    watch_config: watcher::Config,
     state: &Arc<Mutex<ZoneState>>,
     notify: &Arc<Notify>,
     tasks: &mut JoinSet<()>,
 ) -> Arc<AtomicBool> {
     let listed = Arc::new(AtomicBool::new(false));
-    let stream =
-        watcher(Api::<K>::all(client.clone()), watcher::Config::default()).default_backoff();
+    let stream = watcher(Api::<K>::all(client.clone()), watch_config).default_backoff();
     let (state, notify, flag) = (state.clone(), notify.clone(), listed.clone());
     tasks.spawn(async move {
         let mut stream = std::pin::pin!(stream);

@@ -326,10 +326,20 @@ async fn servfail_until_synced_then_answers() {
         &[],
     )
     .await;
+    // As CoreDNS before its first sync: authoritative, with the zone's SOA (serial 0).
     expect![[r#"
-        SERVFAIL flags: qr rd ra
+        SERVFAIL flags: qr aa rd ra
+        authority:
+          cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 0 7200 1800 86400 30
     "#]]
     .assert_eq(&before);
+    let reverse = dig(f.server.local_addr(), "-x 10.96.0.99", &["+tcp"]).await;
+    expect![[r#"
+        SERVFAIL flags: qr aa rd ra
+        authority:
+          96.10.in-addr.arpa. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 0 7200 1800 86400 30
+    "#]]
+    .assert_eq(&reverse);
     // Outside the zone still works before sync.
     let outside = dig(f.server.local_addr(), "example.org A", &[]).await;
     assert!(outside.starts_with("NOERROR"), "{outside}");

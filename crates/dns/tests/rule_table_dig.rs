@@ -11,7 +11,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use svcnet_dns::fake_upstream::FakeUpstream;
 use svcnet_dns::rule_table::{self, SERIAL, Wire};
-use svcnet_dns::{DnsServer, PodMode, Zone};
+use svcnet_dns::{DnsServer, Zone};
 
 /// What `dig` printed, normalised to `Response`'s text: the rcode, then each section's records
 /// (`owner TTL class type rdata`, single-spaced, TXT unquoted) sorted; plus whether `aa` was set.
@@ -121,9 +121,10 @@ async fn rule_table_over_udp_and_tcp() {
     let upstream = FakeUpstream::start(rule_table::upstream_records().unwrap())
         .await
         .unwrap();
+    let cases = rule_table::cases().unwrap();
     let mut servers = Vec::new();
-    for mode in [PodMode::Insecure, PodMode::Verified, PodMode::Disabled] {
-        let config = Arc::new(rule_table::zone_config(mode).unwrap());
+    for (mode, options) in rule_table::setups(&cases) {
+        let config = Arc::new(rule_table::zone_config(mode, &options).unwrap());
         let server = DnsServer::start(
             "127.0.0.1:0".parse().unwrap(),
             config.clone(),
@@ -134,10 +135,9 @@ async fn rule_table_over_udp_and_tcp() {
         server
             .zone()
             .publish(Zone::build(config, &rule_table::world(), SERIAL));
-        servers.push((mode, server));
+        servers.push(((mode, options), server));
     }
 
-    let cases = rule_table::cases().unwrap();
     // Forwarded answers age in the forwarder's cache from the first round on.
     let started = std::time::Instant::now();
     // Three rounds of the same questions: the first two take the general path (an answer is
@@ -157,9 +157,10 @@ async fn rule_table_over_udp_and_tcp() {
             };
             // The zone's own answers are authoritative; forwarded ones are the upstream's.
             let authoritative = case.expected != "forward\n";
+            let setup = (case.pods, case.options.clone());
             let addr = servers
                 .iter()
-                .find(|(m, _)| *m == case.pods)
+                .find(|(s, _)| *s == setup)
                 .unwrap()
                 .1
                 .local_addr();

@@ -1,6 +1,7 @@
 //! The C API of libnftables 1.0 (`<nftables/libnftables.h>`, symbol version `LIBNFTABLES_1`),
 //! resolved at run time with `dlopen`/`dlsym`, and one context over it. The only `unsafe` of
-//! this crate is here: seven functions, each called with a live context pointer.
+//! this crate is here: seven functions, each called with a live context pointer, and the
+//! `memfd_create` the commands are handed over in.
 //!
 //! Loaded at run time rather than linked, so that the `svcnet` binary starts (and runs the
 //! iptables and userspace modes) on a host without the library, and a missing library is an
@@ -9,6 +10,9 @@
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::fs::File;
+use std::io::{Seek, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -29,7 +33,7 @@ struct Api {
     buffer_error: CtxInt,
     output_buffer: CtxStr,
     error_buffer: CtxStr,
-    run_cmd_from_buffer: RunCmd,
+    run_cmd_from_filename: RunCmd,
 }
 
 static API: OnceLock<Result<Api, String>> = OnceLock::new();
@@ -94,8 +98,8 @@ fn load() -> Result<Api, String> {
             error_buffer: std::mem::transmute::<*mut c_void, CtxStr>(sym(
                 "nft_ctx_get_error_buffer",
             )?),
-            run_cmd_from_buffer: std::mem::transmute::<*mut c_void, RunCmd>(sym(
-                "nft_run_cmd_from_buffer",
+            run_cmd_from_filename: std::mem::transmute::<*mut c_void, RunCmd>(sym(
+                "nft_run_cmd_from_filename",
             )?),
         })
     }
@@ -130,6 +134,12 @@ unsafe fn text(p: *const c_char) -> String {
 pub struct Context {
     api: &'static Api,
     ctx: NonNull<c_void>,
+    /// The commands go to the library as a file (`/proc/self/fd/<n>` of this memfd), as `nft
+    /// -f` reads them: libnftables 1.0.6 reports errors in a buffer's later lines against its
+    /// first line and without a location, and from a file exactly as `nft -f` does
+    /// (`<file>:2:22-27: Error: …` under the right line).
+    input: File,
+    path: CString,
 }
 
 impl Context {
@@ -140,7 +150,22 @@ impl Context {
         // SAFETY: NFT_CTX_DEFAULT (0) is a valid flag set.
         let raw = unsafe { (api.ctx_new)(0) };
         let ctx = NonNull::new(raw).ok_or("nft_ctx_new returned no context")?;
-        let this = Self { api, ctx };
+        let input = match memfd() {
+            Ok(f) => f,
+            Err(e) => {
+                // SAFETY: the context was just made and is not used again.
+                unsafe { (api.ctx_free)(ctx.as_ptr()) };
+                return Err(format!("memfd_create: {e}"));
+            }
+        };
+        let path = CString::new(format!("/proc/self/fd/{}", input.as_raw_fd()))
+            .map_err(|e| e.to_string())?;
+        let this = Self {
+            api,
+            ctx,
+            input,
+            path,
+        };
         // SAFETY: a live context; buffering makes the library write into memory it owns
         // instead of this process's stdout and stderr.
         let (out, err) = unsafe {
@@ -159,27 +184,67 @@ impl Context {
     /// transaction). `Ok` with what the library printed (a listing), or `Err` with its error
     /// text, which is what `nft -f` prints on stderr.
     pub fn run(&mut self, commands: &str) -> Result<String, String> {
-        let c =
-            CString::new(commands).map_err(|_| "the commands contain a NUL byte".to_string())?;
-        let _held = lock();
-        let p = self.ctx.as_ptr();
-        // SAFETY: a live context and a valid C string; the buffers are read (copied) before
-        // anything else writes to them, under the lock.
-        unsafe {
-            let rc = (self.api.run_cmd_from_buffer)(p, c.as_ptr());
-            let out = text((self.api.output_buffer)(p));
-            let err = text((self.api.error_buffer)(p));
-            if rc == 0 {
-                Ok(out)
-            } else if err.trim().is_empty() {
-                Err(format!(
-                    "libnftables failed (return code {rc}) without a message"
-                ))
-            } else {
-                Err(err)
+        let staged = (|| -> std::io::Result<()> {
+            self.input.set_len(0)?;
+            self.input.rewind()?;
+            self.input.write_all(commands.as_bytes())
+        })();
+        staged.map_err(|e| format!("handing the commands to libnftables: {e}"))?;
+        let result = {
+            let _held = lock();
+            let p = self.ctx.as_ptr();
+            // SAFETY: a live context and a valid C string naming a readable file; the buffers
+            // are read (copied) before anything else writes to them, under the lock.
+            unsafe {
+                let rc = (self.api.run_cmd_from_filename)(p, self.path.as_ptr());
+                let out = text((self.api.output_buffer)(p));
+                let err = text((self.api.error_buffer)(p));
+                if rc == 0 {
+                    Ok(out)
+                } else if err.trim().is_empty() {
+                    Err(format!(
+                        "libnftables failed (return code {rc}) without a message"
+                    ))
+                } else {
+                    Err(err)
+                }
             }
-        }
+        };
+        // A full sync's text should not stay in memory until the next command.
+        let _ = self.input.set_len(0);
+        result
     }
+}
+
+/// Gives the memory malloc holds free back to the system (glibc's `malloc_trim`). A full
+/// sync at 30k services makes libnftables allocate about a gigabyte while it parses and
+/// frees it at the end; glibc keeps freed memory of a thread's arena mapped, so without this
+/// the proxy's resident size would stay at its largest sync's peak.
+pub fn trim() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks and releases malloc's own free lists.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// An anonymous in-memory file, closed on exec (Linux; libnftables is Linux-only anyway).
+#[cfg(not(target_os = "linux"))]
+fn memfd() -> std::io::Result<File> {
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
+/// An anonymous in-memory file, closed on exec.
+#[cfg(target_os = "linux")]
+fn memfd() -> std::io::Result<File> {
+    let name = CString::new("svcnet-nft").map_err(std::io::Error::other)?;
+    // SAFETY: a valid C string and flags; the returned descriptor is owned by the File.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nobody else owns.
+    Ok(unsafe { File::from_raw_fd(fd) })
 }
 
 impl Drop for Context {

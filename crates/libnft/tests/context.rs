@@ -44,7 +44,9 @@ fn a_refused_batch_changes_nothing_and_says_what_nft_says() {
     let Error::Rejected(text) = &err else {
         panic!("{err:?}")
     };
-    assert!(text.contains("Error:"), "{text}");
+    // As `nft -f` prints it: the location, and the offending command under it.
+    assert!(text.contains(":2:22-27: Error:"), "{text}");
+    assert!(text.contains("delete element ip t1 nosuch"), "{text}");
     assert!(err.is_retryable());
     let tables = nft.run("list tables").unwrap();
     assert!(!tables.contains("t1"), "{tables}");
@@ -68,4 +70,28 @@ fn a_missing_namespace_is_an_error_not_a_context_elsewhere() {
     let err = Nft::open(Some(&unique_name("lnft-missing"))).unwrap_err();
     assert!(matches!(err, Error::Netns(_)), "{err:?}");
     assert!(!err.is_retryable());
+}
+
+#[test]
+fn after_a_full_sized_batch_the_fresh_context_goes_on_in_the_same_namespace() {
+    let ns = lab();
+    let nft = Nft::open(Some(ns.name())).unwrap();
+    // Over 1 MiB of text: afterwards the context is replaced (its cache freed).
+    let elements: Vec<String> = (0..120_000u32)
+        .map(|i| std::net::Ipv4Addr::from(0x0a00_0000 + i).to_string())
+        .collect();
+    let text = format!(
+        "add table ip big\nadd set ip big s {{ type ipv4_addr ; elements = {{ {} }} ; }}\n",
+        elements.join(", ")
+    );
+    assert!(text.len() > 1 << 20);
+    nft.run(&text).unwrap();
+    nft.run("delete element ip big s { 10.0.0.1 }").unwrap();
+    nft.run("add element ip big s { 10.200.0.1 }").unwrap();
+    let listed = ns.exec(&["nft", "list", "set", "ip", "big", "s"]).unwrap();
+    assert!(
+        listed.contains("10.200.0.1") && !listed.contains("10.0.0.1,"),
+        "{}",
+        &listed[..200]
+    );
 }

@@ -171,3 +171,22 @@ impl NftExecutor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_is_not_retried_a_refusal_or_a_dead_context_is() {
+        let missing = ApplyError::from(svcnet_libnft::Error::NotInstalled("no file".into()));
+        assert!(!missing.is_retryable());
+        assert!(
+            missing.to_string().contains("apt-get install libnftables1"),
+            "{missing}"
+        );
+        let refused = ApplyError::from(svcnet_libnft::Error::Rejected("Error: …".into()));
+        assert!(refused.is_retryable());
+        assert!(matches!(refused, ApplyError::Rejected { .. }));
+        assert!(ApplyError::from(svcnet_libnft::Error::Gone).is_retryable());
+    }
+}

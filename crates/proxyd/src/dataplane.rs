@@ -41,6 +41,9 @@ pub struct Outcome {
     pub service_ports: Option<usize>,
 }
 
+/// How long a stopping userspace proxy keeps relaying its established connections.
+pub const USERSPACE_DRAIN: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// The dataplane of the configured mode, under the generic syncer.
 pub enum Plane {
     Nft(Syncer<NftDataplane>),
@@ -97,6 +100,14 @@ impl Plane {
         }
     }
 
+    /// The nftables dataplane's executor (shares its context).
+    pub fn nft_executor(&self) -> Option<NftExecutor> {
+        match self {
+            Self::Nft(s) => s.dataplane().map(|d| d.executor().clone()),
+            _ => None,
+        }
+    }
+
     /// The userspace proxy, for its metrics.
     pub fn userspace(&self) -> Option<Arc<UserspaceProxy>> {
         match self {
@@ -119,13 +130,26 @@ impl Plane {
         }
     }
 
-    /// Stops the dataplane. Kernel rules stay (a restarted proxy takes them over); the
-    /// userspace proxy removes its redirects, which would lead to closed ports otherwise.
+    /// Stops the dataplane. Kernel rules stay (a restarted proxy, of this mode or another,
+    /// takes them over). The userspace proxy stops accepting and removes its redirects, which
+    /// would lead to closed ports otherwise, then drains: the connections it relays end
+    /// with it, so it keeps relaying them until they close or [`USERSPACE_DRAIN`] passes (a
+    /// mode switch from userspace starts the new proxy first, so new connections already go
+    /// to the new mode's rules).
     pub async fn shutdown(&self) {
-        if let Self::Userspace(_, p) = self
-            && let Err(e) = p.shutdown().await
-        {
+        let Self::Userspace(_, p) = self else {
+            return;
+        };
+        if let Err(e) = p.shutdown().await {
             tracing::warn!("stopping the userspace proxy: {e}");
+        }
+        let deadline = tokio::time::Instant::now() + USERSPACE_DRAIN;
+        let active = p.active_connections();
+        if active > 0 {
+            tracing::info!(active, "draining the userspace proxy's relayed connections");
+        }
+        while p.active_connections() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
     }
 }

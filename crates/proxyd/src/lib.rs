@@ -13,8 +13,11 @@
 //! --noflush` on the host's back end, with its canary-triggered full resync) and `userspace`
 //! (`svcnet-userspace` in privileged mode: the proxy accepts every service connection itself,
 //! retrying another endpoint on connect failure; its per-service and per-endpoint counters are
-//! on `/metrics`, see [`usmetrics`]). Starting in one mode removes the other two modes'
-//! leftovers from the same network namespace; [`cleanup`] removes all three.
+//! on `/metrics`, see [`usmetrics`]). Switching modes is live: a proxy starting in one mode
+//! leaves the other modes' rules in the namespace (a previous proxy's, still serving) until its
+//! own first sync has installed its rules, then removes them (`SyncStats::retired`), so no new
+//! connection finds no rules and established ones keep their conntrack entries; [`cleanup`]
+//! removes all three.
 //!
 //! Load-balancing algorithms: per service (`svcnet.io/lb-algorithm`) or proxy-wide
 //! ([`ProxyConfig::scheduler`], `--scheduler`). An algorithm the dataplane cannot express
@@ -32,6 +35,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 pub mod dataplane;
+pub mod foreign;
 pub mod healthcheck;
 pub mod report;
 pub mod serve;
@@ -167,6 +171,8 @@ pub struct SyncStats {
     pub failures: u64,
     /// Service ports programmed, summed over both families.
     pub service_ports: usize,
+    /// The other modes' rules were removed, after this mode's first successful sync.
+    pub retired: bool,
 }
 
 /// A running proxy.
@@ -194,10 +200,9 @@ impl RunningProxy {
     /// Stops watching and syncing. The rules stay in place (a restarted proxy takes over).
     pub async fn shutdown(mut self) {
         let _ = self.stop.send(true);
-        if tokio::time::timeout(Duration::from_secs(10), &mut self.sync)
-            .await
-            .is_err()
-        {
+        // The sync loop stops the dataplane, which may drain (userspace).
+        let bound = Duration::from_secs(10) + dataplane::USERSPACE_DRAIN;
+        if tokio::time::timeout(bound, &mut self.sync).await.is_err() {
             self.sync.abort();
         }
         self.tasks.shutdown().await;
@@ -219,19 +224,6 @@ fn check(cfg: &ProxyConfig) -> Result<(), ProxyError> {
 /// Starts the proxy: watchers, sync loop and HTTP servers; returns once they are running.
 pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProxy, ProxyError> {
     check(&cfg)?;
-    // Switching modes: the other modes' rules in this namespace would still capture traffic.
-    // An unprivileged proxy installs no rules and may not read them.
-    if !cfg.unprivileged {
-        let (netns, table, mode) = (cfg.netns.clone(), cfg.table.clone(), cfg.mode);
-        let cleaned = tokio::task::spawn_blocking(move || {
-            dataplane::cleanup_modes(netns.as_deref(), &table, Some(mode), false)
-        })
-        .await
-        .map_err(|e| ProxyError::Task(e.to_string()))??;
-        if cleaned.nft_tables + cleaned.iptables > 0 {
-            tracing::info!(?cleaned, "removed the rules of other proxy modes");
-        }
-    }
     let plane = dataplane::Plane::new(&cfg).await?;
     let mut metrics = serve::Metrics::default();
     if let Some(p) = plane.userspace() {
@@ -240,6 +232,11 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
             .register_collector(Box::new(usmetrics::UserspaceCollector(p)));
     }
     let mut tasks = JoinSet::new();
+    if let Some(exec) = plane.nft_executor() {
+        // Beside the first sync (they take turns on the context), not before it.
+        let table = cfg.table.clone();
+        tasks.spawn(async move { warn_foreign_chains(exec, &table).await });
+    }
     if let Some(p) = plane.userspace() {
         tasks.spawn(retry_unbound(p));
     }
@@ -305,8 +302,13 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
     let (stop, stop_rx) = watch::channel(false);
     let (stats_tx, stats) = watch::channel(SyncStats::default());
     tracing::info!(node = %cfg.node_name, netns = ?cfg.netns, mode = ?cfg.mode, scheduler = ?cfg.scheduler, "node proxy starting");
+    // Switching modes live: the other modes' rules in this namespace (a previous proxy's)
+    // keep serving until this mode's first sync has installed its own, then they go. An
+    // unprivileged proxy installs no rules and may not read them.
+    let retire_others = !cfg.unprivileged;
     let sync = tokio::spawn(
         sync::SyncLoop::new(cfg, plane, shared, stats_tx)
+            .retiring_other_modes(retire_others)
             .with_health_checks(hc_tx)
             .with_notices(notice_tx)
             .run(rx, stop_rx),
@@ -319,6 +321,23 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
         healthz,
         metrics,
     })
+}
+
+/// nftables mode: warns once when other software's chains in the namespace slow every commit
+/// (see [`foreign`]).
+async fn warn_foreign_chains(exec: svcnet_nft::NftExecutor, table: &str) {
+    let own = foreign::own_tables(table);
+    match tokio::task::spawn_blocking(move || foreign::check(&exec, &own)).await {
+        Ok(Ok(found)) => match foreign::warning(&found, foreign::WARN_ABOVE) {
+            Some(w) => tracing::warn!(foreign_chains = found.total, "{w}"),
+            None => tracing::debug!(
+                foreign_chains = found.total,
+                "other software's nftables chains"
+            ),
+        },
+        Ok(Err(e)) => tracing::debug!("counting other software's nftables chains: {e}"),
+        Err(e) => tracing::debug!("counting other software's nftables chains: {e}"),
+    }
 }
 
 /// Userspace mode: tries the frontends that could not be bound again as their back-off

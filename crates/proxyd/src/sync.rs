@@ -48,6 +48,8 @@ pub(crate) struct SyncLoop {
     /// What was reported about algorithms, and where new reports go (see `report`).
     notices: Notices,
     notice_tx: Option<mpsc::UnboundedSender<Notice>>,
+    /// The other modes' rules are still to be removed, after the first successful sync.
+    retire: bool,
 }
 
 impl SyncLoop {
@@ -71,7 +73,42 @@ impl SyncLoop {
             health_checks: None,
             notices: Notices::default(),
             notice_tx: None,
+            retire: false,
         }
+    }
+
+    /// Removes the other modes' rules once this mode's first sync has succeeded (a mode
+    /// switch: the previous proxy's rules serve until then).
+    pub fn retiring_other_modes(mut self, retire: bool) -> Self {
+        self.retire = retire;
+        self
+    }
+
+    /// The other modes' rules go once; errors are logged (a host without, say, the legacy
+    /// x_tables modules must still run the nftables mode) and not retried.
+    async fn retire_other_modes(&mut self) {
+        self.retire = false;
+        let (netns, table, mode) = (
+            self.cfg.netns.clone(),
+            self.cfg.table.clone(),
+            self.cfg.mode,
+        );
+        match tokio::task::spawn_blocking(move || {
+            crate::dataplane::cleanup_modes(netns.as_deref(), &table, Some(mode), false)
+        })
+        .await
+        {
+            Ok(Ok(cleaned)) if cleaned.nft_tables + cleaned.iptables > 0 => {
+                tracing::info!(
+                    ?cleaned,
+                    "removed the rules of other proxy modes, after installing this mode's"
+                );
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!("removing the rules of other proxy modes: {e}"),
+            Err(e) => tracing::warn!("removing the rules of other proxy modes: {e}"),
+        }
+        self.stats.send_modify(|s| s.retired = true);
     }
 
     /// Sends algorithm warnings (fallbacks, misspelt annotations) to `tx` for publishing.
@@ -265,6 +302,9 @@ impl SyncLoop {
                 s.service_ports = n;
             }
         });
+        if all_ok && self.retire {
+            self.retire_other_modes().await;
+        }
         match (all_ok, outcome.retryable) {
             (true, _) => Synced::Ok,
             (false, true) => Synced::Retry,

@@ -2,7 +2,8 @@
 //! real traffic, in each of the three modes (nftables, iptables, userspace). A Service and an
 //! EndpointSlice created through kube-rs make rules appear and traffic flow; changing the
 //! endpoints moves the traffic; deleting the service removes its rules. Switching modes
-//! removes the previous mode's rules; an algorithm nftables cannot express is reported as a
+//! removes the previous mode's rules once the new mode's are in (`mode_switch.rs` does it under
+//! traffic); an algorithm nftables cannot express is reported as a
 //! Warning Event read back from the API server. Needs root (CI runs as root).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
@@ -149,6 +150,15 @@ async fn start(e: &Env, mode: ProxyMode) -> RunningProxy {
     )
     .await
     .unwrap()
+}
+
+/// Waits until the proxy's first sync is done and the other modes' rules are removed.
+async fn wait_retired(p: &RunningProxy) {
+    let mut stats = p.stats();
+    tokio::time::timeout(Duration::from_secs(60), stats.wait_for(|s| s.retired))
+        .await
+        .expect("the other modes' rules were never removed")
+        .unwrap();
 }
 
 /// Creates service `web` (10.96.0.50:80) with pod `backend`'s port 8080 as its endpoint.
@@ -304,6 +314,7 @@ async fn switching_modes_removes_the_previous_modes_rules() {
 
     let ipt = start(&e, ProxyMode::Iptables).await;
     wait_for_backend(&e.lab, vip, "b1").await;
+    wait_retired(&ipt).await;
     let ruleset = nft_ruleset(&e.lab);
     assert!(
         !ruleset.contains("table ip svcnet {") && !ruleset.contains("table ip6 svcnet {"),
@@ -314,6 +325,7 @@ async fn switching_modes_removes_the_previous_modes_rules() {
 
     let us = start(&e, ProxyMode::Userspace).await;
     wait_for_backend(&e.lab, vip, "b1").await;
+    wait_retired(&us).await;
     let rules = iptables_rules(&e.lab);
     assert!(
         !rules.contains("SVCNET-"),
@@ -327,6 +339,7 @@ async fn switching_modes_removes_the_previous_modes_rules() {
     // And back to nftables: nothing of the others is left, traffic flows.
     let nft = start(&e, ProxyMode::Nftables).await;
     wait_for_backend(&e.lab, vip, "b1").await;
+    wait_retired(&nft).await;
     assert!(!iptables_rules(&e.lab).contains("SVCNET-"));
     nft.shutdown().await;
     svcnet_proxyd::cleanup(Some(e.lab.node.name()), "svcnet").unwrap();

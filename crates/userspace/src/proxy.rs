@@ -608,6 +608,16 @@ impl UserspaceProxy {
             .retain(|s, _| live_services.contains(s) || draining.contains(s));
     }
 
+    /// Connections being relayed now, over every service and endpoint (draining ones too):
+    /// what a stopping proxy waits for (see [`UserspaceProxy::shutdown`]).
+    pub fn active_connections(&self) -> u64 {
+        let reg = self
+            .registry
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        reg.endpoints.values().map(|ep| load(&ep.active)).sum()
+    }
+
     /// Counters per service port, with their endpoints (including draining ones).
     pub fn metrics(&self) -> Vec<ServiceMetrics> {
         let table = self.shared.table.load();
@@ -672,7 +682,9 @@ impl UserspaceProxy {
             .collect()
     }
 
-    /// Stops every listener and removes the kernel rules this dataplane installed.
+    /// Stops every listener and removes the kernel rules this dataplane installed. Connections
+    /// already relayed go on as long as this proxy lives (the caller may wait for
+    /// [`UserspaceProxy::active_connections`] to reach zero: a mode switch drains them).
     pub async fn shutdown(&self) -> Result<(), UserspaceError> {
         let mut control = self.control.lock().await;
         for (_, l) in std::mem::take(&mut control.listeners) {

@@ -200,8 +200,11 @@ pub fn render(
     out
 }
 
-/// The transaction that removes the table of one family (used by cleanup; it fails when the
-/// table does not exist, which cleanup ignores).
+/// The transaction that removes the table of one family; it succeeds when the table is
+/// already gone.
 pub fn delete(family: IpFamily) -> String {
-    format!("delete table {} {TABLE}\n", family_kw(family))
+    // `add` first, so that deleting a table that is already gone (another mode's proxy
+    // removed it during a mode switch) succeeds.
+    let t = format!("{} {TABLE}", family_kw(family));
+    format!("add table {t}\ndelete table {t}\n")
 }

@@ -51,7 +51,7 @@ fn ask(h: &Handler, packet: &[u8]) -> Option<Vec<u8>> {
         &mut out,
         &mut rng,
     ) {
-        Packet::Reply => Some(out),
+        Packet::Reply | Packet::Cached => Some(out),
         _ => None,
     }
 }

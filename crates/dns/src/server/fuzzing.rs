@@ -95,7 +95,7 @@ impl PacketPath {
                 Ok(None)
             }
             Packet::Later(..) => Ok(None),
-            Packet::Reply => {
+            Packet::Reply | Packet::Cached => {
                 check_answer(packet, &self.out, 4096)?;
                 Ok(Some(&self.out))
             }

@@ -17,7 +17,9 @@ use tracing::{debug, warn};
 
 use super::cache::{AddressRegion, Served};
 use super::forward::{ForwardError, Forwarder};
+use super::metrics::{DnsMetrics, Observation, Proto, Source};
 use crate::zone::{Addresses, Outcome, Zone, ZoneConfig};
+use hickory_server::net::xfer::Protocol;
 
 /// Largest UDP payload we send, whatever the client advertises (DNS flag day 2020 suggests 1232;
 /// 4096 keeps big headless answers on UDP for clients that ask for it).
@@ -108,6 +110,7 @@ pub struct Handler {
     pub(crate) config: Arc<ZoneConfig>,
     pub(crate) zone: ZoneHandle,
     pub(crate) forwarder: Arc<Forwarder>,
+    pub(crate) metrics: Arc<DnsMetrics>,
 }
 
 #[async_trait::async_trait]
@@ -117,7 +120,30 @@ impl RequestHandler for Handler {
         request: &Request,
         mut response_handle: R,
     ) -> ResponseInfo {
+        let started = std::time::Instant::now();
         let reply = self.finish(self.step(request)).await;
+        self.metrics.observe(&Observation {
+            proto: if request.protocol() == Protocol::Udp {
+                Proto::Udp
+            } else {
+                Proto::Tcp
+            },
+            ipv6: request.src().is_ipv6(),
+            qtype: request
+                .queries
+                .queries()
+                .first()
+                .map(|q| u16::from(q.query_type())),
+            rcode: u8::try_from(u16::from(reply.rcode) & 0x0f).unwrap_or(2),
+            source: if reply.authoritative {
+                Source::Zone
+            } else {
+                Source::Forward
+            },
+            elapsed: started.elapsed(),
+            sizes: None,
+            cached: None,
+        });
         let metadata = response_metadata(request, &reply);
         let edns = response_edns(request);
         let addresses = reply.address_records();
@@ -273,6 +299,7 @@ impl Handler {
                 None,
                 std::time::Duration::from_millis(10),
             )),
+            metrics: Arc::new(DnsMetrics::new(([127, 0, 0, 1], 0).into())),
         }
     }
 
@@ -305,7 +332,11 @@ impl Handler {
             Some(zone) => zone.lookup(name, qtype, qclass, rng),
             None if self.owns(name) => {
                 debug!(%name, "not synced yet: SERVFAIL");
-                return Step::Done(Reply::error(ResponseCode::ServFail));
+                // As CoreDNS before its first sync: authoritative, with the zone's SOA.
+                let mut reply = Reply::error(ResponseCode::ServFail);
+                reply.authoritative = true;
+                reply.authorities.extend(self.config.unsynced_soa(name));
+                return Step::Done(reply);
             }
             None => Outcome::Forward,
         };
@@ -387,6 +418,11 @@ impl Handler {
     /// that before the first sync it gets SERVFAIL instead of a forwarded NXDOMAIN.
     fn owns(&self, name: &Name) -> bool {
         if self.config.domain.zone_of(name) {
+            return true;
+        }
+        if let Some(external) = &self.config.external
+            && external.zones.iter().any(|z| z.zone_of(name))
+        {
             return true;
         }
         let mut fqdn = name.clone();

@@ -7,6 +7,7 @@ mod cache_tests;
 mod forward;
 mod fuzzing;
 mod handler;
+mod metrics;
 #[cfg(test)]
 mod test_support;
 mod udp;
@@ -26,6 +27,7 @@ pub use handler::{Handler, ZoneHandle};
 pub use udp::UdpStats;
 
 use crate::zone::ZoneConfig;
+use metrics::DnsMetrics;
 
 /// How long an idle TCP connection is kept.
 const TCP_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,6 +70,7 @@ pub struct DnsServer {
     local_addr: SocketAddr,
     zone: ZoneHandle,
     upstreams: Vec<SocketAddr>,
+    metrics: Arc<DnsMetrics>,
 }
 
 impl DnsServer {
@@ -92,10 +95,12 @@ impl DnsServer {
         ));
         let upstreams = forwarder.upstreams().to_vec();
         let zone = ZoneHandle::default();
+        let metrics = Arc::new(DnsMetrics::new(local_addr));
         let handler = Arc::new(Handler {
             config,
             zone: zone.clone(),
             forwarder,
+            metrics: metrics.clone(),
         });
         let udp = Arc::new(udp);
         let udp_counters = Arc::new(udp::UdpCounters::default());
@@ -122,7 +127,21 @@ impl DnsServer {
             local_addr,
             zone,
             upstreams,
+            metrics,
         })
+    }
+
+    /// The server's metrics in CoreDNS's names, as Prometheus text.
+    pub fn metrics_text(&self) -> String {
+        self.observer().metrics_text()
+    }
+
+    /// A cheap handle that renders the metrics (for the HTTP endpoint).
+    pub fn observer(&self) -> Observer {
+        Observer {
+            metrics: self.metrics.clone(),
+            zone: self.zone.clone(),
+        }
     }
 
     /// The bound address (UDP and TCP).
@@ -152,6 +171,20 @@ impl DnsServer {
             .shutdown_gracefully()
             .await
             .map_err(|e| DnsError::Serve(e.to_string()))
+    }
+}
+
+/// Reads a running server's metrics.
+#[derive(Clone, Debug)]
+pub struct Observer {
+    metrics: Arc<DnsMetrics>,
+    zone: ZoneHandle,
+}
+
+impl Observer {
+    /// The metrics in CoreDNS's names, as Prometheus text.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.render(self.zone.cache_stats().0)
     }
 }
 

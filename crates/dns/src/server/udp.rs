@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
@@ -24,6 +24,7 @@ use tracing::debug;
 
 use super::cache::{Entry, FastRng, Noting};
 use super::handler::{Handler, Step, encode_udp, encode_udp_region};
+use super::metrics::{DnsMetrics, Observation, Proto, Source, question_type, response_flags};
 
 /// Largest request accepted; a question is far smaller, and EDNS options do not approach it.
 const MAX_REQUEST: usize = 4096;
@@ -103,20 +104,69 @@ pub(crate) async fn serve_udp(
                 bump(&counters.dropped);
                 continue;
             };
-            match answer_packet(&handler, &buf[..n], src, &mut out, &mut rng) {
+            let started = Instant::now();
+            let packet = &buf[..n];
+            match answer_packet(&handler, packet, src, &mut out, &mut rng) {
                 Packet::Drop => bump(&counters.dropped),
-                Packet::Reply => send(&socket, &out, src, &counters).await,
+                Packet::Reply => {
+                    send(&socket, &out, src, &counters).await;
+                    observe(&handler.metrics, packet, &out, src, started, Some(false));
+                }
+                Packet::Cached => {
+                    send(&socket, &out, src, &counters).await;
+                    observe(&handler.metrics, packet, &out, src, started, Some(true));
+                }
                 Packet::Later(request, step) => {
                     let (socket, handler, counters) =
                         (socket.clone(), handler.clone(), counters.clone());
+                    let qtype = question_type(packet);
                     tokio::spawn(async move {
                         let reply = handler.finish(step).await;
-                        send(&socket, &encode_udp(&request, &reply), src, &counters).await;
+                        let bytes = encode_udp(&request, &reply);
+                        send(&socket, &bytes, src, &counters).await;
+                        let (rcode, zone) = response_flags(&bytes);
+                        handler.metrics.observe(&Observation {
+                            proto: Proto::Udp,
+                            ipv6: src.is_ipv6(),
+                            qtype,
+                            rcode,
+                            source: if zone { Source::Zone } else { Source::Forward },
+                            elapsed: started.elapsed(),
+                            sizes: Some((n, bytes.len())),
+                            cached: None,
+                        });
                     });
                 }
             }
         }
     }
+}
+
+/// Counts an answer decided without I/O (`cached`: from the answer cache, or a miss the
+/// zone answered; the server's own FORMERR and NOTIMP are neither).
+fn observe(
+    metrics: &DnsMetrics,
+    packet: &[u8],
+    response: &[u8],
+    src: SocketAddr,
+    started: Instant,
+    cached: Option<bool>,
+) {
+    if response.is_empty() {
+        return;
+    }
+    let (rcode, zone) = response_flags(response);
+    let source = if zone { Source::Zone } else { Source::Server };
+    metrics.observe(&Observation {
+        proto: Proto::Udp,
+        ipv6: src.is_ipv6(),
+        qtype: question_type(packet),
+        rcode,
+        source,
+        elapsed: started.elapsed(),
+        sizes: Some((packet.len(), response.len())),
+        cached: cached.filter(|_| zone),
+    });
 }
 
 /// One `recvmmsg` without waiting: the length and sender of each datagram now in `bufs`.
@@ -159,6 +209,8 @@ pub(crate) enum Packet {
     Drop,
     /// The answer is in the output buffer, ready to send.
     Reply,
+    /// The same, taken from the answer cache.
+    Cached,
     /// The answer needs upstream I/O first.
     Later(Box<Request>, Step),
 }
@@ -186,7 +238,7 @@ pub(crate) fn answer_packet(
     if let Some(served) = served
         && served.cache.answer(packet, out, rng)
     {
-        return Packet::Reply;
+        return Packet::Cached;
     }
     let request = match Request::from_bytes(packet.to_vec(), src, Protocol::Udp) {
         Ok(request) => request,
@@ -351,7 +403,7 @@ mod fuzz {
                 assert!(packet.len() < 12 || packet[2] & 0x80 != 0);
                 None
             }
-            Packet::Reply => {
+            Packet::Reply | Packet::Cached => {
                 assert!(bytes.len() >= 12);
                 assert_eq!(bytes[0..2], packet[0..2], "the ID is echoed");
                 assert!(bytes[2] & 0x80 != 0, "QR is set");
@@ -437,7 +489,9 @@ mod timing {
         let mut out = Vec::new();
         let mut rng = FastRng::new();
         for _ in 0..n {
-            if let Packet::Reply = answer_packet(&h, &packet, src, &mut out, &mut rng) {
+            if let Packet::Reply | Packet::Cached =
+                answer_packet(&h, &packet, src, &mut out, &mut rng)
+            {
                 bytes += out.len();
             }
         }

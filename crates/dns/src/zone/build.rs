@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use hickory_proto::rr::Name;
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 
 use super::names::dashed_ip;
 use super::state::ZoneState;
@@ -32,13 +32,18 @@ impl Zone {
 }
 
 pub(crate) fn service_entry(
-    domain: &Name,
+    config: &ZoneConfig,
     ns: &str,
     name: &str,
     svc: &Service,
     slices: &[&Arc<EndpointSlice>],
     warnings: &mut Vec<String>,
 ) -> Option<ServiceEntry> {
+    if !config.options.exposes(&ns.to_ascii_lowercase()) {
+        // `namespaces`: the service does not exist for DNS, not even for PTR.
+        return None;
+    }
+    let domain = &config.domain;
     let what = format!("Service {ns}/{name}");
     let Some(spec) = &svc.spec else {
         warnings.push(format!("{what}: spec: missing"));
@@ -106,9 +111,29 @@ pub(crate) fn service_entry(
         })
         .collect();
 
+    let mut external_ips: Vec<IpAddr> = Vec::new();
+    let ingress = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref());
+    let external = spec.external_ips.iter().flatten().map(String::as_str);
+    for ip in external.chain(
+        ingress
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i.ip.as_deref()),
+    ) {
+        match ip.parse::<IpAddr>() {
+            Ok(ip) if !external_ips.contains(&ip) => external_ips.push(ip),
+            Ok(_) => {}
+            Err(_) => warnings.push(format!("{what}: external IP {ip:?} is not an IP address")),
+        }
+    }
+
     let publish_not_ready = spec.publish_not_ready_addresses.unwrap_or(false);
     let mut endpoints = Vec::new();
-    if !matches!(kind, ServiceKind::ExternalName(_)) {
+    if !matches!(kind, ServiceKind::ExternalName(_)) && !config.options.no_endpoints {
         for slice in slices {
             if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
                 continue;
@@ -143,10 +168,7 @@ pub(crate) fn service_entry(
                     ));
                     continue;
                 };
-                let label = match ep.hostname.as_deref().filter(|h| !h.is_empty()) {
-                    Some(h) => h.to_ascii_lowercase(),
-                    None => dashed_ip(ip),
-                };
+                let label = endpoint_label(ep, ip, config.options.endpoint_pod_names);
                 let Ok(ep_fqdn) = Name::from_ascii(&label).and_then(|l| l.append_domain(&fqdn))
                 else {
                     warnings.push(format!(
@@ -175,5 +197,25 @@ pub(crate) fn service_entry(
         ports,
         endpoints,
         endpoint_ips,
+        external_ips,
     })
+}
+
+/// An endpoint's DNS label: its hostname; else, with `endpoint_pod_names`, the name of the pod
+/// it targets when that is a DNS label (at most 63 characters, CoreDNS's rule); else its
+/// dashed IP.
+fn endpoint_label(ep: &Endpoint, ip: IpAddr, pod_names: bool) -> String {
+    if let Some(hostname) = ep.hostname.as_deref().filter(|h| !h.is_empty()) {
+        return hostname.to_ascii_lowercase();
+    }
+    let pod = ep
+        .target_ref
+        .as_ref()
+        .filter(|r| pod_names && matches!(r.kind.as_deref(), None | Some("Pod")))
+        .and_then(|r| r.name.as_deref())
+        .filter(|n| !n.is_empty() && n.len() <= 63 && !n.contains('.'));
+    match pod {
+        Some(name) => name.to_ascii_lowercase(),
+        None => dashed_ip(ip),
+    }
 }

@@ -47,8 +47,33 @@ impl Zone {
         qclass: DNSClass,
         rng: &mut R,
     ) -> Outcome {
+        let outcome = self.lookup_here(name, qtype, qclass, rng);
+        // `fallthrough`: an NXDOMAIN of ours for a name in a fallthrough zone is the
+        // upstream's question (a CNAME chain that ends in NXDOMAIN is still our answer).
+        match &outcome {
+            Outcome::Answer(r)
+                if r.rcode == ResponseCode::NXDomain
+                    && r.answers.is_empty()
+                    && self.config.options.falls_through(name) =>
+            {
+                Outcome::Forward
+            }
+            _ => outcome,
+        }
+    }
+
+    fn lookup_here<R: Rng + ?Sized>(
+        &self,
+        name: &Name,
+        qtype: RecordType,
+        qclass: DNSClass,
+        rng: &mut R,
+    ) -> Outcome {
         let domain = &self.config.domain;
         if relative_labels(name, domain).is_none() {
+            if let Some(response) = self.external_lookup(name, qtype, qclass) {
+                return Outcome::Answer(response);
+            }
             return match self.reverse_lookup(name, qtype, qclass) {
                 Some(response) => Outcome::Answer(response),
                 None => Outcome::Forward,
@@ -127,7 +152,7 @@ impl Zone {
         self.soa_at(self.config.domain.clone())
     }
 
-    fn soa_at(&self, owner: Name) -> Record {
+    pub(super) fn soa_at(&self, owner: Name) -> Record {
         let soa = SOA::new(
             self.soa_names.0.clone(),
             self.soa_names.1.clone(),
@@ -180,7 +205,7 @@ impl Zone {
             ["dns"] | ["svc"] | ["pod"] => Node::NoData,
             ["dns", "ns"] => records(address_records(owner, &self.dns_ips, qtype, ttl), vec![]),
             ["svc", ns] | ["pod", ns] => {
-                if self.namespaces.contains_key(*ns) {
+                if self.namespace_exists(ns) {
                     Node::NoData
                 } else {
                     Node::NxDomain
@@ -188,6 +213,15 @@ impl Zone {
             }
             ["svc", ns, svc, rest @ ..] => match self.service(ns, svc) {
                 None => Node::NxDomain,
+                // `ignore empty_service`: as if the service did not exist, so the client's
+                // search path goes on (headless and ExternalName services are not affected).
+                Some(entry)
+                    if self.config.options.ignore_empty_service
+                        && matches!(entry.kind, ServiceKind::ClusterIp(_))
+                        && entry.endpoints.is_empty() =>
+                {
+                    Node::NxDomain
+                }
                 Some(entry) => self.service_node(entry, rest, owner, qtype, rng),
             },
             ["pod", ns, dashed] => self.pod_node(ns, dashed, owner, qtype),
@@ -195,7 +229,13 @@ impl Zone {
         }
     }
 
-    fn service(&self, ns: &str, svc: &str) -> Option<&ServiceEntry> {
+    /// Whether namespace `ns` (lower-case) exists and is served: a Namespace object or a
+    /// Service in it exists (the index holds only served namespaces).
+    pub(super) fn namespace_exists(&self, ns: &str) -> bool {
+        self.namespaces.contains_key(ns)
+    }
+
+    pub(super) fn service(&self, ns: &str, svc: &str) -> Option<&ServiceEntry> {
         self.namespaces.get(ns)?.services.get(svc).map(|e| &**e)
     }
 
@@ -360,10 +400,12 @@ impl Zone {
         };
         let known = match self.config.pods {
             PodMode::Disabled => false,
-            // The rule (kube-dns's original `pods insecure`): any well-formed name,
-            // whether or not the namespace exists; CoreDNS today also checks the namespace.
-            PodMode::Insecure => true,
-            PodMode::Verified => self.pod_ips.contains(&(ns.to_string(), ip)),
+            // Any well-formed name in a namespace that exists (CoreDNS's `pods insecure`;
+            // kube-dns answered in any namespace).
+            PodMode::Insecure => self.namespace_exists(ns),
+            PodMode::Verified => {
+                self.config.options.exposes(ns) && self.pod_ips.contains(&(ns.to_string(), ip))
+            }
         };
         if !known {
             return Node::NxDomain;
@@ -401,7 +443,9 @@ impl Zone {
         match names {
             None => {
                 response.rcode = ResponseCode::NXDomain;
-                response.authorities.push(self.soa_at(reverse_apex(ip)));
+                response
+                    .authorities
+                    .push(self.soa_at(self.reverse_zone(ip)));
             }
             Some(names) if matches!(qtype, RecordType::PTR | RecordType::ANY) => {
                 response.answers = names
@@ -415,9 +459,59 @@ impl Zone {
                     })
                     .collect();
             }
-            Some(_) => response.authorities.push(self.soa_at(reverse_apex(ip))),
+            Some(_) => response
+                .authorities
+                .push(self.soa_at(self.reverse_zone(ip))),
         }
         Some(response)
+    }
+}
+
+impl Zone {
+    /// The reverse zone an address belongs to, as CoreDNS serves a CIDR: the served range's
+    /// prefix rounded up to a whole label (octets for IPv4, nibbles for IPv6), so 10.96.0.0/12
+    /// is served as `96.10.in-addr.arpa.` … `111.10.in-addr.arpa.`. An indexed address outside
+    /// every served range (an endpoint elsewhere) answers under `in-addr.arpa.`/`ip6.arpa.`.
+    pub(super) fn reverse_zone(&self, ip: IpAddr) -> Name {
+        let prefix = self
+            .config
+            .reverse_cidrs
+            .iter()
+            .filter(|c| c.contains(&ip))
+            .map(|c| c.prefix_len())
+            .max();
+        match prefix {
+            Some(prefix) => reverse_zone_of(ip, prefix),
+            None => reverse_apex(ip),
+        }
+    }
+}
+
+/// `<labels of ip's first ⌈prefix/step⌉ labels>.in-addr.arpa.` (or `ip6.arpa.`).
+pub(super) fn reverse_zone_of(ip: IpAddr, prefix: u8) -> Name {
+    let full = reverse_name_labels(ip);
+    let step = if ip.is_ipv4() { 8 } else { 4 };
+    let keep = usize::from(prefix.div_ceil(step));
+    // `full` is most significant last; keep the last `keep` labels.
+    let labels = &full[full.len() - keep.min(full.len())..];
+    let mut text = labels.join(".");
+    if !text.is_empty() {
+        text.push('.');
+    }
+    text.push_str(&reverse_apex(ip).to_ascii());
+    Name::from_ascii(&text).unwrap_or_else(|_| reverse_apex(ip))
+}
+
+/// An address's reverse labels, least significant first (`10.96.0.1` → 1, 0, 96, 10).
+fn reverse_name_labels(ip: IpAddr) -> Vec<String> {
+    match ip {
+        IpAddr::V4(v4) => v4.octets().iter().rev().map(|o| o.to_string()).collect(),
+        IpAddr::V6(v6) => v6
+            .octets()
+            .iter()
+            .rev()
+            .flat_map(|b| [format!("{:x}", b & 0xf), format!("{:x}", b >> 4)])
+            .collect(),
     }
 }
 
@@ -434,7 +528,12 @@ fn records(answers: Vec<Record>, additionals: Vec<Record>) -> Node {
 }
 
 /// A and AAAA records for `ips` as `qtype` asks (`ANY` gives both families).
-fn address_records(owner: &Name, ips: &[IpAddr], qtype: RecordType, ttl: u32) -> Vec<Record> {
+pub(super) fn address_records(
+    owner: &Name,
+    ips: &[IpAddr],
+    qtype: RecordType,
+    ttl: u32,
+) -> Vec<Record> {
     let mut out = Vec::with_capacity(ips.len());
     out.extend(ips.iter().filter_map(|ip| match (ip, qtype) {
         (IpAddr::V4(v4), RecordType::A | RecordType::ANY) => {

@@ -10,8 +10,10 @@
 //! new one, so a query never sees a half-applied update.
 
 mod build;
+mod external;
 mod lookup;
 mod names;
+mod options;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -22,13 +24,14 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use hickory_proto::op::ResponseCode;
-use hickory_proto::rr::rdata::{A, AAAA};
+use hickory_proto::rr::rdata::{A, AAAA, SOA};
 use hickory_proto::rr::{Name, RData, Record};
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 pub use names::{dashed_ip, parse_dashed_ip};
+pub use options::{EXTERNAL_TTL, parse_ttl};
 pub use state::ZoneState;
 
 /// The schema version of the Kubernetes DNS specification this server implements.
@@ -74,6 +77,57 @@ pub struct ZoneConfig {
     pub reverse_cidrs: Vec<IpNet>,
     /// `namespace/name` of the Service whose cluster IPs are the glue of `ns.dns.<zone>`.
     pub dns_service: (String, String),
+    /// The options of CoreDNS's `kubernetes` plugin beyond `ttl` and `pods`.
+    pub options: PluginOptions,
+    /// CoreDNS's `k8s_external` plugin: services' external addresses under other zones.
+    pub external: Option<ExternalZones>,
+}
+
+/// CoreDNS's `kubernetes` plugin options, with its semantics (see `options.rs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PluginOptions {
+    /// `endpoint_pod_names`: an endpoint without a hostname is named after its pod (when the
+    /// name is a DNS label), not its dashed IP.
+    pub endpoint_pod_names: bool,
+    /// `ignore empty_service`: a service with a cluster IP and no ready endpoint is NXDOMAIN, so
+    /// a client's search path goes on to the next domain.
+    pub ignore_empty_service: bool,
+    /// `namespaces NS…`: only these are served (lower-case; empty: all).
+    pub namespaces: std::collections::BTreeSet<String>,
+    /// `noendpoints`: EndpointSlices are not read; endpoint names and headless services are
+    /// NXDOMAIN.
+    pub no_endpoints: bool,
+    /// `fallthrough [ZONES…]`: an NXDOMAIN of the zone for a name under one of these goes to the
+    /// upstream instead (`Some(empty)`: every zone served).
+    pub fallthrough: Option<Vec<Name>>,
+}
+
+impl PluginOptions {
+    /// Whether records of namespace `ns` (lower-case) are served.
+    pub fn exposes(&self, ns: &str) -> bool {
+        self.namespaces.is_empty() || self.namespaces.contains(ns)
+    }
+
+    /// Whether an NXDOMAIN for `name` falls through to the upstream.
+    pub fn falls_through(&self, name: &Name) -> bool {
+        match &self.fallthrough {
+            None => false,
+            Some(zones) if zones.is_empty() => true,
+            Some(zones) => zones.iter().any(|z| z.zone_of(name)),
+        }
+    }
+}
+
+/// CoreDNS's `k8s_external`: `<svc>.<ns>.<zone>` answers a service's external IPs and
+/// LoadBalancer ingress IPs; the apex has an SOA and `ns1.<apex>.<zone>` as its NS.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExternalZones {
+    /// The zones (lower-case, fully qualified).
+    pub zones: Vec<Name>,
+    /// TTL of its records and its SOA minimum (CoreDNS's default: 5).
+    pub ttl: u32,
+    /// The label of the subdomain holding the name server (`dns`).
+    pub apex: String,
 }
 
 impl ZoneConfig {
@@ -95,7 +149,68 @@ impl ZoneConfig {
             pods: PodMode::Insecure,
             reverse_cidrs,
             dns_service: ("kube-system".into(), "kube-dns".into()),
+            options: PluginOptions::default(),
+            external: None,
         })
+    }
+}
+
+impl ZoneConfig {
+    /// The SOA for a question under `name` before any zone was built (CoreDNS sends its SOA
+    /// with a SERVFAIL before its first sync): the cluster zone's, the served reverse zone's,
+    /// or an external zone's, with serial 0; `None` for a name the server does not own.
+    pub fn unsynced_soa(&self, name: &Name) -> Option<Record> {
+        let record = |owner: Name, mname: Name, rname: Name, ttl: u32| {
+            let soa = SOA::new(mname, rname, 0, 7200, 1800, 86400, ttl);
+            Record::from_rdata(owner, ttl, RData::SOA(soa))
+        };
+        let under = |zone: &Name, prefix: &str| {
+            Name::from_ascii(prefix)
+                .and_then(|p| p.append_domain(zone))
+                .unwrap_or_else(|_| zone.clone())
+        };
+        if self.domain.zone_of(name) {
+            let d = &self.domain;
+            return Some(record(
+                d.clone(),
+                under(d, "ns.dns"),
+                under(d, "hostmaster"),
+                self.ttl,
+            ));
+        }
+        if let Some(external) = &self.external
+            && let Some(zone) = external.zones.iter().find(|z| z.zone_of(name))
+        {
+            let ns = format!("ns1.{}", external.apex);
+            let host = format!("hostmaster.{}", external.apex);
+            return Some(record(
+                zone.clone(),
+                under(zone, &ns),
+                under(zone, &host),
+                external.ttl,
+            ));
+        }
+        let mut fqdn = name.clone();
+        fqdn.set_fqdn(true);
+        let net = fqdn.parse_arpa_name().ok()?;
+        if net.prefix_len() != net.max_prefix_len() {
+            return None;
+        }
+        let ip = net.addr();
+        let prefix = self
+            .reverse_cidrs
+            .iter()
+            .filter(|c| c.contains(&ip))
+            .map(|c| c.prefix_len())
+            .max()?;
+        let d = &self.domain;
+        let owner = lookup::reverse_zone_of(ip, prefix);
+        Some(record(
+            owner,
+            under(d, "ns.dns"),
+            under(d, "hostmaster"),
+            self.ttl,
+        ))
     }
 }
 
@@ -105,6 +220,9 @@ pub enum ZoneError {
     /// The cluster domain is not a valid DNS name.
     #[error("cluster domain {0:?} is not a valid DNS name: {1}")]
     Domain(String, String),
+    /// An option in CoreDNS's syntax that is unknown or malformed.
+    #[error("option {0:?}: {1}")]
+    Option(String, String),
 }
 
 /// The API objects a zone is built from (typically the reflector stores' contents).
@@ -184,6 +302,8 @@ struct ServiceEntry {
     endpoints: Vec<EndpointEntry>,
     /// The distinct endpoint IPs, sorted (the headless answer).
     endpoint_ips: Vec<IpAddr>,
+    /// `spec.externalIPs` then the LoadBalancer ingress IPs, deduplicated (`k8s_external`).
+    external_ips: Vec<IpAddr>,
 }
 
 #[derive(Debug)]

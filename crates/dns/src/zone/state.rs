@@ -316,8 +316,7 @@ impl ZoneState {
                     .unwrap_or_default();
                 slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
                 let mut warnings = Vec::new();
-                let entry =
-                    service_entry(&self.config.domain, ns, name, svc, &slices, &mut warnings);
+                let entry = service_entry(&self.config, ns, name, svc, &slices, &mut warnings);
                 self.warnings.insert(key.clone(), warnings);
                 entry.map(Arc::new)
             });
@@ -361,12 +360,15 @@ impl ZoneState {
         if touched_namespaces {
             // A namespace exists when a Namespace object or a Service in it exists.
             for ns in &self.namespace_objects {
-                if !index.contains_key(ns) {
+                if !index.contains_key(ns) && self.config.options.exposes(ns) {
                     index.insert(ns.clone(), Arc::default());
                 }
             }
             let objects = &self.namespace_objects;
-            index.retain(|ns, entry| !entry.services.is_empty() || objects.contains(ns));
+            let options = &self.config.options;
+            index.retain(|ns, entry| {
+                options.exposes(ns) && (!entry.services.is_empty() || objects.contains(ns))
+            });
             self.namespaces_dirty = false;
         }
         if self.pods_dirty {

@@ -25,11 +25,17 @@ fn check_with(zone: &Zone, query: &str, expect: Expect) {
 fn rule_table_against_the_zone() {
     let cases = rule_table::cases().unwrap();
     assert!(cases.len() >= 40, "only {} cases parsed", cases.len());
-    let zones = [PodMode::Insecure, PodMode::Verified, PodMode::Disabled]
-        .map(|mode| (mode, rule_table::zone(mode).unwrap()));
+    let zones: Vec<_> = rule_table::setups(&cases)
+        .into_iter()
+        .map(|(mode, options)| {
+            let zone = rule_table::zone_with(mode, &options).unwrap();
+            ((mode, options), zone)
+        })
+        .collect();
     let mut failures = Vec::new();
     for case in &cases {
-        let zone = &zones.iter().find(|(m, _)| *m == case.pods).unwrap().1;
+        let setup = (case.pods, case.options.clone());
+        let zone = &zones.iter().find(|(s, _)| *s == setup).unwrap().1;
         for q in &case.queries {
             let got = answer(zone, q);
             if got != case.expected {
@@ -54,6 +60,7 @@ fn the_table_parser_reads_every_part_of_a_block() {
             Case {
                 line: 3,
                 pods: Verified,
+                options: [],
                 queries: [
                     "a. A",
                     "b. A CH",
@@ -66,6 +73,7 @@ fn the_table_parser_reads_every_part_of_a_block() {
             Case {
                 line: 9,
                 pods: Insecure,
+                options: [],
                 queries: [
                     "c. A",
                 ],
@@ -204,7 +212,7 @@ fn incremental_snapshots_share_unchanged_services_and_see_changes() {
         expect![[r#"
             NXDOMAIN
             authority:
-              in-addr.arpa. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 2 7200 1800 86400 30
+              96.10.in-addr.arpa. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 2 7200 1800 86400 30
         "#]],
     );
     check_with(
@@ -222,7 +230,7 @@ fn incremental_snapshots_share_unchanged_services_and_see_changes() {
         expect![[r#"
             NXDOMAIN
             authority:
-              in-addr.arpa. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 2 7200 1800 86400 30
+              244.10.in-addr.arpa. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 2 7200 1800 86400 30
         "#]],
     );
 

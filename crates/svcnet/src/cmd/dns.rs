@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use svcnet_dns::{DnsConfig, PodMode, ZoneConfig};
+use svcnet_dns::{DnsConfig, ZoneConfig};
 
 /// Flags of `svcnet dns`.
 #[derive(Debug, clap::Args)]
@@ -23,24 +23,26 @@ pub struct Args {
     /// nameservers of /etc/resolv.conf.
     #[arg(long = "upstream")]
     pub upstreams: Vec<SocketAddr>,
-    /// TTL of every answer, in seconds.
-    #[arg(long, default_value_t = 30)]
-    pub ttl: u32,
-    /// Pod records: insecure, verified or disabled.
-    #[arg(long, default_value = "insecure")]
-    pub pods: PodMode,
+    /// Where to serve /health, /ready and /metrics (CoreDNS's health, ready and prometheus
+    /// plugins, on one listener; CoreDNS's metrics port is 9153).
+    #[arg(long, default_value = "127.0.0.1:9153")]
+    pub http_listen: SocketAddr,
+    /// The kubernetes and k8s_external plugins' options.
+    #[command(flatten)]
+    pub options: super::dns_options::DnsOptions,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = client_from_kubeconfig(&args.kubeconfig).await?;
     let mut zone = ZoneConfig::new(&args.cluster_domain)?;
-    zone.ttl = args.ttl;
-    zone.pods = args.pods;
+    args.options.apply(&mut zone)?;
     let config = DnsConfig {
         listen: args.listen,
         zone,
         upstreams: (!args.upstreams.is_empty()).then_some(args.upstreams),
         debounce: Duration::from_millis(5),
+        labels: args.options.labels.clone(),
+        http: Some(args.http_listen),
     };
     let shutdown = async {
         let _ = tokio::signal::ctrl_c().await;

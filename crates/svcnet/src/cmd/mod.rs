@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod dns;
+pub mod dns_options;
 pub mod doctor;
 pub mod down;
 pub mod env;

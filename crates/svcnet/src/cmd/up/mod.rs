@@ -9,6 +9,7 @@
 //! the data dir survives.
 
 mod cluster;
+mod lease;
 mod objects;
 
 use std::collections::BTreeSet;
@@ -117,6 +118,13 @@ pub struct Args {
         value_delimiter = ','
     )]
     pub dns_upstreams: Vec<SocketAddr>,
+    /// Where cluster DNS serves /health, /ready and /metrics (CoreDNS's names); not served
+    /// without it.
+    #[arg(long)]
+    pub dns_http_listen: Option<SocketAddr>,
+    /// Cluster DNS options (CoreDNS's kubernetes and k8s_external plugins).
+    #[command(flatten)]
+    pub dns: crate::cmd::dns_options::DnsOptions,
     /// Components not to start (comma-separated).
     #[arg(long, value_delimiter = ',', value_enum)]
     pub disable: Vec<Component>,
@@ -195,6 +203,16 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
+    // Each registered node heartbeats through its Lease, as a kubelet does.
+    {
+        let client = client.clone();
+        let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        let stop = stopped(stop_rx.clone());
+        tasks.spawn(async move {
+            lease::run(client, names, stop).await;
+            Ok(())
+        });
+    }
     if !disabled.contains(&Component::Controllers) {
         let opts = svcnet_controllers::ControllerOptions {
             node_name: nodes[0].name.clone(),
@@ -335,11 +353,14 @@ async fn start_dns(
         .copied()
         .chain([IpNet::V4(args.pod_cidr)])
         .collect();
+    args.dns.apply(&mut zone)?;
     let config = svcnet_dns::DnsConfig {
         listen,
         zone,
         upstreams: (!args.dns_upstreams.is_empty()).then(|| args.dns_upstreams.clone()),
         debounce: std::time::Duration::from_millis(5),
+        labels: args.dns.labels.clone(),
+        http: args.dns_http_listen,
     };
     svcnet_dns::start(config, client.clone())
         .await
