@@ -301,6 +301,11 @@ async fn networkpolicy_api_operations_through_kubectl() {
         k.ok_in(&["create", "-f", "-"], Some(&deny.to_string()));
         let out = k.ok(&["get", "netpol", "default-deny", "--no-headers"]);
         assert_eq!(out.split_whitespace().nth(1), Some("<none>"), "{out}");
+        // kubectl's describer reads the defaulted policy through its typed client.
+        let out = k.ok(&["describe", "netpol", "default-deny"]);
+        for want in ["Selected pods are isolated for ingress connectivity", "Not affecting egress traffic", "Policy Types: Ingress"] {
+            assert!(out.contains(want), "{want}: {out}");
+        }
 
         // Every namespace carries its name label, and it cannot be changed.
         let ns = k.json(&["get", "ns", "netpol-api"]);
