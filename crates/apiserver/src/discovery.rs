@@ -100,9 +100,14 @@ fn resource_entries(r: &ResourceInfo) -> Vec<Value> {
         if *sub == "log" {
             e["verbs"] = json!(["get"]);
         }
-        if *sub == "exec" {
+        if let Some(kind) = match *sub {
+            "exec" => Some("PodExecOptions"),
+            "portforward" => Some("PodPortForwardOptions"),
+            "attach" => Some("PodAttachOptions"),
+            _ => None,
+        } {
             e["verbs"] = json!(["create", "get"]);
-            e["kind"] = json!("PodExecOptions");
+            e["kind"] = json!(kind);
         }
         if *sub == "scale" {
             e["kind"] = json!("Scale");

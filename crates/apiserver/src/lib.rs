@@ -24,13 +24,16 @@
 //! makes the PKI and kubeconfig; `server` is the HTTPS front.
 
 mod admission;
+mod attach;
 mod bootstrap;
 mod config;
 mod deletion;
 mod discovery;
 mod exec;
+mod execspdy;
 mod gc;
 mod handlers;
+mod logformat;
 mod logs;
 mod machinery;
 mod metered;
@@ -39,10 +42,13 @@ mod objects;
 mod openapi;
 mod openapi_schemas;
 mod paging;
+mod portforward;
 mod protobuf;
 mod registry;
 pub mod request;
 mod server;
+mod spdy;
+mod spdyconn;
 mod state;
 mod status;
 mod tls;
@@ -60,9 +66,10 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use svcnet_store::{RedbStore, StoreOptions};
 
+pub use config::{AttachSource, AttachStarter, AttachTarget, Attached};
 pub use config::{
     ConnectionLimits, ExecProcess, ExecSource, ExecStarter, ExecTarget, LogLocator, LogSource,
-    LogTarget, ServerConfig,
+    LogTarget, PortDialer, PortForwardSource, PortForwardTarget, ServerConfig,
 };
 pub use registry::{RESOURCES, ResourceInfo};
 pub use state::{AppState, SharedState};
@@ -303,9 +310,14 @@ async fn serve(state: SharedState, req: Request, parsed: Result<ApiRequest, ApiE
     // A stream (pods/exec) takes the request's parts for its upgrade; it has no body.
     let parsed = match parsed {
         ApiRequest::Resource(r) if r.verb == request::Verb::Connect => {
-            return exec::serve(state.clone(), *r, parts)
-                .await
-                .unwrap_or_else(IntoResponse::into_response);
+            let served = match r.subresource {
+                Some(request::Subresource::PortForward) => {
+                    portforward::serve(state.clone(), *r, parts).await
+                }
+                Some(request::Subresource::Attach) => attach::serve(state.clone(), *r, parts).await,
+                _ => exec::serve(state.clone(), *r, parts).await,
+            };
+            return served.unwrap_or_else(IntoResponse::into_response);
         }
         other => other,
     };

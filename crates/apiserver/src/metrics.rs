@@ -167,6 +167,8 @@ impl RequestInfo {
             Some(Subresource::Scale) => "scale",
             Some(Subresource::Log) => "log",
             Some(Subresource::Exec) => "exec",
+            Some(Subresource::Attach) => "attach",
+            Some(Subresource::PortForward) => "portforward",
         }
         .into();
         // upstream's CleanScope; a namespace's own path names the namespace.

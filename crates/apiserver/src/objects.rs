@@ -265,9 +265,11 @@ pub fn prepare_update(
             }
             return Ok(next);
         }
-        Some(Subresource::Log | Subresource::Exec) => {
+        Some(
+            Subresource::Log | Subresource::Exec | Subresource::PortForward | Subresource::Attach,
+        ) => {
             return Err(ApiError::MethodNotAllowed(
-                "the log and exec subresources cannot be written".into(),
+                "the log, exec, attach and portforward subresources cannot be written".into(),
             ));
         }
         Some(Subresource::Scale) => {

@@ -83,7 +83,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         true,
         &["po"],
         ALL,
-        &["status", "log", "exec"]
+        &["status", "log", "exec", "attach", "portforward"]
     ),
     res!(
         "",
