@@ -44,6 +44,7 @@ pub(crate) fn components(group: &str, version: &str) -> Components {
     use k8s_openapi::api::core::v1 as core;
     use k8s_openapi::api::discovery::v1 as discovery;
     use k8s_openapi::api::events::v1 as events;
+    use k8s_openapi::api::networking::v1 as networking;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 
     let mut g = SchemaSettings::openapi3().into_generator();
@@ -69,6 +70,9 @@ pub(crate) fn components(group: &str, version: &str) -> Components {
             ("apps", "v1", "ControllerRevision") => add::<apps::ControllerRevision>(&mut g),
             ("events.k8s.io", "v1", "Event") => add::<events::Event>(&mut g),
             ("coordination.k8s.io", "v1", "Lease") => add::<coordination::Lease>(&mut g),
+            ("networking.k8s.io", "v1", "NetworkPolicy") => {
+                add::<networking::NetworkPolicy>(&mut g)
+            }
             // A kind without a compiled-in schema gets an open one (the server, not the
             // client, validates it).
             _ => format!(

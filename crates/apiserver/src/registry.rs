@@ -217,6 +217,17 @@ pub static RESOURCES: &[ResourceInfo] = &[
         &[],
         &[]
     ),
+    res!(
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+        "networkpolicy",
+        true,
+        &["netpol"],
+        &[],
+        &[]
+    ),
 ];
 
 impl ResourceInfo {

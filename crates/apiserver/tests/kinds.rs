@@ -38,6 +38,12 @@ async fn every_kind_keeps_its_type_and_identity() {
             json!({"spec": {"holderIdentity": "me"}}),
         ),
         (
+            "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies",
+            "networking.k8s.io/v1",
+            "NetworkPolicy",
+            json!({"spec": {"podSelector": {}, "egress": [{"ports": [{"port": 53, "protocol": "UDP"}]}]}}),
+        ),
+        (
             "/apis/events.k8s.io/v1/namespaces/default/events",
             "events.k8s.io/v1",
             "Event",

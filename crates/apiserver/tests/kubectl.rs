@@ -290,6 +290,7 @@ async fn kubectl_explains_the_served_kinds() {
             "replicasets",
             "events --api-version=events.k8s.io/v1",
             "leases",
+            "networkpolicies",
         ] {
             let args: Vec<&str> = std::iter::once("explain").chain(kind.split(' ')).collect();
             let out = k.ok(&args);

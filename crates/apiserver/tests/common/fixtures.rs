@@ -37,6 +37,9 @@ pub fn fixture(collection: &str) -> Value {
         ("coordination.k8s.io", "leases") => {
             json!({"metadata": name, "spec": {"holderIdentity": "me"}})
         }
+        ("networking.k8s.io", "networkpolicies") => {
+            json!({"metadata": name, "spec": {"podSelector": {"matchLabels": {"a": "b"}}, "ingress": [{"from": [{"podSelector": {}}], "ports": [{"port": 80}]}]}})
+        }
         ("apps", "controllerrevisions") => {
             json!({"metadata": name, "revision": 1, "data": {"spec": {"template": template}}})
         }
