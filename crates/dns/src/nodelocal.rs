@@ -48,7 +48,7 @@ pub struct NodeLocalConfig {
     /// Resolvers for names outside the cluster domain and the reverse zones.
     pub upstreams: Vec<SocketAddr>,
     /// The cluster domain (`cluster.local`).
-    pub cluster_domain: Name,
+    pub cluster_domain: String,
     /// Cap on how long a positive cluster answer is kept (upstream: 30 s).
     pub success_ttl: u32,
     /// Cap on how long a negative cluster answer is kept (upstream: 5 s).
@@ -123,7 +123,12 @@ impl NodeLocalCache {
                 },
             ),
         ];
-        let mut cluster_domain = config.cluster_domain.clone();
+        let mut cluster_domain = Name::from_ascii(&config.cluster_domain).map_err(|e| {
+            DnsError::Serve(format!(
+                "cluster domain {:?} is not a DNS name: {e}",
+                config.cluster_domain
+            ))
+        })?;
         cluster_domain.set_fqdn(true);
         let targets = [
             format!("{} (tcp)", config.cluster_dns),

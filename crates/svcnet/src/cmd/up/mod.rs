@@ -9,6 +9,7 @@
 //! the data dir survives.
 
 mod cluster;
+mod node_local;
 mod objects;
 
 use std::collections::BTreeSet;
@@ -124,6 +125,9 @@ pub struct Args {
     /// Cluster DNS options (CoreDNS's kubernetes and k8s_external plugins).
     #[command(flatten)]
     pub dns: crate::cmd::dns_options::DnsOptions,
+    /// The node-local DNS cache (NodeLocal DNSCache).
+    #[command(flatten)]
+    pub node_local: node_local::NodeLocalDnsOptions,
     /// Components not to start (comma-separated).
     #[arg(long, value_delimiter = ',', value_enum)]
     pub disable: Vec<Component>,
@@ -270,6 +274,14 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
             );
         }
     }
+
+    node_local::start_all(
+        &args,
+        topology.as_ref(),
+        dns_service_ip,
+        &mut tasks,
+        &stop_rx,
+    )?;
 
     if host_proxy {
         let cfg = svcnet_proxyd::ProxyConfig {
