@@ -21,13 +21,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use hickory_proto::op::{Edns, Message, MessageType, OpCode, ResponseCode};
+use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::Name;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
 
-use crate::server::{DnsError, ForwardError, Forwarder, ForwarderOptions};
+use crate::server::{DnsError, ForwardError, Forwarder, ForwarderOptions, Upstream};
 
 /// Upstream's cap for the reverse zones and everything outside the cluster (`cache 30`).
 const OTHER_TTL: u32 = 30;
@@ -268,80 +268,122 @@ impl Shared {
         Route::Other
     }
 
-    /// The answer to one datagram or TCP message; `None` drops it (not a query, or too short
-    /// to answer).
-    async fn answer(&self, packet: &[u8], udp: bool) -> Option<Vec<u8>> {
-        self.requests[usize::from(!udp)].fetch_add(1, Ordering::Relaxed);
+    /// The request in `packet` and its one question, or what to send at once (`None`: drop).
+    fn parse(&self, packet: &[u8]) -> Result<(Message, Query), Option<Vec<u8>>> {
         let request = match Message::from_vec(packet) {
             Ok(request) => request,
             Err(_) => {
-                let id = u16::from_be_bytes([*packet.first()?, *packet.get(1)?]);
+                let id = packet
+                    .get(..2)
+                    .map(|b| u16::from_be_bytes([b[0], b[1]]))
+                    .ok_or(None)?;
                 let mut reply = Message::response(id, OpCode::Query);
                 reply.metadata.response_code = ResponseCode::FormErr;
-                return reply.to_vec().ok();
+                return Err(reply.to_vec().ok());
             }
         };
         if request.metadata.message_type != MessageType::Query {
-            return None;
-        }
-        let mut reply = Message::response(request.metadata.id, request.metadata.op_code);
-        reply.metadata.recursion_desired = request.metadata.recursion_desired;
-        reply.metadata.recursion_available = true;
-        if let Some(edns) = &request.edns {
-            let mut ours = Edns::new();
-            ours.set_max_payload(edns.max_payload().clamp(512, MAX_UDP_PAYLOAD));
-            reply.set_edns(ours);
+            return Err(None);
         }
         let query = match (request.metadata.op_code, request.queries.as_slice()) {
             (OpCode::Query, [query]) => query.clone(),
-            (OpCode::Query, _) => {
-                reply.metadata.response_code = ResponseCode::FormErr;
-                return reply.to_vec().ok();
-            }
-            _ => {
-                reply.metadata.response_code = ResponseCode::NotImp;
-                return reply.to_vec().ok();
+            (op_code, _) => {
+                let mut reply = skeleton(&request);
+                reply.metadata.response_code = if op_code == OpCode::Query {
+                    ResponseCode::FormErr
+                } else {
+                    ResponseCode::NotImp
+                };
+                return Err(reply.to_vec().ok());
             }
         };
-        reply.add_query(query.clone());
-        let forwarder = &self.forwarders[self.route(query.name()) as usize];
-        match forwarder
-            .resolve(query.name(), query.query_type(), query.query_class())
-            .await
-        {
-            Ok(upstream) => {
-                let m = upstream.message;
-                reply.metadata.response_code = m.metadata.response_code;
-                reply.metadata.authoritative = m.metadata.authoritative;
-                reply.metadata.truncation = m.metadata.truncation;
-                reply.answers = m.answers;
-                reply.authorities = m.authorities;
-                reply.additionals = m.additionals;
-            }
-            Err(ForwardError::NoUpstream) => reply.metadata.response_code = ResponseCode::Refused,
-            Err(error) => {
-                tracing::debug!(name = %query.name(), %error, "node-local cache: forwarding failed");
-                reply.metadata.response_code = ResponseCode::ServFail;
-            }
-        }
-        let bytes = reply.to_vec().ok()?;
-        let limit = if udp {
-            request.edns.as_ref().map_or(512, |e| {
-                usize::from(e.max_payload().clamp(512, MAX_UDP_PAYLOAD))
-            })
-        } else {
-            usize::from(u16::MAX)
-        };
-        if bytes.len() <= limit {
-            return Some(bytes);
-        }
-        // Too big for the client's buffer: the question and TC, so it asks again over TCP.
-        reply.answers.clear();
-        reply.authorities.clear();
-        reply.additionals.clear();
-        reply.metadata.truncation = true;
-        reply.to_vec().ok()
+        Ok((request, query))
     }
+
+    /// The answer to one datagram from the cache, without waiting: `Err(())` on a miss.
+    fn answer_now(&self, packet: &[u8]) -> Result<Option<Vec<u8>>, ()> {
+        let (request, query) = match self.parse(packet) {
+            Ok(parsed) => parsed,
+            Err(reply) => return Ok(reply),
+        };
+        let forwarder = &self.forwarders[self.route(query.name()) as usize];
+        let hit = forwarder
+            .resolve_cached(query.name(), query.query_type(), query.query_class())
+            .ok_or(())?;
+        Ok(encode(&request, query, Ok(hit), true))
+    }
+
+    /// The answer to one datagram or TCP message; `None` drops it (not a query, or too short
+    /// to answer).
+    async fn answer(&self, packet: &[u8], udp: bool) -> Option<Vec<u8>> {
+        let (request, query) = match self.parse(packet) {
+            Ok(parsed) => parsed,
+            Err(reply) => return reply,
+        };
+        let forwarder = &self.forwarders[self.route(query.name()) as usize];
+        let result = forwarder
+            .resolve(query.name(), query.query_type(), query.query_class())
+            .await;
+        encode(&request, query, result, udp)
+    }
+}
+
+/// A response to `request` with its ID, flags and EDNS, and nothing else yet.
+fn skeleton(request: &Message) -> Message {
+    let mut reply = Message::response(request.metadata.id, request.metadata.op_code);
+    reply.metadata.recursion_desired = request.metadata.recursion_desired;
+    reply.metadata.recursion_available = true;
+    if let Some(edns) = &request.edns {
+        let mut ours = Edns::new();
+        ours.set_max_payload(edns.max_payload().clamp(512, MAX_UDP_PAYLOAD));
+        reply.set_edns(ours);
+    }
+    reply
+}
+
+/// The answer to `request` from what the forwarder gave, within the client's UDP size.
+fn encode(
+    request: &Message,
+    query: Query,
+    result: Result<Upstream, ForwardError>,
+    udp: bool,
+) -> Option<Vec<u8>> {
+    let mut reply = skeleton(request);
+    let name = query.name().clone();
+    reply.add_query(query);
+    match result {
+        Ok(upstream) => {
+            let m = upstream.message;
+            reply.metadata.response_code = m.metadata.response_code;
+            reply.metadata.authoritative = m.metadata.authoritative;
+            reply.metadata.truncation = m.metadata.truncation;
+            reply.answers = m.answers;
+            reply.authorities = m.authorities;
+            reply.additionals = m.additionals;
+        }
+        Err(ForwardError::NoUpstream) => reply.metadata.response_code = ResponseCode::Refused,
+        Err(error) => {
+            tracing::debug!(%name, %error, "node-local cache: forwarding failed");
+            reply.metadata.response_code = ResponseCode::ServFail;
+        }
+    }
+    let bytes = reply.to_vec().ok()?;
+    let limit = if udp {
+        request.edns.as_ref().map_or(512, |e| {
+            usize::from(e.max_payload().clamp(512, MAX_UDP_PAYLOAD))
+        })
+    } else {
+        usize::from(u16::MAX)
+    };
+    if bytes.len() <= limit {
+        return Some(bytes);
+    }
+    // Too big for the client's buffer: the question and TC, so it asks again over TCP.
+    reply.answers.clear();
+    reply.authorities.clear();
+    reply.additionals.clear();
+    reply.metadata.truncation = true;
+    reply.to_vec().ok()
 }
 
 async fn serve_udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
@@ -355,6 +397,16 @@ async fn serve_udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
                 continue;
             }
         };
+        shared.requests[0].fetch_add(1, Ordering::Relaxed);
+        // Hits are answered here; only a miss gets a task of its own.
+        match shared.answer_now(&buf[..n]) {
+            Ok(Some(reply)) => {
+                let _ = socket.send_to(&reply, peer).await;
+                continue;
+            }
+            Ok(None) => continue,
+            Err(()) => {}
+        }
         let packet = buf[..n].to_vec();
         let (socket, shared) = (socket.clone(), shared.clone());
         // A miss waits for the cluster DNS; other questions must not wait behind it.
@@ -391,6 +443,7 @@ async fn serve_tcp_client(mut stream: TcpStream, shared: Arc<Shared>) {
         if stream.read_exact(&mut packet).await.is_err() {
             return;
         }
+        shared.requests[1].fetch_add(1, Ordering::Relaxed);
         let Some(reply) = shared.answer(&packet, false).await else {
             return;
         };

@@ -175,19 +175,10 @@ impl Forwarder {
         if self.upstreams.is_empty() {
             return Err(ForwardError::NoUpstream);
         }
-        let key = (name.to_lowercase(), qtype, qclass);
-        if let Some(message) = self.cached(&key) {
-            let counter = if is_negative(&message) {
-                &self.counters.hits_denial
-            } else {
-                &self.counters.hits_success
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-            return Ok(Upstream {
-                message,
-                cached: true,
-            });
+        if let Some(hit) = self.resolve_cached(name, qtype, qclass) {
+            return Ok(hit);
         }
+        let key = (name.to_lowercase(), qtype, qclass);
         self.counters.misses.fetch_add(1, Ordering::Relaxed);
         let mut last_error = String::from("no attempt");
         for upstream in &self.upstreams {
@@ -209,6 +200,27 @@ impl Forwarder {
             }
         }
         Err(ForwardError::AllFailed(last_error))
+    }
+
+    /// The cached answer to `name`/`qtype`/`qclass` if there is a fresh one (counted as a
+    /// hit); `None` asks nothing and counts nothing (the caller goes on to [`Self::resolve`]).
+    pub fn resolve_cached(
+        &self,
+        name: &Name,
+        qtype: RecordType,
+        qclass: DNSClass,
+    ) -> Option<Upstream> {
+        let message = self.cached(&(name.to_lowercase(), qtype, qclass))?;
+        let counter = if is_negative(&message) {
+            &self.counters.hits_denial
+        } else {
+            &self.counters.hits_success
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Some(Upstream {
+            message,
+            cached: true,
+        })
     }
 
     fn cached(&self, key: &Key) -> Option<Message> {

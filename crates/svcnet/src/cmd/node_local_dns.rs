@@ -141,11 +141,14 @@ async fn wait_for_stop(with_stdin: bool) -> anyhow::Result<()> {
         if !with_stdin {
             return std::future::pending().await;
         }
-        let _ = tokio::task::spawn_blocking(|| {
-            let mut sink = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
-        })
-        .await;
+        // A plain thread, not `spawn_blocking`: the runtime would wait for it on exit.
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        std::thread::spawn(move || {
+            let mut sink = [0u8; 512];
+            while matches!(std::io::Read::read(&mut std::io::stdin(), &mut sink), Ok(n) if n > 0) {}
+            let _ = tx.send(());
+        });
+        let _ = rx.await;
     };
     tokio::select! {
         res = tokio::signal::ctrl_c() => res.context("cannot wait for Ctrl-C"),
