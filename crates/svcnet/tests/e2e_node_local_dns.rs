@@ -60,23 +60,55 @@ fn lo_addrs(node: &str) -> String {
 
 #[test]
 fn pods_resolve_through_the_node_local_cache_and_fall_back_when_it_dies() {
+    check(
+        &Net {
+            prefix: "e2enl",
+            underlay: "172.29.23.0/24",
+            pods: "10.171.0.0/16",
+            services: "10.170.0.0/16",
+            lb: "10.172.0.0/24",
+        },
+        "nftables",
+    );
+}
+
+/// The same with the iptables proxy: its DNAT is skipped by the same `notrack` table.
+#[test]
+fn node_local_cache_with_the_iptables_proxy() {
+    check(
+        &Net {
+            prefix: "e2enli",
+            underlay: "172.29.24.0/24",
+            pods: "10.174.0.0/16",
+            services: "10.173.0.0/16",
+            lb: "10.175.0.0/24",
+        },
+        "iptables",
+    );
+}
+
+fn check(net: &Net, mode: &str) {
     if !is_root() {
         eprintln!("skipped: needs root (CI runs as root)");
         return;
     }
-    let net = Net {
-        prefix: "e2enl",
-        underlay: "172.29.23.0/24",
-        pods: "10.171.0.0/16",
-        services: "10.170.0.0/16",
-        lb: "10.172.0.0/24",
-    };
     let dns = free_udp_port();
     let mut up = net.up_with(
         "1",
         dns,
-        &["--node-local-dns", "--node-local-dns-success-ttl", "3"],
+        &[
+            "--node-local-dns",
+            "--node-local-dns-success-ttl",
+            "3",
+            "--proxy-mode",
+            mode,
+        ],
     );
+    // The service CIDR's stem: the DNS service IP is its .0.10, the host bridge the
+    // underlay's .1.
+    let stem = |cidr: &str| cidr.rsplitn(3, '.').last().unwrap().to_string();
+    let service_ip = format!("{}.0.10", stem(net.services));
+    let host_ip = format!("{}.1", net.underlay.rsplit_once('.').unwrap().0);
     let node = wait_for("the node", || {
         let out = up.ok(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"]);
         (!out.is_empty()).then_some(out)
@@ -88,7 +120,7 @@ fn pods_resolve_through_the_node_local_cache_and_fall_back_when_it_dies() {
     });
     let addrs = lo_addrs(&node);
     assert!(
-        addrs.contains("169.254.20.10/32") && addrs.contains("10.170.0.10/32"),
+        addrs.contains("169.254.20.10/32") && addrs.contains(&format!("{service_ip}/32")),
         "{addrs}"
     );
 
@@ -117,7 +149,7 @@ fn pods_resolve_through_the_node_local_cache_and_fall_back_when_it_dies() {
     };
     // Pods keep the service IP as their nameserver: no resolv.conf change.
     assert!(
-        exec("cat /etc/resolv.conf").contains("nameserver 10.170.0.10"),
+        exec("cat /etc/resolv.conf").contains(&format!("nameserver {service_ip}")),
         "{}",
         exec("cat /etc/resolv.conf")
     );
@@ -126,9 +158,10 @@ fn pods_resolve_through_the_node_local_cache_and_fall_back_when_it_dies() {
     // First question: the cache forwards it to cluster DNS (over TCP); the second identical
     // one is a cache hit and is not forwarded.
     let forwarded = || {
-        let series =
-            "coredns_forward_requests_total{zone=\"cluster.local.\",to=\"172.29.23.1:53 (tcp)\"}";
-        metric(&node, series).unwrap_or_else(|| panic!("no {series} in {}", metrics(&node)))
+        let series = format!(
+            "coredns_forward_requests_total{{zone=\"cluster.local.\",to=\"{host_ip}:53 (tcp)\"}}"
+        );
+        metric(&node, &series).unwrap_or_else(|| panic!("no {series} in {}", metrics(&node)))
     };
     let hits = || {
         let series = "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"success\"}";
