@@ -247,3 +247,79 @@ fn check(net: &Net, mode: &str) {
     );
     assert!(!pid_file.exists());
 }
+
+/// Deletes the namespace on drop, also when the test fails.
+struct NsGuard(String);
+
+impl Drop for NsGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// `svcnet node-local-dns` alone: it owns its addresses and rules while it runs and gives
+/// them back on SIGTERM, as upstream's node-cache does on exit.
+#[test]
+fn standalone_cache_gives_its_addresses_and_rules_back_on_sigterm() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let ns = format!("e2enls{:x}", std::process::id());
+    assert!(
+        Command::new("ip")
+            .args(["netns", "add", &ns])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let _guard = NsGuard(ns.clone());
+    Command::new("ip")
+        .args(["-n", &ns, "link", "set", "lo", "up"])
+        .status()
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+        .args(["node-local-dns", "--netns", &ns])
+        .args(["--local-ip", "169.254.20.10,10.176.0.10"])
+        // A closed port inside the namespace: nothing is asked in this test.
+        .args(["--cluster-dns", "127.0.0.1:9"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = wait_for("the standalone cache", || {
+        (has_table(&ns) && metric(&ns, "coredns_dns_requests_total").is_some())
+            .then(|| lo_addrs(&ns))
+    });
+    assert!(started.contains("10.176.0.10/32"), "{started}");
+    // The cluster DNS is down: the cache answers SERVFAIL (it listens on the service IP).
+    let out = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns,
+            "dig",
+            "+time=2",
+            "+tries=1",
+            "@10.176.0.10",
+        ])
+        .arg("web.default.svc.cluster.local")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("status: SERVFAIL"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!has_table(&ns), "the notrack table is gone");
+    let after = lo_addrs(&ns);
+    assert!(
+        !after.contains("169.254.20.10") && !after.contains("10.176.0.10"),
+        "{after}"
+    );
+}
