@@ -62,7 +62,7 @@ fn lo_addrs(node: &str) -> String {
 fn pods_resolve_through_the_node_local_cache_and_fall_back_when_it_dies() {
     check(
         &Net {
-            prefix: "e2enl",
+            prefix: "e2elcn",
             underlay: "172.29.23.0/24",
             pods: "10.171.0.0/16",
             services: "10.170.0.0/16",
@@ -77,7 +77,7 @@ fn pods_resolve_through_the_node_local_cache_and_fall_back_when_it_dies() {
 fn node_local_cache_with_the_iptables_proxy() {
     check(
         &Net {
-            prefix: "e2enli",
+            prefix: "e2elci",
             underlay: "172.29.24.0/24",
             pods: "10.174.0.0/16",
             services: "10.173.0.0/16",
@@ -110,7 +110,9 @@ fn check(net: &Net, mode: &str) {
     let service_ip = format!("{}.0.10", stem(net.services));
     let host_ip = format!("{}.1", net.underlay.rsplit_once('.').unwrap().0);
     let node = wait_for("the node", || {
-        let out = up.ok(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"]);
+        // kubectl fails the jsonpath while the list is empty: not yet.
+        let out = up.kubectl(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"]);
+        let out = String::from_utf8_lossy(&out.stdout).trim().to_string();
         (!out.is_empty()).then_some(out)
     });
     // The cache owns both addresses and its rules once it listens.
@@ -127,7 +129,8 @@ fn check(net: &Net, mode: &str) {
     up.ok(&["apply", "-f", &example("myapp.yaml")]);
     let cluster_ip = up.ok(&["get", "svc", "myapp", "-o", "jsonpath={.spec.clusterIP}"]);
     let pod = wait_for("a running myapp pod", || {
-        let out = up.ok(&[
+        // kubectl fails the jsonpath while the list is empty: not yet.
+        let out = up.kubectl(&[
             "get",
             "pods",
             "-l",
@@ -136,6 +139,7 @@ fn check(net: &Net, mode: &str) {
             "-o",
             "jsonpath={.items[0].metadata.name}",
         ]);
+        let out = String::from_utf8_lossy(&out.stdout).trim().to_string();
         (!out.is_empty()).then_some(out)
     });
     let exec = |cmd: &str| -> String {
@@ -265,7 +269,7 @@ fn standalone_cache_gives_its_addresses_and_rules_back_on_sigterm() {
         eprintln!("skipped: needs root (CI runs as root)");
         return;
     }
-    let ns = format!("e2enls{:x}", std::process::id());
+    let ns = format!("e2elcs{:x}", std::process::id());
     assert!(
         Command::new("ip")
             .args(["netns", "add", &ns])
