@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need=(nft iptables-restore conntrack ip dig curl script pgrep)
+need=(nft iptables-restore conntrack ip ss dig curl script pgrep)
 missing=()
 for bin in "${need[@]}"; do command -v "$bin" >/dev/null 2>&1 || missing+=("$bin"); done
 # The nftables dataplane loads libnftables at run time (dlopen, no headers needed to build).

@@ -25,7 +25,7 @@ fn selector_json(sel: &LabelSelector) -> String {
 }
 
 /// Upstream `ValidateLabelSelector`.
-fn validate_selector(sel: &LabelSelector, path: &str) -> Vec<FieldError> {
+pub(crate) fn validate_selector(sel: &LabelSelector, path: &str) -> Vec<FieldError> {
     let mut errs =
         syntax::validate_labels(sel.match_labels.as_ref(), &format!("{path}.matchLabels"));
     const OPS: &[&str] = &["DoesNotExist", "Exists", "In", "NotIn"];

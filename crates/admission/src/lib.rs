@@ -21,6 +21,7 @@ mod codec;
 mod endpoints;
 mod error;
 mod misc;
+mod networkpolicy;
 mod pod;
 mod service;
 pub mod syntax;
@@ -71,6 +72,7 @@ fn admit_plain(kind: &str, obj: Value) -> Result<Value, Vec<FieldError>> {
         "ServiceAccount" => misc::admit_typed::<core::ServiceAccount>(obj, |o| &o.metadata),
         "ReplicaSet" => misc::admit_typed::<apps::ReplicaSet>(obj, |o| &o.metadata),
         "Lease" => misc::admit_typed::<coordination::Lease>(obj, |o| &o.metadata),
+        "NetworkPolicy" => networkpolicy::admit(obj),
         "events.k8s.io/Event" => misc::admit_typed::<events::Event>(obj, |o| &o.metadata),
         _ => Ok(obj),
     }

@@ -124,3 +124,79 @@ pub fn exec_command(
         .command_with(argv, &env, false, tty)
         .map_err(ExecError::Spawn)
 }
+
+/// How long connecting to a pod's port may take (the kubelet's runtimes give it no limit, but
+/// a port that drops SYNs must not hold a forwarded connection forever).
+const DIAL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A TCP connection to `port` on the loopback of pod `namespace/name`, made from inside its
+/// network namespace as the kubelet's runtimes do for `kubectl port-forward`: IPv4 first, then
+/// IPv6. The error says what happened for both, in containerd's words.
+pub fn dial_port(
+    data_dir: &Path,
+    namespace: &str,
+    name: &str,
+    port: u16,
+) -> Result<std::net::TcpStream, String> {
+    let record = find_pod(data_dir, namespace, name).map_err(|e| e.to_string())?;
+    let netns = record.sandbox.netns.clone();
+    let ns = svcnet_netns::NetNs::open(&netns).map_err(|_| {
+        ExecError::NoSandbox {
+            namespace: namespace.into(),
+            name: name.into(),
+            netns: netns.clone(),
+        }
+        .to_string()
+    })?;
+    let dialed = ns
+        .run(|| {
+            let v4 = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+            let v6 = std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port));
+            match std::net::TcpStream::connect_timeout(&v4, DIAL_TIMEOUT) {
+                Ok(s) => Ok(s),
+                Err(e4) => std::net::TcpStream::connect_timeout(&v6, DIAL_TIMEOUT).map_err(|e6| {
+                    format!(
+                        "IPv4: dial tcp4 {v4}: connect: {} IPv6 dial tcp6 {v6}: connect: {}",
+                        go_error(&e4),
+                        go_error(&e6)
+                    )
+                }),
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    dialed.map_err(|why| {
+        format!(
+            "failed to execute portforward in network namespace {netns:?}: failed to connect to localhost:{port} inside namespace {netns:?}, {why}"
+        )
+    })
+}
+
+/// An error as Go's net package words it ("connection refused"), which is what users of
+/// kubectl search for, rather than Rust's "Connection refused (os error 111)".
+fn go_error(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::TimedOut => "i/o timeout".into(),
+        _ => {
+            let text = e.to_string();
+            let text = text.split(" (os error").next().unwrap_or(&text).to_string();
+            let mut chars = text.chars();
+            chars
+                .next()
+                .map(|c| c.to_lowercase().chain(chars).collect())
+                .unwrap_or_default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_read_as_gos() {
+        let refused = std::io::Error::from_raw_os_error(111);
+        assert_eq!(go_error(&refused), "connection refused");
+        let timeout = std::io::Error::from(std::io::ErrorKind::TimedOut);
+        assert_eq!(go_error(&timeout), "i/o timeout");
+    }
+}

@@ -59,7 +59,8 @@ pub enum LogError {
     },
     #[error("container {container:?} in pod {pod} has no logs")]
     NoContainer { pod: String, container: String },
-    #[error("previous terminated container {container:?} in pod {pod} not found")]
+    /// Upstream's words, which name the pod without its namespace.
+    #[error("previous terminated container {container:?} in pod {:?} not found", pod.rsplit('/').next().unwrap_or(pod))]
     NoPrevious { pod: String, container: String },
 }
 

@@ -341,7 +341,14 @@ async fn pods_run_serve_probe_restart_and_terminate() {
     let current = svcnet_agent::logs::find_log(data, "default", "crash", None, false).unwrap();
     let previous = svcnet_agent::logs::find_log(data, "default", "crash", None, true).unwrap();
     assert_ne!(current, previous);
-    assert_eq!(std::fs::read_to_string(previous).unwrap(), "boom\n");
+    // One CRI log record per line: time, stream, F(ull line), text.
+    let record = std::fs::read_to_string(previous).unwrap();
+    let fields: Vec<&str> = record.trim_end().splitn(4, ' ').collect();
+    assert_eq!(fields[1..], ["stdout", "F", "boom"], "{record:?}");
+    assert!(
+        fields[0].parse::<k8s_openapi::jiff::Timestamp>().is_ok(),
+        "{record:?}"
+    );
 
     // Deletion: SIGTERM reaches the process (its trap runs), then the namespace and the
     // address are released and the pod object is gone.

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use k8s_openapi::api::networking::v1 as networking;
 use k8s_openapi::api::{apps::v1 as apps, core::v1 as core, discovery::v1 as discovery};
 use k8s_openapi::api::{coordination::v1 as coordination, events::v1 as events};
 
@@ -50,6 +51,7 @@ pub fn check(kind: &str, obj: &Value) -> Result<Vec<String>, DecodeError> {
         "ControllerRevision" => check_as::<apps::ControllerRevision>(kind, obj),
         "ServiceAccount" => check_as::<core::ServiceAccount>(kind, obj),
         "Lease" => check_as::<coordination::Lease>(kind, obj),
+        "NetworkPolicy" => check_as::<networking::NetworkPolicy>(kind, obj),
         // events.k8s.io's Event, named with its group (its kind name is core's).
         "events.k8s.io/Event" => check_as::<events::Event>("Event", obj),
         _ => Ok(Vec::new()),
@@ -352,6 +354,20 @@ mod tests {
             Ok(vec!["spec.x".to_string()])
         );
         assert!(check("Lease", &json!({"spec": {"leaseDurationSeconds": "ten"}})).is_err());
+        assert_eq!(
+            check(
+                "NetworkPolicy",
+                &json!({"spec": {"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": "10.0.0.0/8", "exclude": []}}]}]}})
+            ),
+            Ok(vec!["spec.ingress[0].from[0].ipBlock.exclude".to_string()])
+        );
+        assert!(
+            check(
+                "NetworkPolicy",
+                &json!({"spec": {"policyTypes": "Ingress"}})
+            )
+            .is_err()
+        );
         assert!(check("ServiceAccount", &json!({"secrets": "none"})).is_err());
         assert_eq!(
             check(

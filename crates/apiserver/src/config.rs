@@ -44,6 +44,97 @@ pub struct ServerConfig {
     /// Starts processes in pods, for `pods/exec` (`kubectl exec`, `kubectl cp`). `None`: the
     /// server runs without a node agent and answers exec requests with a 400 saying so.
     pub exec_source: Option<ExecSource>,
+    /// Opens connections to ports inside pods, for `pods/portforward` (`kubectl
+    /// port-forward`). `None`: the server runs without a node agent and says so (a 400).
+    pub port_forward_source: Option<PortForwardSource>,
+    /// Attaches to containers' running processes, for `pods/attach` (`kubectl attach`).
+    /// `None`: the server runs without a node agent and says so (a 400).
+    pub attach_source: Option<AttachSource>,
+}
+
+/// The container a `pods/attach` request attaches to; the server has found the pod and
+/// resolved the container from its spec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachTarget {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    pub container: String,
+    /// The client sends input (`-i`).
+    pub stdin: bool,
+}
+
+/// A container attached to.
+pub struct Attached {
+    /// Its output from now on, `(1 stdout | 2 stderr, bytes)`; ends when its run ends.
+    pub output: tokio::sync::mpsc::Receiver<(u8, bytes::Bytes)>,
+    /// Its input (when it has one and the client asked): bytes, then `None` at the client's
+    /// end of input.
+    pub stdin: Option<tokio::sync::mpsc::Sender<Option<bytes::Bytes>>>,
+    /// Sets its terminal's rows and columns, when it runs on one (`tty: true`).
+    pub resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>>,
+}
+
+/// Attaches to a running container (`svcnet up` wraps the node agent's), or says why not.
+#[derive(Clone)]
+pub struct AttachSource(Arc<AttachStarter>);
+
+/// The function inside an [`AttachSource`]; called on the server's runtime.
+pub type AttachStarter = dyn Fn(&AttachTarget) -> Result<Attached, String> + Send + Sync;
+
+impl AttachSource {
+    pub fn new(
+        f: impl Fn(&AttachTarget) -> Result<Attached, String> + Send + Sync + 'static,
+    ) -> Self {
+        AttachSource(Arc::new(f))
+    }
+
+    pub fn attach(&self, target: &AttachTarget) -> Result<Attached, String> {
+        (self.0)(target)
+    }
+}
+
+impl std::fmt::Debug for AttachSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AttachSource(..)")
+    }
+}
+
+/// A port a `pods/portforward` connection wants, in a pod the server has found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortForwardTarget {
+    pub namespace: String,
+    pub pod: String,
+    pub uid: String,
+    pub port: u16,
+}
+
+/// Connects to a port on the pod's loopback from inside its network namespace, as the kubelet
+/// does (`svcnet up` wraps the node agent's pod records), or says why not: the message goes to
+/// kubectl on the connection's error stream.
+#[derive(Clone)]
+pub struct PortForwardSource(Arc<PortDialer>);
+
+/// The function inside a [`PortForwardSource`]; it blocks while connecting.
+pub type PortDialer =
+    dyn Fn(&PortForwardTarget) -> Result<std::net::TcpStream, String> + Send + Sync;
+
+impl PortForwardSource {
+    pub fn new(
+        f: impl Fn(&PortForwardTarget) -> Result<std::net::TcpStream, String> + Send + Sync + 'static,
+    ) -> Self {
+        PortForwardSource(Arc::new(f))
+    }
+
+    pub fn dial(&self, target: &PortForwardTarget) -> Result<std::net::TcpStream, String> {
+        (self.0)(target)
+    }
+}
+
+impl std::fmt::Debug for PortForwardSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PortForwardSource(..)")
+    }
 }
 
 /// What a `pods/exec` request runs. The server has checked the pod exists and resolved the
@@ -193,6 +284,8 @@ impl Default for ServerConfig {
             log_source: None,
             limits: ConnectionLimits::default(),
             exec_source: None,
+            port_forward_source: None,
+            attach_source: None,
         }
     }
 }

@@ -7,8 +7,8 @@
 //! The pod, container and command are checked before the upgrade, so what does not exist is an
 //! ordinary HTTP error kubectl prints; the process starts after it, and a command that cannot
 //! start is reported on the error channel. A client that goes away takes the process (its
-//! whole process group) with it. kubectl before 1.30 asks for SPDY instead, which is refused
-//! with a message saying so.
+//! whole process group) with it. kubectl before 1.30 asks for SPDY instead, served by
+//! [`crate::execspdy`].
 
 use std::io::{Read, Write};
 
@@ -24,17 +24,17 @@ use crate::request::ResourceRequest;
 use crate::state::SharedState;
 use crate::status::ApiError;
 
-const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
+pub(crate) const PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
 
-const STDIN: u8 = 0;
-const STDOUT: u8 = 1;
-const STDERR: u8 = 2;
+pub(crate) const STDIN: u8 = 0;
+pub(crate) const STDOUT: u8 = 1;
+pub(crate) const STDERR: u8 = 2;
 const ERROR: u8 = 3;
-const RESIZE: u8 = 4;
-const CLOSE: u8 = 255;
+pub(crate) const RESIZE: u8 = 4;
+pub(crate) const CLOSE: u8 = 255;
 
 /// How long output is still read after the process exited.
-const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
+pub(crate) const LINGER: std::time::Duration = std::time::Duration::from_millis(500);
 
 pub(crate) async fn serve(
     state: SharedState,
@@ -72,6 +72,25 @@ pub(crate) async fn serve(
         ));
     }
     let container = crate::logs::container_of(&pod, req.query.log.container.as_deref())?;
+    let target = ExecTarget {
+        namespace: ns.clone(),
+        pod: name.clone(),
+        uid: meta_str(&pod, "uid").unwrap_or("").to_string(),
+        container,
+        command: q.command.clone(),
+        stdin: q.stdin,
+        tty: q.tty,
+    };
+    if crate::spdyconn::wants_spdy(&parts.headers) {
+        let channels = crate::execspdy::Channels {
+            stdin: q.stdin,
+            stdout: q.stdout,
+            stderr: q.stderr,
+            tty: q.tty,
+        };
+        let work = crate::execspdy::Work::Exec(source, target);
+        return crate::execspdy::serve(&mut parts, work, channels);
+    }
     let offered = parts
         .headers
         .get(http::header::SEC_WEBSOCKET_PROTOCOL)
@@ -100,15 +119,6 @@ pub(crate) async fn serve(
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
         .await
         .map_err(|e| ApiError::BadRequest(format!("pods/exec needs a WebSocket upgrade: {e}")))?;
-    let target = ExecTarget {
-        namespace: ns.clone(),
-        pod: name.clone(),
-        uid: meta_str(&pod, "uid").unwrap_or("").to_string(),
-        container,
-        command: q.command.clone(),
-        stdin: q.stdin,
-        tty: q.tty,
-    };
     let v5 = *protocol == PROTOCOLS[0];
     let (stdout, stderr) = (q.stdout, q.stderr);
     Ok(ws
@@ -131,7 +141,7 @@ pub(crate) async fn serve(
 }
 
 /// Sends the final Status on the error channel and closes the stream normally.
-async fn finish(socket: &mut WebSocket, status: &Value) {
+pub(crate) async fn finish(socket: &mut WebSocket, status: &Value) {
     let mut frame = vec![ERROR];
     frame.extend_from_slice(status.to_string().as_bytes());
     let _ = socket.send(Message::Binary(Bytes::from(frame))).await;
@@ -144,7 +154,7 @@ async fn finish(socket: &mut WebSocket, status: &Value) {
 }
 
 /// What the process's side sends to the session.
-enum Out {
+pub(crate) enum Out {
     Data(u8, Vec<u8>),
     Exited(std::io::Result<std::process::ExitStatus>),
 }
@@ -170,15 +180,21 @@ fn pump_out(mut from: impl Read + Send + 'static, channel: u8, to: tokio::sync::
     });
 }
 
-async fn session(
-    mut socket: WebSocket,
-    mut process: ExecProcess,
-    target: ExecTarget,
-    v5: bool,
-    want_stdout: bool,
-    want_stderr: bool,
-) {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Out>(16);
+/// A started process's streams, whatever carries them to the client.
+pub(crate) struct ProcessIo {
+    /// Output chunks, then the exit; ends when the readers reached end of file.
+    pub rx: tokio::sync::mpsc::Receiver<Out>,
+    /// Input for the process; `None` closes its stdin.
+    pub input: std::sync::mpsc::Sender<Option<Vec<u8>>>,
+    pub resize: Option<Box<dyn Fn(u16, u16) + Send + Sync>>,
+    /// It runs on a terminal (one output stream).
+    pub tty: bool,
+    pub pid: u32,
+}
+
+/// Starts the threads that read the process's output, write its input and wait for it.
+pub(crate) fn start_io(mut process: ExecProcess, target: &ExecTarget) -> ProcessIo {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Out>(16);
     // The process's input: a thread writes what stdin frames carry; `None` closes it.
     let (in_tx, in_rx) = std::sync::mpsc::channel::<Option<Vec<u8>>>();
     let mut input: Option<Box<dyn Write + Send>> = None;
@@ -225,8 +241,44 @@ async fn session(
         let _ = exit_tx.blocking_send(Out::Exited(status));
     });
     drop(tx);
-    let resize = process.resize;
-    let terminal = process.terminal;
+    ProcessIo {
+        rx,
+        input: in_tx,
+        resize: process.resize,
+        tty: process.terminal.is_some(),
+        pid,
+    }
+}
+
+/// Sets a terminal's size from a resize message (`{"Width":..,"Height":..}`).
+pub(crate) fn apply_resize(resize: &Option<Box<dyn Fn(u16, u16) + Send + Sync>>, msg: &[u8]) {
+    if let (Some(resize), Ok(size)) = (resize, serde_json::from_slice::<Value>(msg)) {
+        let dim = |k: &str| {
+            size.get(k)
+                .and_then(Value::as_u64)
+                .and_then(|v| u16::try_from(v).ok())
+        };
+        if let (Some(w), Some(h)) = (dim("Width"), dim("Height")) {
+            resize(h, w);
+        }
+    }
+}
+
+async fn session(
+    mut socket: WebSocket,
+    process: ExecProcess,
+    target: ExecTarget,
+    v5: bool,
+    want_stdout: bool,
+    want_stderr: bool,
+) {
+    let ProcessIo {
+        mut rx,
+        input: in_tx,
+        resize,
+        tty,
+        pid,
+    } = start_io(process, &target);
     let mut exited = None;
     // Once the process exited, its output is read to the end, or for a short while when
     // something it started still holds the stream (a terminal's slave, a pipe's end).
@@ -244,18 +296,7 @@ async fn session(
                     Some(&STDIN) => {
                         let _ = in_tx.send(Some(b[1..].to_vec()));
                     }
-                    Some(&RESIZE) => {
-                        if let (Some(resize), Ok(size)) =
-                            (&resize, serde_json::from_slice::<Value>(&b[1..]))
-                        {
-                            let dim = |k: &str| {
-                                size.get(k).and_then(Value::as_u64).and_then(|v| u16::try_from(v).ok())
-                            };
-                            if let (Some(w), Some(h)) = (dim("Width"), dim("Height")) {
-                                resize(h, w);
-                            }
-                        }
-                    }
+                    Some(&RESIZE) => apply_resize(&resize, &b[1..]),
                     Some(&CLOSE) if v5 && b.get(1) == Some(&STDIN) => {
                         let _ = in_tx.send(None);
                     }
@@ -267,7 +308,7 @@ async fn session(
             out = rx.recv() => match out {
                 Some(Out::Data(channel, data)) => {
                     let wanted = match channel {
-                        STDOUT => want_stdout || terminal.is_some(),
+                        STDOUT => want_stdout || tty,
                         _ => want_stderr,
                     };
                     if wanted {
@@ -300,7 +341,7 @@ async fn session(
 
 /// The final `Status` on the error channel: `Success`, or `NonZeroExitCode` with the code as
 /// its cause, which kubectl turns into its own exit code.
-fn exit_status(
+pub(crate) fn exit_status(
     target: &ExecTarget,
     exited: Option<std::io::Result<std::process::ExitStatus>>,
 ) -> Value {
@@ -330,7 +371,7 @@ fn exit_status(
     })
 }
 
-fn kill_group(pid: u32) {
+pub(crate) fn kill_group(pid: u32) {
     // The process leads its own session and group (the sandbox calls setsid).
     if let Err(e) = svcnet_netns::sandbox::signal_group(pid, true) {
         tracing::warn!("killing the exec'd process group {pid}: {e}");

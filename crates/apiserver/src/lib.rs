@@ -19,25 +19,36 @@
 //! bodies into JSON; `objects` owns metadata rules; `machinery` and
 //! `admission` are the seams to the pure crates; `deletion` decides what a DELETE does
 //! (finalizers, graceful pod deletion); `gc` deletes orphans and empties terminating
-//! namespaces; `bootstrap` creates the default namespaces and the `kubernetes` service; `tls`
+//! namespaces; `metrics` counts requests for `GET /metrics` and `metered` times the store's
+//! operations; `bootstrap` creates the default namespaces and the `kubernetes` service; `tls`
 //! makes the PKI and kubeconfig; `server` is the HTTPS front.
 
 mod admission;
+mod attach;
 mod bootstrap;
 mod config;
 mod deletion;
 mod discovery;
 mod exec;
+mod execspdy;
 mod gc;
 mod handlers;
+mod logformat;
 mod logs;
 mod machinery;
+mod metered;
+mod metrics;
 mod objects;
+mod openapi;
+mod openapi_schemas;
 mod paging;
+mod portforward;
 mod protobuf;
 mod registry;
 pub mod request;
 mod server;
+mod spdy;
+mod spdyconn;
 mod state;
 mod status;
 mod tls;
@@ -55,9 +66,10 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use svcnet_store::{RedbStore, StoreOptions};
 
+pub use config::{AttachSource, AttachStarter, AttachTarget, Attached};
 pub use config::{
     ConnectionLimits, ExecProcess, ExecSource, ExecStarter, ExecTarget, LogLocator, LogSource,
-    LogTarget, ServerConfig,
+    LogTarget, PortDialer, PortForwardSource, PortForwardTarget, ServerConfig,
 };
 pub use registry::{RESOURCES, ResourceInfo};
 pub use state::{AppState, SharedState};
@@ -248,9 +260,46 @@ fn json(v: serde_json::Value) -> Response {
     handlers::json_response(StatusCode::OK, &v, &[])
 }
 
+/// Serves one request and records it in the metrics: at once, or for a long-running request
+/// (a watch, logs, exec) when its response body ends.
 async fn dispatch(State(state): State<SharedState>, req: Request) -> Response {
+    let started = std::time::Instant::now();
+    let parsed = request::parse(req.method(), req.uri());
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let info =
+        metrics::RequestInfo::of(req.method(), req.uri(), content_type, parsed.as_ref().ok());
+    if info.long_running {
+        let resp = serve(state.clone(), req, parsed).await;
+        let code = resp.status().as_u16();
+        if !resp.status().is_success() {
+            state.metrics.record(&info, code, started);
+            return resp;
+        }
+        let guard = state.metrics.open_long_running(info, code, started);
+        let (parts, body) = resp.into_parts();
+        // The guard lives as long as the body: dropped when the stream ends or the client
+        // goes away.
+        let body = Body::from_stream(futures::StreamExt::map(body.into_data_stream(), move |c| {
+            let _ = &guard;
+            c
+        }));
+        return Response::from_parts(parts, body);
+    }
+    let resp = {
+        let _inflight = state.metrics.inflight(info.mutating);
+        serve(state.clone(), req, parsed).await
+    };
+    state.metrics.record(&info, resp.status().as_u16(), started);
+    resp
+}
+
+async fn serve(state: SharedState, req: Request, parsed: Result<ApiRequest, ApiError>) -> Response {
     let (parts, body) = req.into_parts();
-    let parsed = match request::parse(&parts.method, &parts.uri) {
+    let parsed = match parsed {
         Ok(p) => p,
         Err(e) => {
             // Read the body first, so the client is not reset while it is still sending.
@@ -261,9 +310,14 @@ async fn dispatch(State(state): State<SharedState>, req: Request) -> Response {
     // A stream (pods/exec) takes the request's parts for its upgrade; it has no body.
     let parsed = match parsed {
         ApiRequest::Resource(r) if r.verb == request::Verb::Connect => {
-            return exec::serve(state.clone(), *r, parts)
-                .await
-                .unwrap_or_else(IntoResponse::into_response);
+            let served = match r.subresource {
+                Some(request::Subresource::PortForward) => {
+                    portforward::serve(state.clone(), *r, parts).await
+                }
+                Some(request::Subresource::Attach) => attach::serve(state.clone(), *r, parts).await,
+                _ => exec::serve(state.clone(), *r, parts).await,
+            };
+            return served.unwrap_or_else(IntoResponse::into_response);
         }
         other => other,
     };
@@ -286,9 +340,24 @@ async fn dispatch(State(state): State<SharedState>, req: Request) -> Response {
         ApiRequest::ResourceList { group, version } => {
             discovery::resource_list(&group, &version).map(get_only)
         }
-        ApiRequest::OpenApiIndex => Ok(get_only(discovery::openapi_index())),
+        ApiRequest::OpenApiIndex => Ok(get_only(openapi::index())),
+        ApiRequest::Metrics if parts.method == Method::GET => {
+            let text = state.render_metrics().await;
+            return (
+                [(
+                    header::CONTENT_TYPE,
+                    "text/plain; version=0.0.4; charset=utf-8",
+                )],
+                text,
+            )
+                .into_response();
+        }
+        ApiRequest::Metrics => Err(ApiError::MethodNotAllowed(format!(
+            "{} is not allowed here",
+            parts.method
+        ))),
         ApiRequest::OpenApiGroupVersion { group, version } => {
-            discovery::openapi_group_version(&group, &version).map(get_only)
+            openapi::group_version(&group, &version).map(get_only)
         }
         ApiRequest::SelfReview { rules } => match read_body(body, state.cfg.max_body_bytes).await {
             Ok(bytes) => discovery::self_review(&bytes, rules)

@@ -5,8 +5,9 @@
 //! when none is named; 400 naming the choices otherwise). `tailLines` and `limitBytes` cut the
 //! output; `follow` keeps streaming appended bytes until the client goes, the pod is gone (or
 //! replaced under the same name), the container's run ends (the locator names another file),
-//! or the server stops. The agent records output without per-line times, so `timestamps`,
-//! `sinceSeconds` and `sinceTime` are refused with a 400 rather than answered wrongly.
+//! or the server stops. The agent records each line with its time (the CRI logging format,
+//! read by [`crate::logformat`]), which `timestamps`, `sinceSeconds` and `sinceTime` use;
+//! `limitBytes` counts what the client receives.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -22,7 +23,9 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 use tokio::sync::mpsc;
 
 use crate::config::{LogSource, LogTarget};
+use crate::logformat::{LogFormat, LogReader};
 use crate::objects::meta_str;
+use crate::request::LogQuery;
 use crate::request::ResourceRequest;
 use crate::state::SharedState;
 use crate::status::ApiError;
@@ -166,6 +169,43 @@ async fn open_at(path: &Path, tail: Option<u64>) -> std::io::Result<Located> {
     })
 }
 
+/// What `timestamps`, `sinceSeconds` and `sinceTime` ask for, with upstream's refusals.
+fn log_format(q: &LogQuery) -> Result<LogFormat, ApiError> {
+    let since = match (q.since_seconds, q.since_time.as_deref()) {
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                "at most one of `sinceTime` or `sinceSeconds` may be specified",
+            ));
+        }
+        (Some(s), None) if s < 1 => {
+            return Err(bad(format!(
+                "sinceSeconds: Invalid value: {s}: must be greater than 0"
+            )));
+        }
+        (Some(s), None) => {
+            let span = jiff::SignedDuration::from_secs(s);
+            Some(
+                jiff::Timestamp::now()
+                    .checked_sub(span)
+                    .unwrap_or(jiff::Timestamp::MIN),
+            )
+        }
+        (None, Some(t)) => Some(t.parse::<jiff::Timestamp>().map_err(|e| {
+            bad(format!(
+                "invalid sinceTime {t:?}: not an RFC 3339 time: {e}"
+            ))
+        })?),
+        (None, None) => None,
+    };
+    if q.limit_bytes == Some(0) {
+        return Err(bad("limitBytes: Invalid value: 0: must be greater than 0"));
+    }
+    Ok(LogFormat {
+        timestamps: q.timestamps,
+        since,
+    })
+}
+
 pub async fn serve(state: SharedState, req: ResourceRequest) -> Result<Response, ApiError> {
     let res = req.resource;
     let ns = req.namespace.clone().unwrap_or_default();
@@ -181,16 +221,7 @@ pub async fn serve(state: SharedState, req: ResourceRequest) -> Result<Response,
         .ok_or_else(|| ApiError::not_found(res, &name))?;
     let q = req.query.log.clone();
     let container = container_of(&pod, q.container.as_deref())?;
-    if q.timestamps {
-        return Err(bad(
-            "timestamps are not available: svcnet's node agent records container output without per-line times",
-        ));
-    }
-    if q.since {
-        return Err(bad(
-            "sinceSeconds and sinceTime are not supported: svcnet's node agent records container output without per-line times",
-        ));
-    }
+    let format = log_format(&q)?;
     let source = state.cfg.log_source.clone().ok_or_else(|| {
         bad(format!(
             "logs of pod {name} are not available: this API server runs without a node agent"
@@ -219,17 +250,25 @@ pub async fn serve(state: SharedState, req: ResourceRequest) -> Result<Response,
                     == Ok(located.path.as_path())
         };
         let mut file = located.file;
+        let mut reader = LogReader::new(format);
         let mut sent: u64 = 0;
         let mut buf = vec![0u8; CHUNK];
         let mut last_check = tokio::time::Instant::now();
         let mut ending = false;
+        // Sends output, cut at `limitBytes`; false once the client is gone or the limit is met.
+        let mut emit = async |mut out: Vec<u8>| -> bool {
+            if let Some(l) = limit {
+                let room = usize::try_from(l.saturating_sub(sent)).unwrap_or(usize::MAX);
+                out.truncate(room);
+            }
+            sent += out.len() as u64;
+            if !out.is_empty() && tx.send(Bytes::from(out)).await.is_err() {
+                return false;
+            }
+            limit.is_none_or(|l| sent < l)
+        };
         loop {
-            let want = match limit {
-                Some(l) if sent >= l => return,
-                Some(l) => usize::try_from(l - sent).unwrap_or(CHUNK).min(CHUNK),
-                None => CHUNK,
-            };
-            let n = match file.read(&mut buf[..want]).await {
+            let n = match file.read(&mut buf).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::debug!("reading {}: {e}", located.path.display());
@@ -237,14 +276,14 @@ pub async fn serve(state: SharedState, req: ResourceRequest) -> Result<Response,
                 }
             };
             if n > 0 {
-                sent += n as u64;
-                if tx.send(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
+                if !emit(reader.feed(&buf[..n])).await {
                     return;
                 }
                 continue;
             }
             // At the end of what has been written.
             if !follow || ending {
+                let _ = emit(reader.finish()).await;
                 return;
             }
             tokio::select! {

@@ -154,7 +154,11 @@ pub fn prepare_create(
     }
     meta.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     meta.insert("creationTimestamp".into(), json!(now()));
-    meta.insert("generation".into(), json!(1));
+    if has_generation(res) {
+        meta.insert("generation".into(), json!(1));
+    } else {
+        meta.remove("generation");
+    }
     for owned in [
         "resourceVersion",
         "deletionTimestamp",
@@ -184,6 +188,18 @@ pub fn prepare_create(
         _ => {}
     }
     Ok(obj)
+}
+
+/// Whether upstream's strategy for the kind keeps `metadata.generation`: the kinds with a spec
+/// that a controller or the kubelet acts on (their `observedGeneration` follows it). Services,
+/// ConfigMaps, Namespaces, Nodes, Leases, Events and the rest have none.
+pub fn has_generation(res: &ResourceInfo) -> bool {
+    matches!(
+        (res.group, res.kind),
+        ("", "Pod")
+            | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet")
+            | ("discovery.k8s.io", "EndpointSlice")
+    )
 }
 
 /// Everything but metadata and status: what a `generation` bump tracks.
@@ -249,9 +265,11 @@ pub fn prepare_update(
             }
             return Ok(next);
         }
-        Some(Subresource::Log | Subresource::Exec) => {
+        Some(
+            Subresource::Log | Subresource::Exec | Subresource::PortForward | Subresource::Attach,
+        ) => {
             return Err(ApiError::MethodNotAllowed(
-                "the log and exec subresources cannot be written".into(),
+                "the log, exec, attach and portforward subresources cannot be written".into(),
             ));
         }
         Some(Subresource::Scale) => {
@@ -329,7 +347,18 @@ pub fn prepare_update(
             ));
         }
     }
-    if spec_part(&next) != spec_part(current) {
+    // Upstream's strategies also count an EndpointSlice's labels (they decide which service
+    // it serves) and a Deployment's annotations (copied to its ReplicaSets).
+    let meta_changed = |field: &str| {
+        next.pointer(&format!("/metadata/{field}"))
+            != current.pointer(&format!("/metadata/{field}"))
+    };
+    let also = match res.kind {
+        "EndpointSlice" => meta_changed("labels"),
+        "Deployment" => meta_changed("annotations"),
+        _ => false,
+    };
+    if has_generation(res) && (spec_part(&next) != spec_part(current) || also) {
         let generation = current
             .pointer("/metadata/generation")
             .and_then(Value::as_i64)
@@ -399,7 +428,33 @@ mod tests {
         let out = prepare_create(svc, Some("ns"), obj).unwrap();
         assert!(name_of(&out).starts_with("web-") && name_of(&out).len() == 9);
         assert_eq!(out["metadata"]["namespace"], "ns");
-        assert_eq!(out["metadata"]["generation"], 1);
+        // Services, ConfigMaps and the like have no generation upstream; pods and workloads do.
+        assert!(out["metadata"].get("generation").is_none(), "{out}");
+        let cm = lookup("", "v1", "configmaps").unwrap();
+        let out_cm = prepare_create(
+            cm,
+            Some("ns"),
+            json!({"metadata": {"name": "c", "generation": 5}}),
+        )
+        .unwrap();
+        assert!(out_cm["metadata"].get("generation").is_none(), "{out_cm}");
+        let changed = prepare_update(
+            cm,
+            None,
+            &out_cm,
+            json!({"metadata": {"name": "c"}, "data": {"a": "b"}}),
+        )
+        .unwrap();
+        assert!(changed["metadata"].get("generation").is_none(), "{changed}");
+        for (g, plural) in [
+            ("", "pods"),
+            ("apps", "deployments"),
+            ("discovery.k8s.io", "endpointslices"),
+        ] {
+            let r = lookup(g, "v1", plural).unwrap();
+            let o = prepare_create(r, Some("ns"), json!({"metadata": {"name": "x"}})).unwrap();
+            assert_eq!(o["metadata"]["generation"], 1, "{plural}");
+        }
         assert!(out["metadata"].get("resourceVersion").is_none());
         assert_eq!(out["status"], json!({}), "status is reset on create");
         let err = prepare_create(
@@ -433,6 +488,16 @@ mod tests {
         )
         .unwrap();
         assert_eq!(same["metadata"]["generation"], 3);
+        // A Deployment's annotations count (upstream copies them to its ReplicaSets); labels
+        // do not.
+        let annotated = prepare_update(
+            dep,
+            None,
+            &cur,
+            json!({"metadata": {"name": "d", "annotations": {"a": "b"}}, "spec": {"replicas": 1}}),
+        )
+        .unwrap();
+        assert_eq!(annotated["metadata"]["generation"], 4);
 
         let status = prepare_update(dep, Some(Subresource::Status), &cur, json!({"metadata": {"name": "d", "labels": {"x": "y"}}, "spec": {"replicas": 5}, "status": {"replicas": 2}})).unwrap();
         assert_eq!(status["status"]["replicas"], 2);

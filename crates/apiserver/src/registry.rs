@@ -83,7 +83,7 @@ pub static RESOURCES: &[ResourceInfo] = &[
         true,
         &["po"],
         ALL,
-        &["status", "log", "exec"]
+        &["status", "log", "exec", "attach", "portforward"]
     ),
     res!(
         "",
@@ -214,6 +214,17 @@ pub static RESOURCES: &[ResourceInfo] = &[
         "lease",
         true,
         &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+        "networkpolicy",
+        true,
+        &["netpol"],
         &[],
         &[]
     ),

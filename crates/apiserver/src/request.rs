@@ -22,6 +22,8 @@ pub enum ApiRequest {
     ResourceList { group: String, version: String },
     /// `/openapi/v3`
     OpenApiIndex,
+    /// `/metrics` (Prometheus text format)
+    Metrics,
     /// `/openapi/v3/api/v1`, `/openapi/v3/apis/{group}/{version}`
     OpenApiGroupVersion { group: String, version: String },
     /// `POST /apis/authorization.k8s.io/v1/selfsubject{access,rules}reviews` (`kubectl auth
@@ -55,6 +57,20 @@ pub enum Subresource {
     Log,
     /// `pods/exec`: a process in a container, streamed.
     Exec,
+    /// `pods/portforward`: connections to the pod's ports, streamed over SPDY.
+    PortForward,
+    /// `pods/attach`: a container's running process, streamed.
+    Attach,
+}
+
+impl Subresource {
+    /// A stream the client upgrades the request into (GET or POST, no body).
+    pub fn is_stream(self) -> bool {
+        matches!(
+            self,
+            Subresource::Exec | Subresource::PortForward | Subresource::Attach
+        )
+    }
 }
 
 /// The query of a `pods/exec` request (`PodExecOptions`).
@@ -76,8 +92,10 @@ pub struct LogQuery {
     pub tail_lines: Option<u64>,
     pub limit_bytes: Option<u64>,
     pub timestamps: bool,
-    /// `sinceSeconds` or `sinceTime` was given.
-    pub since: bool,
+    /// `sinceSeconds`, as given (validated by the log subresource).
+    pub since_seconds: Option<i64>,
+    /// `sinceTime`, as given (RFC 3339).
+    pub since_time: Option<String>,
 }
 
 /// How strictly unknown fields are treated (`fieldValidation`).
@@ -197,7 +215,12 @@ fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
             "timestamps" => query.log.timestamps = truthy(&v),
             "tailLines" => query.log.tail_lines = Some(non_negative(&k, &v)?),
             "limitBytes" => query.log.limit_bytes = Some(non_negative(&k, &v)?),
-            "sinceSeconds" | "sinceTime" => query.log.since = true,
+            "sinceSeconds" => {
+                query.log.since_seconds = Some(v.parse().map_err(|_| {
+                    ApiError::BadRequest(format!("invalid sinceSeconds {v:?}: not an integer"))
+                })?)
+            }
+            "sinceTime" if !v.is_empty() => query.log.since_time = Some(v),
             "watch" if truthy(&v) => {} // handled by the caller
             _ => {}
         }
@@ -346,6 +369,7 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
     match segs.as_slice() {
         ["healthz" | "livez" | "readyz", ..] => return Ok(ApiRequest::Probe),
         ["version"] => return Ok(ApiRequest::Version),
+        ["metrics"] => return Ok(ApiRequest::Metrics),
         ["openapi", "v3"] => return Ok(ApiRequest::OpenApiIndex),
         ["openapi", "v3", "api", "v1"] => {
             return Ok(ApiRequest::OpenApiGroupVersion {
@@ -426,13 +450,10 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
             "status" => Subresource::Status,
             "log" => Subresource::Log,
             "exec" => Subresource::Exec,
+            "portforward" => Subresource::PortForward,
+            "attach" => Subresource::Attach,
             _ => Subresource::Scale,
         }),
-        Some(s @ ("attach" | "portforward")) if resource.plural == "pods" => {
-            return Err(ApiError::BadRequest(format!(
-                "svcnet does not serve pods/{s} yet: use `kubectl exec` to run a command in the pod, and reach a pod or service port from the host by its IP (svcnet routes the pod and service ranges to its nodes)"
-            )));
-        }
         Some(_) => return Err(not_found()),
     };
     let watch = legacy_watch || is_watch_param(uri);
@@ -440,7 +461,9 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
         return Err(ApiError::BadRequest("name must be provided".into()));
     }
     let verb = match (method.as_str(), &name) {
-        ("GET" | "POST", Some(_)) if subresource == Some(Subresource::Exec) => Verb::Connect,
+        ("GET" | "POST", Some(_)) if subresource.is_some_and(Subresource::is_stream) => {
+            Verb::Connect
+        }
         ("GET", _) if watch => Verb::Watch,
         ("GET", Some(_)) => Verb::Get,
         ("GET", None) => Verb::List,
@@ -458,7 +481,7 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
     let allowed = match subresource {
         None => true,
         Some(Subresource::Log) => verb == Verb::Get,
-        Some(Subresource::Exec) => verb == Verb::Connect,
+        Some(s) if s.is_stream() => verb == Verb::Connect,
         Some(_) => matches!(verb, Verb::Get | Verb::Update | Verb::Patch),
     };
     if !allowed {

@@ -43,6 +43,8 @@ pub struct AppState {
     pub(crate) addr: SocketAddr,
     /// Snapshots of paged lists (`limit` / `continue`).
     pub(crate) cursors: crate::paging::Cursors,
+    /// What `GET /metrics` reports.
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// The handle handlers receive.
@@ -56,6 +58,9 @@ impl AppState {
         addr: SocketAddr,
     ) -> Result<SharedState, crate::ServerError> {
         let admission = Admission::new(&cfg).map_err(crate::ServerError::Config)?;
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let store: Arc<dyn Store> =
+            Arc::new(crate::metered::MeteredStore::new(store, metrics.clone()));
         let state = Arc::new(AppState {
             store,
             cfg,
@@ -65,6 +70,7 @@ impl AppState {
             gc: Notify::new(),
             addr,
             cursors: crate::paging::Cursors::default(),
+            metrics,
         });
         let warnings = state
             .rebuild_allocators()
@@ -74,6 +80,21 @@ impl AppState {
             tracing::warn!("allocator rebuild: {w}");
         }
         Ok(state)
+    }
+
+    /// The `GET /metrics` exposition, with the stored objects counted now.
+    pub(crate) async fn render_metrics(&self) -> String {
+        let mut objects = Vec::new();
+        for r in registry::RESOURCES {
+            let count = match self.store.stats(&r.prefix()).await {
+                Ok(s) => i64::try_from(s.objects).unwrap_or(i64::MAX),
+                Err(_) => -1,
+            };
+            objects.push((r.qualified(), count));
+        }
+        objects.sort();
+        objects.dedup_by(|a, b| a.0 == b.0);
+        self.metrics.render(&objects, self.store.size_bytes())
     }
 
     pub(crate) async fn rebuild_allocators(&self) -> Result<Vec<String>, ApiError> {

@@ -12,7 +12,7 @@
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::fs::File;
 use std::io::{Seek, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -237,6 +237,7 @@ fn memfd() -> std::io::Result<File> {
 /// An anonymous in-memory file, closed on exec.
 #[cfg(target_os = "linux")]
 fn memfd() -> std::io::Result<File> {
+    use std::os::fd::FromRawFd;
     let name = CString::new("svcnet-nft").map_err(std::io::Error::other)?;
     // SAFETY: a valid C string and flags; the returned descriptor is owned by the File.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };

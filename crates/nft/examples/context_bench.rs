@@ -10,7 +10,8 @@
 //!   a handful of chains). The change is one endpoint replaced: delete + add of one `backends`
 //!   element and its hairpin pair, one transaction (the deletion is what makes a one-shot `nft`
 //!   wait in its final `close()`).
-//! * `current`: svcnet-nft's own renderer (a chain per service and endpoint), loaded by a full
+//! * `current`: svcnet-nft's own renderer (since v2 the data-only table; before it, a chain per
+//!   service and endpoint, which the README's `current` row measured), loaded by a full
 //!   sync through the context; the change is one endpoint replaced as the syncer's partial
 //!   plan writes it. Its commit is dominated by the kernel's validation of the table.
 //!

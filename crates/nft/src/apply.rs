@@ -148,6 +148,20 @@ impl NftExecutor {
         }
     }
 
+    /// `nft list map` (or set); `Ok(None)` when it does not exist.
+    pub fn list_map(
+        &self,
+        family: Family,
+        table: &str,
+        map: &str,
+    ) -> Result<Option<String>, ApplyError> {
+        match self.run(&format!("list map {} {table} {map}", family.as_str())) {
+            Ok(s) => Ok(Some(s)),
+            Err(ApplyError::Rejected { stderr }) if stderr.contains("No such file") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Deletes svcnet's table (`--cleanup`); `Ok(false)` when it did not exist.
     pub fn delete_table(&self, family: Family, table: &str) -> Result<bool, ApplyError> {
         match self.run(&format!("delete table {} {table}", family.as_str())) {

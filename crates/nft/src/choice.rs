@@ -1,59 +1,66 @@
-//! Choosing an endpoint in a service port's policy chain: the masquerade check for
-//! cluster-IP traffic, affinity lookups, then the port's load-balancing algorithm as nftables
-//! can express it (a `numgen random` cascade or verdict map by default; `numgen inc` or
-//! `jhash` slot maps from [`kernel_plan`]). Pure.
+//! Choosing an endpoint, as data: each algorithm is a slot expression and a slot table. The
+//! table becomes `backends` elements (`frontend . slot → endpoint`), the expression's kind and
+//! modulus a dispatch [`Group`], so every node computes the same slot for the same flow:
+//!
+//! | algorithm | slot | form |
+//! | --- | --- | --- |
+//! | random (default, and every fallback) | `numgen random mod n` (endpoints repeated by weight) | data |
+//! | sh | `jhash ip saddr mod L seed 0x53564e01` | data |
+//! | dh | `jhash ip daddr . th dport mod L seed 0x53564e02` | data |
+//! | maglev | `jhash ip saddr . th sport mod M seed 0x53564e03` (address only with affinity) over the Maglev table | data |
+//! | rr, wrr | `numgen inc mod L` over the (weighted) round-robin cycle | a chain per service port |
+//!
+//! Round robin is the one exception: `numgen inc` keeps its counter in the rule, so one rule
+//! shared by every round-robin service of a group would interleave their turns; each keeps a
+//! one-rule chain (`rr-…`), reached through a small verdict map. Pure.
 
-use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use svcnet_lb::{Algorithm, Backend, Dataplane, KernelPlan, MaglevError, kernel_plan};
-use svcnet_proxy::{DesiredEndpoint, DesiredNode, Masquerade, ServiceGraph};
+use svcnet_lb::hash::{SEED_DESTINATION, SEED_MAGLEV_FLOW, SEED_SOURCE};
+use svcnet_lb::kernel_plan;
+use svcnet_lb::{Algorithm, Backend, Dataplane, HashInput, KernelPlan, MaglevError, Selector};
+use svcnet_proxy::{DesiredEndpoint, ServiceGraph};
 
-use crate::names::*;
-use crate::render::{CASCADE_MAX, Element, Fragment, ip_kw, ip_literal, nets};
-use crate::tx::{Family, SetDef, SetKind};
+use crate::names::round_robin_chain;
+use crate::render::{Element, Fragment, Group, Scope, key_expr};
+use crate::tx::Family;
 
-/// The chain choosing among `eps`: when the pool serves internal traffic, the masquerade check
-/// for cluster-IP traffic (`internal`: its rule), affinity lookups, then the choice by the
-/// port's resolved algorithm.
-pub(crate) fn policy_chain(
-    family: Family,
-    g: &ServiceGraph<'_>,
-    node: &DesiredNode,
-    eps: &[DesiredEndpoint],
-    internal: Option<Masquerade>,
-    chain: &str,
-    f: &mut Fragment,
-) -> Vec<String> {
-    let ip = ip_kw(family);
-    let d = g.port;
-    let mut rules = Vec::new();
-    let m = format!(
-        "{ip} daddr {} {} dport {}",
-        ip_literal(d.cluster_ip),
-        d.protocol,
-        d.port
-    );
-    match internal {
-        Some(Masquerade::Always) => rules.push(format!("{m} jump {MARK_FOR_MASQUERADE}")),
-        Some(Masquerade::OffCluster) => rules.push(format!(
-            "{m} {ip} saddr != {} jump {MARK_FOR_MASQUERADE}",
-            nets(&node.cluster_cidrs)
-        )),
-        Some(Masquerade::Never) | None => {}
-    }
-    if g.affinity.is_some() {
-        for ep in eps {
-            rules.push(format!(
-                "{ip} saddr @{} goto {}",
-                affinity_set(&d.name, ep),
-                endpoint_chain(&d.name, ep)
-            ));
+/// A data-only slot expression (its modulus is the group's length).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Slot {
+    Random,
+    SourceHash,
+    DestinationHash,
+    Maglev,
+    /// Maglev hashing the address only (with ClientIP affinity).
+    MaglevAddress,
+}
+
+impl Slot {
+    /// The group set's infix (`svc-n3`, `svc-sh3`, `svc-mg509`).
+    pub fn short(self) -> &'static str {
+        match self {
+            Slot::Random => "n",
+            Slot::SourceHash => "sh",
+            Slot::DestinationHash => "dh",
+            Slot::Maglev => "mg",
+            Slot::MaglevAddress => "mga",
         }
     }
-    rules.extend(endpoint_choice(family, g, eps, chain, f));
-    rules
+
+    /// The nft expression, the same `svcnet_lb::KernelPlan::expression` writes.
+    pub fn expr(self, family: Family, len: usize) -> String {
+        let ip = family.as_str();
+        let (field, seed) = match self {
+            Slot::Random => return format!("numgen random mod {len}"),
+            Slot::SourceHash => (format!("{ip} saddr"), SEED_SOURCE),
+            Slot::DestinationHash => (format!("{ip} daddr . th dport"), SEED_DESTINATION),
+            Slot::Maglev => (format!("{ip} saddr . th sport"), SEED_MAGLEV_FLOW),
+            Slot::MaglevAddress => (format!("{ip} saddr"), SEED_MAGLEV_FLOW),
+        };
+        format!("jhash {field} mod {len} seed 0x{seed:08x}")
+    }
 }
 
 /// Compiles `algorithm` for nftables over `eps` ([`kernel_plan`]); an error when its lookup
@@ -73,92 +80,110 @@ pub(crate) fn algorithm_plan(
     kernel_plan(Some(algorithm), Dataplane::Nftables, backends, affinity)
 }
 
-/// The rules picking one of `eps` for a new flow with the port's resolved algorithm (the
-/// graph's; any fallback is already decided and reported there). Random (the default, and
-/// every fallback) is a cascade or a `numgen random` verdict map; rr/wrr, sh, dh and maglev
-/// are the [`kernel_plan`]'s slot expression (`numgen inc` or `jhash`) looked up in a verdict
-/// map of its slots. A random vmap is the named map [`endpoints_map`] of `chain`, which this
-/// adds to `f`.
-fn endpoint_choice(
+/// The slot kind (`None`: a counter, i.e. round robin) and the slot table of `eps` under the
+/// graph's resolved algorithm (any fallback is already decided and reported there).
+fn slot_table<'e>(
+    g: &ServiceGraph<'_>,
+    eps: &'e [DesiredEndpoint],
+) -> (Option<Slot>, Vec<&'e DesiredEndpoint>) {
+    let random = || {
+        let slots = eps
+            .iter()
+            .flat_map(|e| std::iter::repeat_n(e, e.weight.max(1) as usize))
+            .collect();
+        (Some(Slot::Random), slots)
+    };
+    // The default needs no plan (and most services have it: keep their rendering cheap).
+    if g.algorithm == Algorithm::Random {
+        return random();
+    }
+    let Ok(plan) = algorithm_plan(g.algorithm, eps, g.affinity.is_some()) else {
+        return random();
+    };
+    let slot = match plan.selector {
+        Selector::Random => return random(),
+        Selector::Counter => None,
+        Selector::Hash { input, .. } => Some(match (plan.algorithm, input) {
+            (Algorithm::Maglev, HashInput::SourceAddr) => Slot::MaglevAddress,
+            (Algorithm::Maglev, _) => Slot::Maglev,
+            (_, HashInput::SourceAddr) => Slot::SourceHash,
+            (_, HashInput::DestinationAddrPort) => Slot::DestinationHash,
+            (_, HashInput::SourceAddrPort) => Slot::Maglev,
+        }),
+    };
+    let by_addr: BTreeMap<SocketAddr, &DesiredEndpoint> = eps
+        .iter()
+        .map(|e| (SocketAddr::new(e.ip, e.port), e))
+        .collect();
+    let backends = plan.backends();
+    let slots: Vec<&DesiredEndpoint> = plan
+        .slots
+        .iter()
+        .filter_map(|i| by_addr.get(&backends.get(*i)?.addr).copied())
+        .collect();
+    if slots.len() != plan.slots.len() || slots.is_empty() {
+        return random();
+    }
+    (slot, slots)
+}
+
+/// Adds the choice among `eps` for the frontend `key` in `scope`: its `backends` elements
+/// and its group (or, for round robin, its chain and verdict-map element).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn choose(
     family: Family,
     g: &ServiceGraph<'_>,
     eps: &[DesiredEndpoint],
-    chain: &str,
+    (scope, proto): (Scope, &'static str),
+    pool: &str,
+    key: &str,
+    comment: &str,
     f: &mut Fragment,
-) -> Vec<String> {
-    let d = g.port;
-    // The default needs no plan (and most services have it: keep their rendering cheap).
-    let plan = (g.algorithm != Algorithm::Random)
-        .then(|| algorithm_plan(g.algorithm, eps, g.affinity.is_some()).ok())
-        .flatten();
-    if let Some(plan) = plan.filter(|p| p.algorithm != Algorithm::Random)
-        && let Some(expr) = plan.expression(family == Family::Ip6)
-    {
-        let by_addr: BTreeMap<SocketAddr, &DesiredEndpoint> = eps
-            .iter()
-            .map(|e| (SocketAddr::new(e.ip, e.port), e))
-            .collect();
-        let chains: Vec<Option<String>> = plan
-            .backends()
-            .iter()
-            .map(|b| by_addr.get(&b.addr).map(|e| endpoint_chain(&d.name, e)))
-            .collect();
-        let entries: Vec<String> = plan
-            .slots
-            .iter()
-            .enumerate()
-            .filter_map(|(i, b)| {
-                chains
-                    .get(*b)
-                    .and_then(Option::as_ref)
-                    .map(|c| format!("{i} : goto {c}"))
-            })
-            .collect();
-        return vec![format!("{expr} vmap {{ {} }}", entries.join(", "))];
+) {
+    let (slot, slots) = slot_table(g, eps);
+    let ip = family.as_str();
+    for (i, ep) in slots.iter().enumerate() {
+        f.elements.insert(Element {
+            set: scope.backends(proto),
+            key: format!("{key} . {i}"),
+            comment: None,
+            value: Some(format!("{} . {}", ep.ip, ep.port)),
+        });
     }
-    let mut rules = Vec::new();
-    let mut slots = Vec::new();
-    for ep in eps {
-        for _ in 0..ep.weight.max(1) {
-            slots.push(endpoint_chain(&d.name, ep));
-        }
-    }
-    if slots.len() <= CASCADE_MAX {
-        // A cascade: rule i is taken with probability 1/(n-i), so each endpoint gets 1/n.
-        // It avoids one anonymous verdict map per service: the kernel allocates anonymous set
-        // names by scanning the table's sets, which makes loading N such maps O(N²).
-        let n = slots.len();
-        for (i, c) in slots.iter().enumerate() {
-            if i + 1 == n {
-                rules.push(format!("goto {c}"));
-            } else {
-                rules.push(format!("numgen random mod {} == 0 goto {c}", n - i));
-            }
-        }
-    } else {
-        // A named map: anonymous ones are what makes loading many services quadratic.
-        let map = endpoints_map(chain);
-        f.sets.insert(
-            map.clone(),
-            SetDef {
-                name: map.clone(),
-                kind: SetKind::Map,
-                // `numgen` has no named type; the modulus in `typeof` is only a label, kept
-                // constant so the declaration does not change with the endpoint count.
-                type_: "typeof numgen random mod 1 : verdict".into(),
-                flags: vec![],
-                timeout_seconds: None,
-                comment: None,
-            },
-        );
-        for (i, c) in slots.iter().enumerate() {
+    let len = slots.len();
+    match slot {
+        Some(slot) => {
+            let group = Group::Choice {
+                scope,
+                slot,
+                len,
+                proto,
+            };
             f.elements.insert(Element {
-                set: Cow::Owned(map.clone()),
-                key: i.to_string(),
-                value: Some(format!("goto {c}")),
+                set: group.set_name(),
+                key: key.to_string(),
+                comment: Some(comment.to_string()),
+                value: None,
             });
+            f.groups.insert(group);
         }
-        rules.push(format!("numgen random mod {} vmap @{map}", slots.len()));
+        None => {
+            let chain = round_robin_chain(scope.prefix(), pool, &g.port.name);
+            f.chains.insert(
+                chain.clone(),
+                vec![format!(
+                    "dnat {ip} to {} . numgen inc mod {len} map @{}",
+                    key_expr(family, scope),
+                    scope.backends(proto)
+                )],
+            );
+            f.elements.insert(Element {
+                set: scope.round_robin_map(),
+                key: key.to_string(),
+                comment: Some(comment.to_string()),
+                value: Some(format!("goto {chain}")),
+            });
+            f.groups.insert(Group::RoundRobin(scope));
+        }
     }
-    rules
 }

@@ -1,7 +1,9 @@
 //! The nftables dataplane behind the dataplane contract ([`svcnet_proxy::Dataplane`]): per
 //! family a [`Renderer`] (the memory of what was applied) and one [`NftExecutor`]. A full
 //! sync recreates the table when its state is unknown (first sync, after a failure) and
-//! re-asserts every object otherwise (periodic resync, node change), keeping affinity sets.
+//! re-asserts every object otherwise (periodic resync, node change), keeping the affinity
+//! maps; after any plan that takes endpoints away from affinity frontends, `apply` deletes
+//! the affinity entries pinning clients to them.
 
 use std::collections::BTreeMap;
 
@@ -11,6 +13,7 @@ use svcnet_proxy::{
     ServicePortName,
 };
 
+use crate::affinity;
 use crate::apply::{ApplyError, NftExecutor};
 use crate::plan::{FullMode, Plan, Renderer};
 use crate::render::NftCapability;
@@ -93,8 +96,21 @@ impl Dataplane for NftDataplane {
         plan.is_full()
     }
 
-    fn apply(&mut self, _family: IpFamily, plan: &Plan) -> Result<(), ApplyError> {
-        self.exec.apply(&plan.tx)
+    fn apply(&mut self, family: IpFamily, plan: &Plan) -> Result<(), ApplyError> {
+        self.exec.apply(&plan.tx)?;
+        // Once the change is live, no client stays pinned to an endpoint it took away.
+        let family = Family::from(family);
+        for map in affinity::maps(&plan.affinity_purge) {
+            let Some(listing) = self.exec.list_map(family, &self.table, map)? else {
+                continue;
+            };
+            let tx = affinity::purge(family, &self.table, map, &listing, &plan.affinity_purge)
+                .map_err(|e| ApplyError::Rejected {
+                    stderr: format!("reading affinity map {map}: {e}"),
+                })?;
+            self.exec.apply(&tx)?;
+        }
+        Ok(())
     }
 
     fn commit(&mut self, family: IpFamily, mut plan: Plan) -> Vec<(ServicePortName, Fallback)> {

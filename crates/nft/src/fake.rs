@@ -24,10 +24,37 @@ struct Chain {
     rules: Vec<String>,
 }
 
+/// An element's value and comment, by key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Value {
+    value: Option<String>,
+    comment: Option<String>,
+}
+
 #[derive(Clone, Debug)]
 struct Set {
     def: SetDef,
-    elements: BTreeMap<String, Option<String>>,
+    elements: BTreeMap<String, Value>,
+}
+
+/// Splits `key comment "c"` into the key and its comment.
+fn split_comment(key: &str) -> (String, Option<String>) {
+    match key.split_once(" comment \"") {
+        Some((k, c)) => (k.to_string(), Some(c.trim_end_matches('"').to_string())),
+        None => (key.to_string(), None),
+    }
+}
+
+/// An element as `nft list` prints it: `key [comment "c"] [: value]`.
+fn element_text(key: &str, v: &Value) -> String {
+    let mut out = key.to_string();
+    if let Some(c) = &v.comment {
+        out.push_str(&format!(" comment \"{c}\""));
+    }
+    if let Some(value) = &v.value {
+        out.push_str(&format!(" : {value}"));
+    }
+    out
 }
 
 #[derive(Clone, Debug, Default)]
@@ -76,7 +103,7 @@ impl Table {
         self.chains.values().flat_map(|c| c.rules.iter()).chain(
             self.sets
                 .values()
-                .flat_map(|s| s.elements.values().flatten()),
+                .flat_map(|s| s.elements.values().filter_map(|v| v.value.as_ref())),
         )
     }
 
@@ -149,11 +176,14 @@ impl FakeNft {
             } else {
                 format!(" flags {}", s.def.flags.join(","))
             };
-            let timeout = s
+            let mut timeout = s
                 .def
                 .timeout_seconds
                 .map(|t| format!(" timeout {t}s"))
                 .unwrap_or_default();
+            if let Some(size) = s.def.size {
+                timeout.push_str(&format!(" size {size}"));
+            }
             writeln!(
                 out,
                 "{:?} {name} [{}{flags}{timeout}]",
@@ -161,10 +191,7 @@ impl FakeNft {
             )
             .ok();
             for (k, v) in &s.elements {
-                match v {
-                    Some(v) => writeln!(out, "  {k} : {v}").ok(),
-                    None => writeln!(out, "  {k}").ok(),
-                };
+                writeln!(out, "  {}", element_text(k, v)).ok();
             }
         }
         for (name, c) in &t.chains {
@@ -211,10 +238,7 @@ impl FakeNft {
         let Some(s) = self.table.as_ref().and_then(|t| t.sets.get(set)) else {
             return Vec::new();
         };
-        s.elements
-            .iter()
-            .map(|(k, v)| v.as_ref().map_or(k.clone(), |v| format!("{k} : {v}")))
-            .collect()
+        s.elements.iter().map(|(k, v)| element_text(k, v)).collect()
     }
 
     /// Rules of a chain.
@@ -224,32 +248,6 @@ impl FakeNft {
             .chains
             .get(chain)
             .map(|c| c.rules.clone())
-    }
-
-    /// Checks that every chain this fake has beyond `live` (a fresh full sync of the same
-    /// state) is empty, as a partial sync leaves the chains it defers deleting, then applies
-    /// `r`'s garbage collection and commits it.
-    pub fn collect_garbage(
-        &mut self,
-        r: &mut crate::Renderer,
-        live: &FakeNft,
-    ) -> Result<(), FakeError> {
-        let keep = live.chain_names();
-        for c in self.chain_names() {
-            let rules = self.rules(&c).unwrap_or_default();
-            if !keep.contains(&c) && !rules.is_empty() {
-                return Err(FakeError {
-                    index: 0,
-                    op: String::new(),
-                    message: format!("stale chain {c} still has rules: {rules:?}"),
-                });
-            }
-        }
-        if let Some(gc) = r.plan_gc() {
-            self.apply(&gc.tx)?;
-            r.commit(gc);
-        }
-        Ok(())
     }
 
     /// Simulates someone else deleting a chain behind svcnet's back (drift).
@@ -322,12 +320,15 @@ fn apply_op(t: &mut Table, op: &Op) -> Result<(), String> {
                 t.check_refs(v)?;
             }
             let s = t.sets.get_mut(set).ok_or("no such set")?;
-            match s.elements.get(key) {
-                Some(existing) if existing != value => {
+            let (key, comment) = split_comment(key);
+            match s.elements.get(&key) {
+                Some(existing) if existing.value != *value => {
                     return Err("element exists with another value".into());
                 }
-                _ => {
-                    s.elements.insert(key.clone(), value.clone());
+                Some(_) => {}
+                None => {
+                    let value = value.clone();
+                    s.elements.insert(key, Value { value, comment });
                 }
             }
         }

@@ -1,24 +1,46 @@
-//! Names of svcnet's nft objects. Per-service objects carry a short hash (so names stay unique
-//! after sanitising) followed by the readable `ns/name/proto/port`, as kube-proxy's do.
-
-use std::net::IpAddr;
+//! Names of svcnet's nft objects. The table is data-only: fixed sets and maps, one set per
+//! dispatch group (see `render::Group`), and a chain per service only for round robin
+//! (`numgen inc` keeps its counter in the rule, so a per-service counter needs a rule of its
+//! own). Those chains carry a short hash (unique after sanitising) and the readable
+//! `ns/name/proto/port`, as kube-proxy's chains do.
 
 use sha2::{Digest, Sha256};
-use svcnet_proxy::{DesiredEndpoint, ServicePortName};
+use svcnet_proxy::ServicePortName;
 
 /// The table svcnet owns in each family; svcnet never touches any other table.
 pub const TABLE: &str = "svcnet";
 /// The packet-mark bit that asks `nat-postrouting` to masquerade.
 pub const MASQUERADE_MARK: u32 = 0x4000;
 
-pub const SERVICE_IPS: &str = "service-ips";
-pub const SERVICE_NODEPORTS: &str = "service-nodeports";
-pub const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
-pub const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
-pub const FIREWALL_IPS: &str = "firewall-ips";
+/// Allocated cluster IPs (the node-wide unknown-port verdict).
 pub const CLUSTER_IPS: &str = "cluster-ips";
-pub const REJECT_CHAIN: &str = "reject-chain";
-pub const MARK_FOR_MASQUERADE: &str = "mark-for-masquerade";
+/// Endpoint pairs `ip . ip`: a pod reaching itself through a service is masqueraded.
+pub const HAIRPIN: &str = "hairpin";
+/// Load-balancer frontends with `loadBalancerSourceRanges`, and their allowed sources
+/// (`frontend . source range`, an interval set).
+pub const FIREWALL: &str = "firewall";
+pub const FIREWALL_ALLOW: &str = "firewall-allow";
+/// The protocols a service port can have, as nft names them.
+pub const PROTOCOLS: [&str; 3] = ["tcp", "udp", "sctp"];
+
+/// ClientIP affinity of one protocol: `client . frontend → endpoint`, filled from the packet
+/// path (one map per protocol, as the `backends` maps; see `render::base_sets`).
+pub fn affinity_map(node_port: bool, proto: &str) -> &'static str {
+    match (node_port, proto) {
+        (false, "udp") => "affinity-udp",
+        (false, "sctp") => "affinity-sctp",
+        (false, _) => "affinity-tcp",
+        (true, "udp") => "np-affinity-udp",
+        (true, "sctp") => "np-affinity-sctp",
+        (true, _) => "np-affinity-tcp",
+    }
+}
+/// The explicit size of the affinity maps (a dynamic map without one holds 65,535 entries).
+pub const AFFINITY_SIZE: u32 = 1 << 20;
+
+pub const SERVICES_CHAIN: &str = "services";
+pub const AFFINITY_RECORD_CHAIN: &str = "affinity-record";
+pub const MASQUERADING_CHAIN: &str = "masquerading";
 
 const BASE32: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
 
@@ -44,58 +66,13 @@ fn sanitize(s: &str) -> String {
         .collect()
 }
 
-fn per_service(prefix: &str, spn: &ServicePortName) -> String {
-    let full = spn.to_string();
-    format!("{prefix}-{}-{}", hash8(&full), sanitize(&full))
-}
-
-/// Chain choosing among the Cluster-policy endpoints.
-pub fn service_chain(spn: &ServicePortName) -> String {
-    per_service("service", spn)
-}
-
-/// Chain choosing among this node's endpoints (Local policies).
-pub fn local_chain(spn: &ServicePortName) -> String {
-    per_service("local", spn)
-}
-
-/// Chain for external traffic (node ports, external IPs, LB IPs).
-pub fn external_chain(spn: &ServicePortName) -> String {
-    per_service("external", spn)
-}
-
-/// Chain enforcing `loadBalancerSourceRanges`.
-pub fn firewall_chain(spn: &ServicePortName) -> String {
-    per_service("firewall", spn)
-}
-
-/// nft's limit on set and map names (`NFT_SET_MAXNAMELEN` is 256 with the NUL).
-const MAX_SET_NAME: usize = 255;
-
-/// Named verdict map of the endpoints of a `service-…`/`local-…` chain that has more endpoints
-/// than a cascade handles: `<chain>-endpoints`, or `endpoints-<hash of chain>` should that be
-/// longer than nft allows.
-pub fn endpoints_map(chain: &str) -> String {
-    let name = format!("{chain}-endpoints");
-    if name.len() <= MAX_SET_NAME {
-        name
-    } else {
-        format!("endpoints-{}", hash8(chain))
-    }
-}
-
-fn endpoint_suffix(spn: &ServicePortName, ip: IpAddr, port: u16) -> String {
-    format!("{spn}__{ip}/{port}")
-}
-
-/// Chain DNATing to one endpoint.
-pub fn endpoint_chain(spn: &ServicePortName, ep: &DesiredEndpoint) -> String {
-    let full = endpoint_suffix(spn, ep.ip, ep.port);
-    format!("endpoint-{}-{}", hash8(&full), sanitize(&full))
-}
-
-/// Affinity set of one endpoint: client IPs recently sent there.
-pub fn affinity_set(spn: &ServicePortName, ep: &DesiredEndpoint) -> String {
-    let full = endpoint_suffix(spn, ep.ip, ep.port);
-    format!("affinity-{}-{}", hash8(&full), sanitize(&full))
+/// The round-robin chain of one service port's pool in one dispatch scope
+/// (`rr-<scope>-<pool>-<hash>-ns/name/proto/port`).
+pub fn round_robin_chain(scope: &str, pool: &str, spn: &ServicePortName) -> String {
+    let full = format!("{spn}/{scope}/{pool}");
+    format!(
+        "rr-{scope}-{pool}-{}-{}",
+        hash8(&full),
+        sanitize(&spn.to_string())
+    )
 }

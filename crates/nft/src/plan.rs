@@ -1,10 +1,13 @@
 //! From desired state to transactions: full syncs (everything, optionally recreating the
-//! table) and partial syncs (only the changed services' chains, sets and elements).
+//! table) and partial syncs, which in the data-only table are element updates (`delete` and
+//! `add element`) in one transaction; only a dispatch group coming into or going out of use
+//! rewrites the small dispatch chains, and only round-robin services add or flush a chain.
 //!
-//! The [`Renderer`] remembers what was last applied successfully. A plan is computed without
-//! changing that memory; only [`Renderer::commit`] after a successful apply does. So a failed
-//! apply leaves both the kernel and the memory at the previous state, and the caller retries
-//! with a full sync.
+//! The [`Renderer`] remembers what was last applied successfully, with a reference count per
+//! shared element (a cluster IP of several ports, a hairpin pair of a pod behind several
+//! services) and per group. A plan is computed without changing that memory; only
+//! [`Renderer::commit`] after a successful apply does. So a failed apply leaves both the
+//! kernel and the memory at the previous state, and the caller retries with a full sync.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,9 +16,11 @@ use svcnet_proxy::{
     DesiredFamily, DesiredNode, DesiredServicePort, NamespacedName, ServicePortName,
 };
 
-use crate::names::TABLE;
-use crate::render::{Base, Element, Fragment, base, base_ops, base_sets, service_fragment};
-use crate::tx::{Family, Op, SetKind, Transaction};
+use crate::names::{AFFINITY_RECORD_CHAIN, SERVICES_CHAIN, TABLE};
+use crate::render::{
+    AffinityPair, Base, Element, Fragment, Group, base, base_sets, is_dynamic, service_fragment,
+};
+use crate::tx::{BaseChain, Family, Op, SetDef, SetKind, Transaction};
 
 /// How a full sync treats the existing table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,7 +29,7 @@ pub enum FullMode {
     /// a failure, when the kernel's state is unknown. Drops affinity state.
     Recreate,
     /// Re-assert every object (add, flush, re-add) and delete stale ones: used by the periodic
-    /// resync; repairs drift while keeping affinity sets.
+    /// resync; repairs drift while keeping the affinity maps.
     Reassert,
 }
 
@@ -36,6 +41,10 @@ pub struct Plan {
     /// (they choose at random instead). The runtime reports them (log and Event); a partial
     /// plan lists only the services it re-rendered.
     pub fallbacks: Vec<(ServicePortName, Fallback)>,
+    /// Affinity entries that may pin a client to an endpoint this plan takes away (from the
+    /// frontend, or altogether): once the transaction is live the dataplane deletes the
+    /// entries holding them (`affinity::purge`), so no client stays pinned to a removed pod.
+    pub affinity_purge: BTreeSet<AffinityPair>,
     update: Update,
 }
 
@@ -47,19 +56,8 @@ enum Update {
     },
     Partial {
         fragments: BTreeMap<ServicePortName, Option<Fragment>>,
-        garbage: Garbage,
     },
 }
-
-/// Chains and sets no longer used, flushed (chains) but not yet deleted, by name. Partial syncs
-/// defer deletions (as kube-proxy's nftables proxier does with its stale chains) because `nft`
-/// must load its cache of the whole ruleset for a `delete`, which costs more than everything
-/// else a one-service change does; a later sync deletes them in a batch.
-type Garbage = BTreeMap<String, Option<SetKind>>;
-
-/// Deferred deletions are carried out by the partial sync that finds more than this many
-/// (and by every periodic full resync).
-pub const GARBAGE_LIMIT: usize = 512;
 
 impl Plan {
     pub fn is_full(&self) -> bool {
@@ -74,6 +72,12 @@ impl std::fmt::Display for Plan {
     }
 }
 
+type ElementId = (String, String);
+
+fn id(e: &Element) -> ElementId {
+    (e.set.clone(), e.key.clone())
+}
+
 /// The nft dataplane's memory of one family's table.
 #[derive(Debug)]
 pub struct Renderer {
@@ -81,7 +85,10 @@ pub struct Renderer {
     table: String,
     node: Option<DesiredNode>,
     applied: BTreeMap<ServicePortName, Fragment>,
-    garbage: Garbage,
+    /// Every element in the table with the number of ports holding it.
+    refs: BTreeMap<ElementId, (Element, usize)>,
+    /// Every group in use with the number of ports needing it.
+    groups: BTreeMap<Group, usize>,
 }
 
 impl Renderer {
@@ -96,7 +103,8 @@ impl Renderer {
             table: table.into(),
             node: None,
             applied: BTreeMap::new(),
-            garbage: Garbage::new(),
+            refs: BTreeMap::new(),
+            groups: BTreeMap::new(),
         }
     }
 
@@ -118,76 +126,75 @@ impl Renderer {
         self.applied.len()
     }
 
-    /// Number of flushed chains and unused sets waiting for deletion.
-    pub fn garbage_len(&self) -> usize {
-        self.garbage.len()
+    /// The dispatch groups in use.
+    pub fn groups(&self) -> BTreeSet<Group> {
+        self.groups.keys().copied().collect()
     }
 
     /// Plans a full sync of `desired`.
     pub fn plan_full(&self, desired: &DesiredFamily, mode: FullMode) -> Plan {
         let mut tx = Transaction::new(self.family, self.table.clone());
-        let base: Base = base(self.family, &desired.node);
         let fragments: BTreeMap<ServicePortName, Fragment> = desired
             .services
             .iter()
             .map(|(k, d)| (k.clone(), service_fragment(self.family, d, &desired.node)))
             .collect();
+        let groups: BTreeSet<Group> = fragments
+            .values()
+            .flat_map(|f| &f.groups)
+            .copied()
+            .collect();
+        let base: Base = base(self.family, &desired.node, &groups);
+        let elements: BTreeMap<ElementId, &Element> = fragments
+            .values()
+            .flat_map(|f| &f.elements)
+            .map(|e| (id(e), e))
+            .collect();
         let comment = Some("svcnet service proxy".to_string());
+        let mut affinity_purge = BTreeSet::new();
         match mode {
             FullMode::Recreate => {
                 tx.push(Op::AddTable { comment: None });
                 tx.push(Op::DeleteTable);
                 tx.push(Op::AddTable { comment });
-                base_ops(&base, &mut tx.ops, false);
-                for f in fragments.values() {
-                    push_fragment(&mut tx.ops, f, false);
-                }
-                push_elements(&mut tx.ops, &fragments);
+                push_base(&mut tx.ops, &base, &fragments, false);
+                push_elements(&mut tx.ops, elements.values().copied());
             }
             FullMode::Reassert => {
                 tx.push(Op::AddTable { comment });
-                base_ops(&base, &mut tx.ops, true);
+                push_base(&mut tx.ops, &base, &fragments, true);
+                push_elements(&mut tx.ops, elements.values().copied());
+                // Stale round-robin chains (their verdict-map elements are flushed above) and
+                // group sets (no rule names them any more) go.
+                let current: BTreeSet<&str> = base.sets.iter().map(|s| s.name.as_str()).collect();
+                let stale_sets: BTreeMap<String, SetKind> = self
+                    .groups
+                    .keys()
+                    .map(|g| (g.set_name(), set_kind(g)))
+                    .filter(|(n, _)| !current.contains(n.as_str()))
+                    .collect();
+                for (name, kind) in stale_sets {
+                    tx.push(Op::DeleteSet { name, kind });
+                }
                 let new_chains: BTreeSet<&String> =
                     fragments.values().flat_map(|f| f.chains.keys()).collect();
-                let new_sets: BTreeSet<&String> =
-                    fragments.values().flat_map(|f| f.sets.keys()).collect();
-                let stale_chains: BTreeSet<&String> = self
-                    .applied
-                    .values()
-                    .flat_map(|f| f.chains.keys())
-                    .chain(self.garbage.iter().filter(|g| g.1.is_none()).map(|g| g.0))
-                    .filter(|c| !new_chains.contains(c))
-                    .collect();
-                let stale_sets: BTreeMap<&String, SetKind> = self
-                    .applied
-                    .values()
-                    .flat_map(|f| f.sets.values())
-                    .map(|s| (&s.name, s.kind))
-                    .chain(self.garbage.iter().filter_map(|(n, k)| Some((n, (*k)?))))
-                    .filter(|s| !new_sets.contains(s.0))
-                    .collect();
-                for c in &stale_chains {
-                    tx.push(Op::FlushChain((*c).clone()));
+                for c in self.applied.values().flat_map(|f| f.chains.keys()) {
+                    if !new_chains.contains(c) {
+                        tx.push(Op::FlushChain(c.clone()));
+                        tx.push(Op::DeleteChain(c.clone()));
+                    }
                 }
-                for f in fragments.values() {
-                    push_fragment(&mut tx.ops, f, true);
-                }
-                push_elements(&mut tx.ops, &fragments);
-                // Stale maps first: their elements still reference stale chains.
-                for (name, kind) in stale_sets {
-                    tx.push(Op::DeleteSet {
-                        name: name.clone(),
-                        kind,
-                    });
-                }
-                for c in stale_chains {
-                    tx.push(Op::DeleteChain(c.clone()));
-                }
+                let old: BTreeSet<&AffinityPair> =
+                    self.applied.values().flat_map(|f| &f.affinity).collect();
+                let new: BTreeSet<&AffinityPair> =
+                    fragments.values().flat_map(|f| &f.affinity).collect();
+                affinity_purge = old.difference(&new).map(|p| (*p).clone()).collect();
             }
         }
         Plan {
             tx,
             fallbacks: fallbacks(&fragments),
+            affinity_purge,
             update: Update::Full {
                 node: desired.node.clone(),
                 fragments,
@@ -209,7 +216,18 @@ impl Renderer {
         let mut updates: BTreeMap<ServicePortName, (Option<&Fragment>, Option<Fragment>)> =
             BTreeMap::new();
         for (svc, ports) in changes {
-            for (spn, old) in self.applied.iter().filter(|(k, _)| &k.service == svc) {
+            // The service's ports, found by range (ports sort by service first): a scan
+            // of every applied port made each partial sync O(services).
+            let first = ServicePortName {
+                service: svc.clone(),
+                port: String::new(),
+                protocol: svcnet_proxy::Protocol::Tcp,
+            };
+            let held = self
+                .applied
+                .range(first..)
+                .take_while(|(k, _)| &k.service == svc);
+            for (spn, old) in held {
                 updates.insert(spn.clone(), (Some(old), None));
             }
             for d in ports {
@@ -218,127 +236,163 @@ impl Renderer {
             }
         }
         let empty = Fragment::default();
-        let mut tx = Transaction::new(self.family, self.table.clone());
-        let mut garbage = self.garbage.clone();
-        let (mut head, mut adds, mut rules_add, mut elems_add) =
-            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // Reference deltas of elements and groups, and each element's new form.
+        let mut delta: BTreeMap<ElementId, (isize, Option<&Element>)> = BTreeMap::new();
+        let mut group_delta: BTreeMap<Group, isize> = BTreeMap::new();
+        let (mut old_chains, mut new_chains) = (BTreeMap::new(), BTreeMap::new());
+        let mut affinity_purge = BTreeSet::new();
         for (old, new) in updates.values() {
             let old = old.unwrap_or(&empty);
             let new = new.as_ref().unwrap_or(&empty);
             if old == new {
                 continue;
             }
-            // The fragment's own maps whose elements change are flushed and refilled (a
-            // `delete element` would make `nft` load its cache); elements of a map going to
-            // the garbage stay in it (nothing looks it up).
-            let refilled: BTreeSet<&str> = old
-                .elements
-                .symmetric_difference(&new.elements)
-                .map(|e| e.set.as_ref())
-                .filter(|s| new.sets.contains_key(*s) && old.sets.contains_key(*s))
-                .collect();
-            let own = |e: &&Element| old.sets.contains_key(e.set.as_ref());
-            for e in old.elements.difference(&new.elements).filter(|e| !own(e)) {
-                head.push(Op::DeleteElement {
-                    set: e.set.to_string(),
-                    key: e.key.clone(),
-                });
-            }
-            for name in old.chains.keys() {
-                if !new.chains.contains_key(name) {
-                    head.push(Op::FlushChain(name.clone()));
-                    garbage.insert(name.clone(), None);
-                }
-            }
-            for (name, s) in &old.sets {
-                if !new.sets.contains_key(name) {
-                    garbage.insert(name.clone(), Some(s.kind));
-                }
-            }
-            // Every set of the fragment is declared (`add` is idempotent), so that `nft` can
-            // compile rules naming it without loading its cache of the ruleset.
-            for (name, s) in &new.sets {
-                adds.push(Op::AddSet(s.clone()));
-                if garbage.remove(name).is_some() || refilled.contains(name.as_str()) {
-                    adds.push(Op::FlushSet {
-                        name: name.clone(),
-                        kind: s.kind,
-                    });
-                }
-            }
-            for (name, rules) in &new.chains {
-                match old.chains.get(name) {
-                    Some(old_rules) if old_rules == rules => continue,
-                    Some(_) => adds.push(Op::FlushChain(name.clone())),
-                    None if garbage.remove(name).is_some() => {
-                        adds.push(Op::FlushChain(name.clone()));
-                    }
-                    None => adds.push(Op::AddChain {
-                        name: name.clone(),
-                        base: None,
-                    }),
-                }
-                for r in rules {
-                    rules_add.push(Op::AddRule {
-                        chain: name.clone(),
-                        rule: r.clone(),
-                    });
-                }
+            for e in &old.elements {
+                delta.entry(id(e)).or_default().0 -= 1;
             }
             for e in &new.elements {
-                if refilled.contains(e.set.as_ref()) || !old.elements.contains(e) {
-                    elems_add.push(add_element(e));
+                let d = delta.entry(id(e)).or_default();
+                d.0 += 1;
+                d.1 = Some(e);
+            }
+            for g in &old.groups {
+                *group_delta.entry(*g).or_default() -= 1;
+            }
+            for g in &new.groups {
+                *group_delta.entry(*g).or_default() += 1;
+            }
+            old_chains.extend(old.chains.iter());
+            new_chains.extend(new.chains.iter());
+            affinity_purge.extend(old.affinity.difference(&new.affinity).cloned());
+        }
+        let mut groups = self.groups();
+        for (g, d) in &group_delta {
+            let n = self.groups.get(g).copied().unwrap_or(0) as isize + d;
+            if n > 0 {
+                groups.insert(*g);
+            } else {
+                groups.remove(g);
+            }
+        }
+        let old_groups = self.groups();
+        let mut tx = Transaction::new(self.family, self.table.clone());
+        let group_sets = |gs: &BTreeSet<Group>| -> BTreeMap<String, Group> {
+            gs.iter().map(|g| (g.set_name(), *g)).collect()
+        };
+        let (old_sets, new_sets) = (group_sets(&old_groups), group_sets(&groups));
+        let declared: BTreeMap<String, SetDef> = base(self.family, node, &groups)
+            .sets
+            .into_iter()
+            .map(|s| (s.name.clone(), s))
+            .collect();
+        // 1. Deleted and changed elements.
+        let (mut deletes, mut adds) = (Vec::new(), Vec::new());
+        for (eid, (d, new_form)) in &delta {
+            let (current, n) = match self.refs.get(eid) {
+                Some((e, n)) => (Some(e), *n as isize),
+                None => (None, 0),
+            };
+            let want = if n + d > 0 {
+                new_form.or(current)
+            } else {
+                None
+            };
+            if current == want {
+                continue;
+            }
+            if let Some(c) = current
+                && old_sets
+                    .get(&c.set)
+                    .is_none_or(|_| new_sets.contains_key(&c.set))
+            {
+                deletes.push(Op::DeleteElement {
+                    set: c.set.clone(),
+                    key: c.key.clone(),
+                });
+            }
+            if let Some(w) = want {
+                adds.push(w);
+            }
+        }
+        tx.ops.extend(deletes);
+        // 2. New group sets and every set receiving elements, declared (idempotent), so
+        // elements go in declaration form; every set when the dispatch chains are rewritten,
+        // since `nft` compiles their rules without loading its cache of the table.
+        let receiving: BTreeSet<&str> = adds.iter().map(|e| e.set.as_str()).collect();
+        let rewrite = groups != old_groups;
+        for (name, def) in &declared {
+            if rewrite
+                || receiving.contains(name.as_str())
+                || (new_sets.contains_key(name) && !old_sets.contains_key(name))
+            {
+                tx.push(Op::AddSet(def.clone()));
+            }
+        }
+        // 3. Round-robin chains: new ones created, changed ones refilled.
+        for (name, rules) in &new_chains {
+            match old_chains.get(name) {
+                Some(old) if old == rules => continue,
+                Some(_) => tx.push(Op::FlushChain((*name).clone())),
+                None => tx.push(Op::AddChain {
+                    name: (*name).clone(),
+                    base: None,
+                }),
+            }
+            for r in rules.iter() {
+                tx.push(Op::AddRule {
+                    chain: (*name).clone(),
+                    rule: r.clone(),
+                });
+            }
+        }
+        // 4. Added elements, grouped by set.
+        adds.sort_by(|a, b| a.set.cmp(&b.set));
+        push_elements(&mut tx.ops, adds);
+        // 5. The dispatch chains when the groups in use change, then the unused group sets.
+        if rewrite {
+            let b = base(self.family, node, &groups);
+            for (name, _, rules) in &b.chains {
+                if name == SERVICES_CHAIN || name == AFFINITY_RECORD_CHAIN {
+                    tx.push(Op::FlushChain(name.clone()));
+                    for r in rules {
+                        tx.push(Op::AddRule {
+                            chain: name.clone(),
+                            rule: r.clone(),
+                        });
+                    }
                 }
             }
         }
-        // The shared sets receiving elements are declared too (see `Transaction`'s Display).
-        let shared: BTreeSet<&str> = elems_add
-            .iter()
-            .filter_map(|op| match op {
-                Op::AddElement { set, .. } => Some(set.as_str()),
-                _ => None,
-            })
-            .collect();
-        if !shared.is_empty() {
-            adds.extend(
-                base_sets(self.family)
-                    .into_iter()
-                    .filter(|d| shared.contains(d.name.as_str()))
-                    .map(Op::AddSet),
-            );
+        // Unused group sets first: a round-robin map's elements name the chains.
+        for (name, g) in &old_sets {
+            if !new_sets.contains_key(name) {
+                tx.push(Op::DeleteSet {
+                    name: name.clone(),
+                    kind: set_kind(g),
+                });
+            }
         }
-        tx.ops.extend(head);
-        tx.ops.extend(adds);
-        tx.ops.extend(rules_add);
-        tx.ops.extend(elems_add);
-        if garbage.len() > GARBAGE_LIMIT {
-            push_deletions(&mut tx.ops, &garbage);
-            garbage.clear();
+        for name in old_chains.keys() {
+            if !new_chains.contains_key(*name) {
+                tx.push(Op::FlushChain((*name).clone()));
+                tx.push(Op::DeleteChain((*name).clone()));
+            }
         }
         let fragments: BTreeMap<ServicePortName, Option<Fragment>> =
             updates.into_iter().map(|(k, (_, new))| (k, new)).collect();
+        // A pair a changed port still has (another port's elements moved) is no purge.
+        let kept: BTreeSet<&AffinityPair> = fragments
+            .values()
+            .flatten()
+            .flat_map(|f| &f.affinity)
+            .collect();
+        affinity_purge.retain(|p| !kept.contains(p));
         let fallbacks = fallbacks(fragments.iter().filter_map(|(k, f)| Some((k, f.as_ref()?))));
         Some(Plan {
             tx,
             fallbacks,
-            update: Update::Partial { fragments, garbage },
-        })
-    }
-
-    /// Plans the deletion of every deferred chain and set; `None` when there are none.
-    pub fn plan_gc(&self) -> Option<Plan> {
-        if self.garbage.is_empty() || !self.has_applied() {
-            return None;
-        }
-        let mut tx = Transaction::new(self.family, self.table.clone());
-        push_deletions(&mut tx.ops, &self.garbage);
-        Some(Plan {
-            tx,
-            fallbacks: Vec::new(),
-            update: Update::Partial {
-                fragments: BTreeMap::new(),
-                garbage: Garbage::new(),
-            },
+            affinity_purge,
+            update: Update::Partial { fragments },
         })
     }
 
@@ -347,17 +401,44 @@ impl Renderer {
         match plan.update {
             Update::Full { node, fragments } => {
                 self.node = Some(node);
-                self.applied = fragments;
-                self.garbage.clear();
-            }
-            Update::Partial { fragments, garbage } => {
-                self.garbage = garbage;
+                self.applied = BTreeMap::new();
+                self.refs.clear();
+                self.groups.clear();
                 for (k, f) in fragments {
-                    match f {
-                        Some(f) => self.applied.insert(k, f),
-                        None => self.applied.remove(&k),
-                    };
+                    self.hold(&f, 1);
+                    self.applied.insert(k, f);
                 }
+            }
+            Update::Partial { fragments } => {
+                for (k, f) in fragments {
+                    if let Some(old) = self.applied.remove(&k) {
+                        self.hold(&old, -1);
+                    }
+                    if let Some(f) = f {
+                        self.hold(&f, 1);
+                        self.applied.insert(k, f);
+                    }
+                }
+            }
+        }
+    }
+
+    fn hold(&mut self, f: &Fragment, d: isize) {
+        for e in &f.elements {
+            let slot = self.refs.entry(id(e)).or_insert((e.clone(), 0));
+            slot.1 = (slot.1 as isize + d).max(0) as usize;
+            if d > 0 {
+                slot.0 = e.clone();
+            }
+            if slot.1 == 0 {
+                self.refs.remove(&id(e));
+            }
+        }
+        for g in &f.groups {
+            let n = self.groups.entry(*g).or_insert(0);
+            *n = (*n as isize + d).max(0) as usize;
+            if *n == 0 {
+                self.groups.remove(g);
             }
         }
     }
@@ -365,6 +446,13 @@ impl Renderer {
     /// Forgets what was applied, so the next sync is a full one (after a failed apply).
     pub fn invalidate(&mut self) {
         self.node = None;
+    }
+}
+
+fn set_kind(g: &Group) -> SetKind {
+    match g {
+        Group::RoundRobin(_) => SetKind::Map,
+        _ => SetKind::Set,
     }
 }
 
@@ -378,65 +466,51 @@ fn fallbacks<'a>(
         .collect()
 }
 
-/// Deletes deferred garbage: sets first (their elements may reference the chains).
-fn push_deletions(ops: &mut Vec<Op>, garbage: &Garbage) {
-    for (name, kind) in garbage {
-        if let Some(kind) = kind {
-            ops.push(Op::DeleteSet {
-                name: name.clone(),
-                kind: *kind,
-            });
-        }
-    }
-    for (name, kind) in garbage {
-        if kind.is_none() {
-            ops.push(Op::DeleteChain(name.clone()));
-        }
+/// Elements in set order, so `Display` writes one declaration per set.
+fn push_elements<'a>(ops: &mut Vec<Op>, elements: impl IntoIterator<Item = &'a Element>) {
+    for e in elements {
+        ops.push(Op::AddElement {
+            set: e.set.clone(),
+            key: e.key_text(),
+            value: e.value.clone(),
+        });
     }
 }
 
-/// All elements of all fragments, grouped by set so `Display` can batch them into one
-/// `add element` command per set (nft parses one big command far faster than many small ones).
-fn push_elements(ops: &mut Vec<Op>, fragments: &BTreeMap<ServicePortName, Fragment>) {
-    let mut by_set: BTreeMap<&str, Vec<&Element>> = BTreeMap::new();
-    for e in fragments.values().flat_map(|f| &f.elements) {
-        by_set.entry(e.set.as_ref()).or_default().push(e);
-    }
-    for e in by_set.into_values().flatten() {
-        ops.push(add_element(e));
-    }
-}
-
-fn add_element(e: &Element) -> Op {
-    Op::AddElement {
-        set: e.set.to_string(),
-        key: e.key.clone(),
-        value: e.value.clone(),
-    }
-}
-
-/// Chain and set creation for one fragment (elements come later, once every chain exists).
-/// `flush` flushes the chains and the endpoints maps, never the affinity sets.
-fn push_fragment(ops: &mut Vec<Op>, f: &Fragment, flush: bool) {
-    for s in f.sets.values() {
+/// The sets, the round-robin chains and the base chains with their rules. `flush` (a resync)
+/// empties every set but the dynamic affinity maps, and every chain, before re-adding.
+fn push_base(
+    ops: &mut Vec<Op>,
+    base: &Base,
+    fragments: &BTreeMap<ServicePortName, Fragment>,
+    flush: bool,
+) {
+    for s in &base.sets {
         ops.push(Op::AddSet(s.clone()));
-        if flush && s.kind == SetKind::Map {
+        if flush && !is_dynamic(s) {
             ops.push(Op::FlushSet {
                 name: s.name.clone(),
                 kind: s.kind,
             });
         }
     }
-    for name in f.chains.keys() {
+    let own: Vec<(&String, Option<BaseChain>, &Vec<String>)> = fragments
+        .values()
+        .flat_map(|f| &f.chains)
+        .map(|(n, r)| (n, None, r))
+        .chain(base.chains.iter().map(|(n, h, r)| (n, h.clone(), r)))
+        .collect();
+    // Every chain exists before any rule jumps to one.
+    for (name, hook, _) in &own {
         ops.push(Op::AddChain {
-            name: name.clone(),
-            base: None,
+            name: (*name).clone(),
+            base: hook.clone(),
         });
         if flush {
-            ops.push(Op::FlushChain(name.clone()));
+            ops.push(Op::FlushChain((*name).clone()));
         }
     }
-    for (name, rules) in &f.chains {
+    for (name, _, rules) in own {
         for r in rules {
             ops.push(Op::AddRule {
                 chain: name.clone(),
@@ -444,4 +518,9 @@ fn push_fragment(ops: &mut Vec<Op>, f: &Fragment, flush: bool) {
             });
         }
     }
+}
+
+/// The base sets of a family (for callers declaring them before element updates).
+pub fn shared_sets(family: Family) -> Vec<SetDef> {
+    base_sets(family)
 }

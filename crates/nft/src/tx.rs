@@ -61,6 +61,9 @@ pub struct SetDef {
     pub type_: String,
     pub flags: Vec<&'static str>,
     pub timeout_seconds: Option<u32>,
+    /// The maximum number of elements (`size`): a dynamic set filled from the packet path
+    /// needs one, or the kernel caps it at 65,535.
+    pub size: Option<u32>,
     pub comment: Option<String>,
 }
 
@@ -227,6 +230,9 @@ fn declaration(s: &SetDef) -> String {
     }
     if let Some(to) = s.timeout_seconds {
         out.push_str(&format!("timeout {to}s ; "));
+    }
+    if let Some(size) = s.size {
+        out.push_str(&format!("size {size} ; "));
     }
     if let Some(c) = &s.comment {
         out.push_str(&format!("comment \"{c}\" ; "));

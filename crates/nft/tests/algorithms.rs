@@ -56,83 +56,98 @@ fn state(algorithm: Option<&str>, ips: &[&str]) -> ProxyState {
 
 const IPS: [&str; 3] = ["10.244.3.2", "10.244.1.2", "10.244.2.2"];
 
-/// The rules of the service chain after a full sync applied to the fake, shortened: endpoint
-/// chain names become `ep(<ip>)`.
+/// The service's choice after a full sync applied to the fake: its dispatch rule (its group's,
+/// or its round-robin chain's) and its `backends` slots, `slot → endpoint`.
 fn check(algorithm: Option<&str>, want: Expect) {
     let s = state(algorithm, &IPS);
     let plan = Renderer::new(Family::Ip).plan_full(&s.desired(IpFamily::V4), FullMode::Recreate);
     let mut fake = FakeNft::new();
     fake.apply(&plan.tx).unwrap();
-    let mut rules: Vec<String> = fake
+    let mut lines: Vec<String> = fake
+        .rules("services")
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.contains("@svc-"))
+        .collect();
+    for c in fake
         .chain_names()
         .into_iter()
-        .filter(|c| c.starts_with("service-") && c.contains('/'))
-        .flat_map(|c| fake.rules(&c).unwrap())
-        .collect();
-    for r in &mut rules {
-        while let Some(i) = r.find("endpoint-") {
-            let rest = &r[i..];
-            let end = rest.find([',', ' ']).unwrap_or(rest.len());
-            let name = &rest[..end];
-            let ip = name.split("__").nth(1).unwrap().split('/').next().unwrap();
-            *r = format!("{}ep({ip}){}", &r[..i], &rest[end..]);
-        }
+        .filter(|c| c.starts_with("rr-"))
+    {
+        lines.extend(
+            fake.rules(&c)
+                .unwrap()
+                .into_iter()
+                .map(|r| format!("{c}: {r}")),
+        );
     }
+    lines.extend(
+        fake.elements("backends-tcp")
+            .into_iter()
+            .map(|e| e.replace("10.96.0.10 . tcp . 80 . ", "slot ")),
+    );
     let fallbacks: Vec<String> = plan
         .fallbacks
         .iter()
         .map(|(spn, f)| format!("fallback {spn}: {f}"))
         .collect();
-    want.assert_eq(&(rules.join("\n") + "\n" + &fallbacks.join("\n")));
+    want.assert_eq(&(lines.join("\n") + "\n" + &fallbacks.join("\n")));
 }
 
 #[test]
-fn random_is_the_default_cascade() {
+fn random_is_numgen_random_over_the_backends_map() {
     check(
         None,
         expect![[r#"
-            ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-            numgen random mod 3 == 0 goto ep(10.244.1.2)
-            numgen random mod 2 == 0 goto ep(10.244.2.2)
-            goto ep(10.244.3.2)
+            meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp
+            slot 0 : 10.244.1.2 . 8080
+            slot 1 : 10.244.2.2 . 8080
+            slot 2 : 10.244.3.2 . 8080
         "#]],
     );
     check(
         Some("random"),
         expect![[r#"
-            ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-            numgen random mod 3 == 0 goto ep(10.244.1.2)
-            numgen random mod 2 == 0 goto ep(10.244.2.2)
-            goto ep(10.244.3.2)
+            meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp
+            slot 0 : 10.244.1.2 . 8080
+            slot 1 : 10.244.2.2 . 8080
+            slot 2 : 10.244.3.2 . 8080
         "#]],
     );
 }
 
 #[test]
-fn round_robin_is_an_incrementing_counter() {
+fn round_robin_is_an_incrementing_counter_per_service() {
     check(
         Some("rr"),
         expect![[r#"
-            ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-            numgen inc mod 3 vmap { 0 : goto ep(10.244.1.2), 1 : goto ep(10.244.2.2), 2 : goto ep(10.244.3.2) }
+            ip daddr . meta l4proto . th dport vmap @svc-rr
+            rr-svc-cluster-MIPVSHLX-default/web/tcp/http: dnat ip to ip daddr . meta l4proto . th dport . numgen inc mod 3 map @backends-tcp
+            slot 0 : 10.244.1.2 . 8080
+            slot 1 : 10.244.2.2 . 8080
+            slot 2 : 10.244.3.2 . 8080
         "#]],
     );
 }
 
 #[test]
-fn hashes_are_jhash_slot_maps() {
+fn hashes_are_jhash_slots_in_the_backends_map() {
     check(
         Some("sh"),
         expect![[r#"
-            ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-            jhash ip saddr mod 3 seed 0x53564e01 vmap { 0 : goto ep(10.244.1.2), 1 : goto ep(10.244.2.2), 2 : goto ep(10.244.3.2) }
+            meta l4proto tcp ip daddr . meta l4proto . th dport @svc-sh3 dnat ip to ip daddr . meta l4proto . th dport . jhash ip saddr mod 3 seed 0x53564e01 map @backends-tcp
+            slot 0 : 10.244.1.2 . 8080
+            slot 1 : 10.244.2.2 . 8080
+            slot 2 : 10.244.3.2 . 8080
         "#]],
     );
     check(
         Some("dh"),
         expect![[r#"
-            ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-            jhash ip daddr . th dport mod 3 seed 0x53564e02 vmap { 0 : goto ep(10.244.1.2), 1 : goto ep(10.244.2.2), 2 : goto ep(10.244.3.2) }
+            meta l4proto tcp ip daddr . meta l4proto . th dport @svc-dh3 dnat ip to ip daddr . meta l4proto . th dport . jhash ip daddr . th dport mod 3 seed 0x53564e02 map @backends-tcp
+            slot 0 : 10.244.1.2 . 8080
+            slot 1 : 10.244.2.2 . 8080
+            slot 2 : 10.244.3.2 . 8080
         "#]],
     );
 }
@@ -143,20 +158,22 @@ fn maglev_is_a_lookup_table_of_prime_size() {
     let plan = Renderer::new(Family::Ip).plan_full(&s.desired(IpFamily::V4), FullMode::Recreate);
     FakeNft::new().apply(&plan.tx).unwrap();
     let text = plan.tx.to_string();
-    let rule = text
-        .lines()
-        .find(|l| l.contains("jhash"))
-        .expect("a jhash rule");
     assert!(
-        rule.contains(
-            "jhash ip saddr . th sport mod 509 seed 0x53564e03 vmap { 0 : goto endpoint-"
+        text.contains(
+            "ip daddr . meta l4proto . th dport @svc-mg509 dnat ip to ip daddr . meta l4proto . th dport . jhash ip saddr . th sport mod 509 seed 0x53564e03 map @backends-tcp"
         ),
-        "{rule}"
+        "{text}"
     );
     // Every slot maps to an endpoint, each endpoint owns ⌊509/3⌋ or ⌈509/3⌉ of them.
-    assert_eq!(rule.matches(" : goto endpoint-").count(), 509);
+    let mut fake = FakeNft::new();
+    fake.apply(&plan.tx).unwrap();
+    let slots = fake.elements("backends-tcp");
+    assert_eq!(slots.len(), 509);
     for ip in ["10.244.1.2", "10.244.2.2", "10.244.3.2"] {
-        let owned = rule.matches(&format!("__{ip}/8080")).count();
+        let owned = slots
+            .iter()
+            .filter(|e| e.ends_with(&format!(": {ip} . 8080")))
+            .count();
         assert!((169..=170).contains(&owned), "{ip} owns {owned} slots");
     }
     assert!(plan.fallbacks.is_empty());
@@ -184,16 +201,16 @@ fn counting_algorithms_fall_back_to_random_and_say_so() {
         assert!(
             plan.tx
                 .to_string()
-                .contains("numgen random mod 3 == 0 goto endpoint-")
+                .contains("numgen random mod 3 map @backends-tcp")
         );
     }
     check(
         Some("lc"),
         expect![[r#"
-            ip daddr 10.96.0.10 tcp dport 80 ip saddr != { 10.244.0.0/16 } jump mark-for-masquerade
-            numgen random mod 3 == 0 goto ep(10.244.1.2)
-            numgen random mod 2 == 0 goto ep(10.244.2.2)
-            goto ep(10.244.3.2)
+            meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp
+            slot 0 : 10.244.1.2 . 8080
+            slot 1 : 10.244.2.2 . 8080
+            slot 2 : 10.244.3.2 . 8080
             fallback default/web/tcp/http: load-balancing algorithm lc (least connections) cannot be expressed by the nftables dataplane: it needs live per-endpoint connection counts, which stateless kernel rules do not keep; using random instead"#]],
     );
 }

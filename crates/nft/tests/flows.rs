@@ -21,27 +21,41 @@ fn packet_flow_table() {
     run_table(&tracer(&fake), &cases());
 }
 
-/// ClientIP affinity: a client found in an endpoint's affinity set goes straight to it.
+/// ClientIP affinity: a client the affinity map holds for the frontend goes straight to its
+/// recorded endpoint; another client is spread; the record rule is on every first pick.
 #[test]
-fn affinity_follows_the_set_holding_the_client() {
-    let (_, fake, _) = common::full(&world(), None);
+fn affinity_follows_the_map_entry_of_the_client() {
+    let (_, mut fake, _) = common::full(&world(), None);
     let c = cases()
         .into_iter()
         .find(|c| c.name.starts_with("affinity"))
         .unwrap();
-    let sets: Vec<String> = fake
-        .dump()
-        .lines()
-        .filter_map(|l| l.strip_prefix("Set "))
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|s| s.starts_with("affinity-"))
-        .map(str::to_string)
-        .collect();
-    assert_eq!(sets.len(), 2, "{sets:?}");
-    let mut t = tracer(&fake);
-    t.affinity.insert(sets[1].clone());
-    let got = svcnet_flows::Tracer::trace(&t, &c.packet());
+    let first =
+        svcnet_nft::trace::Tracer::new(&svcnet_nft::trace::Ruleset::from_fake(&fake), node_addrs())
+            .trace(&common::tracer::packet(&c.packet()))
+            .unwrap();
+    assert_eq!(first.len(), 2, "{first:?}");
+    assert!(
+        first.iter().all(|b| b.records_affinity == ["affinity-tcp"]),
+        "{first:?}"
+    );
+    let mut tx = svcnet_nft::Transaction::new(svcnet_nft::Family::Ip, "svcnet");
+    tx.push(svcnet_nft::Op::AddElement {
+        set: "affinity-tcp".into(),
+        key: format!("{} . 10.96.0.11 . tcp . 80", c.packet().src),
+        value: Some("10.244.2.2 . 8080".into()),
+    });
+    fake.apply(&tx).unwrap();
+    let got = svcnet_flows::Tracer::trace(&tracer(&fake), &c.packet());
     assert_eq!(got.len(), 1, "{got:?}");
+    let other = Case {
+        from: Client::Pod(3),
+        ..c.clone()
+    };
+    assert_eq!(
+        svcnet_flows::Tracer::trace(&tracer(&fake), &other.packet()).len(),
+        2
+    );
 }
 
 /// Partial syncs keep the table true: scale down, lose every endpoint, delete (the cluster

@@ -82,7 +82,9 @@ impl Env {
             let plan = if r.has_applied() {
                 let desired = self.state.desired_for(*family, changes.services.keys());
                 r.plan_partial(&self.state.node_state(*family), &desired)
-                    .unwrap()
+                    .unwrap_or_else(|| {
+                        r.plan_full(&self.state.desired(*family), FullMode::Recreate)
+                    })
             } else {
                 r.plan_full(&self.state.desired(*family), FullMode::Recreate)
             };
@@ -392,14 +394,22 @@ fn session_affinity_sticks_then_expires() {
         1,
         "all connections of one client must stick to one endpoint: {c:?}"
     );
-    let sets = env.lab.node.exec(&["nft", "list", "sets", "ip"]).unwrap();
+    let sets = env
+        .lab
+        .node
+        .exec(&["nft", "list", "map", "ip", "svcnet", "affinity-tcp"])
+        .unwrap();
     assert!(
         sets.contains(&env.lab.pod(0).ipv4.to_string()),
-        "client recorded in an affinity set:\n{sets}"
+        "client recorded in the affinity map:\n{sets}"
     );
     // The 1 s timeout expires: the kernel forgets the client.
     std::thread::sleep(Duration::from_millis(2200));
-    let sets = env.lab.node.exec(&["nft", "list", "sets", "ip"]).unwrap();
+    let sets = env
+        .lab
+        .node
+        .exec(&["nft", "list", "map", "ip", "svcnet", "affinity-tcp"])
+        .unwrap();
     assert!(
         !sets.contains(&env.lab.pod(0).ipv4.to_string()),
         "affinity did not expire:\n{sets}"

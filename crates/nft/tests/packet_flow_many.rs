@@ -1,8 +1,8 @@
-//! The verdict-map endpoint choice against the REAL kernel: a service with 10 backends (more
-//! than `CASCADE_MAX`, so its chain picks with `numgen random mod 10 vmap { … }`) reached from
-//! a pod namespace through svcnet's rules in a fresh node namespace. Bounded trials: every
+//! A many-endpoint choice against the REAL kernel: a service with 10 backends, in the
+//! `svc-n10` group (`numgen random mod 10` looked up in the `backends` map), reached from a
+//! pod namespace through svcnet's rules in a fresh node namespace. Bounded trials: every
 //! backend is reached, each within generous statistical bounds, only ready backends after a
-//! partial sync rewrote the map. Needs root (CI runs as root); namespaces are removed on drop.
+//! partial sync moved the service to `svc-n9` and deleted its tenth slot. Needs root (CI runs as root); namespaces are removed on drop.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test] fns
 
 use std::collections::BTreeMap;
@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use svcnet_netns::test_support::{Lab, tcp_ask};
-use svcnet_nft::render::CASCADE_MAX;
 use svcnet_nft::{Family, FullMode, NftExecutor, Renderer};
 use svcnet_proxy::fixtures::*;
 use svcnet_proxy::{CoreConfig, IpFamily, ProxyState};
@@ -33,24 +32,16 @@ fn sync(state: &mut ProxyState, r: &mut Renderer, exec: &NftExecutor) {
     r.commit(plan);
 }
 
-/// `n` fresh TCP connections from pod 0 to `addr`: replies counted per backend identity.
-/// The number of slots of the named verdict map the listed table's `numgen … vmap @…` rule
-/// uses, as
-/// the kernel lists it.
-fn map_slots(lab: &Lab, rules: &str) -> usize {
-    let rule = rules
-        .lines()
-        .find(|l| l.contains("numgen random mod") && l.contains("vmap @"))
-        .unwrap();
-    let (_, rest) = rule.split_once("vmap @").unwrap();
-    let map = rest.split_whitespace().next().unwrap();
+/// The number of `backends` slots of the cluster IP, as the kernel lists the map.
+fn map_slots(lab: &Lab) -> usize {
     let listed = lab
         .node
-        .exec(&["nft", "list", "map", "ip", "svcnet", map])
+        .exec(&["nft", "list", "map", "ip", "svcnet", "backends-tcp"])
         .unwrap();
-    listed.matches(" : goto endpoint-").count()
+    listed.matches("10.96.0.10 . tcp . 80 . ").count()
 }
 
+/// `n` fresh TCP connections from pod 0 to `addr`: replies counted per backend identity.
 fn spread(lab: &Lab, addr: SocketAddr, n: usize) -> BTreeMap<String, usize> {
     let replies = lab
         .pod(0)
@@ -63,15 +54,14 @@ fn spread(lab: &Lab, addr: SocketAddr, n: usize) -> BTreeMap<String, usize> {
         .unwrap();
     let mut counts = BTreeMap::new();
     for r in replies {
-        let r = r.expect("connection through the verdict map failed");
+        let r = r.expect("connection through the backends map failed");
         *counts.entry(r.identity).or_default() += 1;
     }
     counts
 }
 
 #[test]
-fn ten_backends_are_chosen_uniformly_through_the_verdict_map() {
-    const { assert!(BACKENDS > CASCADE_MAX) };
+fn ten_backends_are_chosen_uniformly_through_the_backends_map() {
     // Ten endpoints as five backend pods serving two ports each (two slices of one service,
     // as a port rename or a rolling update produces): `{pod IP}:8080` answers "b{i}-8080".
     let mut lab = Lab::new().expect("creating namespaces needs root");
@@ -119,10 +109,11 @@ fn ten_backends_are_chosen_uniformly_through_the_verdict_map() {
         .exec(&["nft", "list", "table", "ip", "svcnet"])
         .unwrap();
     assert!(
-        rules.contains("numgen random mod 10 vmap @service-"),
-        "the kernel should pick through a named verdict map:\n{rules}"
+        rules.contains("@svc-n10 dnat ip to ")
+            && rules.contains(" . numgen random mod 10 map @backends-tcp"),
+        "the kernel should pick through the backends map:\n{rules}"
     );
-    assert_eq!(map_slots(&lab, &rules), 10, "{rules}");
+    assert_eq!(map_slots(&lab), 10, "{rules}");
 
     let vip: SocketAddr = "10.96.0.10:80".parse().unwrap();
     let n = 500;
@@ -143,10 +134,10 @@ fn ten_backends_are_chosen_uniformly_through_the_verdict_map() {
         .exec(&["nft", "list", "table", "ip", "svcnet"])
         .unwrap();
     assert!(
-        rules.contains("numgen random mod 9 vmap @service-"),
+        rules.contains("numgen random mod 9 map @backends-tcp") && !rules.contains("svc-n10"),
         "{rules}"
     );
-    assert_eq!(map_slots(&lab, &rules), 9, "{rules}");
+    assert_eq!(map_slots(&lab), 9, "{rules}");
     let n = 270;
     let c = spread(&lab, vip, n);
     assert_eq!(c.len(), BACKENDS - 1, "{c:?}");

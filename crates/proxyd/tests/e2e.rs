@@ -96,7 +96,10 @@ fn mode_rules(lab: &Lab, mode: ProxyMode) -> String {
 /// How each mode's rules name the service address 10.96.0.50:80.
 fn names_vip(mode: ProxyMode, rules: &str) -> bool {
     match mode {
-        ProxyMode::Nftables => rules.contains("10.96.0.50 . tcp . 80 : goto service-"),
+        // The v2 table: the frontend in its group set, named by its comment.
+        ProxyMode::Nftables => {
+            rules.contains("10.96.0.50 . tcp . 80 comment \"cluster IP of default/web/")
+        }
         ProxyMode::Iptables => rules.contains("-d 10.96.0.50/32"),
         ProxyMode::Userspace => rules.contains("10.96.0.50"),
     }

@@ -106,12 +106,12 @@ async fn a_transaction_the_kernel_refuses_leaves_the_previous_rules_then_a_full_
     assert!(s.sync(&st, &changes, false).await.ok);
     let first = listing(&ns);
 
-    // Another program puts an element in svcnet's dispatch map under the key of a service
-    // about to be added, with another verdict: the kernel refuses the partial sync that adds
+    // Another program puts an element in svcnet's backends map under the key of a service
+    // about to be added, with another endpoint: the kernel refuses the partial sync that adds
     // that service (same key, different data), so the whole transaction is refused.
     ns.exec(&[
         "nft",
-        "add element ip svcnet service-ips { 10.96.0.2 . tcp . 80 : drop }",
+        "add element ip svcnet backends-tcp { 10.96.0.2 . tcp . 80 . 0 : 10.9.9.9 . 9 }",
     ])
     .unwrap();
     let tampered = listing(&ns);
@@ -136,7 +136,7 @@ async fn a_transaction_the_kernel_refuses_leaves_the_previous_rules_then_a_full_
     assert!(out.ok && out.full, "{out:?}");
     let after = listing(&ns);
     assert!(
-        after.contains("10.244.1.9") && !after.contains(": drop"),
+        after.contains("10.244.1.9") && !after.contains("10.9.9.9"),
         "{after}"
     );
     assert_eq!(after, fresh_listing(&st).await);

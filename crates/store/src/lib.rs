@@ -103,6 +103,16 @@ pub struct ListResult {
     pub revision: u64,
 }
 
+/// What a prefix holds, read without decoding the objects (the API server's
+/// `apiserver_storage_objects` and size metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrefixStats {
+    /// How many objects are stored under the prefix.
+    pub objects: u64,
+    /// The bytes of their stored encodings.
+    pub bytes: u64,
+}
+
 /// The storage interface the API server is written against.
 ///
 /// Revisions are global and strictly increasing across all keys. Every mutating call is atomic
@@ -155,6 +165,28 @@ pub trait Store: Send + Sync + 'static {
 
     /// The latest committed revision.
     fn current_revision(&self) -> Result<u64, StoreError>;
+
+    /// How many objects `prefix` holds and their encoded size. The default lists them; an
+    /// implementation that can count without decoding should.
+    fn stats(&self, prefix: &str) -> BoxFuture<'_, Result<PrefixStats, StoreError>> {
+        let list = self.list(prefix);
+        Box::pin(async move {
+            let list = list.await?;
+            Ok(PrefixStats {
+                objects: list.items.len() as u64,
+                bytes: list
+                    .items
+                    .iter()
+                    .map(|o| serde_json::to_vec(o).map_or(0, |b| b.len() as u64))
+                    .sum(),
+            })
+        })
+    }
+
+    /// The bytes the store's database takes on disk, when it is a file of this process.
+    fn size_bytes(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Parses a resourceVersion string into a revision.

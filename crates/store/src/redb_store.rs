@@ -12,8 +12,8 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::{
-    BoxFuture, Event, EventStream, EventType, ListResult, Mutation, Outcome, Store, StoreError,
-    UpdateFn,
+    BoxFuture, Event, EventStream, EventType, ListResult, Mutation, Outcome, PrefixStats, Store,
+    StoreError, UpdateFn,
 };
 
 const OBJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("objects");
@@ -64,6 +64,8 @@ pub struct RedbStore {
 
 pub(crate) struct Inner {
     db: Database,
+    /// The database file (its size is reported as the storage size).
+    path: std::path::PathBuf,
     /// Serialises writers so that events are published in revision order.
     write_lock: Mutex<()>,
     pub(crate) events: broadcast::Sender<Arc<Event>>,
@@ -104,6 +106,7 @@ impl RedbStore {
         Ok(RedbStore {
             inner: Arc::new(Inner {
                 db,
+                path: path.as_ref().to_path_buf(),
                 write_lock: Mutex::new(()),
                 events,
                 options,
@@ -191,6 +194,22 @@ impl Inner {
             items.push(serde_json::from_slice(value.value())?);
         }
         Ok(ListResult { items, revision })
+    }
+
+    /// Counts the objects under `prefix` and their bytes, without decoding them.
+    pub(crate) fn stats(&self, prefix: &str) -> Result<PrefixStats, StoreError> {
+        let txn = self.db.begin_read()?;
+        let objects = txn.open_table(OBJECTS)?;
+        let mut stats = PrefixStats::default();
+        for entry in objects.range(prefix..)? {
+            let (key, value) = entry?;
+            if !key.value().starts_with(prefix) {
+                break;
+            }
+            stats.objects += 1;
+            stats.bytes += value.value().len() as u64;
+        }
+        Ok(stats)
     }
 
     /// The objects under `prefix` at `revision`: today's, with every later event under the
@@ -539,6 +558,15 @@ impl Store for RedbStore {
 
     fn current_revision(&self) -> Result<u64, StoreError> {
         self.inner.meta(META_REVISION)
+    }
+
+    fn stats(&self, prefix: &str) -> BoxFuture<'_, Result<PrefixStats, StoreError>> {
+        let prefix = prefix.to_string();
+        self.spawn(move |inner| inner.stats(&prefix))
+    }
+
+    fn size_bytes(&self) -> Option<u64> {
+        std::fs::metadata(&self.inner.path).ok().map(|m| m.len())
     }
 }
 

@@ -162,6 +162,17 @@ async fn list_by_prefix_at_one_revision() {
     let a = s.list("/core/pods/a/").await.unwrap();
     assert_eq!(a.items.len(), 2);
     assert!(s.list("/apps/").await.unwrap().items.is_empty());
+
+    // Counted without decoding, the same as the list: each object's stored bytes.
+    let stats = s.stats("/core/pods/").await.unwrap();
+    let bytes: u64 = all
+        .items
+        .iter()
+        .map(|o| serde_json::to_vec(o).unwrap().len() as u64)
+        .sum();
+    assert_eq!(stats, svcnet_store::PrefixStats { objects: 3, bytes });
+    assert_eq!(s.stats("/apps/").await.unwrap().objects, 0);
+    assert!(s.size_bytes().unwrap() > 0);
 }
 
 #[tokio::test]

@@ -458,3 +458,52 @@ fn unprivileged_proxy_reports_an_unbindable_port_once_in_health_and_metrics() {
         "{text}"
     );
 }
+
+/// Every node `svcnet up` registers heartbeats as a kubelet does: a Lease named after it in
+/// `kube-node-lease`, held by it for 40 s, owned by the Node, renewed every 10 s; `kubectl
+/// describe node` shows it.
+#[test]
+fn nodes_heartbeat_through_their_leases() {
+    let up = Up::start(&["--disable", "proxy,dns,agent,controllers"]);
+    let node = up.ok(&["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"]);
+    let uid = up.ok(&["get", "node", &node, "-o", "jsonpath={.metadata.uid}"]);
+    let lease = |field: &str| {
+        up.ok(&[
+            "get",
+            "lease",
+            "-n",
+            "kube-node-lease",
+            &node,
+            "-o",
+            &format!("jsonpath={field}"),
+        ])
+    };
+    wait_for("the node's lease", || {
+        let out = up.kubectl(&["get", "lease", "-n", "kube-node-lease", &node]);
+        out.status.success().then(String::new)
+    });
+    assert_eq!(lease("{.spec.holderIdentity}"), node);
+    assert_eq!(lease("{.spec.leaseDurationSeconds}"), "40");
+    assert_eq!(
+        lease(
+            "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}/{.metadata.ownerReferences[0].uid}"
+        ),
+        format!("Node/{node}/{uid}")
+    );
+    let first = lease("{.spec.renewTime}");
+    let describe = up.ok(&["describe", "node", &node]);
+    assert!(
+        describe.contains(&format!("HolderIdentity:  {node}"))
+            && !describe.contains("RenewTime:       <unset>"),
+        "{describe}"
+    );
+    // Renewed within the kubelet's interval (10 s), with some slack for a loaded machine.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(25);
+    while lease("{.spec.renewTime}") == first {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lease was not renewed: {first}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}

@@ -5,8 +5,10 @@
 //!
 //! Files, under `<data_dir>/agent/<node>/`: `ipam/` (the CNI plugin's allocations) and
 //! `pods/<ns>_<name>_<uid>/` per pod (see [`crate::logs`]): `pod.json` (the record `svcnet exec` reads), `resolv.conf`,
-//! `hosts`, and `logs/<container>/<restartCount>.log` (stdout and stderr).
+//! `hosts`, and `logs/<container>/<restartCount>.log` (stdout and stderr, one CRI log record
+//! per line, see [`output`]).
 
+pub mod output;
 pub mod pod;
 pub mod probe;
 pub mod process;

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::AgentConfig;
+use super::output;
 use super::probe::{ProbeAction, ProbeSpec, ProbeTracker, run_network_probe};
 use super::process::{self, PodSandbox};
 use super::spec::{self, Launch, PodContext};
@@ -396,8 +397,18 @@ impl PodWorker {
             .join("logs")
             .join(&ctr.spec.name)
             .join(format!("{}.log", ctr.restart_count));
-        match process::spawn(&self.sandbox, &argv, &env, &log) {
-            Ok(mut child) => {
+        let stdin = output::StdinSpec {
+            stdin: ctr.spec.stdin.unwrap_or(false),
+            stdin_once: ctr.spec.stdin_once.unwrap_or(false),
+            tty: ctr.spec.tty.unwrap_or(false),
+        };
+        match process::spawn(&self.sandbox, &argv, &env, &log, stdin.stdin, stdin.tty) {
+            Ok(process::Spawned {
+                mut child,
+                log,
+                terminal,
+            }) => {
+                output::capture(&mut child, terminal, &self.uid, &ctr.spec.name, log, stdin);
                 ctr.pgid = child.id();
                 ctr.state = CState::Running {
                     started: Timestamp::now(),

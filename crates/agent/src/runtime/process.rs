@@ -1,7 +1,8 @@
 //! Starting a container's process inside the pod's sandbox: the pod's network namespace, a
 //! private mount namespace with the pod's `/etc/resolv.conf` and `/etc/hosts`, its own UTS
 //! namespace (hostname), a new session (so the whole process group can be signalled), stdout
-//! and stderr appended to a log file, and SIGKILL if the agent dies.
+//! and stderr as pipes the agent records (see [`super::output`]), and SIGKILL if the agent
+//! dies.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -65,25 +66,58 @@ impl PodSandbox {
     }
 }
 
-/// Starts a container process with its output appended to `log`. Call from an async task (not
-/// `spawn_blocking`): the child is killed when the thread that started it exits.
+/// A started container: the process, its log file opened for appending, and with `tty: true`
+/// the master of the terminal it runs on.
+pub struct Spawned {
+    pub child: tokio::process::Child,
+    pub log: std::fs::File,
+    pub terminal: Option<std::fs::File>,
+}
+
+/// Starts a container process with piped stdout and stderr (and stdin, when `stdin`), or on a
+/// new terminal when `tty` (its controlling terminal, as a runtime gives `tty: true`), and
+/// opens `log` for appending its records. Call from an async task (not `spawn_blocking`): the
+/// child is killed when the thread that started it exits.
 pub fn spawn(
     sandbox: &PodSandbox,
     argv: &[String],
     env: &[(String, String)],
     log: &Path,
-) -> std::io::Result<tokio::process::Child> {
+    stdin: bool,
+    tty: bool,
+) -> std::io::Result<Spawned> {
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let out = std::fs::File::options()
+    let file = std::fs::File::options()
         .create(true)
         .append(true)
         .open(log)?;
-    let err = out.try_clone()?;
-    let mut cmd = sandbox.command(argv, env, true)?;
-    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
-    tokio::process::Command::from(cmd).spawn()
+    let mut cmd = sandbox.command_with(argv, env, true, tty)?;
+    if tty {
+        let pty = svcnet_netns::pty::Pty::open(24, 80)?;
+        cmd.stdin(pty.slave.try_clone()?)
+            .stdout(pty.slave.try_clone()?)
+            .stderr(pty.slave);
+        let child = tokio::process::Command::from(cmd).spawn()?;
+        // Only the child keeps the slave open (the command held the other copies), so the
+        // master reads the end once the child and what it started are gone.
+        return Ok(Spawned {
+            child,
+            log: file,
+            terminal: Some(pty.master),
+        });
+    }
+    let input = if stdin { Stdio::piped() } else { Stdio::null() };
+    cmd.stdin(input)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = tokio::process::Command::from(cmd).spawn()?;
+    Ok(Spawned {
+        child,
+        log: file,
+        terminal: None,
+    })
 }
 
 /// Sends SIGTERM (or SIGKILL when `force`) to a container's process group.

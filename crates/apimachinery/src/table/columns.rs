@@ -297,6 +297,16 @@ const CONFIG_MAP: &[Column] = &[
     AGE,
 ];
 
+const NETWORK_POLICY: &[Column] = &[
+    NAME,
+    col(
+        "Pod-Selector",
+        "string",
+        "podSelector selects the pods to which this NetworkPolicy object applies. An empty podSelector selects all pods in the namespace.",
+    ),
+    AGE,
+];
+
 const DEFAULT: &[Column] = &[NAME, AGE];
 
 /// The columns of `kind`'s Table; kinds without a printer get `Name` and `Age`.
@@ -314,6 +324,7 @@ pub fn columns(kind: &str) -> &'static [Column] {
         "Namespace" => NAMESPACE,
         "Event" => EVENT,
         "ConfigMap" => CONFIG_MAP,
+        "NetworkPolicy" => NETWORK_POLICY,
         _ => DEFAULT,
     }
 }

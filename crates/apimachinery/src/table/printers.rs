@@ -115,6 +115,16 @@ pub(crate) fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
                 age(obj, now).into(),
             ]
         }
+        // upstream `FormatLabelSelector`: `<none>` for an empty selector.
+        "NetworkPolicy" => vec![
+            name(obj),
+            match at(obj, "/spec/podSelector") {
+                Value::Null => "<none>".to_string(),
+                sel => or_none(&selector_cell(sel)),
+            }
+            .into(),
+            age(obj, now).into(),
+        ],
         _ => vec![name(obj), age(obj, now).into()],
     }
 }

@@ -365,6 +365,23 @@ fn events_configmaps_and_others() {
 }
 
 #[test]
+fn network_policies() {
+    check(
+        "NetworkPolicy",
+        vec![
+            json!({"metadata": meta("deny-all", "2025-06-01T11:00:00Z"), "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}),
+            json!({"metadata": meta("web", "2025-06-01T11:59:00Z"), "spec": {"podSelector": {"matchLabels": {"app": "web", "tier": "fe"}, "matchExpressions": [{"key": "env", "operator": "In", "values": ["prod", "dev"]}]}}}),
+            json!({"metadata": meta("no-spec", "2025-06-01T11:59:00Z")}),
+        ],
+        expect![[r#"
+            NAME       POD-SELECTOR                        AGE
+            deny-all   <none>                              60m
+            web        app=web,env in (dev,prod),tier=fe   60s
+            no-spec    <none>                              60s"#]],
+    );
+}
+
+#[test]
 fn table_shape_and_include_object() {
     let svc = json!({"apiVersion": "v1", "kind": "Service",
                      "metadata": meta("web", "2025-06-01T11:00:00Z"),

@@ -1,6 +1,7 @@
 //! Shared test support: a server on a free port in a temporary data dir, and clients for it.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod fixtures;
 pub mod raw;
 
 use std::path::Path;

@@ -9,6 +9,7 @@
 //! requeue the key shortly; other errors requeue with a longer delay. Every key is requeued
 //! every `resync_period`.
 
+mod events;
 mod informers;
 mod queue;
 mod reconcile;

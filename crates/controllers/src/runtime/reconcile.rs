@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use svcnet_apimachinery::selector::LabelSelector;
 use tracing::{debug, warn};
 
+use super::events::{self, Recorder, Regarding};
 use super::informers::Informers;
 use super::queue::{Expectations, Key, WorkQueue};
 use super::{ControllerError, ControllerOptions};
@@ -84,6 +85,8 @@ pub(crate) struct Controllers {
     /// Services the Endpoints worker has seen exist: when one of them is gone, it was
     /// deleted, and its Endpoints go with it.
     services_seen: Mutex<HashSet<Key>>,
+    /// The Events the controllers record (`kubectl describe` shows them).
+    events: Recorder,
 }
 
 fn key_of<K: Resource>(o: &K) -> Key {
@@ -110,6 +113,7 @@ impl Controllers {
             .iter()
             .map(|k| (*k, Expectations::new(Duration::from_secs(15))))
             .collect();
+        let events = Recorder::new(client.clone());
         Self {
             client,
             opts,
@@ -119,6 +123,7 @@ impl Controllers {
             node_zones: Mutex::new(HashMap::new()),
             scheduled: std::sync::atomic::AtomicUsize::new(0),
             services_seen: Mutex::new(HashSet::new()),
+            events,
         }
     }
 
@@ -580,7 +585,21 @@ impl Controllers {
         let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &key.namespace);
         if let Some(rs) = &plan.create {
             match api.create(&PostParams::default(), rs).await {
-                Ok(o) => exp.expect(key, vec![o.name_any()], Vec::new()),
+                Ok(o) => {
+                    exp.expect(key, vec![o.name_any()], Vec::new());
+                    let to = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+                    if to > 0 {
+                        let message = events::scaled_message(&o.name_any(), 0, to);
+                        self.events
+                            .normal(
+                                events::DEPLOYMENT_CONTROLLER,
+                                &Regarding::of(d.as_ref()),
+                                "ScalingReplicaSet",
+                                message,
+                            )
+                            .await;
+                    }
+                }
                 // Taken by a ReplicaSet the cache has not seen yet: look again shortly.
                 Err(kube::Error::Api(s)) if s.code == 409 => return Ok(Some(SHORT_RETRY)),
                 Err(e) => {
@@ -598,6 +617,22 @@ impl Controllers {
                 .map_err(|e| {
                     ControllerError::api(format!("update ReplicaSet {}/{name}", key.namespace), e)
                 })?;
+            let replicas = |r: &ReplicaSet| r.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+            let from = sets
+                .iter()
+                .find(|s| s.name_any() == name)
+                .map(|s| replicas(s));
+            if let Some(from) = from.filter(|f| *f != replicas(rs)) {
+                let message = events::scaled_message(&name, from, replicas(rs));
+                self.events
+                    .normal(
+                        events::DEPLOYMENT_CONTROLLER,
+                        &Regarding::of(d.as_ref()),
+                        "ScalingReplicaSet",
+                        message,
+                    )
+                    .await;
+            }
         }
         for name in &plan.delete {
             delete_ignoring_missing(&api, name).await.map_err(|e| {
@@ -646,7 +681,8 @@ impl Controllers {
         let pods = Self::pods_in(inf, &key.namespace);
         let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
         let plan = workloads::replicaset::plan(&rs, &pods, now())?;
-        self.apply_pods(Kind::ReplicaSets, key, &plan).await?;
+        self.apply_pods(Kind::ReplicaSets, key, &Regarding::of(rs.as_ref()), &plan)
+            .await?;
         if let Some(status) = plan.status {
             let mut obj = (*rs).clone();
             obj.status = Some(status);
@@ -686,7 +722,8 @@ impl Controllers {
         self.apply_history(key, &history).await?;
         let current = history.current.as_ref().map(|(n, t)| (n.as_str(), t));
         let plan = workloads::statefulset::plan_at(&s, &pods, &history.update_revision, current)?;
-        self.apply_pods(Kind::StatefulSets, key, &plan).await?;
+        self.apply_pods(Kind::StatefulSets, key, &Regarding::of(s.as_ref()), &plan)
+            .await?;
         if let Some(status) = plan.status {
             let mut obj = (*s).clone();
             obj.status = Some(status);
@@ -737,6 +774,7 @@ impl Controllers {
         &self,
         kind: Kind,
         key: &Key,
+        owner: &Regarding,
         plan: &PodPlan<S>,
     ) -> Result<(), ControllerError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &key.namespace);
@@ -780,6 +818,30 @@ impl Controllers {
                 }
             }
         }
+        // Upstream's SuccessfulCreate / SuccessfulDelete, on the owner.
+        let done = created
+            .iter()
+            .map(|n| (true, n))
+            .chain(deleted.iter().map(|n| (false, n)));
+        for (create, pod) in done {
+            let reason = if create {
+                "SuccessfulCreate"
+            } else {
+                "SuccessfulDelete"
+            };
+            let (component, message) = if kind == Kind::StatefulSets {
+                (
+                    events::STATEFULSET_CONTROLLER,
+                    events::statefulset_pod_message(create, pod, &key.name),
+                )
+            } else {
+                (
+                    events::REPLICASET_CONTROLLER,
+                    events::replicaset_pod_message(create, pod),
+                )
+            };
+            self.events.normal(component, owner, reason, message).await;
+        }
         self.expectations[&kind].expect(key, created, deleted);
         result
     }
@@ -801,6 +863,15 @@ impl Controllers {
         let turn = self.scheduled.load(std::sync::atomic::Ordering::Relaxed);
         for b in scheduler::plan(&[pod.as_ref()], nodes, turn) {
             bind(&self.client, &b).await?;
+            let message = events::scheduled_message(&b.namespace, &b.name, &b.node);
+            self.events
+                .normal(
+                    events::SCHEDULER,
+                    &Regarding::of(pod.as_ref()),
+                    "Scheduled",
+                    message,
+                )
+                .await;
             self.scheduled
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }

@@ -30,6 +30,7 @@ pub const TABLE: &str = "kube-proxy";
 const MASQ_MARK: &str = "0x004000";
 
 /// One ClusterIP service port and its (ready) endpoints.
+#[derive(Clone)]
 pub struct ServicePort {
     pub namespace: String,
     pub name: String,
@@ -38,6 +39,8 @@ pub struct ServicePort {
     pub port: u16,
     /// `(ip, port)` of each endpoint.
     pub endpoints: Vec<(String, u16)>,
+    /// ClientIP affinity: upstream's dynamic `affinity-…` set per endpoint.
+    pub affinity: bool,
 }
 
 /// RFC 4648 base32 (upper case, as Go's `base32.StdEncoding`) of the first 5 bytes: 8 chars.
@@ -149,42 +152,94 @@ pub fn ruleset(services: &[ServicePort], cluster_cidr: &str, service_cidr: &str)
          flush map {t} service-nodeports"
     );
     for sp in services {
-        let base = format!("{}/{}/tcp/{}", sp.namespace, sp.name, sp.port_name);
-        let svc_chain = format!("service-{}", hashed(base.clone()));
-        let ep_chains: Vec<String> = sp
-            .endpoints
-            .iter()
-            .map(|(ip, port)| format!("endpoint-{}", hashed(format!("{base}__{ip}/{port}"))))
-            .collect();
-        for c in ep_chains.iter().chain(std::iter::once(&svc_chain)) {
-            let _ = writeln!(s, "add chain {t} {c}\nflush chain {t} {c}");
-        }
-        let _ = writeln!(
-            s,
-            "add element {t} cluster-ips {{ {ip} }}\n\
-             add element {t} service-ips {{ {ip} . tcp . {port} : goto {svc_chain} }}\n\
-             add rule {t} {svc_chain} ip daddr {ip} tcp dport {port} ip saddr != {cluster_cidr} jump mark-for-masquerade",
-            ip = sp.cluster_ip,
-            port = sp.port,
-        );
-        let arms: Vec<String> = ep_chains
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{i} : goto {c}"))
-            .collect();
-        let _ = writeln!(
-            s,
-            "add rule {t} {svc_chain} numgen random mod {} vmap {{ {} }}",
-            arms.len(),
-            arms.join(" , ")
-        );
-        for ((ip, port), c) in sp.endpoints.iter().zip(&ep_chains) {
+        service_text(&mut s, sp, cluster_cidr);
+    }
+    s
+}
+
+fn chains(sp: &ServicePort) -> (String, Vec<String>) {
+    let base = format!("{}/{}/tcp/{}", sp.namespace, sp.name, sp.port_name);
+    let svc_chain = format!("service-{}", hashed(base.clone()));
+    let ep_chains = sp
+        .endpoints
+        .iter()
+        .map(|(ip, port)| format!("endpoint-{}", hashed(format!("{base}__{ip}/{port}"))))
+        .collect();
+    (svc_chain, ep_chains)
+}
+
+/// One service port's part of the ruleset, as upstream writes it for a changed service in a
+/// partial sync too (chains added and flushed, rules and elements re-added).
+pub fn service_text(s: &mut String, sp: &ServicePort, cluster_cidr: &str) {
+    let t = format!("ip {TABLE}");
+    let (svc_chain, ep_chains) = chains(sp);
+    for c in ep_chains.iter().chain(std::iter::once(&svc_chain)) {
+        let _ = writeln!(s, "add chain {t} {c}\nflush chain {t} {c}");
+    }
+    let _ = writeln!(
+        s,
+        "add element {t} cluster-ips {{ {ip} }}\n\
+         add element {t} service-ips {{ {ip} . tcp . {port} : goto {svc_chain} }}\n\
+         add rule {t} {svc_chain} ip daddr {ip} tcp dport {port} ip saddr != {cluster_cidr} jump mark-for-masquerade",
+        ip = sp.cluster_ip,
+        port = sp.port,
+    );
+    let affinity_sets: Vec<String> = ep_chains
+        .iter()
+        .map(|c| c.replacen("endpoint-", "affinity-", 1))
+        .collect();
+    if sp.affinity {
+        for (set, c) in affinity_sets.iter().zip(&ep_chains) {
             let _ = writeln!(
                 s,
-                "add rule {t} {c} ip saddr {ip} jump mark-for-masquerade\n\
-                 add rule {t} {c} meta l4proto tcp dnat to {ip}:{port}"
+                "add set {t} {set} {{ type ipv4_addr ; flags dynamic,timeout ; timeout 10800s ; }}\n\
+                 add rule {t} {svc_chain} ip saddr @{set} goto {c}"
             );
         }
+    }
+    let arms: Vec<String> = ep_chains
+        .iter()
+        .enumerate()
+        .map(|(i, c)| format!("{i} : goto {c}"))
+        .collect();
+    let _ = writeln!(
+        s,
+        "add rule {t} {svc_chain} numgen random mod {} vmap {{ {} }}",
+        arms.len(),
+        arms.join(" , ")
+    );
+    for (((ip, port), c), set) in sp.endpoints.iter().zip(&ep_chains).zip(&affinity_sets) {
+        let _ = writeln!(s, "add rule {t} {c} ip saddr {ip} jump mark-for-masquerade");
+        if sp.affinity {
+            let _ = writeln!(s, "add rule {t} {c} update @{set} {{ ip saddr }}");
+        }
+        let _ = writeln!(s, "add rule {t} {c} meta l4proto tcp dnat to {ip}:{port}");
+    }
+}
+
+/// The endpoint chains `old` has and `new` has not, flushed (upstream deletes a stale chain
+/// in a later sync).
+pub fn flush_stale_endpoints(s: &mut String, old: &ServicePort, new: &ServicePort) {
+    let t = format!("ip {TABLE}");
+    let (_, keep) = chains(new);
+    for c in chains(old).1 {
+        if !keep.contains(&c) {
+            let _ = writeln!(s, "flush chain {t} {c}");
+        }
+    }
+}
+
+/// A service port removed: its elements deleted, its chains flushed (deleted later).
+pub fn remove_service(sp: &ServicePort) -> String {
+    let t = format!("ip {TABLE}");
+    let (svc_chain, ep_chains) = chains(sp);
+    let mut s = format!(
+        "delete element {t} service-ips {{ {ip} . tcp . {port} }}\ndelete element {t} cluster-ips {{ {ip} }}\n",
+        ip = sp.cluster_ip,
+        port = sp.port
+    );
+    for c in std::iter::once(&svc_chain).chain(&ep_chains) {
+        let _ = writeln!(s, "flush chain {t} {c}");
     }
     s
 }

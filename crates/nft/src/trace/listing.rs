@@ -80,9 +80,17 @@ fn elements(body: &str) -> Vec<String> {
     let mut cur = String::new();
     let mut push = |cur: &mut String| {
         let e = std::mem::take(cur);
-        let e = e.split(" timeout ").next().unwrap_or("");
-        let e = e.split(" expires ").next().unwrap_or("");
-        let e = e.split_whitespace().collect::<Vec<_>>().join(" ");
+        // `key timeout 3h expires 2h59m : value`: the value stays.
+        let mut words = Vec::new();
+        let mut it = e.split_whitespace();
+        while let Some(w) = it.next() {
+            if w == "timeout" || w == "expires" {
+                it.next();
+            } else {
+                words.push(w);
+            }
+        }
+        let e = words.join(" ");
         if !e.is_empty() {
             out.push(e);
         }
@@ -255,6 +263,11 @@ mod tests {
 		timeout 3h
 		elements = { 10.244.4.2 timeout 3h expires 2h59m59s }
 	}
+	map affinity {
+		typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . th dport
+		flags dynamic,timeout
+		elements = { 10.0.0.1 . 10.96.0.11 . tcp . 80 timeout 1m40s expires 1m39s996ms : 10.244.1.2 . 8080 }
+	}
 	chain filter-prerouting {
 		type filter hook prerouting priority dstnat - 10; policy accept;
 		ct state new jump firewall-check
@@ -275,6 +288,10 @@ mod tests {
             ["tcp . 30080 : goto external-x", "tcp . 1 : drop"]
         );
         assert_eq!(rs.sets["affinity-a"], ["10.244.4.2"]);
+        assert_eq!(
+            rs.sets["affinity"],
+            ["10.0.0.1 . 10.96.0.11 . tcp . 80 : 10.244.1.2 . 8080"]
+        );
         let pre = &rs.chains["filter-prerouting"];
         assert_eq!(
             pre.base,

@@ -1,27 +1,35 @@
 //! A packet tracer over nftables rules as nft prints them (the kernel's listing, parsed by
 //! [`listing`], or a `FakeNft`): which hooks and chains a connection's first packet takes,
-//! every `numgen` branch with its probability mass and every `jhash` slot, whether it is
-//! DNATed, masqueraded (and by which rule), accepted, rejected or dropped. `svcnet trace`
-//! uses it on a node's live table; the shared packet-flow table checks it against FakeNft and
-//! against the kernel's own listing (the same answers as real traffic).
+//! every `numgen` slot with its probability mass and every `jhash` slot, each looked up in
+//! the `backends` maps; whether it is DNATed, masqueraded (and by which rule), accepted,
+//! rejected or dropped. `svcnet trace` uses it on a node's live table; the shared
+//! packet-flow table checks it against FakeNft and against the kernel's own listing (the
+//! same answers as real traffic).
 //!
-//! It interprets exactly the rule shapes svcnet's renderer emits, in both the renderer's text
-//! and nft's normal form; any other shape is an error naming the chain and the rule, never a
-//! guess. Netfilter order modelled (IPv4 and IPv6 alike): a forwarded or delivered packet
-//! takes the prerouting base chains in priority order, then (after routing on the possibly
-//! DNATed destination) input or forward, then postrouting when it leaves; a packet the node
-//! sends takes output, then postrouting, then input when its destination is local. Conntrack
-//! state is always new (the trace is of a connection's first packet).
+//! It interprets exactly the rule shapes svcnet's v2 table and the userspace proxy's redirect
+//! table use, in both the renderer's text and nft's normal form: concatenations of packet,
+//! conntrack and slot fields looked up in sets (also interval sets), verdict maps and DNAT
+//! maps; any other shape is an error naming the chain and the rule, never a guess.
+//! Netfilter order modelled (IPv4 and IPv6 alike): a forwarded or delivered packet takes the
+//! prerouting base chains in priority order, then (after routing on the possibly DNATed
+//! destination) input or forward, then postrouting when it leaves; a packet the node sends
+//! takes output, then postrouting, then input when its destination is local. Conntrack
+//! state is always new (the trace is of a connection's first packet). A DNAT rule that names
+//! its frontend (the comment of the group element it matched) ends with ` # <comment>` in
+//! [`Branch::ended_by`], which [`explain`] reads.
 
+mod explain;
 pub mod listing;
+mod lookup;
 
-use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
-use ipnet::IpNet;
 pub use svcnet_proxy::trace::{Branch, Hop, Outcome, Packet, TraceError};
 
+pub use explain::explain;
 pub use listing::{ChainDef, ListingError, Ruleset};
+pub use lookup::split_element;
+use lookup::{contains, inline, key_matches, parse_u32, tokens};
 
 #[derive(Clone, Debug)]
 struct St {
@@ -37,6 +45,8 @@ struct St {
     masquerade_by: Option<(String, String)>,
     ended_by: Option<(String, String)>,
     records_affinity: Vec<String>,
+    /// The comment of the last group element matched (the frontend, for `explain`).
+    frontend: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -59,68 +69,11 @@ enum Verdict {
 /// (`None`: the rule did not end the chain for it).
 type Branches = Vec<(St, Option<Verdict>)>;
 
-/// What the tracer knows: the rules, the node's addresses and which affinity sets hold the
-/// packet's source (a live table's affinity sets hold it when it is among their elements).
+/// What the tracer knows: the rules (with the affinity maps' entries as the kernel lists
+/// them: a client found there goes to its recorded endpoint) and the node's addresses.
 pub struct Tracer<'a> {
     pub rules: &'a Ruleset,
     pub local_addrs: Vec<IpAddr>,
-    /// Affinity sets (`affinity-…`) taken to hold the source whatever their elements say.
-    pub affinity: BTreeSet<String>,
-}
-
-/// Splits a rule into words, keeping each `{ … }` group (nested ones too) as one token.
-fn tokens(rule: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut depth = 0usize;
-    for ch in rule.chars() {
-        match ch {
-            '{' => {
-                depth += 1;
-                cur.push(ch);
-            }
-            '}' => {
-                depth = depth.saturating_sub(1);
-                cur.push(ch);
-            }
-            c if c.is_whitespace() && depth == 0 => {
-                if !cur.is_empty() {
-                    out.push(std::mem::take(&mut cur));
-                }
-            }
-            c => cur.push(c),
-        }
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}
-
-/// The entries of an inline `{ a, b }` set or `{ k : v, … }` map.
-fn inline(group: &str) -> Option<Vec<String>> {
-    let inner = group.strip_prefix('{')?.strip_suffix('}')?;
-    Some(
-        inner
-            .split(',')
-            .map(|e| e.trim().to_string())
-            .filter(|e| !e.is_empty())
-            .collect(),
-    )
-}
-
-fn contains(spec: &str, ip: IpAddr) -> Option<bool> {
-    match spec.parse::<IpNet>() {
-        Ok(n) => Some(n.contains(&ip)),
-        Err(_) => spec.parse::<IpAddr>().ok().map(|a| a == ip),
-    }
-}
-
-fn parse_u32(s: &str) -> Option<u32> {
-    match s.strip_prefix("0x") {
-        Some(h) => u32::from_str_radix(h, 16).ok(),
-        None => s.parse().ok(),
-    }
 }
 
 fn no_match(st: St) -> Branches {
@@ -129,25 +82,200 @@ fn no_match(st: St) -> Branches {
 
 impl Tracer<'_> {
     pub fn new(rules: &Ruleset, local_addrs: Vec<IpAddr>) -> Tracer<'_> {
-        Tracer {
-            rules,
-            local_addrs,
-            affinity: BTreeSet::new(),
-        }
+        Tracer { rules, local_addrs }
     }
 
     fn elements(&self, set: &str) -> &[String] {
         self.rules.sets.get(set).map_or(&[], Vec::as_slice)
     }
 
-    fn set_has(&self, set: &str, key: &str) -> bool {
+    /// The element of `set` holding `values`, if any.
+    fn lookup(&self, set: &str, values: &[String]) -> Option<&String> {
         self.elements(set)
             .iter()
-            .any(|e| e == key || e.split(" : ").next() == Some(key))
+            .find(|e| key_matches(split_element(e).0, values))
     }
 
     fn is_local(&self, ip: IpAddr) -> bool {
         self.local_addrs.contains(&ip)
+    }
+
+    fn verdict(words: &[&str]) -> Option<Verdict> {
+        Some(match words {
+            ["jump", c] => Verdict::Jump(c.to_string()),
+            ["goto", c] => Verdict::Goto(c.to_string()),
+            ["drop"] => Verdict::End(End::Drop),
+            ["accept"] => Verdict::End(End::Accept),
+            ["return"] => Verdict::End(End::Return),
+            ["reject", ..] => Verdict::End(End::Reject),
+            _ => return None,
+        })
+    }
+
+    fn value_verdict(v: &str) -> Option<Verdict> {
+        Self::verdict(&v.split_whitespace().collect::<Vec<_>>())
+    }
+
+    /// Evaluates one rule on one state.
+    fn rule(&self, pkt: &Packet, chain: &str, st: St, rule: &str) -> Result<Branches, TraceError> {
+        let t = tokens(rule);
+        let w: Vec<&str> = t.iter().map(String::as_str).collect();
+        self.words(pkt, chain, rule, st, &w)
+    }
+
+    /// Evaluates the rest `w` of a rule on one state.
+    fn words(
+        &self,
+        pkt: &Packet,
+        chain: &str,
+        rule: &str,
+        mut st: St,
+        w: &[&str],
+    ) -> Result<Branches, TraceError> {
+        let bad = |message: &str| TraceError {
+            chain: chain.to_string(),
+            rule: rule.to_string(),
+            message: message.to_string(),
+        };
+        let mut i = 0;
+        while i < w.len() {
+            match &w[i..] {
+                ["ct", "state", s, ..] => {
+                    // Every traced packet is the first of its connection.
+                    if *s != "new" {
+                        return Ok(no_match(st));
+                    }
+                    i += 3;
+                }
+                ["ct", "status", "dnat", ..] => {
+                    if !st.dnat {
+                        return Ok(no_match(st));
+                    }
+                    i += 3;
+                }
+                ["fib", dir @ ("daddr" | "saddr"), "type", rest @ ..] => {
+                    let (neg, n) = match rest {
+                        ["!=", "local", ..] => (true, 5),
+                        ["local", ..] => (false, 4),
+                        _ => return Err(bad("unknown fib match")),
+                    };
+                    let ip = if *dir == "daddr" { st.dst } else { pkt.src };
+                    if self.is_local(ip) == neg {
+                        return Ok(no_match(st));
+                    }
+                    i += n;
+                }
+                ["meta", "mark", "&", mask, op @ ("==" | "!="), v, ..] => {
+                    let (m, v) = parse_u32(mask)
+                        .zip(parse_u32(v))
+                        .ok_or_else(|| bad("bad mark"))?;
+                    if (st.mark & m == v) != (*op == "==") {
+                        return Ok(no_match(st));
+                    }
+                    i += 6;
+                }
+                ["meta", "mark", "set", "meta", "mark", op, v, ..] => {
+                    let v = parse_u32(v).ok_or_else(|| bad("bad mark"))?;
+                    match *op {
+                        "|" => {
+                            st.mark |= v;
+                            if st.masquerade_by.is_none() {
+                                st.masquerade_by = Some((chain.to_string(), rule.to_string()));
+                            }
+                        }
+                        "^" => st.mark ^= v,
+                        _ => return Err(bad("unknown mark operation")),
+                    }
+                    i += 7;
+                }
+                ["dnat", rest @ ..] => return self.dnat(chain, rule, st, pkt, rest),
+                ["redirect", "to", to] => {
+                    let port = to
+                        .strip_prefix(':')
+                        .and_then(|p| p.parse().ok())
+                        .ok_or_else(|| bad("bad redirect port"))?;
+                    st.dport = port;
+                    st.redirect = true;
+                    st.ended_by = Some((chain.to_string(), rule.to_string()));
+                    return Ok(vec![(st, Some(Verdict::End(End::Accept)))]);
+                }
+                ["masquerade", ..] => {
+                    st.masquerade = true;
+                    if st.masquerade_by.is_none() {
+                        st.masquerade_by = Some((chain.to_string(), rule.to_string()));
+                    }
+                    return Ok(vec![(st, Some(Verdict::End(End::Accept)))]);
+                }
+                ["update", set, _elem] if set.starts_with('@') => {
+                    st.records_affinity
+                        .push(set.trim_start_matches('@').to_string());
+                    return Ok(vec![(st, None)]);
+                }
+                v @ [
+                    "jump" | "goto" | "drop" | "accept" | "return" | "reject",
+                    ..,
+                ] => {
+                    let verdict = Self::verdict(v).ok_or_else(|| bad("unknown verdict"))?;
+                    return Ok(vec![(st, Some(verdict))]);
+                }
+                rest => {
+                    let (alts, n) = self
+                        .concat(pkt, &st, rest)
+                        .ok_or_else(|| bad("unknown rule shape"))?;
+                    let [(values, _)] = alts.as_slice() else {
+                        return Err(bad("a slot expression outside a map lookup"));
+                    };
+                    let Some(values) = values.iter().cloned().collect::<Option<Vec<String>>>()
+                    else {
+                        // A port-keyed match never matches a packet without ports.
+                        return Ok(no_match(st));
+                    };
+                    let after = &rest[n..];
+                    let (neg, after) = match after {
+                        ["!=", a @ ..] => (true, a),
+                        a => (false, a),
+                    };
+                    match after {
+                        ["vmap", map, ..] => return self.vmap(chain, rule, st, &values, map),
+                        [set, ..] if set.starts_with('@') => {
+                            let name = set.trim_start_matches('@');
+                            let hit = self.lookup(name, &values);
+                            if let Some((_, Some(c), _)) = hit.map(|e| split_element(e)) {
+                                st.frontend = Some(c.to_string());
+                            }
+                            if hit.is_some() == neg {
+                                return Ok(no_match(st));
+                            }
+                        }
+                        [lit, ..] => {
+                            let [value] = values.as_slice() else {
+                                return Err(bad("a literal compared to a concatenation"));
+                            };
+                            let hit = match (lit.starts_with('{'), value.parse::<IpAddr>()) {
+                                (true, Ok(ip)) => {
+                                    let mut any = false;
+                                    for n in inline(lit).ok_or_else(|| bad("bad inline set"))? {
+                                        any |=
+                                            contains(&n, ip).ok_or_else(|| bad("bad address"))?;
+                                    }
+                                    any
+                                }
+                                (false, Ok(ip)) => {
+                                    contains(lit, ip).ok_or_else(|| bad("bad address"))?
+                                }
+                                (_, Err(_)) => *lit == value,
+                            };
+                            if hit == neg {
+                                return Ok(no_match(st));
+                            }
+                        }
+                        [] => return Err(bad("a match without a value")),
+                    }
+                    i += n + usize::from(neg) + 1;
+                }
+            }
+        }
+        Ok(vec![(st, None)])
     }
 
     /// Runs every branch of the packet through the hooks; the branches' shares sum to 1.
@@ -164,6 +292,7 @@ impl Tracer<'_> {
             masquerade_by: None,
             ended_by: None,
             records_affinity: Vec::new(),
+            frontend: None,
         };
         let mut finals = Vec::new();
         let mut delivered = Vec::new();
@@ -219,317 +348,6 @@ impl Tracer<'_> {
         Ok(out)
     }
 
-    /// A field of a selector or concatenation (`Some(None)`: the packet has no such field,
-    /// as an ICMP packet has no port, so nothing keyed on it matches).
-    fn field(&self, pkt: &Packet, st: &St, a: &str, b: &str) -> Option<Option<String>> {
-        if (a, b) == ("th", "dport") && pkt.proto.is_none() {
-            return Some(None);
-        }
-        Some(Some(match (a, b) {
-            ("ip" | "ip6", "daddr") => st.dst.to_string(),
-            ("ip" | "ip6", "saddr") => pkt.src.to_string(),
-            ("meta", "l4proto") => pkt.proto_name().to_string(),
-            ("th", "dport") => st.dport.to_string(),
-            _ => return None,
-        }))
-    }
-
-    fn verdict(words: &[&str]) -> Option<Verdict> {
-        Some(match words {
-            ["jump", c] => Verdict::Jump(c.to_string()),
-            ["goto", c] => Verdict::Goto(c.to_string()),
-            ["drop"] => Verdict::End(End::Drop),
-            ["accept"] => Verdict::End(End::Accept),
-            ["return"] => Verdict::End(End::Return),
-            ["reject", ..] => Verdict::End(End::Reject),
-            _ => return None,
-        })
-    }
-
-    fn value_verdict(v: &str) -> Option<Verdict> {
-        Self::verdict(&v.split_whitespace().collect::<Vec<_>>())
-    }
-
-    /// Evaluates one rule on one state.
-    fn rule(&self, pkt: &Packet, chain: &str, st: St, rule: &str) -> Result<Branches, TraceError> {
-        let bad = |message: &str| TraceError {
-            chain: chain.to_string(),
-            rule: rule.to_string(),
-            message: message.to_string(),
-        };
-        let t = tokens(rule);
-        let w: Vec<&str> = t.iter().map(String::as_str).collect();
-        let mut i = 0;
-        let mut st = st;
-        while i < w.len() {
-            match &w[i..] {
-                ["ct", "state", s, ..] => {
-                    // Every traced packet is the first of its connection.
-                    if *s != "new" {
-                        return Ok(no_match(st));
-                    }
-                    i += 3;
-                }
-                ["fib", dir @ ("daddr" | "saddr"), "type", rest @ ..] => {
-                    let (neg, n) = match rest {
-                        ["!=", "local", ..] => (true, 5),
-                        ["local", ..] => (false, 4),
-                        _ => return Err(bad("unknown fib match")),
-                    };
-                    let ip = if *dir == "daddr" { st.dst } else { pkt.src };
-                    if self.is_local(ip) == neg {
-                        return Ok(no_match(st));
-                    }
-                    i += n;
-                }
-                [
-                    "ip" | "ip6" | "meta",
-                    a @ ("daddr" | "saddr" | "l4proto"),
-                    ".",
-                    ..,
-                ] => {
-                    // A concatenation, looked up in a verdict map.
-                    let mut key = vec![
-                        self.field(pkt, &st, w[i], a)
-                            .ok_or_else(|| bad("unknown field"))?,
-                    ];
-                    i += 2;
-                    while w.get(i) == Some(&".") {
-                        let (x, y) = (w.get(i + 1), w.get(i + 2));
-                        let f = x
-                            .zip(y)
-                            .and_then(|(x, y)| self.field(pkt, &st, x, y))
-                            .ok_or_else(|| bad("unknown field in a concatenation"))?;
-                        key.push(f);
-                        i += 3;
-                    }
-                    let key: Option<Vec<String>> = key.into_iter().collect();
-                    let Some(key) = key else {
-                        // A port-keyed map never matches a packet without ports.
-                        return Ok(no_match(st));
-                    };
-                    return self.vmap(st, &key.join(" . "), &w[i..], chain, rule);
-                }
-                ["ip" | "ip6", a @ ("daddr" | "saddr"), rest @ ..] => {
-                    let ip = if *a == "daddr" { st.dst } else { pkt.src };
-                    let (neg, value) = match rest {
-                        ["!=", v, ..] => (true, *v),
-                        [v, ..] => (false, *v),
-                        [] => return Err(bad("truncated address match")),
-                    };
-                    let hit = if let Some(set) = value.strip_prefix('@') {
-                        if *a == "saddr" && set.starts_with("affinity-") {
-                            self.affinity.contains(set) || self.set_has(set, &ip.to_string())
-                        } else {
-                            self.set_has(set, &ip.to_string())
-                        }
-                    } else if value.starts_with('{') {
-                        let mut any = false;
-                        for n in inline(value).ok_or_else(|| bad("bad inline set"))? {
-                            any |= contains(&n, ip).ok_or_else(|| bad("bad address"))?;
-                        }
-                        any
-                    } else {
-                        contains(value, ip).ok_or_else(|| bad("bad address"))?
-                    };
-                    if hit == neg {
-                        return Ok(no_match(st));
-                    }
-                    i += if neg { 4 } else { 3 };
-                }
-                ["meta", "l4proto", proto, "dnat", rest @ ..] => {
-                    if *proto != pkt.proto_name() {
-                        return Ok(no_match(st));
-                    }
-                    // `dnat to A:P`, or nft's `dnat ip to A:P` in an inet table.
-                    let to = match rest {
-                        ["to", to] | ["ip" | "ip6", "to", to] => *to,
-                        _ => return Err(bad("unknown dnat form")),
-                    };
-                    let (ip, port) = to
-                        .rsplit_once(':')
-                        .ok_or_else(|| bad("dnat without port"))?;
-                    st.dst = ip
-                        .trim_matches(['[', ']'])
-                        .parse()
-                        .map_err(|_| bad("bad dnat address"))?;
-                    st.dport = port.parse().map_err(|_| bad("bad dnat port"))?;
-                    st.dnat = true;
-                    st.ended_by = Some((chain.to_string(), rule.to_string()));
-                    return Ok(vec![(st, Some(Verdict::End(End::Accept)))]);
-                }
-                [proto @ ("tcp" | "udp" | "sctp"), "dport", port, ..] => {
-                    if *proto != pkt.proto_name() || port.parse::<u16>().ok() != Some(st.dport) {
-                        return Ok(no_match(st));
-                    }
-                    i += 3;
-                }
-                ["meta", "l4proto", proto, ..] if !proto.starts_with('{') => {
-                    if *proto != pkt.proto_name() {
-                        return Ok(no_match(st));
-                    }
-                    i += 3;
-                }
-                ["meta", "mark", "&", mask, "==", v, ..] => {
-                    let (m, v) = parse_u32(mask)
-                        .zip(parse_u32(v))
-                        .ok_or_else(|| bad("bad mark"))?;
-                    if st.mark & m != v {
-                        return Ok(no_match(st));
-                    }
-                    i += 6;
-                }
-                ["meta", "mark", "set", "meta", "mark", op, v] => {
-                    let v = parse_u32(v).ok_or_else(|| bad("bad mark"))?;
-                    match *op {
-                        "|" => st.mark |= v,
-                        "^" => st.mark ^= v,
-                        _ => return Err(bad("unknown mark operation")),
-                    }
-                    return Ok(vec![(st, None)]);
-                }
-                ["redirect", "to", to] => {
-                    let port = to
-                        .strip_prefix(':')
-                        .and_then(|p| p.parse().ok())
-                        .ok_or_else(|| bad("bad redirect port"))?;
-                    st.dport = port;
-                    st.redirect = true;
-                    st.ended_by = Some((chain.to_string(), rule.to_string()));
-                    return Ok(vec![(st, Some(Verdict::End(End::Accept)))]);
-                }
-                ["masquerade", ..] => {
-                    st.masquerade = true;
-                    return Ok(vec![(st, Some(Verdict::End(End::Accept)))]);
-                }
-                ["update", set, _elem] if set.starts_with('@') => {
-                    st.records_affinity
-                        .push(set.trim_start_matches('@').to_string());
-                    return Ok(vec![(st, None)]);
-                }
-                ["numgen", kind @ ("random" | "inc"), "mod", n, rest @ ..] => {
-                    let n: usize = n.parse().map_err(|_| bad("bad numgen modulus"))?;
-                    if n == 0 {
-                        return Err(bad("numgen modulus 0"));
-                    }
-                    // The cascade (`== 0`, or nft's normal form `0`): taken with probability 1/n.
-                    let cascade = match rest {
-                        ["==", "0", v @ ..] | ["0", v @ ..] => Some(v),
-                        _ => None,
-                    };
-                    if let Some(v) = cascade {
-                        if *kind != "random" {
-                            return Err(bad("numgen inc in a cascade"));
-                        }
-                        let mut hit = st.clone();
-                        let mut miss = st;
-                        hit.p /= n as f64;
-                        miss.p *= 1.0 - 1.0 / n as f64;
-                        let mut out = vec![(
-                            hit,
-                            Some(Self::verdict(v).ok_or_else(|| bad("bad verdict"))?),
-                        )];
-                        if miss.p > 0.0 {
-                            out.push((miss, None));
-                        }
-                        return Ok(out);
-                    }
-                    // Every slot 1/n (a counter walks them all in turn).
-                    let ["vmap", map] = rest else {
-                        return Err(bad("unknown numgen form"));
-                    };
-                    let entries = self.map_entries(map).ok_or_else(|| bad("bad map"))?;
-                    if entries.len() != n {
-                        return Err(bad("numgen modulus and map size differ"));
-                    }
-                    let mut out = Vec::new();
-                    for (_, v) in entries {
-                        let mut s = st.clone();
-                        s.p /= n as f64;
-                        out.push((
-                            s,
-                            Some(Self::value_verdict(&v).ok_or_else(|| bad("bad verdict"))?),
-                        ));
-                    }
-                    return Ok(out);
-                }
-                ["jhash", "ip", "saddr", "mod", n, "seed", seed, "vmap", map] => {
-                    let IpAddr::V4(src) = pkt.src else {
-                        return Err(bad("an IPv4 hash of an IPv6 source"));
-                    };
-                    let n: u32 = n.parse().map_err(|_| bad("bad jhash modulus"))?;
-                    let seed = parse_u32(seed).ok_or_else(|| bad("bad jhash seed"))?;
-                    let slot = svcnet_lb::hash::nft_jhash(&src.octets(), seed, n);
-                    let v = self
-                        .map_entries(map)
-                        .ok_or_else(|| bad("bad map"))?
-                        .into_iter()
-                        .find(|(k, _)| *k == slot.to_string())
-                        .map(|(_, v)| v)
-                        .ok_or_else(|| bad("hash slot missing from the map"))?;
-                    return Ok(vec![(
-                        st,
-                        Some(Self::value_verdict(&v).ok_or_else(|| bad("bad verdict"))?),
-                    )]);
-                }
-                v @ [
-                    "jump" | "goto" | "drop" | "accept" | "return" | "reject",
-                    ..,
-                ] => {
-                    let verdict = Self::verdict(v).ok_or_else(|| bad("unknown verdict"))?;
-                    return Ok(vec![(st, Some(verdict))]);
-                }
-                _ => return Err(bad("unknown rule shape")),
-            }
-        }
-        Ok(vec![(st, None)])
-    }
-
-    /// `key` looked up in the verdict map after `vmap` (a named map or an inline one).
-    fn vmap(
-        &self,
-        st: St,
-        key: &str,
-        rest: &[&str],
-        chain: &str,
-        rule: &str,
-    ) -> Result<Branches, TraceError> {
-        let bad = |message: &str| TraceError {
-            chain: chain.to_string(),
-            rule: rule.to_string(),
-            message: message.to_string(),
-        };
-        let ["vmap", map] = rest else {
-            return Err(bad("a concatenation without vmap"));
-        };
-        let value = self
-            .map_entries(map)
-            .ok_or_else(|| bad("bad map"))?
-            .into_iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v);
-        match value {
-            Some(v) => {
-                let verdict = Self::value_verdict(&v).ok_or_else(|| bad("bad verdict"))?;
-                Ok(vec![(st, Some(verdict))])
-            }
-            None => Ok(vec![(st, None)]),
-        }
-    }
-
-    fn map_entries(&self, map: &str) -> Option<Vec<(String, String)>> {
-        let raw: Vec<String> = match map.strip_prefix('@') {
-            Some(name) => self.elements(name).to_vec(),
-            None => inline(map)?,
-        };
-        raw.into_iter()
-            .map(|e| {
-                let (k, v) = e.split_once(" : ")?;
-                Some((k.to_string(), v.to_string()))
-            })
-            .collect()
-    }
-
     /// Runs `chain`, returning every branch's end state.
     fn run(
         &self,
@@ -573,9 +391,6 @@ impl Tracer<'_> {
                             done.push((st, e));
                         }
                         Some(Verdict::Jump(c)) => {
-                            if c == "mark-for-masquerade" && st.masquerade_by.is_none() {
-                                st.masquerade_by = Some((chain.to_string(), r.clone()));
-                            }
                             for (st, e) in self.run(pkt, &c, st, Some((chain, r)), depth + 1)? {
                                 match e {
                                     End::Return => next.push(st),
@@ -648,97 +463,5 @@ fn branch(st: St, outcome: Outcome) -> Branch {
         masquerade_by: if masquerade { st.masquerade_by } else { None },
         ended_by: st.ended_by,
         records_affinity: st.records_affinity,
-    }
-}
-
-/// The `ns/name/proto/port` part of a per-service chain name (`service-HASH-ns/name/tcp/http`).
-fn service_of(chain: &str) -> Option<&str> {
-    chain.splitn(3, '-').nth(2)
-}
-
-/// A branch in words, from svcnet's nft chain names and rules.
-pub fn explain(b: &Branch) -> svcnet_proxy::trace::Explanation {
-    use svcnet_proxy::trace::why;
-    let hop_via = |h: &Hop, what: &str| h.via.as_deref().is_some_and(|v| v.contains(what));
-    let frontend = b
-        .path
-        .iter()
-        .find(|h| hop_via(h, "@service-ips") || hop_via(h, "@service-nodeports"))
-        .and_then(|h| {
-            let svc = service_of(&h.chain)?;
-            let firewall = b.path.iter().any(|h| h.chain.starts_with("firewall-"));
-            let kind = if hop_via(h, "@service-nodeports") {
-                "node port"
-            } else if h.chain.starts_with("service-") {
-                "cluster IP"
-            } else if firewall {
-                "load-balancer IP (with loadBalancerSourceRanges)"
-            } else {
-                "external IP or load-balancer IP"
-            };
-            Some(format!("{kind} of {svc}"))
-        })
-        .or_else(|| {
-            // The userspace proxy's table: a redirect rule per frontend.
-            let (chain, rule) = b.ended_by.as_ref()?;
-            let (m, _) = rule.split_once(" redirect to ")?;
-            (chain == "frontends").then(|| format!("userspace frontend `{m}`"))
-        })
-        .or_else(|| {
-            let h = b.path.iter().find(|h| h.chain.starts_with("firewall-"))?;
-            Some(format!(
-                "load-balancer IP (with loadBalancerSourceRanges) of {}",
-                service_of(&h.chain)?
-            ))
-        });
-    let masquerade = b.masquerade_by.as_ref().map(|(chain, rule)| {
-        if chain.starts_with("endpoint-") {
-            why::HAIRPIN.to_string()
-        } else if chain.starts_with("service-") && rule.contains("ip saddr !=") {
-            why::OFF_CLUSTER.to_string()
-        } else if chain.starts_with("external-") && rule.contains("fib saddr type local") {
-            why::LOCAL_SHORT_CIRCUIT.to_string()
-        } else if chain.starts_with("external-") {
-            why::EXTERNAL_CLUSTER.to_string()
-        } else {
-            format!("marked by `{rule}` in chain {chain}")
-        }
-    });
-    let in_path = |name: &str| b.path.iter().any(|h| h.chain == name);
-    let (end_chain, end_rule) = b
-        .ended_by
-        .clone()
-        .unwrap_or_else(|| (String::new(), String::new()));
-    let verdict = match &b.outcome {
-        Outcome::Endpoint { to, .. } => format!("DNAT to {to}"),
-        Outcome::Listener { port } => format!(
-            "redirected to the userspace proxy's listener on port {port}: it picks the endpoint \
-             with the service's algorithm and connects to it from the node"
-        ),
-        Outcome::Pass => why::NOT_A_SERVICE.to_string(),
-        Outcome::Reject
-            if end_rule.contains("@cluster-ips") || end_chain == "cluster-ips-check" =>
-        {
-            why::UNKNOWN_PORT.to_string()
-        }
-        Outcome::Reject
-            if in_path("service-endpoints-check") || in_path("nodeport-endpoints-check") =>
-        {
-            why::NO_ENDPOINTS.to_string()
-        }
-        Outcome::Drop if end_chain.starts_with("firewall-") => why::SOURCE_RANGES.to_string(),
-        Outcome::Drop if end_chain == "cluster-ips-check" => why::UNALLOCATED.to_string(),
-        Outcome::Drop
-            if end_chain.starts_with("external-") || end_chain.ends_with("endpoints-check") =>
-        {
-            why::NO_LOCAL_ENDPOINTS.to_string()
-        }
-        Outcome::Reject => format!("rejected by `{end_rule}` in chain {end_chain}"),
-        Outcome::Drop => format!("dropped by `{end_rule}` in chain {end_chain}"),
-    };
-    svcnet_proxy::trace::Explanation {
-        frontend,
-        masquerade,
-        verdict,
     }
 }

@@ -3,7 +3,6 @@
 //! table`, parsed), so the component tier and the kernel tier check the same interpreter
 //! against the same expectations. A rule it cannot interpret fails the test.
 
-use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use svcnet_flows::{Client, Distribution, Outcome, Packet, Proto, Tracer};
@@ -11,12 +10,11 @@ use svcnet_nft::FakeNft;
 use svcnet_nft::trace::{self, Ruleset};
 use svcnet_proxy::Protocol;
 
-/// What the nft dataplane's tracer knows: the rules, the node's addresses and which affinity
-/// sets hold the packet's source.
+/// What the nft dataplane's tracer knows: the rules (with the affinity maps' entries) and the
+/// node's addresses.
 pub struct NftTracer {
     pub rules: Ruleset,
     pub local_addrs: Vec<IpAddr>,
-    pub affinity: BTreeSet<String>,
 }
 
 impl NftTracer {
@@ -24,7 +22,6 @@ impl NftTracer {
         Self {
             rules: Ruleset::from_fake(fake),
             local_addrs,
-            affinity: BTreeSet::new(),
         }
     }
 
@@ -36,7 +33,6 @@ impl NftTracer {
         Self {
             rules: Ruleset::parse_listing(listing).unwrap_or_else(|e| panic!("{e}\n{listing}")),
             local_addrs,
-            affinity: BTreeSet::new(),
         }
     }
 }
@@ -63,7 +59,6 @@ impl Tracer for NftTracer {
         let t = trace::Tracer {
             rules: &self.rules,
             local_addrs: self.local_addrs.clone(),
-            affinity: self.affinity.clone(),
         };
         let branches = t
             .trace(&packet(pkt))

@@ -47,7 +47,7 @@ pub struct Args {
 
 const PING: &str = "A cluster IP is not an address of any interface: in nftables and iptables \
 mode it exists only as rules that DNAT TCP, UDP or SCTP to the service's ports (nft: `ip daddr . \
-meta l4proto . th dport vmap @service-ips`; iptables: `-d IP -p tcp --dport PORT` in \
+meta l4proto . th dport @svc-n2 dnat ip to … map @backends-tcp`; iptables: `-d IP -p tcp --dport PORT` in \
 SVCNET-SERVICES). An ICMP echo has no port, so no service rule takes it and no endpoint sees it; \
 svcnet then answers for the cluster IP as kube-proxy's nftables mode does: an allocated cluster IP \
 rejects what no port matches (ping prints \"Destination Port Unreachable\"), an unallocated \
@@ -316,11 +316,13 @@ fn packet_text(p: &Packet) -> String {
 /// Whether the branch went to its endpoint because the client is in its affinity set (nft)
 /// or `recent` list (iptables).
 fn sticky(b: &Branch) -> bool {
-    b.path.iter().any(|h| {
-        h.via
-            .as_deref()
-            .is_some_and(|v| v.contains("@affinity-") || v.contains("--rcheck"))
-    })
+    let nft_hit = b.ended_by.as_ref().is_some_and(|(_, rule)| {
+        rule.contains("map @affinity") || rule.contains("map @np-affinity")
+    });
+    nft_hit
+        || b.path
+            .iter()
+            .any(|h| h.via.as_deref().is_some_and(|v| v.contains("--rcheck")))
 }
 
 /// The hops of a branch as `chain` lines, base chains with their hook, each jump indented

@@ -9,8 +9,10 @@
 //! the data dir survives.
 
 mod cluster;
+mod lease;
 mod node_local;
 mod objects;
+mod streams;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -165,8 +167,10 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         lb_pool: Some(args.lb_pool),
         cluster_domain: args.cluster_domain.clone(),
         dns_service_ip,
-        log_source: Some(log_source(&args.data_dir)),
-        exec_source: with_agent.then(|| exec_source(&args.data_dir)),
+        log_source: Some(streams::log_source(&args.data_dir)),
+        exec_source: with_agent.then(|| streams::exec_source(&args.data_dir)),
+        port_forward_source: with_agent.then(|| streams::port_forward_source(&args.data_dir)),
+        attach_source: with_agent.then(streams::attach_source),
         ..Default::default()
     };
     let server = svcnet_apiserver::start(config)
@@ -206,6 +210,16 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
+    // Each registered node heartbeats through its Lease, as a kubelet does.
+    {
+        let client = client.clone();
+        let names: Vec<String> = nodes.iter().map(|n| n.name.clone()).collect();
+        let stop = stopped(stop_rx.clone());
+        tasks.spawn(async move {
+            lease::run(client, names, stop).await;
+            Ok(())
+        });
+    }
     if !disabled.contains(&Component::Controllers) {
         let opts = svcnet_controllers::ControllerOptions {
             node_name: nodes[0].name.clone(),
@@ -366,68 +380,6 @@ async fn start_dns(
     svcnet_dns::start(config, client.clone())
         .await
         .with_context(|| format!("cannot start cluster DNS on {listen}"))
-}
-
-/// `kubectl logs` reads the files the node agents capture in the data dir.
-fn log_source(data_dir: &std::path::Path) -> svcnet_apiserver::LogSource {
-    let dir = data_dir.to_path_buf();
-    svcnet_apiserver::LogSource::new(move |target| {
-        svcnet_agent::logs::find_log(
-            &dir,
-            target.namespace,
-            target.pod,
-            Some(target.container),
-            target.previous,
-        )
-        .map_err(|e| e.to_string())
-    })
-}
-
-/// `kubectl exec` and `kubectl cp` run their command the way `svcnet exec` does: in the
-/// pod's namespaces with the container's environment, on a terminal when asked (`-t`).
-fn exec_source(data_dir: &std::path::Path) -> svcnet_apiserver::ExecSource {
-    use std::process::Stdio;
-    let dir = data_dir.to_path_buf();
-    svcnet_apiserver::ExecSource::new(move |t| {
-        let record =
-            svcnet_agent::exec::find_pod(&dir, &t.namespace, &t.pod).map_err(|e| e.to_string())?;
-        let mut cmd =
-            svcnet_agent::exec::exec_command(&record, Some(&t.container), &t.command, t.tty)
-                .map_err(|e| e.to_string())?;
-        let cannot = |e: std::io::Error| format!("cannot start {:?}: {e}", t.command.join(" "));
-        if t.tty {
-            let pty = svcnet_netns::pty::Pty::open(24, 80).map_err(cannot)?;
-            cmd.stdin(pty.slave.try_clone().map_err(cannot)?)
-                .stdout(pty.slave.try_clone().map_err(cannot)?)
-                .stderr(pty.slave);
-            let child = cmd.spawn().map_err(cannot)?;
-            // The command holds the slave's copies; only the child may keep it open, so
-            // the master sees the end once the child is gone.
-            drop(cmd);
-            let sizer = pty.master.try_clone().map_err(cannot)?;
-            return Ok(svcnet_apiserver::ExecProcess {
-                child,
-                terminal: Some(pty.master),
-                resize: Some(Box::new(move |rows, cols| {
-                    let _ = svcnet_netns::pty::resize(&sizer, rows, cols);
-                })),
-            });
-        }
-        let stdin = if t.stdin {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        };
-        cmd.stdin(stdin)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let child = cmd.spawn().map_err(cannot)?;
-        Ok(svcnet_apiserver::ExecProcess {
-            child,
-            terminal: None,
-            resize: None,
-        })
-    })
 }
 
 /// The first /24 of the pod CIDR: the one node's pods when there is no topology.

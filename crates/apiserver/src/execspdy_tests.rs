@@ -1,0 +1,116 @@
+//! The SPDY exec session driven as kubectl 1.29 drives it, with host processes standing in
+//! for a pod's: streams counted against the query, output on its streams, stdin to its end,
+//! the v4 exit Status on the error stream, and a start failure reported there.
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+
+use super::*;
+use crate::config::ExecProcess;
+use crate::spdy::test_client::Client;
+
+fn host_source() -> ExecSource {
+    ExecSource::new(|t| {
+        let (program, args) = t.command.split_first().ok_or("empty command")?;
+        let mut cmd = std::process::Command::new(program);
+        cmd.args(args)
+            .process_group(0)
+            .stdin(if t.stdin {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {program}: {e}"))?;
+        Ok(ExecProcess {
+            child,
+            terminal: None,
+            resize: None,
+        })
+    })
+}
+
+fn target(command: &[&str]) -> ExecTarget {
+    ExecTarget {
+        namespace: "default".into(),
+        pod: "p".into(),
+        uid: "u".into(),
+        container: "c".into(),
+        command: command.iter().map(|s| s.to_string()).collect(),
+        stdin: true,
+        tty: false,
+    }
+}
+
+fn start(command: &[&str]) -> Client {
+    let (to_server, input) = mpsc::channel(16);
+    let (out, from_server) = mpsc::channel(16);
+    let channels = Channels {
+        stdin: true,
+        stdout: true,
+        stderr: true,
+        tty: false,
+    };
+    let work = Work::Exec(host_source(), target(command));
+    tokio::spawn(Session::new(out, channels).run(input, work));
+    Client::new(to_server, from_server)
+}
+
+async fn open_all(c: &mut Client) {
+    for (id, kind) in [(1, "error"), (3, "stdin"), (5, "stdout"), (7, "stderr")] {
+        c.open_with(id, &[("streamType", &[kind])]).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_runs_with_its_streams_and_its_exit_code_comes_back() {
+    let mut c = start(&["sh", "-c", "cat; echo err >&2; exit 3"]);
+    open_all(&mut c).await;
+    c.data(3, b"over ", false).await;
+    c.data(3, b"spdy\n", true).await;
+    let (out, _) = c.read_stream(5).await;
+    assert_eq!(out, b"over spdy\n");
+    let (err, _) = c.read_stream(7).await;
+    assert_eq!(err, b"err\n");
+    let (status, _) = c.read_stream(1).await;
+    let status: Value = serde_json::from_slice(&status).unwrap();
+    assert_eq!(status["reason"], "NonZeroExitCode", "{status}");
+    assert_eq!(status["details"]["causes"][0]["message"], "3", "{status}");
+    assert!(matches!(c.frame().await, Frame::GoAway { .. }));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_starts_before_every_stream_is_there_and_failures_are_statuses() {
+    let mut c = start(&["/no/such/program"]);
+    // Three of the four streams: replies, but no process and no status yet.
+    for (id, kind) in [(1, "error"), (3, "stdin"), (5, "stdout")] {
+        c.open_with(id, &[("streamType", &[kind])]).await;
+    }
+    for _ in 0..3 {
+        match c.frame().await {
+            // Every header block is read: the client's zlib context must stay in step.
+            Frame::SynReply { headers, .. } => assert!(c.codec.decode(&headers).is_ok()),
+            other => panic!("expected a reply, got {other:?}"),
+        }
+    }
+    let early = tokio::time::timeout(std::time::Duration::from_millis(300), c.frame()).await;
+    assert!(
+        early.is_err(),
+        "something happened before the last stream: {early:?}"
+    );
+    c.open_with(7, &[("streamType", &["stderr"])]).await;
+    let (status, _) = c.read_stream(1).await;
+    let status: Value = serde_json::from_slice(&status).unwrap();
+    assert_eq!(status["reason"], "InternalError", "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("/no/such/program"),
+        "{status}"
+    );
+}

@@ -1,0 +1,581 @@
+//! The OpenAPI v3 documents (`/openapi/v3` and one per group-version), valid OpenAPI 3.0 for
+//! schema-driven tools and client generators, laid out as kube-apiserver's: every path
+//! parameter declared, list operations with their query parameters returning the `…List`
+//! kind, writes with `dryRun`/`fieldManager`/`fieldValidation`, PATCH bodies in the patch
+//! media types with upstream's `Patch` schema, DELETE bodies `DeleteOptions`, and the
+//! `status`, `scale` and `log` subresources. kubectl reads them to learn that the server
+//! validates fields itself (`fieldValidation` on PATCH) and for `kubectl explain`.
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::LazyLock;
+
+use serde_json::{Map, Value, json};
+
+use crate::discovery::GIT_VERSION;
+use crate::openapi_schemas::{self, DELETE_OPTIONS, PATCH, SCALE, STATUS, schema_ref};
+use crate::registry::{self, RESOURCES, ResourceInfo};
+use crate::status::ApiError;
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// Every group-version's document, built once, with a hash of its content (kubectl caches a
+/// document by its URL, so the URL changes when the document does).
+static DOCUMENTS: LazyLock<BTreeMap<String, (Value, String)>> = LazyLock::new(|| {
+    registry::group_versions()
+        .into_iter()
+        .filter_map(|(g, v)| {
+            let doc = build(g, v).ok()?;
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            doc.to_string().hash(&mut h);
+            Some((gv_path(g, v), (doc, format!("{:016x}", h.finish()))))
+        })
+        .collect()
+});
+
+/// `/openapi/v3`: where each group-version's document is.
+pub fn index() -> Value {
+    let paths: Map<String, Value> = DOCUMENTS
+        .iter()
+        .map(|(p, (_, hash))| {
+            (
+                p.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}),
+            )
+        })
+        .collect();
+    json!({"paths": paths})
+}
+
+/// The OpenAPI v3 document of one group-version.
+pub fn group_version(group: &str, version: &str) -> Result<Value, ApiError> {
+    DOCUMENTS
+        .get(&gv_path(group, version))
+        .map(|(doc, _)| doc.clone())
+        .ok_or(ApiError::NoRoute)
+}
+
+fn param(name: &str, location: &str, schema: Value, description: &str) -> Value {
+    let mut p = json!({"name": name, "in": location, "description": description, "schema": schema});
+    if location == "path" {
+        p["required"] = json!(true);
+    }
+    p
+}
+
+fn string() -> Value {
+    json!({"type": "string", "uniqueItems": true})
+}
+fn boolean() -> Value {
+    json!({"type": "boolean", "uniqueItems": true})
+}
+fn integer() -> Value {
+    json!({"type": "integer", "uniqueItems": true})
+}
+
+fn q(name: &str, schema: Value, description: &str) -> Value {
+    param(name, "query", schema, description)
+}
+
+/// The query parameters of a list (and of a watch, with `watch=true`).
+fn list_params() -> Vec<Value> {
+    vec![
+        q(
+            "allowWatchBookmarks",
+            boolean(),
+            "Asks a watch for BOOKMARK events (the server may send them).",
+        ),
+        q(
+            "continue",
+            string(),
+            "The token of the next page of a paged list.",
+        ),
+        q(
+            "fieldSelector",
+            string(),
+            "Restricts the list by the objects' fields.",
+        ),
+        q(
+            "labelSelector",
+            string(),
+            "Restricts the list by the objects' labels.",
+        ),
+        q(
+            "limit",
+            integer(),
+            "The most items one page of the list returns.",
+        ),
+        q(
+            "resourceVersion",
+            string(),
+            "Which state of the store the list or watch starts from.",
+        ),
+        q(
+            "resourceVersionMatch",
+            string(),
+            "How resourceVersion applies to a list: Exact or NotOlderThan.",
+        ),
+        q(
+            "sendInitialEvents",
+            boolean(),
+            "With watch: the current state as ADDED events first.",
+        ),
+        q(
+            "timeoutSeconds",
+            integer(),
+            "How long a list or watch may take.",
+        ),
+        q("watch", boolean(), "Watch for changes instead of listing."),
+    ]
+}
+
+/// The query parameters of a write (create, update, patch).
+fn write_params() -> Vec<Value> {
+    vec![
+        q(
+            "dryRun",
+            string(),
+            "All: validate and answer, persist nothing. No other value is accepted.",
+        ),
+        q(
+            "fieldManager",
+            string(),
+            "The name of the actor making the change (at most 128 characters).",
+        ),
+        q(
+            "fieldValidation",
+            string(),
+            "Ignore, Warn or Strict: how unknown or duplicate fields are treated.",
+        ),
+    ]
+}
+
+/// The query parameters of a delete.
+fn delete_params() -> Vec<Value> {
+    vec![
+        q(
+            "dryRun",
+            string(),
+            "All: validate and answer, persist nothing. No other value is accepted.",
+        ),
+        q(
+            "gracePeriodSeconds",
+            integer(),
+            "Seconds the object has to terminate; 0 deletes at once.",
+        ),
+        q(
+            "orphanDependents",
+            boolean(),
+            "Deprecated: use propagationPolicy.",
+        ),
+        q(
+            "propagationPolicy",
+            string(),
+            "Orphan, Background or Foreground: what happens to dependents.",
+        ),
+    ]
+}
+
+fn json_content(schema: Value) -> Value {
+    json!({"application/json": {"schema": schema}})
+}
+
+fn responses(codes: &[&str], schema: &Value) -> Value {
+    let mut r: Map<String, Value> = codes
+        .iter()
+        .map(|c| {
+            (
+                c.to_string(),
+                json!({"description": http_reason(c), "content": json_content(schema.clone())}),
+            )
+        })
+        .collect();
+    r.insert("401".into(), json!({"description": "Unauthorized"}));
+    Value::Object(r)
+}
+
+fn http_reason(code: &str) -> &'static str {
+    match code {
+        "201" => "Created",
+        "202" => "Accepted",
+        _ => "OK",
+    }
+}
+
+/// The name a kind's operations carry: `CoreV1`, `AppsV1`, `DiscoveryV1`.
+fn gv_title(group: &str, version: &str) -> String {
+    let group = group.split('.').next().unwrap_or("");
+    let group = if group.is_empty() { "core" } else { group };
+    let mut t = String::new();
+    for part in [group, version] {
+        let mut c = part.chars();
+        if let Some(first) = c.next() {
+            t.extend(first.to_uppercase());
+            t.push_str(c.as_str());
+        }
+    }
+    t
+}
+
+/// One operation.
+struct Op {
+    action: &'static str,
+    id: String,
+    params: Vec<Value>,
+    body: Option<Value>,
+    responses: Value,
+    /// The group-version-kind the operation works on (`autoscaling/v1 Scale` for `scale`).
+    gvk: Value,
+}
+
+impl Op {
+    fn render(self) -> Value {
+        let mut o = json!({
+            "operationId": self.id,
+            "x-kubernetes-action": self.action,
+            "x-kubernetes-group-version-kind": self.gvk,
+            "responses": self.responses,
+        });
+        if !self.params.is_empty() {
+            o["parameters"] = Value::Array(self.params);
+        }
+        if let Some(b) = self.body {
+            o["requestBody"] = b;
+        }
+        o
+    }
+}
+
+fn body(schema: &Value, types: &[&str], required: bool) -> Value {
+    let content: Map<String, Value> = types
+        .iter()
+        .map(|t| (t.to_string(), json!({"schema": schema})))
+        .collect();
+    json!({"content": content, "required": required})
+}
+
+/// The media types a write accepts. Protobuf bodies are read only for some kinds, so they are
+/// not promised here.
+const WRITE_TYPES: &[&str] = &["application/json", "application/yaml"];
+
+/// Strategic merge patch is deliberately not listed: kubectl then computes its patches from
+/// its compiled-in types (with their merge keys) instead of from these schemas, which carry
+/// none.
+const PATCH_TYPES: &[&str] = &[
+    "application/apply-patch+yaml",
+    "application/json-patch+json",
+    "application/merge-patch+json",
+];
+
+/// Builds the document of one group-version.
+fn build(group: &str, version: &str) -> Result<Value, ApiError> {
+    let resources: Vec<&ResourceInfo> = RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .collect();
+    if resources.is_empty() {
+        return Err(ApiError::NoRoute);
+    }
+    let comps = openapi_schemas::components(group, version);
+    let title = gv_title(group, version);
+    let mut paths = Map::new();
+    for r in resources {
+        let Some((kind_schema, list_schema)) = comps.kinds.get(r.kind) else {
+            continue;
+        };
+        let (obj, list) = (schema_ref(kind_schema), schema_ref(list_schema));
+        let gvk = json!({"group": r.group, "version": r.version, "kind": r.kind});
+        let base = format!("/{}", gv_path(r.group, r.version));
+        let scope = if r.namespaced { "Namespaced" } else { "" };
+        let (collection, mut path_params) = if r.namespaced {
+            (
+                format!("{base}/namespaces/{{namespace}}/{}", r.plural),
+                vec![param(
+                    "namespace",
+                    "path",
+                    string(),
+                    "The object's namespace.",
+                )],
+            )
+        } else {
+            (format!("{base}/{}", r.plural), Vec::new())
+        };
+        let op = |action, verb: &str, sub: &str, params, body, responses| Op {
+            action,
+            id: format!("{verb}{title}{scope}{}{sub}", r.kind),
+            params,
+            body,
+            responses,
+            gvk: gvk.clone(),
+        };
+        let mut item = Map::new();
+        item.insert("parameters".into(), Value::Array(path_params.clone()));
+        item.insert(
+            "get".into(),
+            op(
+                "list",
+                "list",
+                "",
+                list_params(),
+                None,
+                responses(&["200"], &list),
+            )
+            .render(),
+        );
+        if r.allows("create") {
+            let create = op(
+                "post",
+                "create",
+                "",
+                write_params(),
+                Some(body(&obj, WRITE_TYPES, true)),
+                responses(&["200", "201", "202"], &obj),
+            );
+            item.insert("post".into(), create.render());
+        }
+        if r.allows("deletecollection") {
+            let mut params = list_params();
+            params.extend(delete_params());
+            params.retain(|p| p["name"] != "watch" && p["name"] != "allowWatchBookmarks");
+            let dc = op(
+                "deletecollection",
+                "deleteCollection",
+                "",
+                params,
+                Some(body(
+                    &schema_ref(DELETE_OPTIONS),
+                    &["application/json"],
+                    false,
+                )),
+                responses(&["200"], &list),
+            );
+            item.insert("delete".into(), dc.render());
+        }
+        paths.insert(collection.clone(), Value::Object(item));
+
+        // Every namespace's objects at once.
+        if r.namespaced {
+            let all = Op {
+                action: "list",
+                id: format!("list{title}{}ForAllNamespaces", r.kind),
+                params: list_params(),
+                body: None,
+                responses: responses(&["200"], &list),
+                gvk: gvk.clone(),
+            };
+            paths.insert(format!("{base}/{}", r.plural), json!({"get": all.render()}));
+        }
+
+        path_params.insert(0, param("name", "path", string(), "The object's name."));
+        let named = format!("{collection}/{{name}}");
+        let mut item = Map::new();
+        item.insert("parameters".into(), Value::Array(path_params.clone()));
+        item.insert(
+            "get".into(),
+            op(
+                "get",
+                "read",
+                "",
+                Vec::new(),
+                None,
+                responses(&["200"], &obj),
+            )
+            .render(),
+        );
+        item.insert(
+            "put".into(),
+            op(
+                "put",
+                "replace",
+                "",
+                write_params(),
+                Some(body(&obj, WRITE_TYPES, true)),
+                responses(&["200", "201"], &obj),
+            )
+            .render(),
+        );
+        item.insert(
+            "patch".into(),
+            patch_op(op(
+                "patch",
+                "patch",
+                "",
+                Vec::new(),
+                None,
+                responses(&["200", "201"], &obj),
+            )),
+        );
+        item.insert(
+            "delete".into(),
+            op(
+                "delete",
+                "delete",
+                "",
+                delete_params(),
+                Some(body(
+                    &schema_ref(DELETE_OPTIONS),
+                    &["application/json"],
+                    false,
+                )),
+                responses(&["200", "202"], &obj),
+            )
+            .render(),
+        );
+        paths.insert(named.clone(), Value::Object(item));
+
+        for sub in r.subresources {
+            let item = match *sub {
+                "status" => {
+                    let mut item = Map::new();
+                    item.insert(
+                        "get".into(),
+                        op(
+                            "get",
+                            "read",
+                            "Status",
+                            Vec::new(),
+                            None,
+                            responses(&["200"], &obj),
+                        )
+                        .render(),
+                    );
+                    item.insert(
+                        "put".into(),
+                        op(
+                            "put",
+                            "replace",
+                            "Status",
+                            write_params(),
+                            Some(body(&obj, WRITE_TYPES, true)),
+                            responses(&["200", "201"], &obj),
+                        )
+                        .render(),
+                    );
+                    item.insert(
+                        "patch".into(),
+                        patch_op(op(
+                            "patch",
+                            "patch",
+                            "Status",
+                            Vec::new(),
+                            None,
+                            responses(&["200", "201"], &obj),
+                        )),
+                    );
+                    item
+                }
+                "scale" => {
+                    let scale = schema_ref(SCALE);
+                    let for_scale = |mut o: Op| {
+                        o.gvk = json!({"group": "autoscaling", "version": "v1", "kind": "Scale"});
+                        o
+                    };
+                    let mut item = Map::new();
+                    let get = op(
+                        "get",
+                        "read",
+                        "Scale",
+                        Vec::new(),
+                        None,
+                        responses(&["200"], &scale),
+                    );
+                    item.insert("get".into(), for_scale(get).render());
+                    let put = op(
+                        "put",
+                        "replace",
+                        "Scale",
+                        write_params(),
+                        Some(body(&scale, WRITE_TYPES, true)),
+                        responses(&["200", "201"], &scale),
+                    );
+                    item.insert("put".into(), for_scale(put).render());
+                    let patch = op(
+                        "patch",
+                        "patch",
+                        "Scale",
+                        Vec::new(),
+                        None,
+                        responses(&["200", "201"], &scale),
+                    );
+                    item.insert("patch".into(), patch_op(for_scale(patch)));
+                    item
+                }
+                "log" => {
+                    let mut item = Map::new();
+                    let log = Op {
+                        action: "get",
+                        id: format!("read{title}{scope}{}Log", r.kind),
+                        params: log_params(),
+                        body: None,
+                        responses: json!({
+                            "200": {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}},
+                            "401": {"description": "Unauthorized"},
+                        }),
+                        gvk: gvk.clone(),
+                    };
+                    item.insert("get".into(), log.render());
+                    item
+                }
+                // pods/exec is a stream upgraded to a WebSocket, outside what OpenAPI
+                // describes for tools; kubectl finds it by discovery.
+                _ => continue,
+            };
+            let mut item = item;
+            item.insert("parameters".into(), Value::Array(path_params.clone()));
+            paths.insert(format!("{named}/{sub}"), Value::Object(item));
+        }
+    }
+    let mut schemas = comps.schemas;
+    // Every document names the error body its operations may return.
+    schemas
+        .entry(STATUS.to_string())
+        .or_insert_with(|| json!({"type": "object"}));
+    Ok(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": GIT_VERSION},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }))
+}
+
+/// A PATCH: its body is a patch in one of [`PATCH_TYPES`] (upstream's `Patch` schema), and it
+/// lists `fieldValidation` (which tells kubectl that the server validates fields) and `force`.
+fn patch_op(mut op: Op) -> Value {
+    let mut params = write_params();
+    params.push(q(
+        "force",
+        boolean(),
+        "Apply only: take over fields other managers own.",
+    ));
+    op.params = params;
+    op.body = Some(body(&schema_ref(PATCH), PATCH_TYPES, true));
+    op.render()
+}
+
+/// The query parameters of `pods/log`.
+fn log_params() -> Vec<Value> {
+    vec![
+        q("container", string(), "The container whose output to read."),
+        q("follow", boolean(), "Stream the output as it is written."),
+        q("limitBytes", integer(), "The most bytes to return."),
+        q(
+            "previous",
+            boolean(),
+            "The previous instance of the container.",
+        ),
+        q("sinceSeconds", integer(), "Only output this recent."),
+        q(
+            "sinceTime",
+            string(),
+            "Only output since this time (RFC 3339).",
+        ),
+        q("tailLines", integer(), "Only the last lines."),
+        q("timestamps", boolean(), "Prefix each line with its time."),
+    ]
+}

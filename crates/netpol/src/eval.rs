@@ -1,0 +1,263 @@
+//! The decision: each end of a connection judged on its own (the source's egress, the
+//! destination's ingress), then both must allow.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use crate::model::{Direction, Namespace, Peer, Pod, Policy, PortMatch, Protocol, Rule};
+
+/// One end of a connection. The destination is what the packet reaches after the proxy's
+/// DNAT (a pod, not a Service IP).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A pod, by namespace and name.
+    Pod { namespace: String, name: String },
+    /// An address that is no pod (outside the cluster, a load balancer, ...).
+    Ip(IpAddr),
+    /// A node, by name and the address its traffic carries.
+    Node { name: String, ip: IpAddr },
+}
+
+impl Endpoint {
+    pub fn pod(namespace: &str, name: &str) -> Endpoint {
+        Endpoint::Pod {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// A new connection: from, to (after DNAT), protocol and destination port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Connection {
+    pub src: Endpoint,
+    pub dst: Endpoint,
+    pub protocol: Protocol,
+    pub port: u16,
+}
+
+/// What one end's policies say: which policies isolate it for this direction, and the first
+/// (policy, rule index) that allowed the connection.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SideVerdict {
+    pub isolated_by: Vec<String>,
+    pub allowed_by: Option<(String, usize)>,
+    /// Let in because it comes from the destination pod's own node.
+    pub node_exception: bool,
+}
+
+impl SideVerdict {
+    pub fn allowed(&self) -> bool {
+        self.isolated_by.is_empty() || self.allowed_by.is_some() || self.node_exception
+    }
+}
+
+/// The answer with its reasons.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub egress: SideVerdict,
+    pub ingress: SideVerdict,
+}
+
+impl Verdict {
+    pub fn allowed(&self) -> bool {
+        self.egress.allowed() && self.ingress.allowed()
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let side = |f: &mut fmt::Formatter<'_>, name: &str, s: &SideVerdict| {
+            if s.isolated_by.is_empty() {
+                write!(f, "{name}: not isolated")
+            } else if s.node_exception {
+                write!(f, "{name}: from the pod's node")
+            } else if let Some((p, i)) = &s.allowed_by {
+                write!(f, "{name}: allowed by {p} rule {i}")
+            } else {
+                write!(
+                    f,
+                    "{name}: denied (isolated by {})",
+                    s.isolated_by.join(", ")
+                )
+            }
+        };
+        side(f, "egress", &self.egress)?;
+        f.write_str("; ")?;
+        side(f, "ingress", &self.ingress)
+    }
+}
+
+/// A pod named by an endpoint is not in the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pod {namespace}/{name} is unknown")]
+pub struct UnknownPod {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// Everything a decision reads.
+#[derive(Debug, Clone, Default)]
+pub struct Cluster {
+    pub namespaces: Vec<Namespace>,
+    pub pods: Vec<Pod>,
+    pub policies: Vec<Policy>,
+}
+
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+impl Cluster {
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<&Pod> {
+        self.pods
+            .iter()
+            .find(|p| p.namespace == namespace && p.name == name)
+    }
+
+    fn namespace_labels(&self, name: &str) -> &BTreeMap<String, String> {
+        self.namespaces
+            .iter()
+            .find(|n| n.name == name)
+            .map_or(&NO_LABELS, |n| &n.labels)
+    }
+
+    fn resolve<'a>(&'a self, e: &Endpoint) -> Result<Option<&'a Pod>, UnknownPod> {
+        match e {
+            Endpoint::Pod { namespace, name } => {
+                self.pod(namespace, name)
+                    .map(Some)
+                    .ok_or_else(|| UnknownPod {
+                        namespace: namespace.clone(),
+                        name: name.clone(),
+                    })
+            }
+            Endpoint::Ip(_) | Endpoint::Node { .. } => Ok(None),
+        }
+    }
+
+    /// The policies that isolate `pod` for `dir`.
+    pub fn isolating(&self, pod: &Pod, dir: Direction) -> impl Iterator<Item = &Policy> {
+        self.policies.iter().filter(move |p| {
+            p.namespace == pod.namespace && p.isolates(dir) && p.pod_selector.matches(&pod.labels)
+        })
+    }
+
+    /// Is `conn` allowed, and why.
+    pub fn check(&self, conn: &Connection) -> Result<Verdict, UnknownPod> {
+        let src = self.resolve(&conn.src)?;
+        let dst = self.resolve(&conn.dst)?;
+        let egress = match src {
+            Some(pod) => self.side(pod, Direction::Egress, &conn.dst, dst, conn),
+            None => SideVerdict::default(),
+        };
+        let ingress = match dst {
+            Some(pod) => {
+                let mut v = self.side(pod, Direction::Ingress, &conn.src, src, conn);
+                if let Endpoint::Node { name, .. } = &conn.src {
+                    v.node_exception =
+                        !v.isolated_by.is_empty() && pod.node.as_deref() == Some(name);
+                }
+                v
+            }
+            None => SideVerdict::default(),
+        };
+        Ok(Verdict { egress, ingress })
+    }
+
+    /// Shorthand for [`Cluster::check`] that treats unknown pods as denied.
+    pub fn allowed(&self, conn: &Connection) -> bool {
+        self.check(conn).is_ok_and(|v| v.allowed())
+    }
+
+    /// One end: `pod` judged for `dir` with `peer` at the other end; the port is always the
+    /// destination's.
+    fn side(
+        &self,
+        pod: &Pod,
+        dir: Direction,
+        peer: &Endpoint,
+        peer_pod: Option<&Pod>,
+        conn: &Connection,
+    ) -> SideVerdict {
+        let dst_pod = match dir {
+            Direction::Ingress => Some(pod),
+            Direction::Egress => peer_pod,
+        };
+        let mut v = SideVerdict::default();
+        for policy in self.isolating(pod, dir) {
+            let id = format!("{}/{}", policy.namespace, policy.name);
+            if v.allowed_by.is_none()
+                && let Some(i) = policy.rules(dir).iter().position(|r| {
+                    self.rule_allows(policy, r, peer, peer_pod) && port_allows(r, dst_pod, conn)
+                })
+            {
+                v.allowed_by = Some((id.clone(), i));
+            }
+            v.isolated_by.push(id);
+        }
+        v
+    }
+
+    fn rule_allows(
+        &self,
+        policy: &Policy,
+        rule: &Rule,
+        peer: &Endpoint,
+        peer_pod: Option<&Pod>,
+    ) -> bool {
+        rule.peers.is_empty()
+            || rule
+                .peers
+                .iter()
+                .any(|p| self.peer_matches(policy, p, peer, peer_pod))
+    }
+
+    fn peer_matches(
+        &self,
+        policy: &Policy,
+        p: &Peer,
+        peer: &Endpoint,
+        peer_pod: Option<&Pod>,
+    ) -> bool {
+        match p {
+            Peer::Block(b) => match (peer, peer_pod) {
+                (_, Some(pod)) => pod.ips.iter().any(|ip| b.contains(*ip)),
+                (Endpoint::Ip(ip) | Endpoint::Node { ip, .. }, None) => b.contains(*ip),
+                (Endpoint::Pod { .. }, None) => false,
+            },
+            // Both absent is refused by validation; match nothing rather than everything.
+            Peer::Pods {
+                pods: None,
+                namespaces: None,
+            } => false,
+            Peer::Pods { pods, namespaces } => {
+                let Some(pod) = peer_pod else {
+                    return false;
+                };
+                let ns_ok = match namespaces {
+                    Some(sel) => sel.matches(self.namespace_labels(&pod.namespace)),
+                    None => pod.namespace == policy.namespace,
+                };
+                ns_ok && pods.as_ref().is_none_or(|s| s.matches(&pod.labels))
+            }
+        }
+    }
+}
+
+/// `ports` of a rule against the connection; named ports need a destination pod with a
+/// container port of that name, protocol and number.
+fn port_allows(rule: &Rule, dst: Option<&Pod>, conn: &Connection) -> bool {
+    rule.ports.is_empty()
+        || rule.ports.iter().any(|p| {
+            p.protocol == conn.protocol
+                && match &p.port {
+                    PortMatch::Any => true,
+                    PortMatch::Range(lo, hi) => (*lo..=*hi).contains(&conn.port),
+                    PortMatch::Named(name) => dst.is_some_and(|pod| {
+                        pod.ports.iter().any(|cp| {
+                            &cp.name == name && cp.protocol == conn.protocol && cp.port == conn.port
+                        })
+                    }),
+                }
+        })
+}
