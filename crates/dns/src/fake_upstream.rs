@@ -18,6 +18,7 @@ use tokio::task::JoinSet;
 pub struct FakeUpstream {
     addr: SocketAddr,
     queries: Arc<AtomicUsize>,
+    tcp_queries: Arc<AtomicUsize>,
     _tasks: JoinSet<()>,
 }
 
@@ -42,6 +43,7 @@ impl FakeUpstream {
         let addr = udp.local_addr()?;
         let records = Arc::new(records);
         let queries = Arc::new(AtomicUsize::new(0));
+        let tcp_queries = Arc::new(AtomicUsize::new(0));
         let mut tasks = JoinSet::new();
         {
             let (records, queries) = (records.clone(), queries.clone());
@@ -57,10 +59,12 @@ impl FakeUpstream {
         }
         {
             let (records, queries) = (records.clone(), queries.clone());
+            let tcp_queries = tcp_queries.clone();
             tasks.spawn(async move {
                 while let Ok((mut stream, _)) = tcp.accept().await {
                     let records = records.clone();
                     let queries = queries.clone();
+                    let tcp_queries = tcp_queries.clone();
                     tokio::spawn(async move {
                         let mut len = [0u8; 2];
                         while stream.read_exact(&mut len).await.is_ok() {
@@ -69,6 +73,7 @@ impl FakeUpstream {
                                 return;
                             }
                             queries.fetch_add(1, Ordering::Relaxed);
+                            tcp_queries.fetch_add(1, Ordering::Relaxed);
                             let Some(reply) = answer(&records, &buf, false) else {
                                 return;
                             };
@@ -88,6 +93,7 @@ impl FakeUpstream {
         Ok(FakeUpstream {
             addr,
             queries,
+            tcp_queries,
             _tasks: tasks,
         })
     }
@@ -100,6 +106,11 @@ impl FakeUpstream {
     /// Questions received so far (UDP and TCP).
     pub fn queries(&self) -> usize {
         self.queries.load(Ordering::Relaxed)
+    }
+
+    /// Questions received over TCP so far.
+    pub fn tcp_queries(&self) -> usize {
+        self.tcp_queries.load(Ordering::Relaxed)
     }
 }
 

@@ -9,6 +9,7 @@ pub mod envvars;
 pub mod fake_upstream;
 pub mod fixtures;
 mod http;
+pub mod nodelocal;
 pub mod resolvconf;
 pub mod rule_table;
 pub mod server;

@@ -33,6 +33,9 @@ enum Command {
     Doctor(cmd::doctor::Args),
     /// Which rules a packet hits on a node, and why (from the rules the kernel holds now).
     Trace(cmd::trace::Args),
+    /// A node-local DNS cache (NodeLocal DNSCache) in a node's namespace; `svcnet up
+    /// --node-local-dns` runs one per node.
+    NodeLocalDns(cmd::node_local_dns::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -41,6 +44,13 @@ fn main() -> std::process::ExitCode {
     svcnet_agent::testserver::run_if_requested();
     let cli = Cli::parse();
     init_logging();
+    // Before the runtime's threads exist, so that they all start in the node's namespace.
+    if let Command::NodeLocalDns(args) = &cli.command
+        && let Err(err) = cmd::node_local_dns::enter_netns(args)
+    {
+        eprintln!("error: {err:#}");
+        return std::process::ExitCode::FAILURE;
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -61,6 +71,7 @@ fn main() -> std::process::ExitCode {
             Command::Exec(args) => cmd::exec::run(args).await,
             Command::Doctor(args) => cmd::doctor::run(args).await,
             Command::Trace(args) => cmd::trace::run(args).await,
+            Command::NodeLocalDns(args) => cmd::node_local_dns::run(args).await,
         }
     });
     match result {

@@ -4,10 +4,15 @@
 //! UDP first; a truncated UDP answer is retried over TCP. Upstreams are tried in order until one
 //! answers. The cache key is (lower-case name, type, class); entries age, so a cached answer is
 //! served with TTLs decremented by the time it spent in the cache.
+//!
+//! [`ForwarderOptions`] set what CoreDNS's `forward` and `cache` plugins set for NodeLocal
+//! DNSCache: `force_tcp` (every question over TCP, so no UDP conntrack entry is made per
+//! question) and the caps on positive and negative TTLs (`cache { success N 30; denial N 5 }`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
@@ -41,6 +46,51 @@ pub struct Upstream {
     pub cached: bool,
 }
 
+/// How a [`Forwarder`] talks to its upstreams and how long it keeps their answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForwarderOptions {
+    /// How long one upstream gets to answer.
+    pub timeout: Duration,
+    /// Ask over TCP only (CoreDNS `forward … { force_tcp }`).
+    pub force_tcp: bool,
+    /// Longest time a positive answer is kept (CoreDNS `cache { success _ TTL }`).
+    pub max_ttl: u32,
+    /// Longest time a negative answer (NXDOMAIN, NODATA) is kept (`cache { denial _ TTL }`).
+    pub max_negative_ttl: u32,
+}
+
+impl Default for ForwarderOptions {
+    fn default() -> Self {
+        ForwarderOptions {
+            timeout: Duration::from_secs(2),
+            force_tcp: false,
+            max_ttl: MAX_TTL,
+            max_negative_ttl: MAX_NEGATIVE_TTL,
+        }
+    }
+}
+
+/// What a forwarder did so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ForwarderStats {
+    /// Questions answered from the cache, positive answers.
+    pub hits_success: u64,
+    /// Questions answered from the cache, negative answers.
+    pub hits_denial: u64,
+    /// Questions that missed the cache.
+    pub misses: u64,
+    /// Questions sent to an upstream (each attempt, each upstream).
+    pub upstream_queries: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    hits_success: AtomicU64,
+    hits_denial: AtomicU64,
+    misses: AtomicU64,
+    upstream_queries: AtomicU64,
+}
+
 #[derive(Debug)]
 struct Entry {
     message: Message,
@@ -54,14 +104,31 @@ type Key = (Name, RecordType, DNSClass);
 #[derive(Debug)]
 pub struct Forwarder {
     upstreams: Vec<SocketAddr>,
-    timeout: Duration,
+    options: ForwarderOptions,
     cache: Mutex<HashMap<Key, Entry>>,
+    counters: Counters,
 }
 
 impl Forwarder {
     /// Forward to `upstreams`, dropping any equal to `own` (our listen address), so that a
     /// resolv.conf naming this server never makes it forward to itself.
     pub fn new(upstreams: Vec<SocketAddr>, own: Option<SocketAddr>, timeout: Duration) -> Self {
+        Self::with_options(
+            upstreams,
+            own,
+            ForwarderOptions {
+                timeout,
+                ..ForwarderOptions::default()
+            },
+        )
+    }
+
+    /// [`Forwarder::new`] with every option.
+    pub fn with_options(
+        upstreams: Vec<SocketAddr>,
+        own: Option<SocketAddr>,
+        options: ForwarderOptions,
+    ) -> Self {
         let upstreams = upstreams
             .into_iter()
             .filter(|u| match own {
@@ -71,9 +138,26 @@ impl Forwarder {
             .collect();
         Forwarder {
             upstreams,
-            timeout,
+            options,
             cache: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
         }
+    }
+
+    /// Cache hits and misses and upstream questions so far.
+    pub fn stats(&self) -> ForwarderStats {
+        let c = &self.counters;
+        ForwarderStats {
+            hits_success: c.hits_success.load(Ordering::Relaxed),
+            hits_denial: c.hits_denial.load(Ordering::Relaxed),
+            misses: c.misses.load(Ordering::Relaxed),
+            upstream_queries: c.upstream_queries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Answers kept now (expired ones included until they are swept).
+    pub fn cache_len(&self) -> usize {
+        self.cache.lock().map_or(0, |c| c.len())
     }
 
     /// The upstreams in use.
@@ -91,18 +175,22 @@ impl Forwarder {
         if self.upstreams.is_empty() {
             return Err(ForwardError::NoUpstream);
         }
-        let key = (name.to_lowercase(), qtype, qclass);
-        if let Some(message) = self.cached(&key) {
-            return Ok(Upstream {
-                message,
-                cached: true,
-            });
+        if let Some(hit) = self.resolve_cached(name, qtype, qclass) {
+            return Ok(hit);
         }
+        let key = (name.to_lowercase(), qtype, qclass);
+        self.counters.misses.fetch_add(1, Ordering::Relaxed);
         let mut last_error = String::from("no attempt");
         for upstream in &self.upstreams {
+            self.counters
+                .upstream_queries
+                .fetch_add(1, Ordering::Relaxed);
             match self.exchange(*upstream, name, qtype, qclass).await {
-                Ok(message) => {
-                    self.store(key, &message);
+                Ok(mut message) => {
+                    if let Some(ttl) = self.store(key, &message) {
+                        // As CoreDNS's cache: no record outlives the cap, also on a miss.
+                        clamp_ttls(&mut message, ttl);
+                    }
                     return Ok(Upstream {
                         message,
                         cached: false,
@@ -112,6 +200,27 @@ impl Forwarder {
             }
         }
         Err(ForwardError::AllFailed(last_error))
+    }
+
+    /// The cached answer to `name`/`qtype`/`qclass` if there is a fresh one (counted as a
+    /// hit); `None` asks nothing and counts nothing (the caller goes on to [`Self::resolve`]).
+    pub fn resolve_cached(
+        &self,
+        name: &Name,
+        qtype: RecordType,
+        qclass: DNSClass,
+    ) -> Option<Upstream> {
+        let message = self.cached(&(name.to_lowercase(), qtype, qclass))?;
+        let counter = if is_negative(&message) {
+            &self.counters.hits_denial
+        } else {
+            &self.counters.hits_success
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Some(Upstream {
+            message,
+            cached: true,
+        })
     }
 
     fn cached(&self, key: &Key) -> Option<Message> {
@@ -128,18 +237,24 @@ impl Forwarder {
             .chain(message.authorities.iter_mut())
             .chain(message.additionals.iter_mut())
         {
-            record.ttl = record.ttl.saturating_sub(age);
+            record.ttl = record.ttl.min(entry.ttl).saturating_sub(age);
         }
         Some(message)
     }
 
-    fn store(&self, key: Key, message: &Message) {
-        let Some(ttl) = cache_ttl(message) else {
-            return;
+    /// Keep `message` for its TTL (capped); the TTL kept, if it was.
+    fn store(&self, key: Key, message: &Message) -> Option<u32> {
+        let ttl = cache_ttl(message)?;
+        let cap = if is_negative(message) {
+            self.options.max_negative_ttl
+        } else {
+            self.options.max_ttl
         };
-        let Ok(mut cache) = self.cache.lock() else {
-            return;
-        };
+        let ttl = ttl.min(cap);
+        if ttl == 0 {
+            return None;
+        }
+        let mut cache = self.cache.lock().ok()?;
         if cache.len() >= MAX_ENTRIES {
             cache.retain(|_, e| e.stored.elapsed() < Duration::from_secs(u64::from(e.ttl)));
             if cache.len() >= MAX_ENTRIES {
@@ -154,6 +269,7 @@ impl Forwarder {
                 ttl,
             },
         );
+        Some(ttl)
     }
 
     /// One question to one upstream: UDP, then TCP when truncated.
@@ -174,14 +290,20 @@ impl Forwarder {
         edns.set_max_payload(4096);
         query.set_edns(edns);
         let bytes = query.to_vec().map_err(|e| e.to_string())?;
+        let timeout = self.options.timeout;
+        if self.options.force_tcp {
+            return tokio::time::timeout(timeout, tcp_exchange(upstream, &bytes, id))
+                .await
+                .map_err(|_| "timed out over TCP".to_string())?;
+        }
 
-        let udp = tokio::time::timeout(self.timeout, udp_exchange(upstream, &bytes, id, name))
+        let udp = tokio::time::timeout(timeout, udp_exchange(upstream, &bytes, id, name))
             .await
             .map_err(|_| "timed out over UDP".to_string())??;
         if !udp.metadata.truncation {
             return Ok(udp);
         }
-        match tokio::time::timeout(self.timeout, tcp_exchange(upstream, &bytes, id)).await {
+        match tokio::time::timeout(timeout, tcp_exchange(upstream, &bytes, id)).await {
             Ok(Ok(full)) => Ok(full),
             // Keep the truncated answer (its TC bit tells the client) when TCP fails.
             _ => Ok(udp),
@@ -267,6 +389,24 @@ pub(crate) fn cache_ttl(message: &Message) -> Option<u32> {
         return (ttl > 0).then_some(ttl.min(MAX_NEGATIVE_TTL));
     }
     None
+}
+
+/// NXDOMAIN, or NOERROR without answers (NODATA).
+fn is_negative(message: &Message) -> bool {
+    message.metadata.response_code == ResponseCode::NXDomain
+        || (message.metadata.response_code == ResponseCode::NoError && message.answers.is_empty())
+}
+
+/// No record of `message` says it may be kept longer than `ttl`.
+fn clamp_ttls(message: &mut Message, ttl: u32) {
+    for record in message
+        .answers
+        .iter_mut()
+        .chain(message.authorities.iter_mut())
+        .chain(message.additionals.iter_mut())
+    {
+        record.ttl = record.ttl.min(ttl);
+    }
 }
 
 /// Whether `upstream` would reach the server listening on `own`: same port, and the same

@@ -21,7 +21,9 @@ use hickory_server::Server;
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinSet;
 
-pub use forward::{ForwardError, Forwarder, Upstream, parse_resolv_conf};
+pub use forward::{
+    ForwardError, Forwarder, ForwarderOptions, ForwarderStats, Upstream, parse_resolv_conf,
+};
 pub use fuzzing::PacketPath;
 pub use handler::{Handler, ZoneHandle};
 pub use udp::UdpStats;
@@ -208,7 +210,7 @@ impl hickory_server::server::RequestHandler for SharedHandler {
 }
 
 /// Bind UDP and TCP to the same address; with port 0, retry until both get the same port.
-async fn bind_pair(listen: SocketAddr) -> Result<(UdpSocket, TcpListener), DnsError> {
+pub(crate) async fn bind_pair(listen: SocketAddr) -> Result<(UdpSocket, TcpListener), DnsError> {
     let mut last = None;
     for _ in 0..if listen.port() == 0 { 32 } else { 1 } {
         let udp = UdpSocket::bind(listen)

@@ -7,6 +7,7 @@ pub mod down;
 pub mod env;
 pub mod exec;
 pub mod kubeconfig;
+pub mod node_local_dns;
 pub mod proxy;
 pub mod trace;
 pub mod up;

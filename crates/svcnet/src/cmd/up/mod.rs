@@ -10,6 +10,7 @@
 
 mod cluster;
 mod lease;
+mod node_local;
 mod objects;
 mod streams;
 
@@ -126,6 +127,9 @@ pub struct Args {
     /// Cluster DNS options (CoreDNS's kubernetes and k8s_external plugins).
     #[command(flatten)]
     pub dns: crate::cmd::dns_options::DnsOptions,
+    /// The node-local DNS cache (NodeLocal DNSCache).
+    #[command(flatten)]
+    pub node_local: node_local::NodeLocalDnsOptions,
     /// Components not to start (comma-separated).
     #[arg(long, value_delimiter = ',', value_enum)]
     pub disable: Vec<Component>,
@@ -284,6 +288,14 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
             );
         }
     }
+
+    node_local::start_all(
+        &args,
+        topology.as_ref(),
+        dns_service_ip,
+        &mut tasks,
+        &stop_rx,
+    )?;
 
     if host_proxy {
         let cfg = svcnet_proxyd::ProxyConfig {

@@ -1,0 +1,157 @@
+//! The node-local cache against the fake upstream on loopback: TTL caps (positive and
+//! negative), force_tcp for the cluster zone, UDP for the rest, and the metrics that count it.
+#![allow(clippy::unwrap_used)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
+use hickory_proto::rr::rdata::A;
+use hickory_proto::rr::{Name, RData, Record, RecordType};
+use tokio::net::UdpSocket;
+
+use super::{NodeLocalCache, NodeLocalConfig};
+use crate::fake_upstream::FakeUpstream;
+
+fn n(s: &str) -> Name {
+    Name::from_ascii(s).unwrap()
+}
+
+async fn ask(addr: SocketAddr, name: &str) -> Message {
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut query = Message::new(7, MessageType::Query, OpCode::Query);
+    query.metadata.recursion_desired = true;
+    query.add_query(Query::query(n(name), RecordType::A));
+    socket
+        .send_to(&query.to_vec().unwrap(), addr)
+        .await
+        .unwrap();
+    let mut buf = vec![0u8; 4096];
+    let (len, _) = tokio::time::timeout(Duration::from_secs(3), socket.recv_from(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    let reply = Message::from_vec(&buf[..len]).unwrap();
+    assert_eq!(reply.metadata.id, 7);
+    reply
+}
+
+async fn start(fake: &FakeUpstream, success_ttl: u32, denial_ttl: u32) -> NodeLocalCache {
+    NodeLocalCache::start(NodeLocalConfig {
+        listen: vec!["127.0.0.1".parse().unwrap()],
+        port: 0,
+        cluster_dns: fake.addr(),
+        upstreams: vec![fake.addr()],
+        cluster_domain: "cluster.local".into(),
+        success_ttl,
+        denial_ttl,
+        timeout: Duration::from_secs(2),
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn caps_ttls_and_forces_tcp_for_the_cluster_zone() {
+    let fake = FakeUpstream::start(vec![
+        Record::from_rdata(
+            n("web.default.svc.cluster.local."),
+            30,
+            RData::A(A::new(10, 96, 0, 20)),
+        ),
+        Record::from_rdata(n("example.org."), 120, RData::A(A::new(192, 0, 2, 80))),
+    ])
+    .await
+    .unwrap();
+    let cache = start(&fake, 2, 1).await;
+    let addr = cache.local_addrs()[0];
+
+    // A cluster name: asked over TCP, the record's 30 s capped to 2 s.
+    let first = ask(addr, "web.default.svc.cluster.local.").await;
+    assert_eq!(first.metadata.response_code, ResponseCode::NoError);
+    assert_eq!(first.answers.len(), 1);
+    assert!(first.answers[0].ttl <= 2, "{:?}", first.answers[0]);
+    assert_eq!((fake.queries(), fake.tcp_queries()), (1, 1));
+    // The same question again: from the cache, the fake is not asked.
+    let second = ask(addr, "web.default.svc.cluster.local.").await;
+    assert_eq!(second.answers, first.answers);
+    assert_eq!(fake.queries(), 1);
+
+    // A missing cluster name: NXDOMAIN kept for the 1 s denial cap (the SOA says 5 s).
+    let nx = ask(addr, "gone.default.svc.cluster.local.").await;
+    assert_eq!(nx.metadata.response_code, ResponseCode::NXDomain);
+    assert!(nx.authorities.iter().all(|r| r.ttl <= 1), "{nx:?}");
+    ask(addr, "gone.default.svc.cluster.local.").await;
+    assert_eq!((fake.queries(), fake.tcp_queries()), (2, 2));
+
+    // Outside the cluster: UDP to the upstream, capped at 30 s (the record says 120 s).
+    let external = ask(addr, "example.org.").await;
+    assert_eq!(external.answers.len(), 1);
+    assert!(external.answers[0].ttl <= 30);
+    assert_eq!((fake.queries(), fake.tcp_queries()), (3, 2));
+
+    // Past the denial cap the NXDOMAIN is asked again; the positive answer is still kept.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    ask(addr, "gone.default.svc.cluster.local.").await;
+    ask(addr, "web.default.svc.cluster.local.").await;
+    assert_eq!(fake.queries(), 4);
+    // Past the success cap the positive answer is asked again.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    ask(addr, "web.default.svc.cluster.local.").await;
+    assert_eq!((fake.queries(), fake.tcp_queries()), (5, 4));
+
+    let metrics = cache.observer().metrics_text();
+    for line in [
+        "coredns_dns_requests_total{proto=\"udp\"} 8",
+        "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"success\"} 2",
+        "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"denial\"} 1",
+        "coredns_cache_misses_total{zone=\"cluster.local.\"} 4",
+        "coredns_cache_misses_total{zone=\".\"} 1",
+    ] {
+        assert!(metrics.contains(line), "no {line:?} in\n{metrics}");
+    }
+    let forwarded = format!(
+        "coredns_forward_requests_total{{zone=\"cluster.local.\",to=\"{} (tcp)\"}} 4",
+        fake.addr()
+    );
+    assert!(metrics.contains(&forwarded), "{metrics}");
+    cache.shutdown().await;
+}
+
+#[tokio::test]
+async fn reverse_names_go_to_the_cluster_dns_over_tcp() {
+    let fake = FakeUpstream::start(vec![]).await.unwrap();
+    let cache = start(&fake, 30, 5).await;
+    let addr = cache.local_addrs()[0];
+    let reply = ask(addr, "10.0.96.10.in-addr.arpa.").await;
+    assert_eq!(reply.metadata.response_code, ResponseCode::NXDomain);
+    assert_eq!((fake.queries(), fake.tcp_queries()), (1, 1));
+    cache.shutdown().await;
+}
+
+#[tokio::test]
+async fn no_cluster_dns_is_servfail() {
+    // A closed port: the cluster DNS is down, the client gets SERVFAIL quickly and nothing
+    // is cached.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let cache = NodeLocalCache::start(NodeLocalConfig {
+        listen: vec!["127.0.0.1".parse().unwrap()],
+        port: 0,
+        cluster_dns: addr,
+        upstreams: vec![],
+        cluster_domain: "cluster.local".into(),
+        success_ttl: 30,
+        denial_ttl: 5,
+        timeout: Duration::from_millis(500),
+    })
+    .await
+    .unwrap();
+    let local = cache.local_addrs()[0];
+    let reply = ask(local, "web.default.svc.cluster.local.").await;
+    assert_eq!(reply.metadata.response_code, ResponseCode::ServFail);
+    let reply = ask(local, "example.org.").await;
+    assert_eq!(reply.metadata.response_code, ResponseCode::Refused);
+    cache.shutdown().await;
+}
