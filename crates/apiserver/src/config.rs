@@ -150,6 +150,9 @@ pub struct ExecTarget {
     pub stdin: bool,
     /// The process runs on a terminal (`-t`): stdout and stderr are one stream.
     pub tty: bool,
+    /// The terminal's size (rows, columns) when the client sent one before the process
+    /// started (kubectl sends it first), so the process never sees a default size.
+    pub size: Option<(u16, u16)>,
 }
 
 /// A process an [`ExecSource`] started.

@@ -80,6 +80,7 @@ pub(crate) async fn serve(
         command: q.command.clone(),
         stdin: q.stdin,
         tty: q.tty,
+        size: None,
     };
     if crate::spdyconn::wants_spdy(&parts.headers) {
         let channels = crate::execspdy::Channels {
@@ -126,9 +127,27 @@ pub(crate) async fn serve(
         .on_upgrade(move |mut socket| async move {
             // Started after the upgrade, as a runtime does: a command that cannot start is
             // reported on the error channel, not as an upgrade failure (which kubectl would
-            // answer by retrying over SPDY).
+            // answer by retrying over SPDY). On a terminal, kubectl's first message is its
+            // size: wait briefly for it, so the process starts on a terminal of that size
+            // (`stty size` run at once would otherwise see 24 80 before the resize lands).
+            let mut target = target;
+            let mut early = Vec::new();
+            if target.tty {
+                let wait = tokio::time::Instant::now() + FIRST_SIZE_WAIT;
+                while let Ok(Some(Ok(Message::Binary(b)))) =
+                    tokio::time::timeout_at(wait, socket.recv()).await
+                {
+                    if b.first() == Some(&RESIZE) {
+                        target.size = terminal_size(&b[1..]);
+                        break;
+                    }
+                    early.push(b);
+                }
+            }
             match source.start(&target) {
-                Ok(process) => session(socket, process, target, v5, stdout, stderr).await,
+                Ok(process) => {
+                    session(socket, process, target, v5, stdout, stderr, early).await
+                }
                 Err(e) => {
                     let status = json!({"metadata": {}, "status": "Failure", "reason": "InternalError",
                         "message": format!("Internal error occurred: error executing command in pod {}/{} container {}: {e}",
@@ -250,17 +269,21 @@ pub(crate) fn start_io(mut process: ExecProcess, target: &ExecTarget) -> Process
     }
 }
 
+/// How long a terminal session waits for the client's first size before starting the process.
+const FIRST_SIZE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// (rows, columns) from a resize message (`{"Width":..,"Height":..}`).
+pub(crate) fn terminal_size(msg: &[u8]) -> Option<(u16, u16)> {
+    let size = serde_json::from_slice::<Value>(msg).ok()?;
+    let h = u16::try_from(size.get("Height")?.as_u64()?).ok()?;
+    let w = u16::try_from(size.get("Width")?.as_u64()?).ok()?;
+    Some((h, w))
+}
+
 /// Sets a terminal's size from a resize message (`{"Width":..,"Height":..}`).
 pub(crate) fn apply_resize(resize: &Option<Box<dyn Fn(u16, u16) + Send + Sync>>, msg: &[u8]) {
-    if let (Some(resize), Ok(size)) = (resize, serde_json::from_slice::<Value>(msg)) {
-        let dim = |k: &str| {
-            size.get(k)
-                .and_then(Value::as_u64)
-                .and_then(|v| u16::try_from(v).ok())
-        };
-        if let (Some(w), Some(h)) = (dim("Width"), dim("Height")) {
-            resize(h, w);
-        }
+    if let (Some(resize), Some((rows, cols))) = (resize, terminal_size(msg)) {
+        resize(rows, cols);
     }
 }
 
@@ -271,6 +294,7 @@ async fn session(
     v5: bool,
     want_stdout: bool,
     want_stderr: bool,
+    early: Vec<Bytes>,
 ) {
     let ProcessIo {
         mut rx,
@@ -279,6 +303,12 @@ async fn session(
         tty,
         pid,
     } = start_io(process, &target);
+    // Input that came while waiting for the terminal's size.
+    for b in early {
+        if b.first() == Some(&STDIN) {
+            let _ = in_tx.send(Some(b[1..].to_vec()));
+        }
+    }
     let mut exited = None;
     // Once the process exited, its output is read to the end, or for a short while when
     // something it started still holds the stream (a terminal's slave, a pipe's end).

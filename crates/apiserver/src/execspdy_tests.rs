@@ -43,6 +43,7 @@ fn target(command: &[&str]) -> ExecTarget {
         command: command.iter().map(|s| s.to_string()).collect(),
         stdin: true,
         tty: false,
+        size: None,
     }
 }
 

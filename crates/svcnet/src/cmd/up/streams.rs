@@ -108,7 +108,8 @@ pub(super) fn exec_source(data_dir: &std::path::Path) -> svcnet_apiserver::ExecS
                 .map_err(|e| e.to_string())?;
         let cannot = |e: std::io::Error| format!("cannot start {:?}: {e}", t.command.join(" "));
         if t.tty {
-            let pty = svcnet_netns::pty::Pty::open(24, 80).map_err(cannot)?;
+            let (rows, cols) = t.size.unwrap_or((24, 80));
+            let pty = svcnet_netns::pty::Pty::open(rows, cols).map_err(cannot)?;
             cmd.stdin(pty.slave.try_clone().map_err(cannot)?)
                 .stdout(pty.slave.try_clone().map_err(cannot)?)
                 .stderr(pty.slave);
