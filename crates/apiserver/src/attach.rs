@@ -10,10 +10,12 @@ use axum::extract::FromRequestParts;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::config::{AttachTarget, Attached};
-use crate::exec::{CLOSE, PROTOCOLS, RESIZE, STDERR, STDIN, STDOUT, finish};
+use crate::exec::{
+    CLOSE, PROTOCOLS, RESIZE, STDERR, STDIN, STDOUT, finish, refuse_completed, stream_pod,
+};
 use crate::objects::meta_str;
 use crate::request::ResourceRequest;
 use crate::state::SharedState;
@@ -24,25 +26,14 @@ pub(crate) async fn serve(
     req: ResourceRequest,
     mut parts: http::request::Parts,
 ) -> Result<Response, ApiError> {
-    let name = req.name.clone().unwrap_or_default();
-    let ns = req.namespace.clone().unwrap_or_default();
-    let pod = state
-        .store
-        .get(&req.resource.key(Some(&ns), &name))
-        .await?
-        .ok_or_else(|| ApiError::not_found(req.resource, &name))?;
-    let Some(source) = state.cfg.attach_source.clone() else {
-        return Err(ApiError::BadRequest(format!(
-            "pod {ns}/{name}: this API server runs without a node agent, so nothing can be attached to"
-        )));
-    };
-    if let Some(phase @ ("Succeeded" | "Failed")) =
-        pod.pointer("/status/phase").and_then(Value::as_str)
-    {
-        return Err(ApiError::BadRequest(format!(
-            "cannot attach to a container in a completed pod; current phase is {phase}"
-        )));
-    }
+    let (ns, name, pod, source) = stream_pod(
+        &state,
+        &req,
+        &state.cfg.attach_source,
+        "nothing can be attached to",
+    )
+    .await?;
+    refuse_completed(&pod, "attach to")?;
     let q = &req.query.exec;
     if !q.stdin && !q.stdout && !q.stderr {
         return Err(ApiError::BadRequest(

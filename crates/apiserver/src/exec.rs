@@ -41,25 +41,14 @@ pub(crate) async fn serve(
     req: ResourceRequest,
     mut parts: http::request::Parts,
 ) -> Result<Response, ApiError> {
-    let name = req.name.clone().unwrap_or_default();
-    let ns = req.namespace.clone().unwrap_or_default();
-    let pod = state
-        .store
-        .get(&req.resource.key(Some(&ns), &name))
-        .await?
-        .ok_or_else(|| ApiError::not_found(req.resource, &name))?;
-    let Some(source) = state.cfg.exec_source.clone() else {
-        return Err(ApiError::BadRequest(format!(
-            "pod {ns}/{name}: this API server runs without a node agent, so nothing can be executed in pods"
-        )));
-    };
-    if let Some(phase @ ("Succeeded" | "Failed")) =
-        pod.pointer("/status/phase").and_then(Value::as_str)
-    {
-        return Err(ApiError::BadRequest(format!(
-            "cannot exec into a container in a completed pod; current phase is {phase}"
-        )));
-    }
+    let (ns, name, pod, source) = stream_pod(
+        &state,
+        &req,
+        &state.cfg.exec_source,
+        "nothing can be executed in pods",
+    )
+    .await?;
+    refuse_completed(&pod, "exec into")?;
     let q = &req.query.exec;
     if q.command.is_empty() {
         return Err(ApiError::BadRequest(
@@ -266,6 +255,41 @@ pub(crate) fn start_io(mut process: ExecProcess, target: &ExecTarget) -> Process
         resize: process.resize,
         tty: process.terminal.is_some(),
         pid,
+    }
+}
+
+/// The pod a stream request names (404 when there is none) and the stream source `svcnet up`
+/// handed the server, or the error saying that, without a node agent, `nothing` (what cannot
+/// be done). Shared by exec, attach and port-forward.
+pub(crate) async fn stream_pod<S: Clone>(
+    state: &SharedState,
+    req: &ResourceRequest,
+    source: &Option<S>,
+    nothing: &str,
+) -> Result<(String, String, Value, S), ApiError> {
+    let name = req.name.clone().unwrap_or_default();
+    let ns = req.namespace.clone().unwrap_or_default();
+    let pod = state
+        .store
+        .get(&req.resource.key(Some(&ns), &name))
+        .await?
+        .ok_or_else(|| ApiError::not_found(req.resource, &name))?;
+    let Some(source) = source.clone() else {
+        return Err(ApiError::BadRequest(format!(
+            "pod {ns}/{name}: this API server runs without a node agent, so {nothing}"
+        )));
+    };
+    Ok((ns, name, pod, source))
+}
+
+/// Exec and attach refuse a pod whose containers have all ended, in the kubelet's words
+/// (`doing`: "exec into", "attach to").
+pub(crate) fn refuse_completed(pod: &Value, doing: &str) -> Result<(), ApiError> {
+    match pod.pointer("/status/phase").and_then(Value::as_str) {
+        Some(phase @ ("Succeeded" | "Failed")) => Err(ApiError::BadRequest(format!(
+            "cannot {doing} a container in a completed pod; current phase is {phase}"
+        ))),
+        _ => Ok(()),
     }
 }
 

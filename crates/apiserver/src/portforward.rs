@@ -59,18 +59,13 @@ pub(crate) async fn serve(
     req: ResourceRequest,
     mut parts: http::request::Parts,
 ) -> Result<Response, ApiError> {
-    let name = req.name.clone().unwrap_or_default();
-    let ns = req.namespace.clone().unwrap_or_default();
-    let pod = state
-        .store
-        .get(&req.resource.key(Some(&ns), &name))
-        .await?
-        .ok_or_else(|| ApiError::not_found(req.resource, &name))?;
-    let Some(source) = state.cfg.port_forward_source.clone() else {
-        return Err(ApiError::BadRequest(format!(
-            "pod {ns}/{name}: this API server runs without a node agent, so no pod port can be forwarded"
-        )));
-    };
+    let (ns, name, pod, source) = crate::exec::stream_pod(
+        &state,
+        &req,
+        &state.cfg.port_forward_source,
+        "no pod port can be forwarded",
+    )
+    .await?;
     let phase = pod
         .pointer("/status/phase")
         .and_then(Value::as_str)
