@@ -62,6 +62,29 @@ async fn status(addr: SocketAddr, name: &str) -> String {
         .to_string()
 }
 
+/// The embedded API server on a free loopback port over a temporary data dir (kept alive by
+/// the returned guard), and a kube-rs client of it.
+async fn api_server() -> (
+    tempfile::TempDir,
+    svcnet_apiserver::RunningServer,
+    kube::Client,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let api = svcnet_apiserver::start(svcnet_apiserver::ServerConfig {
+        data_dir: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let kubeconfig = kube::config::Kubeconfig::read_from(api.kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    (dir, api, client)
+}
+
 /// Poll until `check` holds; returns how long it took.
 async fn until<F, Fut>(what: &str, mut check: F) -> Duration
 where
@@ -78,19 +101,7 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_follow_the_api_server() {
-    let dir = tempfile::tempdir().unwrap();
-    let api = svcnet_apiserver::start(svcnet_apiserver::ServerConfig {
-        data_dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let kubeconfig = kube::config::Kubeconfig::read_from(api.kubeconfig_path()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    let (_dir, api, client) = api_server().await;
 
     let mut dns_config = DnsConfig::new("127.0.0.1:0".parse().unwrap());
     dns_config.zone = ZoneConfig::new("cluster.local").unwrap();
@@ -195,19 +206,7 @@ fn slice_of(svc: &str, name: &str) -> std::sync::Arc<EndpointSlice> {
 /// never read), and `k8s_external` answers what the API server allocated to a LoadBalancer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn label_selector_and_k8s_external_follow_the_api_server() {
-    let dir = tempfile::tempdir().unwrap();
-    let api = svcnet_apiserver::start(svcnet_apiserver::ServerConfig {
-        data_dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let kubeconfig = kube::config::Kubeconfig::read_from(api.kubeconfig_path()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    let (_dir, api, client) = api_server().await;
 
     let mut dns_config = DnsConfig::new("127.0.0.1:0".parse().unwrap());
     let mut zone = ZoneConfig::new("cluster.local").unwrap();
@@ -312,19 +311,7 @@ fn series(text: &str, prefix: &str) -> u64 {
 /// and the counters move with real questions (UDP and TCP, hits of the answer cache).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_ready_and_metrics_in_coredns_names() {
-    let dir = tempfile::tempdir().unwrap();
-    let api = svcnet_apiserver::start(svcnet_apiserver::ServerConfig {
-        data_dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse().unwrap(),
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let kubeconfig = kube::config::Kubeconfig::read_from(api.kubeconfig_path()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    let (_dir, api, client) = api_server().await;
     let mut dns_config = DnsConfig::new("127.0.0.1:0".parse().unwrap());
     dns_config.upstreams = Some(vec![]);
     dns_config.http = Some("127.0.0.1:0".parse().unwrap());
