@@ -14,7 +14,8 @@ use serde_json::json;
 
 use crate::config::{AttachTarget, Attached};
 use crate::exec::{
-    CLOSE, PROTOCOLS, RESIZE, STDERR, STDIN, STDOUT, finish, refuse_completed, stream_pod,
+    CLOSE, PROTOCOLS, RESIZE, STDERR, STDIN, STDOUT, channel_protocol, finish, refuse_completed,
+    stream_pod,
 };
 use crate::objects::meta_str;
 use crate::request::ResourceRequest;
@@ -58,16 +59,8 @@ pub(crate) async fn serve(
         let work = crate::execspdy::Work::Attach(source, target);
         return crate::execspdy::serve(&mut parts, work, channels);
     }
-    let offered = parts
-        .headers
-        .get(http::header::SEC_WEBSOCKET_PROTOCOL)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let Some(protocol) = PROTOCOLS
-        .iter()
-        .find(|p| offered.split(',').any(|o| o.trim() == **p))
-    else {
+    let (offered, chosen) = channel_protocol(&parts.headers);
+    let Some(protocol) = chosen else {
         return Err(ApiError::BadRequest(format!(
             "svcnet streams pods/attach over WebSocket ({}), which kubectl 1.30 and later speak; this request offered {offered:?}",
             PROTOCOLS.join(", ")
@@ -78,7 +71,7 @@ pub(crate) async fn serve(
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
         .await
         .map_err(|e| ApiError::BadRequest(format!("pods/attach needs a WebSocket upgrade: {e}")))?;
-    let v5 = *protocol == PROTOCOLS[0];
+    let v5 = protocol == PROTOCOLS[0];
     let (stdout, stderr) = (q.stdout, q.stderr);
     Ok(ws
         .protocols(PROTOCOLS)

@@ -81,16 +81,8 @@ pub(crate) async fn serve(
         let work = crate::execspdy::Work::Exec(source, target);
         return crate::execspdy::serve(&mut parts, work, channels);
     }
-    let offered = parts
-        .headers
-        .get(http::header::SEC_WEBSOCKET_PROTOCOL)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
-    let Some(protocol) = PROTOCOLS
-        .iter()
-        .find(|p| offered.split(',').any(|o| o.trim() == **p))
-    else {
+    let (offered, chosen) = channel_protocol(&parts.headers);
+    let Some(protocol) = chosen else {
         let upgrade = parts
             .headers
             .get(http::header::UPGRADE)
@@ -109,7 +101,7 @@ pub(crate) async fn serve(
     let ws = WebSocketUpgrade::from_request_parts(&mut parts, &())
         .await
         .map_err(|e| ApiError::BadRequest(format!("pods/exec needs a WebSocket upgrade: {e}")))?;
-    let v5 = *protocol == PROTOCOLS[0];
+    let v5 = protocol == PROTOCOLS[0];
     let (stdout, stderr) = (q.stdout, q.stderr);
     Ok(ws
         .protocols(PROTOCOLS)
@@ -256,6 +248,21 @@ pub(crate) fn start_io(mut process: ExecProcess, target: &ExecTarget) -> Process
         tty: process.terminal.is_some(),
         pid,
     }
+}
+
+/// The WebSocket subprotocols the client offered (as sent) and the channel protocol chosen
+/// from them, the newest first (`v5.channel.k8s.io`, then `v4`).
+pub(crate) fn channel_protocol(headers: &http::HeaderMap) -> (String, Option<&'static str>) {
+    let offered = headers
+        .get(http::header::SEC_WEBSOCKET_PROTOCOL)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let chosen = PROTOCOLS
+        .iter()
+        .find(|p| offered.split(',').any(|o| o.trim() == **p))
+        .copied();
+    (offered, chosen)
 }
 
 /// The pod a stream request names (404 when there is none) and the stream source `svcnet up`
