@@ -314,6 +314,45 @@ fn build(group: &str, version: &str) -> Result<Value, ApiError> {
             responses,
             gvk: gvk.clone(),
         };
+        // GET, PUT and PATCH of one object as `schema`: the object itself, its status, its
+        // scale (whose operations name another kind, `gvk`).
+        let read_replace_patch = |sub: &str, schema: &Value, gvk: Option<Value>| {
+            let kind = |mut o: Op| {
+                if let Some(gvk) = &gvk {
+                    o.gvk = gvk.clone();
+                }
+                o
+            };
+            let get = op(
+                "get",
+                "read",
+                sub,
+                Vec::new(),
+                None,
+                responses(&["200"], schema),
+            );
+            let put = op(
+                "put",
+                "replace",
+                sub,
+                write_params(),
+                Some(body(schema, WRITE_TYPES, true)),
+                responses(&["200", "201"], schema),
+            );
+            let patch = op(
+                "patch",
+                "patch",
+                sub,
+                Vec::new(),
+                None,
+                responses(&["200", "201"], schema),
+            );
+            let mut item = Map::new();
+            item.insert("get".into(), kind(get).render());
+            item.insert("put".into(), kind(put).render());
+            item.insert("patch".into(), patch_op(kind(patch)));
+            item
+        };
         let mut item = Map::new();
         item.insert("parameters".into(), Value::Array(path_params.clone()));
         item.insert(
@@ -374,43 +413,8 @@ fn build(group: &str, version: &str) -> Result<Value, ApiError> {
 
         path_params.insert(0, param("name", "path", string(), "The object's name."));
         let named = format!("{collection}/{{name}}");
-        let mut item = Map::new();
+        let mut item = read_replace_patch("", &obj, None);
         item.insert("parameters".into(), Value::Array(path_params.clone()));
-        item.insert(
-            "get".into(),
-            op(
-                "get",
-                "read",
-                "",
-                Vec::new(),
-                None,
-                responses(&["200"], &obj),
-            )
-            .render(),
-        );
-        item.insert(
-            "put".into(),
-            op(
-                "put",
-                "replace",
-                "",
-                write_params(),
-                Some(body(&obj, WRITE_TYPES, true)),
-                responses(&["200", "201"], &obj),
-            )
-            .render(),
-        );
-        item.insert(
-            "patch".into(),
-            patch_op(op(
-                "patch",
-                "patch",
-                "",
-                Vec::new(),
-                None,
-                responses(&["200", "201"], &obj),
-            )),
-        );
         item.insert(
             "delete".into(),
             op(
@@ -431,81 +435,12 @@ fn build(group: &str, version: &str) -> Result<Value, ApiError> {
 
         for sub in r.subresources {
             let item = match *sub {
-                "status" => {
-                    let mut item = Map::new();
-                    item.insert(
-                        "get".into(),
-                        op(
-                            "get",
-                            "read",
-                            "Status",
-                            Vec::new(),
-                            None,
-                            responses(&["200"], &obj),
-                        )
-                        .render(),
-                    );
-                    item.insert(
-                        "put".into(),
-                        op(
-                            "put",
-                            "replace",
-                            "Status",
-                            write_params(),
-                            Some(body(&obj, WRITE_TYPES, true)),
-                            responses(&["200", "201"], &obj),
-                        )
-                        .render(),
-                    );
-                    item.insert(
-                        "patch".into(),
-                        patch_op(op(
-                            "patch",
-                            "patch",
-                            "Status",
-                            Vec::new(),
-                            None,
-                            responses(&["200", "201"], &obj),
-                        )),
-                    );
-                    item
-                }
-                "scale" => {
-                    let scale = schema_ref(SCALE);
-                    let for_scale = |mut o: Op| {
-                        o.gvk = json!({"group": "autoscaling", "version": "v1", "kind": "Scale"});
-                        o
-                    };
-                    let mut item = Map::new();
-                    let get = op(
-                        "get",
-                        "read",
-                        "Scale",
-                        Vec::new(),
-                        None,
-                        responses(&["200"], &scale),
-                    );
-                    item.insert("get".into(), for_scale(get).render());
-                    let put = op(
-                        "put",
-                        "replace",
-                        "Scale",
-                        write_params(),
-                        Some(body(&scale, WRITE_TYPES, true)),
-                        responses(&["200", "201"], &scale),
-                    );
-                    item.insert("put".into(), for_scale(put).render());
-                    let patch = op(
-                        "patch",
-                        "patch",
-                        "Scale",
-                        Vec::new(),
-                        None,
-                        responses(&["200", "201"], &scale),
-                    );
-                    item.insert("patch".into(), patch_op(for_scale(patch)));
-                    item
-                }
+                "status" => read_replace_patch("Status", &obj, None),
+                "scale" => read_replace_patch(
+                    "Scale",
+                    &schema_ref(SCALE),
+                    Some(json!({"group": "autoscaling", "version": "v1", "kind": "Scale"})),
+                ),
                 "log" => {
                     let mut item = Map::new();
                     let log = Op {
