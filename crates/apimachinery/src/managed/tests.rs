@@ -1,0 +1,533 @@
+#![allow(clippy::unwrap_used)]
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::*;
+
+const NOW: &str = "2026-01-01T00:00:00Z";
+const LATER: &str = "2026-01-01T00:01:00Z";
+
+fn applier(name: &str) -> ManagerId {
+    ManagerId {
+        manager: name.into(),
+        operation: Operation::Apply,
+        api_version: "apps/v1".into(),
+        subresource: String::new(),
+    }
+}
+
+fn updater(name: &str) -> ManagerId {
+    ManagerId {
+        operation: Operation::Update,
+        ..applier(name)
+    }
+}
+
+const MAIN: Part = Part::Main { status_apart: true };
+
+fn deployment(replicas: i64, labels: Value, ports: Value) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {
+                "metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx", "ports": ports}]}
+            }
+        }
+    })
+}
+
+fn apply_ok(
+    live: &Value,
+    cfg: &Value,
+    entries: Vec<Entry>,
+    who: &str,
+    now: &str,
+) -> (Value, Vec<Entry>) {
+    apply(
+        &Write {
+            kind: "Deployment",
+            part: MAIN,
+            manager: &applier(who),
+            now,
+        },
+        live,
+        cfg,
+        entries,
+        false,
+    )
+    .unwrap()
+}
+
+fn fields_of<'a>(entries: &'a [Entry], who: &str) -> &'a FieldSet {
+    &entries.iter().find(|e| e.id.manager == who).unwrap().fields
+}
+
+#[test]
+fn fields_v1_round_trips_upstream_encoding() {
+    // As kube-apiserver writes it for `kubectl apply --server-side` of a Deployment.
+    let v1 = json!({
+        "f:metadata": {"f:labels": {"f:app": {}}},
+        "f:spec": {
+            "f:replicas": {},
+            "f:selector": {},
+            "f:template": {"f:spec": {"f:containers": {
+                "k:{\"name\":\"web\"}": {
+                    ".": {}, "f:image": {}, "f:name": {},
+                    "f:ports": {"k:{\"containerPort\":80,\"protocol\":\"TCP\"}": {".": {}, "f:containerPort": {}}}
+                }
+            }}}
+        },
+        "f:metadata2": {"f:finalizers": {"v:\"a\"": {}}}
+    });
+    let set = FieldSet::from_fields_v1(&v1).unwrap();
+    assert_eq!(set.to_fields_v1(), v1);
+    let paths: Vec<String> = set.paths().iter().map(ToString::to_string).collect();
+    assert!(
+        paths.contains(&".spec.template.spec.containers[name=\"web\"].ports[containerPort=80,protocol=\"TCP\"]".to_string()),
+        "{paths:?}"
+    );
+    assert!(paths.contains(&".metadata2.finalizers[=\"a\"]".to_string()));
+    for bad in [
+        json!({"x:y": {}}),
+        json!({"f:a": 1}),
+        json!({"k:[1]": {}}),
+        json!({"k:{}": {}}),
+        json!([]),
+    ] {
+        assert!(FieldSet::from_fields_v1(&bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn apply_owns_its_configuration_with_defaulted_keys() {
+    let cfg = deployment(2, json!({"app": "web"}), json!([{"containerPort": 80}]));
+    let (obj, entries) = apply_ok(&Value::Null, &cfg, Vec::new(), "mgr", NOW);
+    assert_eq!(obj["spec"]["replicas"], 2);
+    let v1 = encode(&entries).unwrap();
+    assert_eq!(v1[0]["manager"], "mgr");
+    assert_eq!(v1[0]["operation"], "Apply");
+    assert_eq!(v1[0]["fieldsType"], "FieldsV1");
+    assert_eq!(v1[0]["time"], NOW);
+    let f = &v1[0]["fieldsV1"];
+    // Server-owned metadata and apiVersion/kind are never owned; a selector is atomic.
+    assert!(f.get("f:apiVersion").is_none() && f["f:metadata"].get("f:name").is_none());
+    assert_eq!(f["f:spec"]["f:selector"], json!({}));
+    let port = &f["f:spec"]["f:template"]["f:spec"]["f:containers"]["k:{\"name\":\"web\"}"]["f:ports"]
+        ["k:{\"containerPort\":80,\"protocol\":\"TCP\"}"];
+    assert_eq!(port, &json!({".": {}, "f:containerPort": {}}));
+}
+
+#[test]
+fn apply_without_a_field_removes_it_unless_another_manager_owns_it() {
+    let first = deployment(
+        2,
+        json!({"app": "web", "tier": "front"}),
+        json!([{"containerPort": 80}, {"containerPort": 443}]),
+    );
+    let (live, entries) = apply_ok(&Value::Null, &first, Vec::new(), "mgr", NOW);
+    let second = deployment(2, json!({"app": "web"}), json!([{"containerPort": 80}]));
+    let (next, entries2) = apply_ok(&live, &second, entries.clone(), "mgr", LATER);
+    assert_eq!(next["metadata"]["labels"], json!({"app": "web"}));
+    assert_eq!(
+        next["spec"]["template"]["spec"]["containers"][0]["ports"],
+        json!([{"containerPort": 80}])
+    );
+    assert_eq!(entries2[0].time.as_deref(), Some(LATER));
+
+    // Another manager co-owning the label (same value: no conflict) keeps it.
+    let other_cfg = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                           "metadata": {"name": "web", "labels": {"tier": "front"}}});
+    let (live2, entries3) = apply_ok(&live, &other_cfg, entries, "other", NOW);
+    assert_eq!(live2, live, "co-owning changes nothing");
+    let (next2, entries4) = apply_ok(&live2, &second, entries3, "mgr", LATER);
+    assert_eq!(next2["metadata"]["labels"]["tier"], "front");
+    assert!(fields_of(&entries4, "other").has(&Path(vec![
+        PathElement::Field("metadata".into()),
+        PathElement::Field("labels".into()),
+        PathElement::Field("tier".into()),
+    ])));
+    // Dropping every label removes the emptied map too.
+    let mut none = second.clone();
+    none["metadata"].as_object_mut().unwrap().remove("labels");
+    let (bare, _) = apply_ok(&next, &none, entries2, "mgr", LATER);
+    assert!(bare["metadata"].get("labels").is_none(), "{bare}");
+}
+
+#[test]
+fn conflicts_name_the_manager_and_path_and_force_takes_ownership() {
+    let cfg = deployment(2, json!({"app": "web"}), json!([]));
+    let (live, entries) = apply_ok(&Value::Null, &cfg, Vec::new(), "mgr", NOW);
+    // `kubectl scale` through the scale subresource.
+    let mut scaled = live.clone();
+    scaled["spec"]["replicas"] = json!(5);
+    let scaler = ManagerId {
+        subresource: "scale".into(),
+        ..updater("kubectl")
+    };
+    let entries = update(
+        &Write {
+            kind: "Deployment",
+            part: Part::Scale,
+            manager: &scaler,
+            now: NOW,
+        },
+        &live,
+        &scaled,
+        entries,
+    );
+    assert!(
+        !fields_of(&entries, "mgr").has(&Path(vec![
+            PathElement::Field("spec".into()),
+            PathElement::Field("replicas".into())
+        ])),
+        "the update took replicas from the applier"
+    );
+    // Re-applying 2 conflicts; re-applying the live value 5 does not.
+    let err = apply(
+        &Write {
+            kind: "Deployment",
+            part: MAIN,
+            manager: &applier("mgr"),
+            now: LATER,
+        },
+        &scaled,
+        &cfg,
+        entries.clone(),
+        false,
+    )
+    .unwrap_err();
+    let ApplyError::Conflicts(c) = err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        conflict_message(&c),
+        "Apply failed with 1 conflict: conflict with \"kubectl\" with subresource \"scale\" using apps/v1: .spec.replicas"
+    );
+    assert_eq!(
+        c[0].cause_message(),
+        "conflict with \"kubectl\" with subresource \"scale\" using apps/v1"
+    );
+    let same = deployment(5, json!({"app": "web"}), json!([]));
+    let (_, shared) = apply_ok(&scaled, &same, entries.clone(), "mgr", LATER);
+    assert_eq!(shared.len(), 2, "shared ownership: {shared:?}");
+
+    let (forced, entries) = apply(
+        &Write {
+            kind: "Deployment",
+            part: MAIN,
+            manager: &applier("mgr"),
+            now: LATER,
+        },
+        &scaled,
+        &cfg,
+        entries,
+        true,
+    )
+    .unwrap();
+    assert_eq!(forced["spec"]["replicas"], 2);
+    assert_eq!(
+        entries.len(),
+        1,
+        "the scaler lost its only field: {entries:?}"
+    );
+}
+
+#[test]
+fn multiple_conflicts_are_grouped_by_manager() {
+    let c = vec![
+        Conflict {
+            manager: updater("b"),
+            path: Path(vec![PathElement::Field("x".into())]),
+        },
+        Conflict {
+            manager: applier("a"),
+            path: Path(vec![PathElement::Field("y".into())]),
+        },
+        Conflict {
+            manager: updater("b"),
+            path: Path(vec![PathElement::Field("z".into())]),
+        },
+    ];
+    assert_eq!(
+        conflict_message(&c),
+        "Apply failed with 3 conflicts: conflicts with \"a\":\n- .y\nconflicts with \"b\" using apps/v1:\n- .x\n- .z"
+    );
+}
+
+#[test]
+fn updates_take_what_they_change_and_lose_what_disappears() {
+    let created = deployment(1, json!({"app": "web"}), json!([{"containerPort": 80}]));
+    let entries = update(
+        &Write {
+            kind: "Deployment",
+            part: MAIN,
+            manager: &updater("kubectl-create"),
+            now: NOW,
+        },
+        &Value::Null,
+        &created,
+        Vec::new(),
+    );
+    let owned = fields_of(&entries, "kubectl-create").paths();
+    assert!(owned.iter().any(|p| p.to_string() == ".spec.replicas"));
+    assert!(
+        !owned
+            .iter()
+            .any(|p| p.to_string().starts_with(".metadata.name"))
+    );
+
+    let mut edited = created.clone();
+    edited["spec"]["replicas"] = json!(3);
+    edited["metadata"]["labels"] = json!({});
+    let entries = update(
+        &Write {
+            kind: "Deployment",
+            part: MAIN,
+            manager: &updater("kubectl-edit"),
+            now: LATER,
+        },
+        &created,
+        &edited,
+        entries,
+    );
+    let edit: Vec<String> = fields_of(&entries, "kubectl-edit")
+        .paths()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(edit, vec![".metadata.labels", ".spec.replicas"]);
+    let create: Vec<String> = fields_of(&entries, "kubectl-create")
+        .paths()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(!create.contains(&".spec.replicas".to_string()));
+    assert!(!create.iter().any(|p| p.starts_with(".metadata.labels")));
+
+    // A main-resource write never owns status; a status write owns only status.
+    let mut with_status = edited.clone();
+    with_status["status"] = json!({"replicas": 3});
+    let entries = update(
+        &Write {
+            kind: "Deployment",
+            part: Part::Status,
+            manager: &ManagerId {
+                subresource: "status".into(),
+                ..updater("controller")
+            },
+            now: LATER,
+        },
+        &edited,
+        &with_status,
+        entries,
+    );
+    let v1 = encode(&entries).unwrap();
+    let status = v1
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["manager"] == "controller")
+        .unwrap();
+    assert_eq!(status["subresource"], "status");
+    assert_eq!(status["fieldsV1"], json!({"f:status": {"f:replicas": {}}}));
+    // A write that changes nothing owns nothing new and keeps the time.
+    let again = update(
+        &Write {
+            kind: "Deployment",
+            part: MAIN,
+            manager: &updater("someone"),
+            now: "2027-01-01T00:00:00Z",
+        },
+        &with_status,
+        &with_status,
+        entries.clone(),
+    );
+    assert_eq!(again, entries);
+}
+
+#[test]
+fn apply_refuses_items_without_keys_and_duplicates() {
+    let no_name = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                         "spec": {"containers": [{"image": "x"}]}});
+    let err = apply(
+        &Write {
+            kind: "Pod",
+            part: MAIN,
+            manager: &applier("m"),
+            now: NOW,
+        },
+        &Value::Null,
+        &no_name,
+        Vec::new(),
+        false,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        ApplyError::Invalid(".spec.containers: element 0: associative list with keys has an element that omits key field \"name\" (and doesn't have default value)".into())
+    );
+    let dup = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+                     "spec": {"ports": [{"port": 80}, {"port": 80, "protocol": "TCP"}]}});
+    let err = apply(
+        &Write {
+            kind: "Service",
+            part: MAIN,
+            manager: &applier("m"),
+            now: NOW,
+        },
+        &Value::Null,
+        &dup,
+        Vec::new(),
+        false,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ApplyError::Invalid(m) if m.contains("duplicate entries for key [port=80,protocol=\"TCP\"]")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn managed_fields_decode_validate_and_order() {
+    let v = json!([
+        {"manager": "b", "operation": "Update", "apiVersion": "v1", "time": "2026-01-01T00:00:02Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:x": {}}}},
+        {"manager": "a", "operation": "Update", "apiVersion": "v1", "time": "2026-01-01T00:00:01Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:y": {}}}},
+        {"manager": "z", "operation": "Apply", "apiVersion": "v1", "time": "2026-01-01T00:00:09Z",
+         "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:z": {}}}}
+    ]);
+    let entries = decode(Some(&v)).unwrap();
+    let out = encode(&entries).unwrap();
+    let order: Vec<&str> = out
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["manager"].as_str().unwrap())
+        .collect();
+    assert_eq!(order, ["z", "a", "b"], "Apply first, then by time");
+    // The documented reset: one empty entry decodes to nothing.
+    let reset = decode(Some(&json!([{}]))).unwrap();
+    assert_eq!(encode(&reset), None);
+    assert!(validate(&json!([{}])).is_empty());
+    let errs = validate(&json!([{"manager": "m", "operation": "Patch", "fieldsType": "FieldsV2"}]));
+    assert_eq!(
+        errs,
+        vec![
+            (
+                "metadata.managedFields[0].operation".to_string(),
+                "Patch".to_string(),
+                "must be `Apply` or `Update`".to_string()
+            ),
+            (
+                "metadata.managedFields[0].fieldsType".to_string(),
+                "FieldsV2".to_string(),
+                "must be `FieldsV1`".to_string()
+            )
+        ]
+    );
+    assert!(decode(Some(&json!([{"fieldsV1": {"bogus": {}}}]))).is_err());
+    assert!(decode(Some(&json!("x"))).is_err());
+}
+
+#[test]
+fn user_agent_prefix_is_the_default_manager() {
+    assert_eq!(
+        manager_from_user_agent("kubectl/v1.33.0 (linux/amd64) kubernetes/abc"),
+        "kubectl"
+    );
+    assert_eq!(manager_from_user_agent("kube-rs"), "kube-rs");
+    assert_eq!(manager_from_user_agent(&"é".repeat(100)).len(), 128);
+}
+
+// Property tests over generated ConfigMap-like and Deployment-like configurations.
+
+fn label_map() -> impl Strategy<Value = Value> {
+    proptest::collection::btree_map("[a-c]", "[xy]", 0..3).prop_map(|m| json!(m))
+}
+
+fn ports() -> impl Strategy<Value = Value> {
+    proptest::collection::btree_set(79u16..83, 0..3).prop_map(|s| {
+        Value::Array(
+            s.into_iter()
+                .map(|p| json!({"containerPort": p, "name": format!("p{p}")}))
+                .collect(),
+        )
+    })
+}
+
+fn config() -> impl Strategy<Value = Value> {
+    (1i64..4, label_map(), ports()).prop_map(|(r, l, p)| deployment(r, l, p))
+}
+
+/// Every path a manager owns exists in the object.
+fn owned_paths_exist(obj: &Value, entries: &[Entry]) -> Result<(), TestCaseError> {
+    let root = walk::root("Deployment");
+    for e in entries {
+        for p in e.fields.paths() {
+            prop_assert!(
+                walk::get(obj, &p.0, root).is_some(),
+                "{} owns {p}, absent from {obj}",
+                e.id.manager
+            );
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #[test]
+    fn applying_the_same_configuration_twice_is_a_no_op(cfg in config(), base in config()) {
+        let (live, entries) = apply_ok(&Value::Null, &base, Vec::new(), "base", NOW);
+        let (once, e1) = apply(&Write { kind: "Deployment", part: MAIN, manager: &applier("m"), now: NOW }, &live, &cfg, entries, true).unwrap();
+        let (twice, e2) = apply(&Write { kind: "Deployment", part: MAIN, manager: &applier("m"), now: LATER }, &once, &cfg, e1.clone(), false).unwrap();
+        prop_assert_eq!(&once, &twice);
+        prop_assert_eq!(e1, e2);
+    }
+
+    #[test]
+    fn a_field_dropped_from_the_configuration_is_removed_exactly(
+        cfg in config(), extra_label in "[d-f]", extra_port in 90u16..93
+    ) {
+        let mut with = cfg.clone();
+        with["metadata"]["labels"][&extra_label] = json!("v");
+        with["spec"]["template"]["spec"]["containers"][0]["ports"]
+            .as_array_mut().unwrap()
+            .push(json!({"containerPort": extra_port}));
+        let (live, entries) = apply_ok(&Value::Null, &with, Vec::new(), "m", NOW);
+        let (after, entries) = apply_ok(&live, &cfg, entries, "m", LATER);
+        // Exactly what the configuration has: the added label and port are gone, the rest
+        // is as applied.
+        prop_assert_eq!(&after, &cfg);
+        owned_paths_exist(&after, &entries)?;
+    }
+
+    #[test]
+    fn ownership_covers_only_existing_fields(
+        steps in proptest::collection::vec((config(), 0usize..3, any::<bool>()), 1..6)
+    ) {
+        let mut obj = Value::Null;
+        let mut entries = Vec::new();
+        for (cfg, who, is_apply) in steps {
+            let name = ["a", "b", "c"][who];
+            if is_apply {
+                match apply(&Write { kind: "Deployment", part: MAIN, manager: &applier(name), now: NOW }, &obj, &cfg, entries.clone(), false) {
+                    Ok((o, e)) => { obj = o; entries = e; }
+                    Err(ApplyError::Conflicts(c)) => prop_assert!(!c.is_empty()),
+                    Err(e) => return Err(TestCaseError::fail(format!("{e:?}"))),
+                }
+            } else {
+                entries = update(&Write { kind: "Deployment", part: MAIN, manager: &updater(name), now: NOW }, &obj, &cfg, entries);
+                obj = cfg;
+            }
+            owned_paths_exist(&obj, &entries)?;
+            let decoded = decode(encode(&entries).as_ref()).unwrap();
+            prop_assert_eq!(decoded.len(), entries.len());
+        }
+    }
+}
