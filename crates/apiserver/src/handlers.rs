@@ -5,11 +5,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::{Value, json};
+use svcnet_apimachinery::managed::Operation;
 use svcnet_store::{Mutation, Outcome};
 
 use crate::deletion::{DeleteOptions, delete_one, delete_options};
 use crate::machinery::{self, IncludeObject, Selectors};
 use crate::objects::{self, finalizers, is_terminating, meta_str, name_of};
+use crate::ownership::{self, Writer};
 use crate::registry::{self, ResourceInfo};
 use crate::request::{FieldValidation, ResourceRequest, Subresource, Verb};
 use crate::state::SharedState;
@@ -105,8 +107,8 @@ pub async fn handle(
         Verb::Get => get(&state, &req, &headers).await,
         Verb::List => list(&state, &req, &headers).await,
         Verb::Watch => crate::watch::serve(state.clone(), req, &headers).await,
-        Verb::Create => create(&state, &req, &body).await,
-        Verb::Update => update(&state, &req, &body).await,
+        Verb::Create => create(&state, &req, &headers, &body).await,
+        Verb::Update => update(&state, &req, &headers, &body).await,
         Verb::Patch => patch(&state, &req, &headers, &body).await,
         Verb::Delete => delete(&state, &req, &body).await,
         Verb::DeleteCollection => delete_collection(&state, &req, &body).await,
@@ -325,11 +327,14 @@ async fn namespace_accepts(
 async fn create(
     state: &SharedState,
     req: &ResourceRequest,
+    headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let res = req.resource;
     let obj = objects::decode_body(res, body, res.kind)?;
     let warnings = check_fields(res, &obj, req.query.field_validation)?;
+    let sent = ownership::sent_entries(res, &obj)?;
+    let writer = Writer::new(req, headers, Operation::Update);
     let obj = objects::prepare_create(res, req.namespace.as_deref(), obj)?;
     let name = name_of(&obj).to_string();
     namespace_accepts(state, req, &name).await?;
@@ -340,7 +345,8 @@ async fn create(
             if cur.is_some() {
                 return Err(ApiError::already_exists(res, &n));
             }
-            let admitted = st.admission.admit_create(res, &n, obj.clone())?;
+            let mut admitted = st.admission.admit_create(res, &n, obj.clone())?;
+            writer.record_update(None, &mut admitted, sent.clone());
             Ok(Mutation::Put(admitted))
         })
         .await?;
@@ -388,16 +394,21 @@ fn expect_kind(req: &ResourceRequest) -> &'static str {
 async fn update(
     state: &SharedState,
     req: &ResourceRequest,
+    headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, ApiError> {
     let res = req.resource;
     let name = name(req)?.to_string();
     let incoming = objects::decode_body(res, body, expect_kind(req))?;
-    let warnings = if req.subresource.is_none() {
-        check_fields(res, &incoming, req.query.field_validation)?
+    let (warnings, sent) = if req.subresource.is_none() {
+        (
+            check_fields(res, &incoming, req.query.field_validation)?,
+            ownership::sent_entries(res, &incoming)?,
+        )
     } else {
-        Vec::new()
+        (Vec::new(), None)
     };
+    let writer = Writer::new(req, headers, Operation::Update);
     let sub = req.subresource;
     let st = state.clone();
     let n = name.clone();
@@ -406,7 +417,8 @@ async fn update(
             let cur = cur.ok_or_else(|| ApiError::not_found(res, &n))?;
             let next = objects::prepare_update(res, sub, cur, incoming.clone())?;
             let status = sub == Some(Subresource::Status);
-            let next = st.admission.admit_update(res, &n, cur, next, status)?;
+            let mut next = st.admission.admit_update(res, &n, cur, next, status)?;
+            writer.record_update(Some(cur), &mut next, sent.clone());
             Ok(finish(cur, next))
         })
         .await?;
@@ -426,11 +438,13 @@ fn create_by_apply(
     res: &'static ResourceInfo,
     namespace: Option<&str>,
     name: &str,
-    body: &[u8],
+    applied: &Value,
     mode: FieldValidation,
+    owner: (&Writer, bool),
 ) -> Result<(Value, Vec<String>), ApiError> {
-    let applied = machinery::apply_configuration(body)?;
-    let bytes = serde_json::to_vec(&applied)
+    let (writer, force) = owner;
+    let owned = writer.apply(res, None, applied, force)?;
+    let bytes = serde_json::to_vec(applied)
         .map_err(|e| ApiError::Internal(format!("re-encoding an apply configuration: {e}")))?;
     let mut obj = objects::decode_body(res, &bytes, res.kind)?;
     match meta_str(&obj, "name") {
@@ -444,7 +458,8 @@ fn create_by_apply(
     }
     let warnings = check_fields(res, &obj, mode)?;
     let obj = objects::prepare_create(res, namespace, obj)?;
-    let admitted = state.admission.admit_create(res, name, obj)?;
+    let mut admitted = state.admission.admit_create(res, name, obj)?;
+    ownership::carry(&owned, &mut admitted);
     Ok((admitted, warnings))
 }
 
@@ -465,6 +480,14 @@ async fn patch(
     let sub = req.subresource;
     let mode = req.query.field_validation;
     let is_apply = machinery::is_apply(&content_type);
+    if req.query.force && !is_apply {
+        return Err(crate::request::options_invalid(
+            "PatchOptions",
+            "force",
+            "Forbidden: may not be specified for non-apply patch".into(),
+        ));
+    }
+    let mut config = None;
     if is_apply {
         // Server-side apply needs a manager and a configuration that names its version and
         // kind (upstream's apply patcher and field manager refuse it otherwise).
@@ -500,7 +523,19 @@ async fn patch(
                 "Object 'Kind' is missing in the apply configuration".into(),
             ));
         }
+        ownership::check_apply_configuration(&applied)?;
+        config = Some(applied);
     }
+    let writer = Writer::new(
+        req,
+        headers,
+        if is_apply {
+            Operation::Apply
+        } else {
+            Operation::Update
+        },
+    );
+    let force = req.query.force;
     let may_create = sub.is_none() && is_apply;
     if may_create && state.store.get(&key(req, &name)).await?.is_none() {
         namespace_accepts(state, req, &name).await?;
@@ -517,7 +552,18 @@ async fn patch(
             let cur = match cur {
                 Some(c) => c,
                 None if may_create => {
-                    let (obj, w) = create_by_apply(&st, res, ns.as_deref(), &n, &body, mode)?;
+                    let applied = config.as_ref().ok_or_else(|| {
+                        ApiError::Internal("an apply without its configuration".into())
+                    })?;
+                    let (obj, w) = create_by_apply(
+                        &st,
+                        res,
+                        ns.as_deref(),
+                        &n,
+                        applied,
+                        mode,
+                        (&writer, force),
+                    )?;
                     if let Ok(mut slot) = warn_slot.lock() {
                         *slot = w;
                     }
@@ -528,7 +574,7 @@ async fn patch(
             };
             created_slot.store(false, std::sync::atomic::Ordering::SeqCst);
             let view = if sub == Some(Subresource::Scale) {
-                objects::scale_of(cur)
+                ownership::with_entries_of(cur, objects::scale_of(cur))
             } else {
                 cur.clone()
             };
@@ -537,21 +583,33 @@ async fn patch(
             } else {
                 res.kind
             };
-            let patched = machinery::apply_patch(res, kind, &view, &content_type, &body)?;
+            let patched = match &config {
+                Some(applied) => writer.apply(res, Some(&view), applied, force)?,
+                None => machinery::apply_patch(res, kind, &view, &content_type, &body)?,
+            };
             if !patched.is_object() {
                 return Err(ApiError::BadRequest(
                     "the patch result is not an object".into(),
                 ));
             }
+            let mut sent = None;
             if sub.is_none() {
                 let w = check_fields(res, &patched, mode)?;
                 if let Ok(mut slot) = warn_slot.lock() {
                     *slot = w;
                 }
+                if config.is_none() {
+                    sent = ownership::sent_entries(res, &patched)?;
+                }
             }
-            let next = objects::prepare_update(res, sub, cur, patched)?;
+            let next = objects::prepare_update(res, sub, cur, patched.clone())?;
             let status = sub == Some(Subresource::Status);
-            let next = st.admission.admit_update(res, &n, cur, next, status)?;
+            let mut next = st.admission.admit_update(res, &n, cur, next, status)?;
+            if config.is_some() {
+                ownership::carry(&patched, &mut next);
+            } else {
+                writer.record_update(Some(cur), &mut next, sent);
+            }
             Ok(finish(cur, next))
         })
         .await?;

@@ -41,6 +41,7 @@ mod metrics;
 mod objects;
 mod openapi;
 mod openapi_schemas;
+mod ownership;
 mod paging;
 mod portforward;
 mod protobuf;

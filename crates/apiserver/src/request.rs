@@ -130,6 +130,8 @@ pub struct Query {
     pub dry_run_values: Vec<String>,
     /// `fieldManager` of a write (required for server-side apply).
     pub field_manager: Option<String>,
+    /// `force` of a server-side apply: take ownership of conflicting fields.
+    pub force: bool,
     pub propagation_policy: Option<String>,
     /// `gracePeriodSeconds` of a DELETE.
     pub grace_period_seconds: Option<i64>,
@@ -195,6 +197,7 @@ fn parse_query(uri: &Uri) -> Result<Query, ApiError> {
             }
             "dryRun" => query.dry_run_values.push(v),
             "fieldManager" => query.field_manager = Some(v),
+            "force" => query.force = truthy(&v),
             "propagationPolicy" => query.propagation_policy = Some(v),
             "gracePeriodSeconds" => {
                 query.grace_period_seconds = Some(v.parse().map_err(|_| {

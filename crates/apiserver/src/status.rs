@@ -28,6 +28,9 @@ pub enum ApiError {
         name: String,
         detail: String,
     },
+    /// 409 from server-side apply: fields other managers own would change.
+    #[error("{message}")]
+    ApplyConflict { message: String, causes: Vec<Cause> },
     /// 422: the object failed validation.
     #[error("{message}")]
     Invalid {
@@ -112,7 +115,9 @@ impl ApiError {
     pub fn code(&self) -> u16 {
         match self {
             ApiError::NotFound { .. } | ApiError::NoRoute => 404,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::AlreadyExists { .. }
+            | ApiError::Conflict { .. }
+            | ApiError::ApplyConflict { .. } => 409,
             ApiError::Invalid { .. } => 422,
             ApiError::BadRequest(_) => 400,
             ApiError::Gone(_) => 410,
@@ -130,7 +135,7 @@ impl ApiError {
         match self {
             ApiError::NotFound { .. } | ApiError::NoRoute => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::Invalid { .. } => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::Gone(_) => "Expired",
@@ -176,16 +181,14 @@ impl ApiError {
                 causes,
                 ..
             } => {
-                let causes: Vec<Value> = causes
-                    .iter()
-                    .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
-                    .collect();
-                let mut d = json!({"name": name, "kind": kind, "causes": causes});
+                let mut d = json!({"name": name, "kind": kind, "causes": causes_json(causes)});
                 if !group.is_empty() {
                     d["group"] = json!(group);
                 }
                 Some(d)
             }
+            // Upstream's `NewApplyConflict`: causes only.
+            ApiError::ApplyConflict { causes, .. } => Some(json!({"causes": causes_json(causes)})),
             // Clients read `details` of every 404 (kubectl debug takes an empty name as "this
             // subresource is not served"); upstream always sends it.
             ApiError::NoRoute => Some(json!({})),
@@ -200,6 +203,13 @@ impl ApiError {
         }
         status
     }
+}
+
+fn causes_json(causes: &[Cause]) -> Vec<Value> {
+    causes
+        .iter()
+        .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+        .collect()
 }
 
 impl From<svcnet_store::StoreError> for ApiError {

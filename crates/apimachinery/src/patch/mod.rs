@@ -1,12 +1,10 @@
 //! The four PATCH bodies an API server accepts, applied to an object held as JSON:
 //! RFC 6902 JSON Patch, RFC 7386 JSON merge patch, Kubernetes strategic merge patch (what
-//! client-side `kubectl apply` sends) and a simplified server-side apply.
+//! client-side `kubectl apply` sends) and server-side apply's configuration.
 //!
-//! **Server-side apply here is simplified**: there are no `managedFields` and no field
-//! ownership or conflicts. The applied configuration (YAML or JSON) is strategic-merged onto
-//! the live object, so fields it names are set and lists with merge keys are merged by key;
-//! fields it leaves out are kept (upstream would remove fields the same manager applied
-//! before and no longer applies).
+//! [`apply`] with [`PatchType::Apply`] only merges the configuration (strategic-merge keys,
+//! no ownership). The API server applies through [`crate::managed`] instead, which owns
+//! fields, detects conflicts and removes fields a manager no longer applies.
 
 mod schema;
 mod strategic;
@@ -29,7 +27,7 @@ pub enum PatchType {
     Merge,
     /// `application/strategic-merge-patch+json`
     StrategicMerge,
-    /// `application/apply-patch+yaml` (server-side apply; simplified, see the module docs)
+    /// `application/apply-patch+yaml` (server-side apply; with ownership in [`crate::managed`])
     Apply,
 }
 

@@ -2,6 +2,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod fixtures;
+pub mod kubectl;
 pub mod raw;
 
 use std::path::Path;
