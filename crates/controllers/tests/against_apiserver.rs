@@ -209,6 +209,23 @@ async fn slices_and_endpoints_follow_pods() -> Result<()> {
         "endpointslice-controller.k8s.io"
     );
     assert!(slice.metadata.name.as_deref().unwrap().starts_with("web-"));
+    // The controllers write as upstream's kube-controller-manager field manager.
+    let managers: Vec<(String, String)> = slice
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|e| {
+            (
+                e.manager.clone().unwrap_or_default(),
+                e.operation.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        managers,
+        [("kube-controller-manager".to_string(), "Update".to_string())]
+    );
     let owner = &slice.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!(
         (owner.kind.as_str(), owner.name.as_str()),

@@ -693,7 +693,11 @@ impl PodWorker {
         match api
             .patch_status(
                 &self.name,
-                &PatchParams::default(),
+                // Upstream's kubelet writes pod status as the `kubelet` field manager.
+                &PatchParams {
+                    field_manager: Some("kubelet".into()),
+                    ..PatchParams::default()
+                },
                 &Patch::Merge(serde_json::json!({ "status": value })),
             )
             .await

@@ -150,6 +150,9 @@ fn ownable(part: Part, set: &FieldSet) -> FieldSet {
     set.filter(&|p| part.owns(p) && !server_owned(p))
 }
 
+/// The manager that owns what an object held before its first apply.
+pub const BEFORE_FIRST_APPLY: &str = "before-first-apply";
+
 /// A refused apply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApplyError {
@@ -252,6 +255,11 @@ pub fn update(w: &Write<'_>, live: &Value, new: &Value, mut entries: Vec<Entry>)
         manager: id,
         now,
     } = *w;
+    // An existing object nobody manages stays unmanaged until its first apply (upstream's
+    // skip-non-applied manager): objects from before ownership, or reset with `[{}]`.
+    if entries.is_empty() && live.is_object() {
+        return entries;
+    }
     let root = walk::root(kind);
     let old = walk::leaves(live, root, false).unwrap_or_default();
     let next = walk::leaves(new, root, false).unwrap_or_default();
@@ -295,6 +303,21 @@ pub fn apply(
         manager: id,
         now,
     } = *w;
+    if entries.is_empty() && live.is_object() {
+        // The first apply to an unmanaged object: what it holds is owned by
+        // `before-first-apply` first, so changing it conflicts.
+        let before = ManagerId {
+            manager: BEFORE_FIRST_APPLY.into(),
+            operation: Operation::Update,
+            api_version: id.api_version.clone(),
+            subresource: String::new(),
+        };
+        let w = Write {
+            manager: &before,
+            ..*w
+        };
+        entries = update(&w, &Value::Null, live, Vec::new());
+    }
     let root = walk::root(kind);
     let config = walk::without_nulls(config);
     let config_leaves = walk::leaves(&config, root, true).map_err(ApplyError::Invalid)?;

@@ -351,6 +351,35 @@ fn updates_take_what_they_change_and_lose_what_disappears() {
 }
 
 #[test]
+fn unmanaged_objects_stay_unmanaged_until_their_first_apply() {
+    let live = deployment(1, json!({"app": "web"}), json!([]));
+    let mut edited = live.clone();
+    edited["spec"]["replicas"] = json!(3);
+    let w = Write {
+        kind: "Deployment",
+        part: MAIN,
+        manager: &updater("editor"),
+        now: NOW,
+    };
+    assert_eq!(update(&w, &live, &edited, Vec::new()), Vec::new());
+    let cfg = deployment(2, json!({"app": "web"}), json!([]));
+    let w = Write {
+        manager: &applier("mgr"),
+        ..w
+    };
+    let Err(ApplyError::Conflicts(c)) = apply(&w, &edited, &cfg, Vec::new(), false) else {
+        panic!("the first apply conflicts with what the object held");
+    };
+    assert_eq!(
+        conflict_message(&c),
+        "Apply failed with 1 conflict: conflict with \"before-first-apply\" using apps/v1: .spec.replicas"
+    );
+    let (_, entries) = apply(&w, &edited, &cfg, Vec::new(), true).unwrap();
+    let names: Vec<&str> = entries.iter().map(|e| e.id.manager.as_str()).collect();
+    assert_eq!(names, [BEFORE_FIRST_APPLY, "mgr"]);
+}
+
+#[test]
 fn apply_refuses_items_without_keys_and_duplicates() {
     let no_name = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
                          "spec": {"containers": [{"image": "x"}]}});

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::Patch;
 use kube::{Api, Resource, ResourceExt};
 use tracing::debug;
 
@@ -121,7 +121,11 @@ impl Recorder {
         if let Some((name, count)) = repeat {
             let patch = serde_json::json!({"count": count, "lastTimestamp": stamp});
             match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(
+                    &name,
+                    &super::patch_params(super::CONTROLLER_MANAGER),
+                    &Patch::Merge(&patch),
+                )
                 .await
             {
                 Ok(_) => return,
@@ -156,7 +160,10 @@ impl Recorder {
                 return;
             }
         };
-        match api.create(&PostParams::default(), &event).await {
+        match api
+            .create(&super::post_params(super::CONTROLLER_MANAGER), &event)
+            .await
+        {
             Ok(_) => {
                 let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
                 seen.insert(key, (name, 1, Instant::now()));

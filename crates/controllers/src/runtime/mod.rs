@@ -28,6 +28,29 @@ use crate::workloads::WorkloadError;
 use informers::Informers;
 use reconcile::Controllers;
 
+/// The field managers the controllers write as (their `managedFields` entries): upstream's
+/// names, which its managers take from the User-Agent of kube-controller-manager and
+/// kube-scheduler, so tools that look for them (a `--force-conflicts` hint naming
+/// `kube-controller-manager`) see the same.
+pub(crate) const CONTROLLER_MANAGER: &str = "kube-controller-manager";
+pub(crate) const SCHEDULER_MANAGER: &str = "kube-scheduler";
+
+/// Create/replace options of a write by `manager`.
+pub(crate) fn post_params(manager: &str) -> kube::api::PostParams {
+    kube::api::PostParams {
+        field_manager: Some(manager.to_string()),
+        ..Default::default()
+    }
+}
+
+/// Patch options of a (non-apply) patch by `manager`.
+pub(crate) fn patch_params(manager: &str) -> kube::api::PatchParams {
+    kube::api::PatchParams {
+        field_manager: Some(manager.to_string()),
+        ..Default::default()
+    }
+}
+
 /// How the controllers run.
 #[derive(Debug, Clone)]
 pub struct ControllerOptions {

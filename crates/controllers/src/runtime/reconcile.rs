@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Binding, Endpoints, Node, ObjectReference, Pod,
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
@@ -20,7 +20,10 @@ use tracing::{debug, warn};
 use super::events::{self, Recorder, Regarding};
 use super::informers::Informers;
 use super::queue::{Expectations, Key, WorkQueue};
-use super::{ControllerError, ControllerOptions};
+use super::{
+    CONTROLLER_MANAGER, ControllerError, ControllerOptions, SCHEDULER_MANAGER, patch_params,
+    post_params,
+};
 
 mod workload_sync;
 use crate::endpoints::EndpointsPlan;
@@ -449,7 +452,7 @@ impl Controllers {
         let mut deleted = Vec::new();
         let mut result = Ok(());
         for s in &plan.create {
-            match api.create(&PostParams::default(), s).await {
+            match api.create(&post_params(CONTROLLER_MANAGER), s).await {
                 Ok(o) => created.push(o.name_any()),
                 Err(e) => {
                     result = Err(ControllerError::api(
@@ -463,7 +466,10 @@ impl Controllers {
         if result.is_ok() {
             for s in &plan.update {
                 let name = s.name_any();
-                if let Err(e) = api.replace(&name, &PostParams::default(), s).await {
+                if let Err(e) = api
+                    .replace(&name, &post_params(CONTROLLER_MANAGER), s)
+                    .await
+                {
                     result = Err(ControllerError::api(
                         format!("update EndpointSlice {}/{name}", key.namespace),
                         e,
@@ -516,12 +522,12 @@ impl Controllers {
         match plan {
             EndpointsPlan::Nothing => {}
             EndpointsPlan::Create(ep) => {
-                api.create(&PostParams::default(), &ep)
+                api.create(&post_params(CONTROLLER_MANAGER), &ep)
                     .await
                     .map_err(|e| ControllerError::api(format!("create Endpoints {key}"), e))?;
             }
             EndpointsPlan::Update(ep) => {
-                api.replace(&key.name, &PostParams::default(), &ep)
+                api.replace(&key.name, &post_params(CONTROLLER_MANAGER), &ep)
                     .await
                     .map_err(|e| ControllerError::api(format!("update Endpoints {key}"), e))?;
             }
@@ -602,12 +608,12 @@ where
     K: Resource + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
 {
     match api
-        .replace_status(&key.name, &PostParams::default(), obj)
+        .replace_status(&key.name, &post_params(CONTROLLER_MANAGER), obj)
         .await
     {
         Ok(_) => Ok(()),
         Err(e) if unsupported(&e) => api
-            .replace(&key.name, &PostParams::default(), obj)
+            .replace(&key.name, &post_params(CONTROLLER_MANAGER), obj)
             .await
             .map(|_| ())
             .map_err(|e| ControllerError::api(format!("update status of {key}"), e)),
@@ -637,7 +643,7 @@ async fn bind(client: &kube::Client, b: &scheduler::Binding) -> Result<(), Contr
         .create_subresource::<Binding, serde_json::Value>(
             "binding",
             &b.name,
-            &PostParams::default(),
+            &post_params(SCHEDULER_MANAGER),
             &binding,
         )
         .await
@@ -645,10 +651,14 @@ async fn bind(client: &kube::Client, b: &scheduler::Binding) -> Result<(), Contr
         Ok(_) => Ok(()),
         Err(e) if unsupported(&e) => {
             let patch = serde_json::json!({ "spec": { "nodeName": b.node } });
-            api.patch(&b.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map(|_| ())
-                .map_err(|e| ControllerError::api(what(), e))
+            api.patch(
+                &b.name,
+                &patch_params(SCHEDULER_MANAGER),
+                &Patch::Merge(&patch),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| ControllerError::api(what(), e))
         }
         Err(e) => Err(ControllerError::api(what(), e)),
     }

@@ -51,7 +51,7 @@ impl Controllers {
         debug!(%key, ?plan, "applying deployment plan");
         let api: Api<ReplicaSet> = Api::namespaced(self.client.clone(), &key.namespace);
         if let Some(rs) = &plan.create {
-            match api.create(&PostParams::default(), rs).await {
+            match api.create(&post_params(CONTROLLER_MANAGER), rs).await {
                 Ok(o) => {
                     exp.expect(key, vec![o.name_any()], Vec::new());
                     let to = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
@@ -79,7 +79,7 @@ impl Controllers {
         }
         for rs in &plan.update {
             let name = rs.name_any();
-            api.replace(&name, &PostParams::default(), rs)
+            api.replace(&name, &post_params(CONTROLLER_MANAGER), rs)
                 .await
                 .map_err(|e| {
                     ControllerError::api(format!("update ReplicaSet {}/{name}", key.namespace), e)
@@ -125,7 +125,11 @@ impl Controllers {
                 workloads::deployment::ANNOTATION_REVISION: rev
             }}});
             deploys
-                .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(
+                    &key.name,
+                    &patch_params(CONTROLLER_MANAGER),
+                    &Patch::Merge(&patch),
+                )
                 .await
                 .map_err(|e| ControllerError::api(format!("annotate Deployment {key}"), e))?;
         }
@@ -217,7 +221,7 @@ impl Controllers {
             )
         };
         if let Some(r) = &plan.create {
-            match api.create(&PostParams::default(), r).await {
+            match api.create(&post_params(CONTROLLER_MANAGER), r).await {
                 Ok(_) => {}
                 // Already there (the cache is behind): the next pass sees it.
                 Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -225,7 +229,7 @@ impl Controllers {
             }
         }
         if let Some(r) = &plan.update {
-            api.replace(&r.name_any(), &PostParams::default(), r)
+            api.replace(&r.name_any(), &post_params(CONTROLLER_MANAGER), r)
                 .await
                 .map_err(|e| ControllerError::api(what("update", &r.name_any()), e))?;
         }
@@ -249,7 +253,7 @@ impl Controllers {
         let mut deleted = Vec::new();
         for p in &plan.adopt {
             let name = p.name_any();
-            api.replace(&name, &PostParams::default(), p)
+            api.replace(&name, &post_params(CONTROLLER_MANAGER), p)
                 .await
                 .map_err(|e| {
                     ControllerError::api(
@@ -260,7 +264,7 @@ impl Controllers {
         }
         let mut result = Ok(());
         for p in &plan.create {
-            match api.create(&PostParams::default(), p).await {
+            match api.create(&post_params(CONTROLLER_MANAGER), p).await {
                 Ok(o) => created.push(o.name_any()),
                 Err(e) => {
                     result = Err(ControllerError::api(

@@ -17,6 +17,8 @@ use serde_json::{Value, json};
 /// upstream's node lease namespace and duration.
 pub const NAMESPACE: &str = "kube-node-lease";
 pub const DURATION_SECONDS: i32 = 40;
+/// The field manager of node leases: upstream's kubelet writes them.
+const FIELD_MANAGER: &str = "kubelet";
 /// How often the lease is renewed (upstream: a quarter of the duration).
 pub const RENEW_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -70,14 +72,27 @@ pub async fn renew(client: &kube::Client, node: &str) -> anyhow::Result<()> {
         None => {
             let lease: Lease = serde_json::from_value(wanted).context("the node lease")?;
             leases
-                .create(&PostParams::default(), &lease)
+                .create(
+                    &PostParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..PostParams::default()
+                    },
+                    &lease,
+                )
                 .await
                 .with_context(|| format!("creating the lease of node {node}"))?;
         }
         Some(_) => {
             let patch = json!({"metadata": {"ownerReferences": wanted["metadata"]["ownerReferences"]}, "spec": wanted["spec"]});
             leases
-                .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(
+                    node,
+                    &PatchParams {
+                        field_manager: Some(FIELD_MANAGER.into()),
+                        ..PatchParams::default()
+                    },
+                    &Patch::Merge(&patch),
+                )
                 .await
                 .with_context(|| format!("renewing the lease of node {node}"))?;
         }
