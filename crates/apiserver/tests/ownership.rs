@@ -476,9 +476,24 @@ async fn kubectl_1_33_server_side_apply_and_update_managers() {
         assert_eq!(e["operation"], "Update");
         assert_eq!(e["fieldsV1"]["f:data"]["f:a"], json!({}));
 
+        // `kubectl apply --server-side` takes over what the client-side apply set (no
+        // conflict while the values are the last-applied ones) and rewrites the annotation.
+        k.ok(
+            &["apply", "--server-side", "-f", "-"],
+            Some(&cm.replace("\"1\"", "\"5\"")),
+        );
+        let got = k.json(&["get", "configmap", "settings", "--show-managed-fields"]);
+        assert_eq!(got["data"]["a"], "5");
+        let last =
+            got["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+                .as_str()
+                .unwrap();
+        assert!(last.contains("\"a\":\"5\""), "{last}");
+        assert_eq!(entry(&got, "kubectl").unwrap()["operation"], "Apply");
+
         // `kubectl edit` through an editor script: an Update under kubectl-edit.
         let editor = dir.join("editor.sh");
-        std::fs::write(&editor, "#!/bin/sh\nsed -i 's/a: \"2\"/a: \"3\"/' \"$1\"\n").unwrap();
+        std::fs::write(&editor, "#!/bin/sh\nsed -i 's/a: \"5\"/a: \"3\"/' \"$1\"\n").unwrap();
         std::process::Command::new("chmod")
             .args(["+x"])
             .arg(&editor)
@@ -490,12 +505,12 @@ async fn kubectl_1_33_server_side_apply_and_update_managers() {
         assert_eq!(got["data"]["a"], "3");
         let e = entry(&got, "kubectl-edit").unwrap_or_else(|| panic!("{got}"));
         assert_eq!(e["fieldsV1"], json!({"f:data": {"f:a": {}}}));
-        assert!(
-            entry(&got, "kubectl-client-side-apply").unwrap()["fieldsV1"]["f:data"]
-                .get("f:a")
-                .is_none(),
-            "the edit took .data.a: {got}"
-        );
+        for other in ["kubectl-client-side-apply", "kubectl"] {
+            assert!(
+                entry(&got, other).is_none_or(|e| e["fieldsV1"]["f:data"].get("f:a").is_none()),
+                "the edit took .data.a from {other}: {got}"
+            );
+        }
     })
     .await
     .unwrap();

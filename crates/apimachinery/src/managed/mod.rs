@@ -12,18 +12,20 @@
 //! puts the result back). List keys and atomic types come from [`schema`]; `metadata` fields
 //! the server owns are never owned by a manager (upstream's `stripMeta`), and the part of the
 //! object a request may not write ([`Part`]) is never owned through it. Not modelled:
-//! conversion between versions (every served kind has one), the cap on the number of
-//! Update entries, and the upgrade path from a client-side apply's last-applied annotation.
+//! conversion between versions (every served kind has one).
 
+mod entries;
 pub mod fieldpath;
+pub mod last_applied;
 pub mod schema;
 pub mod walk;
 
 #[cfg(test)]
 mod tests;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
+pub use entries::{ANCIENT_CHANGES, MAX_UPDATE_MANAGERS, decode, encode, validate};
 pub use fieldpath::{FieldSet, Path, PathElement};
 
 /// `Apply` or `Update`, as written in an entry.
@@ -285,7 +287,7 @@ pub fn update(w: &Write<'_>, live: &Value, new: &Value, mut entries: Vec<Entry>)
         }
     }
     entries.retain(|e| !e.fields.is_empty());
-    entries
+    entries::cap_updates(entries)
 }
 
 /// Applies `config` by `id` to `live` (`Null` when the object does not exist yet): returns
@@ -368,6 +370,10 @@ pub fn apply(
             });
         }
     }
+    if id.manager == last_applied::MANAGER && !conflicts.is_empty() {
+        let allowed = last_applied::allowed_conflicts(kind, live);
+        conflicts.retain(|c| !allowed.has(&c.path));
+    }
     if !force && !conflicts.is_empty() {
         return Err(ApplyError::Conflicts(conflicts));
     }
@@ -392,6 +398,10 @@ pub fn apply(
         }),
     }
     entries.retain(|e| !e.fields.is_empty());
+    let entries = entries::cap_updates(entries);
+    if id.manager == last_applied::MANAGER {
+        last_applied::sync_annotation(&mut merged, &config);
+    }
     Ok((merged, entries))
 }
 
@@ -414,141 +424,6 @@ fn prune_emptied(merged: &mut Value, removed: &[Path], owned: &FieldSet, root: s
             walk::remove(merged, &prefix, root);
         }
     }
-}
-
-/// Decodes `metadata.managedFields` (upstream's `DecodeManagedFields`). Entries whose
-/// operation is neither Apply nor Update are refused here; [`validate`] names them for a
-/// 422.
-pub fn decode(v: Option<&Value>) -> Result<Vec<Entry>, String> {
-    let Some(v) = v else {
-        return Ok(Vec::new());
-    };
-    if v.is_null() {
-        return Ok(Vec::new());
-    }
-    let Value::Array(items) = v else {
-        return Err("managedFields must be a list".into());
-    };
-    let mut out: Vec<Entry> = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let Value::Object(m) = item else {
-            return Err(format!("managedFields[{i}] must be an object"));
-        };
-        let s = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-        let operation = match s("operation").as_str() {
-            "Apply" => Operation::Apply,
-            "Update" | "" => Operation::Update,
-            other => return Err(format!("managedFields[{i}]: invalid operation {other:?}")),
-        };
-        let fields = match m.get("fieldsV1") {
-            None | Some(Value::Null) => FieldSet::new(),
-            Some(f) => FieldSet::from_fields_v1(f)
-                .map_err(|e| format!("managedFields[{i}]: error decoding set: {e}"))?,
-        };
-        let time = m
-            .get("time")
-            .and_then(Value::as_str)
-            .filter(|t| t.parse::<jiff::Timestamp>().is_ok())
-            .map(str::to_string);
-        let id = ManagerId {
-            manager: s("manager"),
-            operation,
-            api_version: s("apiVersion"),
-            subresource: s("subresource"),
-        };
-        // Entries of one manager are one entry (upstream's decoded map).
-        match out.iter_mut().find(|e| e.id.same(&id)) {
-            Some(e) => e.fields = e.fields.union(&fields),
-            None => out.push(Entry { id, time, fields }),
-        }
-    }
-    Ok(out)
-}
-
-/// Field errors of client-sent managedFields, as upstream's `ValidateManagedFields`:
-/// `(field, bad value, message)`.
-pub fn validate(v: &Value) -> Vec<(String, String, String)> {
-    let mut errs = Vec::new();
-    let Value::Array(items) = v else {
-        return errs;
-    };
-    for (i, item) in items.iter().enumerate() {
-        let at = |f: &str| format!("metadata.managedFields[{i}].{f}");
-        let s = |k: &str| {
-            item.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        let op = s("operation");
-        // An entry without an operation decodes as an Update (`[{}]` is the documented way
-        // to reset managedFields); a wrong one is refused.
-        if !op.is_empty() && op != "Apply" && op != "Update" {
-            errs.push((at("operation"), op, "must be `Apply` or `Update`".into()));
-        }
-        let ft = s("fieldsType");
-        if !ft.is_empty() && ft != "FieldsV1" {
-            errs.push((at("fieldsType"), ft, "must be `FieldsV1`".into()));
-        }
-        if s("manager").len() > 128 {
-            errs.push((
-                at("manager"),
-                s("manager"),
-                "must have at most 128 bytes".into(),
-            ));
-        }
-    }
-    errs
-}
-
-/// The `managedFields` JSON of the entries in upstream's order, or `None` when there are
-/// none (the field is then omitted).
-pub fn encode(entries: &[Entry]) -> Option<Value> {
-    let mut sorted: Vec<&Entry> = entries.iter().filter(|e| !e.fields.is_empty()).collect();
-    if sorted.is_empty() {
-        return None;
-    }
-    let secs = |e: &Entry| {
-        e.time
-            .as_deref()
-            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
-            .map_or(0, |t| t.as_second())
-    };
-    sorted.sort_by(|p, q| {
-        (
-            p.id.operation,
-            secs(p),
-            &p.id.manager,
-            &p.id.api_version,
-            &p.id.subresource,
-        )
-            .cmp(&(
-                q.id.operation,
-                secs(q),
-                &q.id.manager,
-                &q.id.api_version,
-                &q.id.subresource,
-            ))
-    });
-    let items = sorted
-        .into_iter()
-        .map(|e| {
-            let mut m = Map::new();
-            m.insert("manager".into(), json!(e.id.manager));
-            m.insert("operation".into(), json!(e.id.operation.as_str()));
-            m.insert("apiVersion".into(), json!(e.id.api_version));
-            if let Some(t) = &e.time {
-                m.insert("time".into(), json!(t));
-            }
-            m.insert("fieldsType".into(), json!("FieldsV1"));
-            m.insert("fieldsV1".into(), e.fields.to_fields_v1());
-            if !e.id.subresource.is_empty() {
-                m.insert("subresource".into(), json!(e.id.subresource));
-            }
-            Value::Object(m)
-        })
-        .collect();
-    Some(Value::Array(items))
 }
 
 /// Upstream's default manager of an Update without `fieldManager`: the User-Agent up to its

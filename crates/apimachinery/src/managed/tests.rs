@@ -380,6 +380,95 @@ fn unmanaged_objects_stay_unmanaged_until_their_first_apply() {
 }
 
 #[test]
+fn update_entries_beyond_ten_merge_into_ancient_changes() {
+    let mut obj =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {}});
+    let mut entries = Vec::new();
+    for i in 0..12 {
+        let mut next = obj.clone();
+        next["data"][format!("k{i}")] = json!("v");
+        let id = updater(&format!("m{i:02}"));
+        let now = format!("2026-01-01T00:00:{i:02}Z");
+        let w = Write {
+            kind: "ConfigMap",
+            part: MAIN,
+            manager: &id,
+            now: &now,
+        };
+        let live = if i == 0 { Value::Null } else { obj.clone() };
+        entries = update(&w, &live, &next, entries);
+        obj = next;
+    }
+    assert_eq!(entries.len(), MAX_UPDATE_MANAGERS);
+    let ancient = entries
+        .iter()
+        .find(|e| e.id.manager == ANCIENT_CHANGES)
+        .unwrap();
+    let owned: Vec<String> = ancient
+        .fields
+        .paths()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(owned, [".data.k0", ".data.k1", ".data.k2"]);
+    assert_eq!(ancient.time.as_deref(), Some("2026-01-01T00:00:02Z"));
+    assert!(entries.iter().any(|e| e.id.manager == "m11"));
+}
+
+#[test]
+fn kubectl_upgrades_from_client_side_apply_without_conflicts() {
+    // Created by client-side `kubectl apply`: the annotation holds replicas 2 and the
+    // Update entry owns it.
+    let mut live = deployment(2, json!({"app": "web"}), json!([]));
+    let last = live.to_string();
+    live["metadata"]["annotations"] =
+        json!({"kubectl.kubernetes.io/last-applied-configuration": last});
+    let csa = updater("kubectl-client-side-apply");
+    let w = Write {
+        kind: "Deployment",
+        part: MAIN,
+        manager: &csa,
+        now: NOW,
+    };
+    let entries = update(&w, &Value::Null, &live, Vec::new());
+    let cfg = deployment(3, json!({"app": "web"}), json!([]));
+    // Another applier conflicts; `kubectl` does not, and rewrites the annotation.
+    let other = applier("helm");
+    let w_other = Write {
+        manager: &other,
+        ..w
+    };
+    assert!(apply(&w_other, &live, &cfg, entries.clone(), false).is_err());
+    let kubectl = applier("kubectl");
+    let w_kubectl = Write {
+        manager: &kubectl,
+        ..w
+    };
+    let (merged, _) = apply(&w_kubectl, &live, &cfg, entries.clone(), false).unwrap();
+    assert_eq!(merged["spec"]["replicas"], 3);
+    let annotation: Value = serde_json::from_str(
+        merged["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(annotation, cfg);
+    // A field changed since the client-side apply is no longer covered.
+    let mut drifted = live.clone();
+    drifted["spec"]["replicas"] = json!(7);
+    let drifted_entries = update(
+        &Write {
+            manager: &updater("scaler"),
+            ..w
+        },
+        &live,
+        &drifted,
+        entries,
+    );
+    assert!(apply(&w_kubectl, &drifted, &cfg, drifted_entries, false).is_err());
+}
+
+#[test]
 fn apply_refuses_items_without_keys_and_duplicates() {
     let no_name = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
                          "spec": {"containers": [{"image": "x"}]}});
