@@ -4,72 +4,17 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
+use common::kubectl::Kubectl;
 
-const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
-
-struct Kubectl<'a> {
-    kubeconfig: &'a Path,
-}
-
-struct Out {
-    ok: bool,
-    stdout: String,
-    stderr: String,
-}
-
-impl Kubectl<'_> {
-    fn run(&self, args: &[&str]) -> Out {
-        let out = Command::new(KUBECTL)
-            .args(args)
-            .env("KUBECONFIG", self.kubeconfig)
-            .env("HOME", self.kubeconfig.parent().unwrap())
-            .output()
-            .expect("kubectl runs");
-        Out {
-            ok: out.status.success(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.run(args);
-        assert!(o.ok, "kubectl {args:?} failed:\n{}\n{}", o.stdout, o.stderr);
-        o.stdout
-    }
-
-    /// `kubectl get <what…> -o json`, parsed.
-    fn get_json(&self, what: &[&str]) -> serde_json::Value {
-        let args: Vec<&str> = std::iter::once("get")
-            .chain(what.iter().copied())
-            .chain(["-o", "json"])
-            .collect();
-        serde_json::from_str(&self.ok(&args)).unwrap()
-    }
-
-    fn fails(&self, args: &[&str]) -> String {
-        let o = self.run(args);
-        assert!(!o.ok, "kubectl {args:?} should fail:\n{}", o.stdout);
-        o.stderr
-    }
-}
+use common::kubectl::KUBECTL_1_33 as KUBECTL;
 
 /// Runs `f` with kubectl 1.33 against a fresh server, on a blocking thread.
-async fn with_kubectl(f: impl FnOnce(&Kubectl<'_>) + Send + 'static) {
-    if !Path::new(KUBECTL).exists() {
-        panic!("{KUBECTL} is missing: the end-to-end test needs kubectl 1.33");
-    }
+async fn with_kubectl(f: impl FnOnce(&Kubectl) + Send + 'static) {
     let ts = common::TestServer::start().await;
     let kubeconfig = ts.server().kubeconfig_path().to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        f(&Kubectl {
-            kubeconfig: &kubeconfig,
-        })
-    })
-    .await
-    .unwrap();
+    tokio::task::spawn_blocking(move || f(&Kubectl::new(KUBECTL, &kubeconfig)))
+        .await
+        .unwrap();
     ts.stop().await;
 }
 
@@ -114,9 +59,6 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_drives_the_server() {
-    if !Path::new(KUBECTL).exists() {
-        panic!("{KUBECTL} is missing: the end-to-end test needs kubectl 1.33");
-    }
     let ts = common::TestServer::start().await;
     let dir = ts.dir.path().to_path_buf();
     let kubeconfig = ts.server().kubeconfig_path().to_path_buf();
@@ -124,9 +66,7 @@ async fn kubectl_drives_the_server() {
     std::fs::write(&manifest, APP).unwrap();
 
     tokio::task::spawn_blocking(move || {
-        let k = Kubectl {
-            kubeconfig: &kubeconfig,
-        };
+        let k = Kubectl::new(KUBECTL, &kubeconfig);
         // Server version drives kubectl's behaviour; it must look like 1.33.
         assert!(k.ok(&["version", "-o", "json"]).contains("\"gitVersion\": \"v1.33"));
 
@@ -403,16 +343,19 @@ async fn lists_come_in_pages_of_one_snapshot() {
         let zero = get(&format!("limit=1&continue={fresh}&resourceVersion=0"));
         assert_eq!(names(&zero), ["s1"]);
         // kubectl's chunked lists: every object, in pages (its requests carry the tokens).
-        let o = k.run(&[
-            "get",
-            "services",
-            "-n",
-            "paged",
-            "--chunk-size=2",
-            "-o",
-            "name",
-            "-v=6",
-        ]);
+        let o = k.run(
+            &[
+                "get",
+                "services",
+                "-n",
+                "paged",
+                "--chunk-size=2",
+                "-o",
+                "name",
+                "-v=6",
+            ],
+            None,
+        );
         assert!(o.ok, "{}", o.stderr);
         let got: Vec<&str> = o.stdout.lines().collect();
         let want: Vec<String> = (0..6).map(|i| format!("service/s{i}")).collect();
@@ -523,7 +466,7 @@ async fn unsupported_commands_say_what_to_do() {
                 "kubectl {args:?}: {err}"
             );
         }
-        let o = k.run(&["debug", "p", "--image=busybox", "-it=false"]);
+        let o = k.run(&["debug", "p", "--image=busybox", "-it=false"], None);
         assert!(!o.ok);
         assert!(
             !o.stderr.contains("panic"),

@@ -6,9 +6,10 @@
 
 mod common;
 
+use common::kubectl::Kubectl;
+
 use std::io::BufReader;
-use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 
-const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
+use common::kubectl::KUBECTL_1_33 as KUBECTL;
 
 /// upstream's policy template: pods `pod-name=test-pod`, ingress from `pod-name=client-a` in
 /// namespaces `ns-name=pod-b`, optionally on TCP 8000–9000.
@@ -38,71 +39,9 @@ fn template(ns: &str, label: &str, end_port: bool) -> Value {
     })
 }
 
-struct Kubectl<'a> {
-    kubeconfig: &'a Path,
-}
-
-impl Kubectl<'_> {
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(KUBECTL);
-        c.args(args)
-            .env("KUBECONFIG", self.kubeconfig)
-            .env("HOME", self.kubeconfig.parent().unwrap());
-        c
-    }
-
-    fn run(&self, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-        let mut child = self
-            .cmd(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        if let Some(input) = stdin {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-        }
-        drop(child.stdin.take());
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        self.ok_in(args, None)
-    }
-
-    fn ok_in(&self, args: &[&str], stdin: Option<&str>) -> String {
-        let (ok, out, err) = self.run(args, stdin);
-        assert!(ok, "kubectl {args:?} failed:\n{out}\n{err}");
-        out
-    }
-
-    fn fails_in(&self, args: &[&str], stdin: &str) -> String {
-        let (ok, out, err) = self.run(args, Some(stdin));
-        assert!(!ok, "kubectl {args:?} should fail:\n{out}");
-        err
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        serde_json::from_str(&self.ok(&all)).unwrap()
-    }
-}
-
 /// The upstream API e2e, driven by kubectl: discovery, create ×3, get, list (namespace and
 /// all), watch, patch, update, delete, deletecollection.
-fn api_operations_with_kubectl(k: &Kubectl<'_>, ns: &str, end_port: bool) {
+fn api_operations_with_kubectl(k: &Kubectl, ns: &str, end_port: bool) {
     let label = format!("{ns}-label");
     k.ok(&["create", "namespace", ns]);
     // Discovery.
@@ -251,7 +190,9 @@ fn api_operations_with_kubectl(k: &Kubectl<'_>, ns: &str, end_port: bool) {
 
     // Delete one; then the collection (kubectl sends DELETE on the collection with --raw).
     k.ok(&["-n", ns, "delete", "netpol", &names[2]]);
-    let (ok, _, err) = k.run(&["-n", ns, "get", "netpol", &names[2]], None);
+    let common::kubectl::Out {
+        ok, stderr: err, ..
+    } = k.run(&["-n", ns, "get", "netpol", &names[2]], None);
     assert!(!ok && err.contains("not found"), "{err}");
     let list = k.json(&["-n", ns, "get", "networkpolicies", "-l", &sel]);
     assert_eq!(list["items"].as_array().unwrap().len(), 2, "{list}");
@@ -265,13 +206,10 @@ fn api_operations_with_kubectl(k: &Kubectl<'_>, ns: &str, end_port: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn networkpolicy_api_operations_through_kubectl() {
-    if !Path::new(KUBECTL).exists() {
-        panic!("{KUBECTL} is missing: the end-to-end test needs kubectl 1.33");
-    }
     let ts = common::TestServer::start().await;
     let kubeconfig = ts.server().kubeconfig_path().to_path_buf();
     tokio::task::spawn_blocking(move || {
-        let k = Kubectl { kubeconfig: &kubeconfig };
+        let k = Kubectl::new(KUBECTL, &kubeconfig);
         api_operations_with_kubectl(&k, "netpol-api", false);
         api_operations_with_kubectl(&k, "netpol-api-endport", true);
 
@@ -300,7 +238,9 @@ async fn networkpolicy_api_operations_through_kubectl() {
             "metadata": {"name": "default-deny", "namespace": "default"}, "spec": {"podSelector": {}}});
         // kubectl has no typed `create networkpolicy`: manifests go as JSON (-v=8 shows the
         // request headers), so NetworkPolicy needs no protobuf decoding.
-        let (ok, _, log) = k.run(&["create", "-f", "-", "-v=8"], Some(&deny.to_string()));
+        let common::kubectl::Out {
+            ok, stderr: log, ..
+        } = k.run(&["create", "-f", "-", "-v=8"], Some(&deny.to_string()));
         assert!(ok, "{log}");
         assert!(log.contains("Content-Type: application/json"), "{log}");
         assert!(!log.contains("Content-Type: application/vnd.kubernetes.protobuf"), "{log}");

@@ -396,7 +396,7 @@ fn kubectl_server_side_flow(k: &Kubectl) {
         "-f",
         "-",
     ];
-    let out = k.ok(&apply, Some(MANIFEST));
+    let out = k.ok_in(&apply, Some(MANIFEST));
     assert!(
         out.contains("deployment.apps/web serverside-applied"),
         "{out}"
@@ -410,17 +410,14 @@ fn kubectl_server_side_flow(k: &Kubectl) {
             .is_none(),
         "kubectl hides managedFields unless asked"
     );
-    let yaml = k.ok(
-        &[
-            "get",
-            "deployment",
-            "web",
-            "-o",
-            "yaml",
-            "--show-managed-fields",
-        ],
-        None,
-    );
+    let yaml = k.ok(&[
+        "get",
+        "deployment",
+        "web",
+        "-o",
+        "yaml",
+        "--show-managed-fields",
+    ]);
     assert!(
         yaml.contains("manager: kubectl") && yaml.contains("f:replicas: {}"),
         "{yaml}"
@@ -429,7 +426,7 @@ fn kubectl_server_side_flow(k: &Kubectl) {
     let trimmed = MANIFEST
         .replace(", tier: front", "")
         .replace("        - containerPort: 443\n", "");
-    k.ok(&apply, Some(&trimmed));
+    k.ok_in(&apply, Some(&trimmed));
     let d = k.json(&["get", "deployment", "web"]);
     assert_eq!(d["metadata"]["labels"], json!({"app": "web"}));
     assert_eq!(
@@ -437,13 +434,13 @@ fn kubectl_server_side_flow(k: &Kubectl) {
         json!([{"containerPort": 80, "protocol": "TCP"}])
     );
 
-    k.ok(&["scale", "deployment", "web", "--replicas=5"], None);
+    k.ok(&["scale", "deployment", "web", "--replicas=5"]);
     let scaled = k.json(&["get", "deployment", "web", "--show-managed-fields"]);
     let scaler = k.bin.rsplit('/').next().unwrap();
     let s = entry(&scaled, scaler).unwrap_or_else(|| panic!("{scaled}"));
     assert_eq!(s["operation"], "Update");
     assert_eq!(s["subresource"], "scale");
-    let err = k.fails(&apply, Some(&trimmed));
+    let err = k.fails_in(&apply, &trimmed);
     assert!(
         err.contains(&format!(
             "Apply failed with 1 conflict: conflict with \"{scaler}\" with subresource \"scale\" using apps/v1: .spec.replicas"
@@ -451,7 +448,7 @@ fn kubectl_server_side_flow(k: &Kubectl) {
         "{err}"
     );
     assert_eq!(k.json(&["get", "deployment", "web"])["spec"]["replicas"], 5);
-    k.ok(&forced, Some(&trimmed));
+    k.ok_in(&forced, Some(&trimmed));
     let d = k.json(&["get", "deployment", "web", "--show-managed-fields"]);
     assert_eq!(d["spec"]["replicas"], 2);
     assert!(entry(&d, scaler).is_none(), "{d}");
@@ -469,8 +466,8 @@ async fn kubectl_1_33_server_side_apply_and_update_managers() {
         // Client-side apply writes Updates under kubectl-client-side-apply.
         let cm =
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\ndata:\n  a: \"1\"\n";
-        k.ok(&["apply", "-f", "-"], Some(cm));
-        k.ok(&["apply", "-f", "-"], Some(&cm.replace("\"1\"", "\"2\"")));
+        k.ok_in(&["apply", "-f", "-"], Some(cm));
+        k.ok_in(&["apply", "-f", "-"], Some(&cm.replace("\"1\"", "\"2\"")));
         let got = k.json(&["get", "configmap", "settings", "--show-managed-fields"]);
         let e = entry(&got, "kubectl-client-side-apply").unwrap_or_else(|| panic!("{got}"));
         assert_eq!(e["operation"], "Update");
@@ -478,7 +475,7 @@ async fn kubectl_1_33_server_side_apply_and_update_managers() {
 
         // `kubectl apply --server-side` takes over what the client-side apply set (no
         // conflict while the values are the last-applied ones) and rewrites the annotation.
-        k.ok(
+        k.ok_in(
             &["apply", "--server-side", "-f", "-"],
             Some(&cm.replace("\"1\"", "\"5\"")),
         );
@@ -500,7 +497,7 @@ async fn kubectl_1_33_server_side_apply_and_update_managers() {
             .status()
             .unwrap();
         k.env = vec![("KUBE_EDITOR".into(), editor.display().to_string())];
-        k.ok(&["edit", "configmap", "settings"], None);
+        k.ok(&["edit", "configmap", "settings"]);
         let got = k.json(&["get", "configmap", "settings", "--show-managed-fields"]);
         assert_eq!(got["data"]["a"], "3");
         let e = entry(&got, "kubectl-edit").unwrap_or_else(|| panic!("{got}"));

@@ -41,6 +41,15 @@ fn deployment(replicas: i64, labels: Value, ports: Value) -> Value {
     })
 }
 
+fn deploy_write<'a>(manager: &'a ManagerId, now: &'a str) -> Write<'a> {
+    Write {
+        kind: "Deployment",
+        part: MAIN,
+        manager,
+        now,
+    }
+}
+
 fn apply_ok(
     live: &Value,
     cfg: &Value,
@@ -48,19 +57,7 @@ fn apply_ok(
     who: &str,
     now: &str,
 ) -> (Value, Vec<Entry>) {
-    apply(
-        &Write {
-            kind: "Deployment",
-            part: MAIN,
-            manager: &applier(who),
-            now,
-        },
-        live,
-        cfg,
-        entries,
-        false,
-    )
-    .unwrap()
+    apply(&deploy_write(&applier(who), now), live, cfg, entries, false).unwrap()
 }
 
 fn fields_of<'a>(entries: &'a [Entry], who: &str) -> &'a FieldSet {
@@ -189,12 +186,7 @@ fn conflicts_name_the_manager_and_path_and_force_takes_ownership() {
     );
     // Re-applying 2 conflicts; re-applying the live value 5 does not.
     let err = apply(
-        &Write {
-            kind: "Deployment",
-            part: MAIN,
-            manager: &applier("mgr"),
-            now: LATER,
-        },
+        &deploy_write(&applier("mgr"), LATER),
         &scaled,
         &cfg,
         entries.clone(),
@@ -217,12 +209,7 @@ fn conflicts_name_the_manager_and_path_and_force_takes_ownership() {
     assert_eq!(shared.len(), 2, "shared ownership: {shared:?}");
 
     let (forced, entries) = apply(
-        &Write {
-            kind: "Deployment",
-            part: MAIN,
-            manager: &applier("mgr"),
-            now: LATER,
-        },
+        &deploy_write(&applier("mgr"), LATER),
         &scaled,
         &cfg,
         entries,
@@ -263,12 +250,7 @@ fn multiple_conflicts_are_grouped_by_manager() {
 fn updates_take_what_they_change_and_lose_what_disappears() {
     let created = deployment(1, json!({"app": "web"}), json!([{"containerPort": 80}]));
     let entries = update(
-        &Write {
-            kind: "Deployment",
-            part: MAIN,
-            manager: &updater("kubectl-create"),
-            now: NOW,
-        },
+        &deploy_write(&updater("kubectl-create"), NOW),
         &Value::Null,
         &created,
         Vec::new(),
@@ -285,12 +267,7 @@ fn updates_take_what_they_change_and_lose_what_disappears() {
     edited["spec"]["replicas"] = json!(3);
     edited["metadata"]["labels"] = json!({});
     let entries = update(
-        &Write {
-            kind: "Deployment",
-            part: MAIN,
-            manager: &updater("kubectl-edit"),
-            now: LATER,
-        },
+        &deploy_write(&updater("kubectl-edit"), LATER),
         &created,
         &edited,
         entries,
@@ -337,12 +314,7 @@ fn updates_take_what_they_change_and_lose_what_disappears() {
     assert_eq!(status["fieldsV1"], json!({"f:status": {"f:replicas": {}}}));
     // A write that changes nothing owns nothing new and keeps the time.
     let again = update(
-        &Write {
-            kind: "Deployment",
-            part: MAIN,
-            manager: &updater("someone"),
-            now: "2027-01-01T00:00:00Z",
-        },
+        &deploy_write(&updater("someone"), "2027-01-01T00:00:00Z"),
         &with_status,
         &with_status,
         entries.clone(),
@@ -355,12 +327,8 @@ fn unmanaged_objects_stay_unmanaged_until_their_first_apply() {
     let live = deployment(1, json!({"app": "web"}), json!([]));
     let mut edited = live.clone();
     edited["spec"]["replicas"] = json!(3);
-    let w = Write {
-        kind: "Deployment",
-        part: MAIN,
-        manager: &updater("editor"),
-        now: NOW,
-    };
+    let editor = updater("editor");
+    let w = deploy_write(&editor, NOW);
     assert_eq!(update(&w, &live, &edited, Vec::new()), Vec::new());
     let cfg = deployment(2, json!({"app": "web"}), json!([]));
     let w = Write {
@@ -424,12 +392,7 @@ fn kubectl_upgrades_from_client_side_apply_without_conflicts() {
     live["metadata"]["annotations"] =
         json!({"kubectl.kubernetes.io/last-applied-configuration": last});
     let csa = updater("kubectl-client-side-apply");
-    let w = Write {
-        kind: "Deployment",
-        part: MAIN,
-        manager: &csa,
-        now: NOW,
-    };
+    let w = deploy_write(&csa, NOW);
     let entries = update(&w, &Value::Null, &live, Vec::new());
     let cfg = deployment(3, json!({"app": "web"}), json!([]));
     // Another applier conflicts; `kubectl` does not, and rewrites the annotation.

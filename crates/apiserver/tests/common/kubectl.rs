@@ -32,13 +32,19 @@ impl Kubectl {
         }
     }
 
-    pub fn run(&self, args: &[&str], stdin: Option<&str>) -> Out {
-        let home = self.kubeconfig.parent().unwrap();
-        let mut child = Command::new(self.bin)
-            .args(args)
+    /// The command, with this kubeconfig and environment, not started.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(self.bin);
+        c.args(args)
             .env("KUBECONFIG", &self.kubeconfig)
-            .env("HOME", home)
-            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env("HOME", self.kubeconfig.parent().unwrap())
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        c
+    }
+
+    pub fn run(&self, args: &[&str], stdin: Option<&str>) -> Out {
+        let mut child = self
+            .cmd(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -62,7 +68,12 @@ impl Kubectl {
     }
 
     /// Runs and asserts success; the standard output.
-    pub fn ok(&self, args: &[&str], stdin: Option<&str>) -> String {
+    pub fn ok(&self, args: &[&str]) -> String {
+        self.ok_in(args, None)
+    }
+
+    /// Runs with `stdin` and asserts success; the standard output.
+    pub fn ok_in(&self, args: &[&str], stdin: Option<&str>) -> String {
         let o = self.run(args, stdin);
         assert!(
             o.ok,
@@ -73,7 +84,16 @@ impl Kubectl {
     }
 
     /// Runs and asserts failure; the standard error.
-    pub fn fails(&self, args: &[&str], stdin: Option<&str>) -> String {
+    pub fn fails(&self, args: &[&str]) -> String {
+        self.fails_with(args, None)
+    }
+
+    /// Runs with `stdin` and asserts failure; the standard error.
+    pub fn fails_in(&self, args: &[&str], stdin: &str) -> String {
+        self.fails_with(args, Some(stdin))
+    }
+
+    fn fails_with(&self, args: &[&str], stdin: Option<&str>) -> String {
         let o = self.run(args, stdin);
         assert!(!o.ok, "{} {args:?} should fail:\n{}", self.bin, o.stdout);
         o.stderr
@@ -83,6 +103,12 @@ impl Kubectl {
     pub fn json(&self, args: &[&str]) -> Value {
         let mut all = args.to_vec();
         all.extend(["-o", "json"]);
-        serde_json::from_str(&self.ok(&all, None)).unwrap()
+        serde_json::from_str(&self.ok(&all)).unwrap()
+    }
+
+    /// `kubectl get <what…> -o json`, parsed.
+    pub fn get_json(&self, what: &[&str]) -> Value {
+        let args: Vec<&str> = std::iter::once("get").chain(what.iter().copied()).collect();
+        self.json(&args)
     }
 }
