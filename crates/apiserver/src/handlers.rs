@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 use svcnet_apimachinery::managed::Operation;
 use svcnet_store::{Mutation, Outcome};
 
+use crate::conversion;
 use crate::deletion::{DeleteOptions, delete_one, delete_options};
 use crate::machinery::{self, IncludeObject, Selectors};
 use crate::objects::{self, finalizers, is_terminating, meta_str, name_of};
@@ -129,10 +130,11 @@ fn key(req: &ResourceRequest, name: &str) -> String {
     req.resource.key(req.namespace.as_deref(), name)
 }
 
-/// Renders one object as the client asked.
-fn render_one(res: &ResourceInfo, obj: Value, fmt: Format) -> Value {
+/// Renders one stored object as the client asked (tables from the stored form, which their
+/// columns read).
+pub(crate) fn render_one(res: &ResourceInfo, obj: Value, fmt: Format) -> Value {
     match fmt {
-        Format::Object => obj,
+        Format::Object => conversion::to_served(res, obj),
         Format::Metadata => objects::partial_metadata(&obj),
         Format::Table(include) => {
             let rv = meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
@@ -260,7 +262,14 @@ async fn list(
             "metadata": {"resourceVersion": rv},
             "items": items.iter().map(objects::partial_metadata).collect::<Vec<_>>(),
         }),
-        Format::Object => plain_list(res, items, &rv),
+        Format::Object => plain_list(
+            res,
+            items
+                .into_iter()
+                .map(|o| conversion::to_served(res, o))
+                .collect(),
+            &rv,
+        ),
     };
     page.annotate(&mut body);
     Ok(json_response(StatusCode::OK, &body, &[]))

@@ -27,6 +27,7 @@ mod admission;
 mod attach;
 mod bootstrap;
 mod config;
+mod conversion;
 mod deletion;
 mod discovery;
 mod exec;

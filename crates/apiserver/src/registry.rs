@@ -268,12 +268,9 @@ impl ResourceInfo {
 
     /// The store prefix of every object of this resource (`/core/services/`).
     pub fn prefix(&self) -> String {
-        let group = if self.group.is_empty() {
-            "core"
-        } else {
-            self.group
-        };
-        format!("/{group}/{}/", self.plural)
+        let (group, plural) = crate::conversion::stored_as(self);
+        let group = if group.is_empty() { "core" } else { group };
+        format!("/{group}/{plural}/")
     }
 
     /// The store prefix of this resource in one namespace (or all, with `None`).

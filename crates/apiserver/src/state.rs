@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admission::Admission;
 use crate::config::ServerConfig;
+use crate::conversion;
 use crate::registry::{self, ResourceInfo};
 use crate::status::ApiError;
 
@@ -120,6 +121,18 @@ impl AppState {
         } else {
             None
         };
+        // The closure sees and returns the served form; the store keeps the stored one.
+        let served_res = registry::by_kind(res.group, res.kind).filter(|r| conversion::converts(r));
+        let mut f = move |cur: Option<&Value>| match served_res {
+            None => f(cur),
+            Some(r) => {
+                let served = cur.map(|c| conversion::to_served(r, c.clone()));
+                Ok(match f(served.as_ref())? {
+                    Mutation::Put(v) => Mutation::Put(conversion::to_stored(r, v)),
+                    other => other,
+                })
+            }
+        };
         let dry = std::sync::Arc::new(std::sync::Mutex::new(None::<Outcome>));
         let dry_slot = dry.clone();
         let result = self
@@ -165,12 +178,20 @@ impl AppState {
         {
             self.admission.release(svc);
         }
-        if dry_run && result.is_ok() {
-            let taken = dry.lock().ok().and_then(|mut s| s.take());
-            if let Some(o) = taken {
-                return Ok(o);
-            }
-        }
-        result
+        let result = match dry_run && result.is_ok() {
+            true => match dry.lock().ok().and_then(|mut s| s.take()) {
+                Some(o) => Ok(o),
+                None => result,
+            },
+            false => result,
+        };
+        result.map(|o| match served_res {
+            None => o,
+            Some(r) => match o {
+                Outcome::Written(v) => Outcome::Written(conversion::to_served(r, v)),
+                Outcome::Deleted(v) => Outcome::Deleted(conversion::to_served(r, v)),
+                Outcome::Unchanged(v) => Outcome::Unchanged(v.map(|v| conversion::to_served(r, v))),
+            },
+        })
     }
 }

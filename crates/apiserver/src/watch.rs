@@ -17,9 +17,8 @@ use serde_json::{Value, json};
 use svcnet_store::{EventType, StoreError};
 use tokio::sync::mpsc;
 
-use crate::handlers::{Format, format, selectors};
-use crate::machinery::{self, Selectors};
-use crate::objects;
+use crate::handlers::{format, render_one, selectors};
+use crate::machinery::Selectors;
 use crate::registry::ResourceInfo;
 use crate::request::ResourceRequest;
 use crate::state::SharedState;
@@ -32,25 +31,6 @@ fn line(kind: &str, object: Value) -> Bytes {
     let mut s = json!({"type": kind, "object": object}).to_string();
     s.push('\n');
     Bytes::from(s)
-}
-
-fn render(res: &ResourceInfo, obj: Value, fmt: Format) -> Value {
-    match fmt {
-        Format::Object => obj,
-        Format::Metadata => objects::partial_metadata(&obj),
-        Format::Table(include) => {
-            let rv = objects::meta_str(&obj, "resourceVersion")
-                .unwrap_or("")
-                .to_string();
-            match machinery::to_table(res, std::slice::from_ref(&obj), include) {
-                Some(mut t) => {
-                    t["metadata"]["resourceVersion"] = json!(rv);
-                    t
-                }
-                None => obj,
-            }
-        }
-    }
 }
 
 fn bookmark(res: &ResourceInfo, rv: u64, initial_end: bool) -> Value {
@@ -143,7 +123,11 @@ pub async fn serve(
         let mut last = from;
         if let Some(items) = initial {
             for obj in items.into_iter().filter(|o| sel.matches(o)) {
-                if tx.send(line("ADDED", render(res, obj, fmt))).await.is_err() {
+                if tx
+                    .send(line("ADDED", render_one(res, obj, fmt)))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -165,7 +149,7 @@ pub async fn serve(
                     Some(Ok(event)) => {
                         last = event.revision;
                         if let Some(kind) = translate(&sel, &event) {
-                            let obj = render(res, event.object, fmt);
+                            let obj = render_one(res, event.object, fmt);
                             if tx.send(line(kind, obj)).await.is_err() {
                                 return;
                             }

@@ -245,5 +245,11 @@ async fn every_kind_and_verb_refuses_or_dry_runs_without_writing() {
             api.world().await == before,
             "a dryRun=All request on {coll} wrote"
         );
+        // Core and events.k8s.io Events are one stored object, as upstream: the next API
+        // would find this one.
+        if coll.ends_with("/events") {
+            let r = api.send("DELETE", &item, "application/json", b"").await;
+            assert_eq!(r.code, 200, "{item}: {}", r.body);
+        }
     }
 }
