@@ -199,6 +199,51 @@ async fn kube_rs_apply_owns_removes_conflicts_and_forces() {
             .is_none()
     );
 
+    // Applies through the scale and status subresources own only their part, under their
+    // subresource.
+    let hpa = PatchParams::apply("hpa").force();
+    let scale = json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+                       "metadata": {"name": "web"}, "spec": {"replicas": 7}});
+    deploys
+        .patch_scale("web", &hpa, &Patch::Apply(&scale))
+        .await
+        .unwrap();
+    let status = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
+                        "spec": {"replicas": 1}, "status": {"observedGeneration": 9}});
+    deploys
+        .patch_status(
+            "web",
+            &PatchParams::apply("reporter"),
+            &Patch::Apply(&status),
+        )
+        .await
+        .unwrap();
+    let now = serde_json::to_value(deploys.get("web").await.unwrap()).unwrap();
+    assert_eq!(now["spec"]["replicas"], 7);
+    assert_eq!(now["status"]["observedGeneration"], 9);
+    let h = entry(&now, "hpa").unwrap();
+    assert_eq!(
+        (&h["operation"], &h["subresource"], &h["apiVersion"]),
+        (&json!("Apply"), &json!("scale"), &json!("apps/v1"))
+    );
+    assert_eq!(h["fieldsV1"], json!({"f:spec": {"f:replicas": {}}}));
+    let r = entry(&now, "reporter").unwrap();
+    assert_eq!(r["subresource"], "status");
+    assert_eq!(
+        r["fieldsV1"],
+        json!({"f:status": {"f:observedGeneration": {}}})
+    );
+    let err = api_error(
+        deploys
+            .patch("web", &b, &Patch::Apply(&scale_to_5))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(
+        err.message,
+        "Apply failed with 1 conflict: conflict with \"hpa\" with subresource \"scale\": .spec.replicas"
+    );
+
     // dryRun=All computes the conflict-free result and stores nothing.
     let before = deploys.get("web").await.unwrap();
     let dry = PatchParams {
