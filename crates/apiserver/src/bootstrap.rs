@@ -7,9 +7,13 @@ use serde_json::{Value, json};
 use svcnet_store::Mutation;
 
 use crate::objects;
+use crate::ownership::Writer;
 use crate::registry::{self, ResourceInfo};
 use crate::state::SharedState;
 use crate::status::ApiError;
+
+/// The field manager of the server's own objects, as upstream's kube-apiserver names it.
+const MANAGER: &str = "kube-apiserver";
 
 fn res(group: &str, plural: &str) -> Result<&'static ResourceInfo, ApiError> {
     let version = "v1";
@@ -32,20 +36,14 @@ async fn ensure(
     let name = objects::name_of(&obj).to_string();
     let created = objects::prepare_create(res, ns.as_deref(), obj.clone())?;
     let st = state.clone();
+    let writer = Writer::internal(res, MANAGER);
     state
-        .write(
-            res,
-            &res.key(ns.as_deref(), &name),
-            false,
-            move |cur| match cur {
-                None if !admit => Ok(Mutation::Put(created.clone())),
+        .write(res, &res.key(ns.as_deref(), &name), false, move |cur| {
+            let mut next = match cur {
+                None if !admit => created.clone(),
                 None => {
-                    let admitted = st.admission.admit_create(
-                        res,
-                        objects::name_of(&created),
-                        created.clone(),
-                    )?;
-                    Ok(Mutation::Put(admitted))
+                    st.admission
+                        .admit_create(res, objects::name_of(&created), created.clone())?
                 }
                 Some(cur) => {
                     let mut next = cur.clone();
@@ -57,16 +55,17 @@ async fn ensure(
                     if next == *cur {
                         return Ok(Mutation::Keep);
                     }
-                    if !admit {
-                        return Ok(Mutation::Put(next));
-                    }
-                    let admitted =
+                    if admit {
                         st.admission
-                            .admit_update(res, objects::name_of(cur), cur, next, false)?;
-                    Ok(Mutation::Put(admitted))
+                            .admit_update(res, objects::name_of(cur), cur, next, false)?
+                    } else {
+                        next
+                    }
                 }
-            },
-        )
+            };
+            writer.record_update(cur, &mut next, None);
+            Ok(Mutation::Put(next))
+        })
         .await?;
     Ok(())
 }
@@ -125,6 +124,7 @@ pub async fn run(state: &SharedState) -> Result<(), ApiError> {
                 }
                 let mut next = cur.clone();
                 next["spec"]["ports"][0]["targetPort"] = json!(port);
+                Writer::internal(services, MANAGER).record_update(Some(cur), &mut next, None);
                 Ok(Mutation::Put(next))
             },
         )

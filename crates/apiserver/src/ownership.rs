@@ -43,6 +43,18 @@ impl Writer {
                 status_apart: res.has_status(),
             },
         };
+        Writer::of(res, manager, operation, part)
+    }
+
+    /// An Update of the main resource by the server itself (its bootstrap objects).
+    pub fn internal(res: &ResourceInfo, manager: &str) -> Writer {
+        let part = Part::Main {
+            status_apart: res.has_status(),
+        };
+        Writer::of(res, manager.to_string(), Operation::Update, part)
+    }
+
+    fn of(res: &ResourceInfo, manager: String, operation: Operation, part: Part) -> Writer {
         Writer {
             kind: res.kind,
             id: ManagerId {

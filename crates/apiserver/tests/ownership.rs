@@ -273,6 +273,12 @@ async fn kube_rs_apply_owns_removes_conflicts_and_forces() {
 async fn raw_managed_fields_defaults_reset_and_refusals() {
     let ts = common::TestServer::start().await;
     let raw = common::raw::raw(&ts).await;
+    // The server's own objects are kube-apiserver's.
+    let svc = raw
+        .get("/api/v1/namespaces/default/services/kubernetes")
+        .await
+        .body;
+    assert_eq!(managers(&svc), ["kube-apiserver/Update"], "{svc}");
     let cms = "/api/v1/namespaces/default/configmaps";
     // An Update without fieldManager is owned by the User-Agent's product name.
     let req = http::Request::builder()
