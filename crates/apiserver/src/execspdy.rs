@@ -78,6 +78,9 @@ struct Session {
     /// Stream ids by `streamType`.
     streams: Vec<(String, u32)>,
     resize_buf: Vec<u8>,
+    /// The terminal size the client sent before the process started (kubectl sends it as
+    /// soon as its streams exist).
+    first_size: Option<(u16, u16)>,
     /// The exec'd command, for its exit status.
     target: Option<ExecTarget>,
 }
@@ -90,6 +93,7 @@ impl Session {
             channels,
             streams: Vec::new(),
             resize_buf: Vec::new(),
+            first_size: None,
             target: None,
         }
     }
@@ -112,6 +116,7 @@ impl Session {
         let mut exited = None;
         // Until the process runs, the deadline is for the client's streams (the kubelet's 30 s).
         let mut deadline = Some(tokio::time::Instant::now() + STREAM_CREATION_TIMEOUT);
+        let (mut size_wait_set, mut size_waited) = (false, false);
         loop {
             let linger = async {
                 match deadline {
@@ -149,6 +154,16 @@ impl Session {
                         }
                     }
                     if running.is_none() && self.streams.len() >= self.channels.expected() {
+                        // On a terminal, the process starts on the client's size: wait
+                        // briefly for it, as the WebSocket path does.
+                        if self.channels.tty && self.first_size.is_none() && !size_waited {
+                            if !size_wait_set {
+                                deadline =
+                                    Some(tokio::time::Instant::now() + exec::FIRST_SIZE_WAIT);
+                                size_wait_set = true;
+                            }
+                            continue;
+                        }
                         match work.take() {
                             Some(w) => match self.start(w).await {
                                 Some(r) => {
@@ -181,6 +196,21 @@ impl Session {
                     None => break,
                 },
                 () = linger => {
+                    if running.is_none() && size_wait_set && !size_waited {
+                        // No size came: start on the default one.
+                        size_waited = true;
+                        match work.take() {
+                            Some(w) => match self.start(w).await {
+                                Some(r) => {
+                                    running = Some(r);
+                                    deadline = None;
+                                    continue;
+                                }
+                                None => return,
+                            },
+                            None => return,
+                        }
+                    }
                     if running.is_none() {
                         let status = json!({"metadata": {}, "status": "Failure", "reason": "Timeout",
                             "message": "timed out waiting for client to create streams"});
@@ -256,7 +286,7 @@ impl Session {
                             Some(Running::Attached { resize, .. }) => {
                                 exec::apply_resize(resize, &line)
                             }
-                            None => {}
+                            None => self.first_size = exec::terminal_size(&line),
                         }
                     }
                 }
@@ -285,26 +315,36 @@ impl Session {
     /// Starts the work once every stream is there; a failure is the session's final status.
     async fn start(&mut self, work: Work) -> Option<Running> {
         match work {
-            Work::Exec(source, target) => match source.start(&target) {
-                Ok(process) => {
-                    let io = exec::start_io(process, &target);
-                    self.target = Some(target);
-                    Some(Running::Process(io))
+            Work::Exec(source, mut target) => {
+                if target.tty && target.size.is_none() {
+                    target.size = self.first_size;
                 }
-                Err(e) => {
-                    let status = json!({"metadata": {}, "status": "Failure", "reason": "InternalError",
+                match source.start(&target) {
+                    Ok(process) => {
+                        let io = exec::start_io(process, &target);
+                        self.target = Some(target);
+                        Some(Running::Process(io))
+                    }
+                    Err(e) => {
+                        let status = json!({"metadata": {}, "status": "Failure", "reason": "InternalError",
                         "message": format!("Internal error occurred: error executing command in pod {}/{} container {}: {e}",
                             target.namespace, target.pod, target.container)});
-                    self.end(&status).await;
-                    None
+                        self.end(&status).await;
+                        None
+                    }
                 }
-            },
+            }
             Work::Attach(source, target) => match source.attach(&target) {
-                Ok(a) => Some(Running::Attached {
-                    output: a.output,
-                    stdin: a.stdin,
-                    resize: a.resize,
-                }),
+                Ok(a) => {
+                    if let (Some(resize), Some((rows, cols))) = (&a.resize, self.first_size) {
+                        resize(rows, cols);
+                    }
+                    Some(Running::Attached {
+                        output: a.output,
+                        stdin: a.stdin,
+                        resize: a.resize,
+                    })
+                }
                 Err(e) => {
                     let status = json!({"metadata": {}, "status": "Failure", "reason": "BadRequest",
                         "message": e});

@@ -115,3 +115,58 @@ async fn nothing_starts_before_every_stream_is_there_and_failures_are_statuses()
         "{status}"
     );
 }
+
+/// A terminal session: the process starts on the size kubectl sends right after its
+/// streams (not on a default size), or, when none comes, on the default after a short wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_starts_on_the_clients_first_size() {
+    for send_size in [true, false] {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let slot = seen.clone();
+        let source = ExecSource::new(move |t| {
+            *slot.lock().unwrap() = Some(t.size);
+            let child = std::process::Command::new("true")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(|e| e.to_string())?;
+            Ok(ExecProcess {
+                child,
+                terminal: None,
+                resize: None,
+            })
+        });
+        let (to_server, input) = mpsc::channel(16);
+        let (out, from_server) = mpsc::channel(16);
+        let channels = Channels {
+            stdin: false,
+            stdout: true,
+            stderr: false,
+            tty: true,
+        };
+        let work = Work::Exec(
+            source,
+            ExecTarget {
+                stdin: false,
+                tty: true,
+                ..target(&["true"])
+            },
+        );
+        tokio::spawn(Session::new(out, channels).run(input, work));
+        let mut c = Client::new(to_server, from_server);
+        for (id, kind) in [(1, "error"), (5, "stdout"), (9, "resize")] {
+            c.open_with(id, &[("streamType", &[kind])]).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        assert_eq!(*seen.lock().unwrap(), None, "started before the size");
+        if send_size {
+            c.data(9, br#"{"Width":77,"Height":21}"#, false).await;
+            c.data(9, b"\n", false).await;
+        }
+        let (status, _) = c.read_stream(1).await;
+        let status: Value = serde_json::from_slice(&status).unwrap();
+        assert_eq!(status["status"], "Success", "{status}");
+        let want = send_size.then_some((21, 77));
+        assert_eq!(*seen.lock().unwrap(), Some(want));
+    }
+}
