@@ -146,13 +146,24 @@ fn stored_entries(obj: Option<&Value>) -> Vec<Entry> {
     managed::decode(obj.and_then(|o| o.pointer("/metadata/managedFields"))).unwrap_or_default()
 }
 
-/// The `managedFields` a client sent with a create, update or non-apply patch: 422 for
-/// entries upstream's validation refuses; `None` when absent, empty or undecodable (the
-/// stored entries are used then, as upstream does).
+/// The `managedFields` a client sent with a create, update or non-apply patch, as upstream
+/// treats them: `[{}]` resets them (`Some(empty)`); entries that decode replace the stored
+/// ones; absent, empty or undecodable ones leave the stored entries (`None`), so a client
+/// that does not know them cannot wipe them. Entries that decode but name a manager over
+/// 128 bytes are 422, as upstream's validation.
 pub fn sent_entries(res: &ResourceInfo, obj: &Value) -> Result<Option<Vec<Entry>>, ApiError> {
     let Some(sent) = obj.pointer("/metadata/managedFields") else {
         return Ok(None);
     };
+    if managed::is_reset(sent) {
+        return Ok(Some(Vec::new()));
+    }
+    let Ok(entries) = managed::decode(Some(sent)) else {
+        return Ok(None);
+    };
+    if entries.is_empty() {
+        return Ok(None);
+    }
     let errors = managed::validate(sent);
     if !errors.is_empty() {
         let name = obj
@@ -161,20 +172,15 @@ pub fn sent_entries(res: &ResourceInfo, obj: &Value) -> Result<Option<Vec<Entry>
             .unwrap_or("");
         let causes = errors
             .into_iter()
-            .map(|(field, value, message)| Cause {
-                reason: "FieldValueInvalid".into(),
+            .map(|(field, _, message)| Cause {
+                reason: "FieldValueTooLong".into(),
                 field,
-                message: format!("Invalid value: {value:?}: {message}"),
+                message,
             })
             .collect();
         return Err(ApiError::invalid(res, name, causes));
     }
-    // An empty list keeps the stored entries (so clients unaware of them cannot wipe them);
-    // `[{}]` decodes to one empty entry and so resets them, as upstream documents.
-    if sent.as_array().is_none_or(|a| a.is_empty()) {
-        return Ok(None);
-    }
-    Ok(managed::decode(Some(sent)).ok())
+    Ok(Some(entries))
 }
 
 /// Upstream refuses an apply configuration that carries managedFields.

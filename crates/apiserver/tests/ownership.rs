@@ -349,21 +349,34 @@ async fn raw_managed_fields_defaults_reset_and_refusals() {
     assert_eq!(r.body["data"], json!({"a": "2", "b": "x"}));
     assert!(entry(&r.body, "my-tool").is_none(), "{}", r.body);
 
-    // Invalid managedFields from a client: a wrong operation is 422, undecodable fields keep
-    // the stored entries, `[{}]` resets them.
+    // managedFields from a client, as upstream: entries it cannot decode (a wrong operation,
+    // a bad field set) leave the stored ones, a manager over 128 bytes is 422, `[{}]`
+    // resets them.
     let mut obj = r.body.clone();
-    obj["metadata"]["managedFields"] = json!([{"manager": "m", "operation": "Bogus"}]);
+    for bad in [
+        json!([{"manager": "m", "operation": "Bogus", "apiVersion": "v1", "fieldsType": "FieldsV1"}]),
+        json!([{"manager": "m", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+                "fieldsV1": {"nonsense": {}}}]),
+    ] {
+        obj["metadata"]["managedFields"] = bad;
+        let r = raw.json("PUT", &format!("{cms}/cm"), &obj).await;
+        assert_eq!(r.code, 200, "{}", r.body);
+        assert_eq!(managers(&r.body), ["applier/Apply"]);
+    }
+    obj["metadata"]["managedFields"] = json!([{"manager": "m".repeat(129), "operation": "Update",
+        "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}}}}]);
     let r = raw.json("PUT", &format!("{cms}/cm"), &obj).await;
     assert_eq!(r.code, 422, "{}", r.body);
     assert_eq!(
         r.body["details"]["causes"][0]["field"],
-        "metadata.managedFields[0].operation"
+        "metadata.managedFields[0].manager"
     );
-    obj["metadata"]["managedFields"] =
-        json!([{"manager": "m", "operation": "Update", "fieldsV1": {"nonsense": {}}}]);
+    // Entries that decode replace the stored ones (a client may rewrite ownership).
+    obj["metadata"]["managedFields"] = json!([{"manager": "importer", "operation": "Update",
+        "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}}}}]);
     let r = raw.json("PUT", &format!("{cms}/cm"), &obj).await;
     assert_eq!(r.code, 200, "{}", r.body);
-    assert_eq!(managers(&r.body), ["applier/Apply"]);
+    assert_eq!(managers(&r.body), ["importer/Update"]);
     let mut obj = r.body.clone();
     obj["metadata"]["managedFields"] = json!([{}]);
     let r = raw.json("PUT", &format!("{cms}/cm"), &obj).await;

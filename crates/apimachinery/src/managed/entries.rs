@@ -66,9 +66,10 @@ pub(super) fn cap_updates(mut entries: Vec<Entry>) -> Vec<Entry> {
     entries
 }
 
-/// Decodes `metadata.managedFields` (upstream's `DecodeManagedFields`). Entries whose
-/// operation is neither Apply nor Update are refused here; [`validate`] names them for a
-/// 422.
+/// Decodes `metadata.managedFields` as upstream's `DecodeManagedFields`: every entry needs
+/// an operation of `Apply` or `Update`, an apiVersion, `fieldsType: FieldsV1` and a field
+/// set that parses; anything else is an error (the caller then keeps the stored entries, as
+/// upstream does with a client's undecodable ones).
 pub fn decode(v: Option<&Value>) -> Result<Vec<Entry>, String> {
     let Some(v) = v else {
         return Ok(Vec::new());
@@ -82,18 +83,30 @@ pub fn decode(v: Option<&Value>) -> Result<Vec<Entry>, String> {
     let mut out: Vec<Entry> = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let Value::Object(m) = item else {
-            return Err(format!("managedFields[{i}] must be an object"));
+            return Err(format!("managed fields entry {i} is not an object"));
         };
         let s = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         let operation = match s("operation").as_str() {
             "Apply" => Operation::Apply,
-            "Update" | "" => Operation::Update,
-            other => return Err(format!("managedFields[{i}]: invalid operation {other:?}")),
+            "Update" => Operation::Update,
+            _ => return Err("operation must be `Apply` or `Update`".into()),
         };
+        if s("apiVersion").is_empty() {
+            return Err("apiVersion must not be empty".into());
+        }
+        match s("fieldsType").as_str() {
+            "FieldsV1" => {}
+            "" => return Err(format!("missing fieldsType in managed fields entry {i}")),
+            other => {
+                return Err(format!(
+                    "invalid fieldsType {other:?} in managed fields entry {i}"
+                ));
+            }
+        }
         let fields = match m.get("fieldsV1") {
             None | Some(Value::Null) => FieldSet::new(),
             Some(f) => FieldSet::from_fields_v1(f)
-                .map_err(|e| format!("managedFields[{i}]: error decoding set: {e}"))?,
+                .map_err(|e| format!("error decoding versioned set from {f}: {e}"))?,
         };
         let time = m
             .get("time")
@@ -115,37 +128,31 @@ pub fn decode(v: Option<&Value>) -> Result<Vec<Entry>, String> {
     Ok(out)
 }
 
-/// Field errors of client-sent managedFields, as upstream's `ValidateManagedFields`:
-/// `(field, bad value, message)`.
+/// Whether a client's managedFields are the documented reset: a non-empty list of empty
+/// entries (`[{}]`), which clears them (upstream's `isResetManagedFields`).
+pub fn is_reset(v: &Value) -> bool {
+    v.as_array().is_some_and(|a| {
+        !a.is_empty() && a.iter().all(|e| e.as_object().is_some_and(Map::is_empty))
+    })
+}
+
+/// Field errors upstream's `ValidateManagedFields` still finds in entries that decoded:
+/// `(field, bad value, message)` — a manager over 128 bytes, a subresource over 256.
 pub fn validate(v: &Value) -> Vec<(String, String, String)> {
     let mut errs = Vec::new();
     let Value::Array(items) = v else {
         return errs;
     };
     for (i, item) in items.iter().enumerate() {
-        let at = |f: &str| format!("metadata.managedFields[{i}].{f}");
-        let s = |k: &str| {
-            item.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        let op = s("operation");
-        // An entry without an operation decodes as an Update (`[{}]` is the documented way
-        // to reset managedFields); a wrong one is refused.
-        if !op.is_empty() && op != "Apply" && op != "Update" {
-            errs.push((at("operation"), op, "must be `Apply` or `Update`".into()));
-        }
-        let ft = s("fieldsType");
-        if !ft.is_empty() && ft != "FieldsV1" {
-            errs.push((at("fieldsType"), ft, "must be `FieldsV1`".into()));
-        }
-        if s("manager").len() > 128 {
-            errs.push((
-                at("manager"),
-                s("manager"),
-                "must have at most 128 bytes".into(),
-            ));
+        for (field, max) in [("manager", 128), ("subresource", 256)] {
+            let value = item.get(field).and_then(Value::as_str).unwrap_or("");
+            if value.len() > max {
+                errs.push((
+                    format!("metadata.managedFields[{i}].{field}"),
+                    value.to_string(),
+                    format!("Too long: may not be more than {max} bytes"),
+                ));
+            }
         }
     }
     errs

@@ -25,7 +25,7 @@ mod tests;
 
 use serde_json::{Value, json};
 
-pub use entries::{ANCIENT_CHANGES, MAX_UPDATE_MANAGERS, decode, encode, validate};
+pub use entries::{ANCIENT_CHANGES, MAX_UPDATE_MANAGERS, decode, encode, is_reset, validate};
 pub use fieldpath::{FieldSet, Path, PathElement};
 
 /// `Apply` or `Update`, as written in an entry.

@@ -492,27 +492,31 @@ fn managed_fields_decode_validate_and_order() {
         .map(|e| e["manager"].as_str().unwrap())
         .collect();
     assert_eq!(order, ["z", "a", "b"], "Apply first, then by time");
-    // The documented reset: one empty entry decodes to nothing.
-    let reset = decode(Some(&json!([{}]))).unwrap();
-    assert_eq!(encode(&reset), None);
-    assert!(validate(&json!([{}])).is_empty());
-    let errs = validate(&json!([{"manager": "m", "operation": "Patch", "fieldsType": "FieldsV2"}]));
+    // The documented reset is an empty entry; entries upstream cannot decode are errors
+    // (the caller keeps the stored ones).
+    assert!(is_reset(&json!([{}])) && is_reset(&json!([{}, {}])));
+    assert!(!is_reset(&json!([])) && !is_reset(&json!([{"manager": "m"}])));
+    for bad in [
+        json!([{}]),
+        json!([{"manager": "m", "operation": "Patch", "apiVersion": "v1", "fieldsType": "FieldsV1"}]),
+        json!([{"manager": "m", "operation": "Update", "apiVersion": "v1"}]),
+        json!([{"manager": "m", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV2"}]),
+        json!([{"manager": "m", "operation": "Update", "fieldsType": "FieldsV1"}]),
+        json!([{"manager": "m", "operation": "Update", "apiVersion": "v1", "fieldsType": "FieldsV1",
+                "fieldsV1": {"bogus": {}}}]),
+    ] {
+        assert!(decode(Some(&bad)).is_err(), "{bad}");
+    }
+    let long = "m".repeat(129);
     assert_eq!(
-        errs,
-        vec![
-            (
-                "metadata.managedFields[0].operation".to_string(),
-                "Patch".to_string(),
-                "must be `Apply` or `Update`".to_string()
-            ),
-            (
-                "metadata.managedFields[0].fieldsType".to_string(),
-                "FieldsV2".to_string(),
-                "must be `FieldsV1`".to_string()
-            )
-        ]
+        validate(&json!([{"manager": long, "operation": "Update"}])),
+        vec![(
+            "metadata.managedFields[0].manager".to_string(),
+            long.clone(),
+            "Too long: may not be more than 128 bytes".to_string()
+        )]
     );
-    assert!(decode(Some(&json!([{"fieldsV1": {"bogus": {}}}]))).is_err());
+    assert!(validate(&json!([{"manager": "m"}])).is_empty());
     assert!(decode(Some(&json!("x"))).is_err());
 }
 
