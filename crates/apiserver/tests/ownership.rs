@@ -371,6 +371,26 @@ async fn raw_managed_fields_defaults_reset_and_refusals() {
         r.body["details"]["causes"][0]["field"],
         "metadata.managedFields[0].manager"
     );
+    // A value of the wrong type does not decode into ObjectMeta: 400, as upstream; with
+    // fieldValidation=Ignore it is never stored either (the object stays readable).
+    for bad in [
+        json!("x"),
+        json!([1]),
+        json!([{"manager": "m", "time": "yesterday"}]),
+    ] {
+        obj["metadata"]["managedFields"] = bad.clone();
+        let r = raw.json("PUT", &format!("{cms}/cm"), &obj).await;
+        assert_eq!(r.code, 400, "{bad}: {}", r.body);
+        let r = raw
+            .json("PUT", &format!("{cms}/cm?fieldValidation=Ignore"), &obj)
+            .await;
+        assert_eq!(r.code, 200, "{bad}: {}", r.body);
+        assert_eq!(managers(&r.body), ["applier/Apply"], "{bad}");
+        Api::<ConfigMap>::namespaced(raw.client.clone(), "default")
+            .get("cm")
+            .await
+            .unwrap();
+    }
     // Entries that decode replace the stored ones (a client may rewrite ownership).
     obj["metadata"]["managedFields"] = json!([{"manager": "importer", "operation": "Update",
         "apiVersion": "v1", "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}}}}]);
