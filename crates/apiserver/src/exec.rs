@@ -301,7 +301,7 @@ pub(crate) fn refuse_completed(pod: &Value, doing: &str) -> Result<(), ApiError>
 }
 
 /// How long a terminal session waits for the client's first size before starting the process.
-const FIRST_SIZE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+pub(crate) const FIRST_SIZE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// (rows, columns) from a resize message (`{"Width":..,"Height":..}`).
 pub(crate) fn terminal_size(msg: &[u8]) -> Option<(u16, u16)> {

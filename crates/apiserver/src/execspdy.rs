@@ -80,6 +80,10 @@ struct Session {
     resize_buf: Vec<u8>,
     /// The exec'd command, for its exit status.
     target: Option<ExecTarget>,
+    /// A terminal's size sent before the process started (kubectl sends it first).
+    first_size: Option<(u16, u16)>,
+    /// Input that came before the process started (`None`: end of input).
+    early_stdin: Vec<Option<Vec<u8>>>,
 }
 
 impl Session {
@@ -91,6 +95,8 @@ impl Session {
             streams: Vec::new(),
             resize_buf: Vec::new(),
             target: None,
+            first_size: None,
+            early_stdin: Vec::new(),
         }
     }
 
@@ -112,7 +118,16 @@ impl Session {
         let mut exited = None;
         // Until the process runs, the deadline is for the client's streams (the kubelet's 30 s).
         let mut deadline = Some(tokio::time::Instant::now() + STREAM_CREATION_TIMEOUT);
+        // A terminal session starts its process once the client's first size came, or after
+        // a short wait (`stty size` run at once would otherwise see 24 80 before the resize).
+        let mut start_at: Option<tokio::time::Instant> = None;
         loop {
+            let start_due = async {
+                match start_at {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
             let linger = async {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
@@ -149,17 +164,24 @@ impl Session {
                         }
                     }
                     if running.is_none() && self.streams.len() >= self.channels.expected() {
-                        match work.take() {
-                            Some(w) => match self.start(w).await {
-                                Some(r) => {
-                                    running = Some(r);
-                                    deadline = None;
-                                }
-                                None => return,
-                            },
-                            None => return,
+                        let waits_for_size = self.channels.tty
+                            && self.first_size.is_none()
+                            && matches!(work, Some(Work::Exec(..)));
+                        if waits_for_size {
+                            start_at.get_or_insert_with(|| {
+                                tokio::time::Instant::now() + exec::FIRST_SIZE_WAIT
+                            });
+                        } else {
+                            let Some(r) = self.begin(work.take()).await else { return };
+                            running = Some(r);
+                            (deadline, start_at) = (None, None);
                         }
                     }
+                }
+                () = start_due => {
+                    let Some(r) = self.begin(work.take()).await else { return };
+                    running = Some(r);
+                    (deadline, start_at) = (None, None);
                 }
                 out = output => match out {
                     Some(Out::Data(channel, data)) => {
@@ -245,6 +267,14 @@ impl Session {
                                 let _ = tx.send(None).await;
                             }
                         }
+                        None => {
+                            if !data.is_empty() {
+                                self.early_stdin.push(Some(data.to_vec()));
+                            }
+                            if fin {
+                                self.early_stdin.push(None);
+                            }
+                        }
                         _ => {}
                     }
                 } else if Some(stream) == self.stream("resize") {
@@ -256,7 +286,7 @@ impl Session {
                             Some(Running::Attached { resize, .. }) => {
                                 exec::apply_resize(resize, &line)
                             }
-                            None => {}
+                            None => self.first_size = exec::terminal_size(&line),
                         }
                     }
                 }
@@ -282,23 +312,35 @@ impl Session {
         true
     }
 
-    /// Starts the work once every stream is there; a failure is the session's final status.
+    /// Starts the work (once); `None`: it could not start, or already had.
+    async fn begin(&mut self, work: Option<Work>) -> Option<Running> {
+        self.start(work?).await
+    }
+
+    /// Starts the work once every stream is there (a process on a terminal of the client's
+    /// first size, fed the input that came meanwhile); a failure is the session's final status.
     async fn start(&mut self, work: Work) -> Option<Running> {
         match work {
-            Work::Exec(source, target) => match source.start(&target) {
-                Ok(process) => {
-                    let io = exec::start_io(process, &target);
-                    self.target = Some(target);
-                    Some(Running::Process(io))
+            Work::Exec(source, mut target) => {
+                target.size = self.first_size.or(target.size);
+                match source.start(&target) {
+                    Ok(process) => {
+                        let io = exec::start_io(process, &target);
+                        for input in self.early_stdin.drain(..) {
+                            let _ = io.input.send(input);
+                        }
+                        self.target = Some(target);
+                        Some(Running::Process(io))
+                    }
+                    Err(e) => {
+                        let status = json!({"metadata": {}, "status": "Failure", "reason": "InternalError",
+                            "message": format!("Internal error occurred: error executing command in pod {}/{} container {}: {e}",
+                                target.namespace, target.pod, target.container)});
+                        self.end(&status).await;
+                        None
+                    }
                 }
-                Err(e) => {
-                    let status = json!({"metadata": {}, "status": "Failure", "reason": "InternalError",
-                        "message": format!("Internal error occurred: error executing command in pod {}/{} container {}: {e}",
-                            target.namespace, target.pod, target.container)});
-                    self.end(&status).await;
-                    None
-                }
-            },
+            }
             Work::Attach(source, target) => match source.attach(&target) {
                 Ok(a) => Some(Running::Attached {
                     output: a.output,

@@ -324,7 +324,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     println!("kubeconfig: {}", kubeconfig.display());
     println!("  export KUBECONFIG={}", kubeconfig.display());
     let outcome = tokio::select! {
-        res = shutdown_signal() => res,
+        res = super::shutdown_signal() => res,
         Some(res) = tasks.join_next() => match res {
             Ok(Ok(())) => Err(anyhow::anyhow!("a component stopped unexpectedly")),
             Ok(Err(err)) => Err(err),
@@ -388,15 +388,6 @@ fn first_subnet(pod_cidr: Ipv4Net) -> Ipv4Net {
 }
 
 /// Ctrl-C or SIGTERM.
-async fn shutdown_signal() -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot listen for SIGTERM")?;
-    tokio::select! {
-        res = tokio::signal::ctrl_c() => res.context("cannot wait for Ctrl-C"),
-        _ = term.recv() => Ok(()),
-    }
-}
-
 async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }
