@@ -21,28 +21,37 @@ fn packet_flow_table() {
     run_table(&tracer(&fake), &cases());
 }
 
-/// ClientIP affinity: a client the affinity map holds for the frontend goes straight to its
-/// recorded endpoint; another client is spread; the record rule is on every first pick.
+/// ClientIP affinity: a client the port's affinity map holds goes straight to its recorded
+/// endpoint; another client is spread; the record rule is on every first pick, into the map
+/// of the port's pool (one per service port, whatever the frontend).
 #[test]
 fn affinity_follows_the_map_entry_of_the_client() {
     let (_, mut fake, _) = common::full(&world(), None);
     let c = cases()
         .into_iter()
-        .find(|c| c.name.starts_with("affinity"))
+        .find(|c| c.name.starts_with("affinity service sticks"))
         .unwrap();
+    let map = svcnet_nft::names::affinity_object(
+        "cluster",
+        &svcnet_proxy::ServicePortName {
+            service: NamespacedName::new("default", "sticky"),
+            port: String::new(),
+            protocol: svcnet_proxy::Protocol::Tcp,
+        },
+    );
     let first =
         svcnet_nft::trace::Tracer::new(&svcnet_nft::trace::Ruleset::from_fake(&fake), node_addrs())
             .trace(&common::tracer::packet(&c.packet()))
             .unwrap();
     assert_eq!(first.len(), 2, "{first:?}");
     assert!(
-        first.iter().all(|b| b.records_affinity == ["affinity-tcp"]),
+        first.iter().all(|b| b.records_affinity == [map.clone()]),
         "{first:?}"
     );
     let mut tx = svcnet_nft::Transaction::new(svcnet_nft::Family::Ip, "svcnet");
     tx.push(svcnet_nft::Op::AddElement {
-        set: "affinity-tcp".into(),
-        key: format!("{} . 10.96.0.11 . tcp . 80", c.packet().src),
+        set: map,
+        key: c.packet().src.to_string(),
         value: Some("10.244.2.2 . 8080".into()),
     });
     fake.apply(&tx).unwrap();

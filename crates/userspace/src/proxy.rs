@@ -505,7 +505,7 @@ impl UserspaceProxy {
                 service: spec.key.service.to_string(),
                 source,
             })?
-            .maglev_by_address_only(spec.affinity_timeout.is_some());
+            .maglev_by_address_only(spec.affinity.is_some());
             let name = &spec.key.service;
             let endpoints = balancer
                 .backends()
@@ -517,10 +517,14 @@ impl UserspaceProxy {
                         .clone()
                 })
                 .collect();
-            let service = reg.services.entry(name.clone()).or_default().clone();
+            // The pins live under the core's affinity key (the service port), shared by all
+            // of the port's routes; a pin to an endpoint a route lacks is never followed.
+            let state_key = spec.affinity.as_ref().map_or(name, |(_, key)| key);
+            let service = reg.services.entry(state_key.clone()).or_default().clone();
             let affinity = spec
-                .affinity_timeout
-                .map(|t| Duration::from_secs(u64::from(t)));
+                .affinity
+                .as_ref()
+                .map(|(t, _)| Duration::from_secs(u64::from(*t)));
             if let Some(t) = affinity {
                 service.affinity.expire(t, now);
             }

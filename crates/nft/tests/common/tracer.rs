@@ -3,7 +3,7 @@
 //! table`, parsed), so the component tier and the kernel tier check the same interpreter
 //! against the same expectations. A rule it cannot interpret fails the test.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use svcnet_flows::{Client, Distribution, Outcome, Packet, Proto, Tracer};
 use svcnet_nft::FakeNft;
@@ -53,6 +53,34 @@ pub fn packet(pkt: &Packet) -> trace::Packet {
 impl Tracer for NftTracer {
     fn name(&self) -> &'static str {
         "nftables"
+    }
+
+    /// The first connection's branch to `endpoint` records the client in the maps its
+    /// record rules name; with those entries (as the kernel lists them, `client : endpoint`)
+    /// the packet is traced again.
+    fn trace_after(&self, first: &Packet, endpoint: SocketAddr, pkt: &Packet) -> Distribution {
+        let t = trace::Tracer {
+            rules: &self.rules,
+            local_addrs: self.local_addrs.clone(),
+        };
+        let branches = t
+            .trace(&packet(first))
+            .unwrap_or_else(|e| panic!("tracing {first:?}: {e}"));
+        let mut rules = self.rules.clone();
+        let to_endpoint = branches
+            .iter()
+            .filter(|b| matches!(b.outcome, trace::Outcome::Endpoint { to, .. } if to == endpoint));
+        for b in to_endpoint {
+            for map in &b.records_affinity {
+                let entry = format!("{} : {} . {}", first.src, endpoint.ip(), endpoint.port());
+                rules.sets.entry(map.clone()).or_default().push(entry);
+            }
+        }
+        let after = NftTracer {
+            rules,
+            local_addrs: self.local_addrs.clone(),
+        };
+        after.trace(pkt)
     }
 
     fn trace(&self, pkt: &Packet) -> Distribution {

@@ -316,9 +316,11 @@ fn packet_text(p: &Packet) -> String {
 /// Whether the branch went to its endpoint because the client is in its affinity set (nft)
 /// or `recent` list (iptables).
 fn sticky(b: &Branch) -> bool {
-    let nft_hit = b.ended_by.as_ref().is_some_and(|(_, rule)| {
-        rule.contains("map @affinity") || rule.contains("map @np-affinity")
-    });
+    // nft: the DNAT of a service port's affinity lookup chain (`aff-<pool>-…`).
+    let nft_hit = b
+        .ended_by
+        .as_ref()
+        .is_some_and(|(chain, rule)| chain.starts_with("aff-") && rule.contains("saddr map @aff-"));
     nft_hit
         || b.path
             .iter()
