@@ -14,7 +14,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use svcnet_netns::test_support::{
     EXTERNAL_IP, Lab, NODE_IP, Reply, Session, tcp_ask, udp_ask_with,
 };
-use svcnet_nft::{Family, FullMode, NftExecutor, Renderer};
+use svcnet_nft::{FullMode, NftExecutor, Renderer};
 use svcnet_proxy::fixtures::*;
 use svcnet_proxy::{CoreConfig, IpFamily, NamespacedName, ProxyState};
 
@@ -50,7 +50,7 @@ fn env() -> Env {
     let exec = NftExecutor::new(Some(lab.node.name().to_string()));
     let renderers = IpFamily::ALL
         .into_iter()
-        .map(|f| (f, Renderer::new(Family::from(f))))
+        .map(|f| (f, Renderer::new(svcnet_nft::family_of(f))))
         .collect();
     Env {
         lab,
