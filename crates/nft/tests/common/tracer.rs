@@ -37,6 +37,15 @@ impl NftTracer {
     }
 }
 
+impl NftTracer {
+    /// The production tracer's branches (a rule it cannot interpret fails the test).
+    fn branches(&self, pkt: &Packet) -> Vec<trace::Branch> {
+        trace::Tracer::new(&self.rules, self.local_addrs.clone())
+            .trace(&packet(pkt))
+            .unwrap_or_else(|e| panic!("tracing {pkt:?}: {e}"))
+    }
+}
+
 pub fn packet(pkt: &Packet) -> trace::Packet {
     trace::Packet {
         src: pkt.src,
@@ -59,13 +68,7 @@ impl Tracer for NftTracer {
     /// record rules name; with those entries (as the kernel lists them, `client : endpoint`)
     /// the packet is traced again.
     fn trace_after(&self, first: &Packet, endpoint: SocketAddr, pkt: &Packet) -> Distribution {
-        let t = trace::Tracer {
-            rules: &self.rules,
-            local_addrs: self.local_addrs.clone(),
-        };
-        let branches = t
-            .trace(&packet(first))
-            .unwrap_or_else(|e| panic!("tracing {first:?}: {e}"));
+        let branches = self.branches(first);
         let mut rules = self.rules.clone();
         let to_endpoint = branches
             .iter()
@@ -84,13 +87,7 @@ impl Tracer for NftTracer {
     }
 
     fn trace(&self, pkt: &Packet) -> Distribution {
-        let t = trace::Tracer {
-            rules: &self.rules,
-            local_addrs: self.local_addrs.clone(),
-        };
-        let branches = t
-            .trace(&packet(pkt))
-            .unwrap_or_else(|e| panic!("tracing {pkt:?}: {e}"));
+        let branches = self.branches(pkt);
         let mut out = Distribution::new();
         for b in branches {
             let o = match b.outcome {
