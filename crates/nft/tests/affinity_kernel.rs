@@ -18,11 +18,15 @@ const VIP: &str = "10.96.0.50:80";
 const TIMEOUT: i32 = 60;
 
 fn sync(dp: &mut NftDataplane, state: &mut ProxyState, full: bool) {
+    sync_why(dp, state, full.then_some(FullReason::Unknown));
+}
+
+/// A full sync for `why` (`Periodic`: a reassert that keeps the affinity maps), or partial.
+fn sync_why(dp: &mut NftDataplane, state: &mut ProxyState, why: Option<FullReason>) {
     let changes = state.take_changes();
     let family = IpFamily::V4;
-    let plan = if full {
-        dp.plan_full(family, &state.desired(family), FullReason::Unknown)
-            .unwrap()
+    let plan = if let Some(why) = why {
+        dp.plan_full(family, &state.desired(family), why).unwrap()
     } else {
         let desired = state.desired_for(family, changes.services.keys());
         dp.plan_partial(family, &state.node_state(family), &desired)
@@ -161,6 +165,14 @@ fn affinity_pins_refreshes_and_forgets_a_removed_endpoint() {
     assert!(
         after > f64::from(TIMEOUT) - 1.0,
         "timeout not refreshed: {before} → {after}"
+    );
+
+    // The periodic resync re-asserts every object and keeps the pins.
+    sync_why(&mut dp, &mut state, Some(FullReason::Periodic));
+    assert_eq!(entries(&lab).len(), 1, "pin lost by the resync");
+    assert!(
+        ask(&lab, 4).iter().all(|g| *g == pinned),
+        "not pinned after the resync"
     );
 
     // The pinned endpoint goes away: the sync deletes the entry, the client moves on.
