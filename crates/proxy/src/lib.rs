@@ -36,8 +36,8 @@ pub use desired::{
     CoreConfig, DesiredEndpoint, DesiredFamily, DesiredNode, DesiredServicePort, NoEndpointsVerdict,
 };
 pub use graph::{
-    Capability, Frontend, Masquerade, NODE_VERDICTS, NodeVerdicts, Pool, Route, ServiceGraph,
-    Target, lower,
+    Affinity, Capability, Frontend, Masquerade, NODE_VERDICTS, NodeVerdicts, Pool, Route,
+    ServiceGraph, Target, lower,
 };
 pub use names::{IpFamily, NamespacedName, Protocol, ServicePortName};
 pub use service::{ServiceError, ServiceInfo, TrafficPolicy};

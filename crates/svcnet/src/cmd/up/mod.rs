@@ -151,10 +151,12 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         );
     }
     if with_agent {
-        cluster::check_prerequisites(
-            with_proxy && args.proxy_mode != svcnet_proxyd::ProxyMode::Iptables,
-            with_proxy && args.proxy_mode == svcnet_proxyd::ProxyMode::Iptables,
-        )?;
+        cluster::check_prerequisites(cluster::Needs {
+            libnftables: with_proxy && args.proxy_mode != svcnet_proxyd::ProxyMode::Iptables,
+            // The node-local DNS cache installs its notrack table with the `nft` command.
+            nft: args.node_local.node_local_dns,
+            iptables: with_proxy && args.proxy_mode == svcnet_proxyd::ProxyMode::Iptables,
+        })?;
     }
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create the data dir {}", args.data_dir.display()))?;
