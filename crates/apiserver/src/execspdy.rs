@@ -78,11 +78,12 @@ struct Session {
     /// Stream ids by `streamType`.
     streams: Vec<(String, u32)>,
     resize_buf: Vec<u8>,
-    /// The terminal size the client sent before the process started (kubectl sends it as
-    /// soon as its streams exist).
-    first_size: Option<(u16, u16)>,
     /// The exec'd command, for its exit status.
     target: Option<ExecTarget>,
+    /// A terminal's size sent before the process started (kubectl sends it first).
+    first_size: Option<(u16, u16)>,
+    /// Input that came before the process started (`None`: end of input).
+    early_stdin: Vec<Option<Vec<u8>>>,
 }
 
 impl Session {
@@ -93,8 +94,9 @@ impl Session {
             channels,
             streams: Vec::new(),
             resize_buf: Vec::new(),
-            first_size: None,
             target: None,
+            first_size: None,
+            early_stdin: Vec::new(),
         }
     }
 
@@ -116,8 +118,16 @@ impl Session {
         let mut exited = None;
         // Until the process runs, the deadline is for the client's streams (the kubelet's 30 s).
         let mut deadline = Some(tokio::time::Instant::now() + STREAM_CREATION_TIMEOUT);
-        let (mut size_wait_set, mut size_waited) = (false, false);
+        // A terminal session starts its process once the client's first size came, or after
+        // a short wait (`stty size` run at once would otherwise see 24 80 before the resize).
+        let mut start_at: Option<tokio::time::Instant> = None;
         loop {
+            let start_due = async {
+                match start_at {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
             let linger = async {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
@@ -154,27 +164,24 @@ impl Session {
                         }
                     }
                     if running.is_none() && self.streams.len() >= self.channels.expected() {
-                        // On a terminal, the process starts on the client's size: wait
-                        // briefly for it, as the WebSocket path does.
-                        if self.channels.tty && self.first_size.is_none() && !size_waited {
-                            if !size_wait_set {
-                                deadline =
-                                    Some(tokio::time::Instant::now() + exec::FIRST_SIZE_WAIT);
-                                size_wait_set = true;
-                            }
-                            continue;
-                        }
-                        match work.take() {
-                            Some(w) => match self.start(w).await {
-                                Some(r) => {
-                                    running = Some(r);
-                                    deadline = None;
-                                }
-                                None => return,
-                            },
-                            None => return,
+                        let waits_for_size = self.channels.tty
+                            && self.first_size.is_none()
+                            && matches!(work, Some(Work::Exec(..)));
+                        if waits_for_size {
+                            start_at.get_or_insert_with(|| {
+                                tokio::time::Instant::now() + exec::FIRST_SIZE_WAIT
+                            });
+                        } else {
+                            let Some(r) = self.begin(work.take()).await else { return };
+                            running = Some(r);
+                            (deadline, start_at) = (None, None);
                         }
                     }
+                }
+                () = start_due => {
+                    let Some(r) = self.begin(work.take()).await else { return };
+                    running = Some(r);
+                    (deadline, start_at) = (None, None);
                 }
                 out = output => match out {
                     Some(Out::Data(channel, data)) => {
@@ -196,21 +203,6 @@ impl Session {
                     None => break,
                 },
                 () = linger => {
-                    if running.is_none() && size_wait_set && !size_waited {
-                        // No size came: start on the default one.
-                        size_waited = true;
-                        match work.take() {
-                            Some(w) => match self.start(w).await {
-                                Some(r) => {
-                                    running = Some(r);
-                                    deadline = None;
-                                    continue;
-                                }
-                                None => return,
-                            },
-                            None => return,
-                        }
-                    }
                     if running.is_none() {
                         let status = json!({"metadata": {}, "status": "Failure", "reason": "Timeout",
                             "message": "timed out waiting for client to create streams"});
@@ -275,6 +267,14 @@ impl Session {
                                 let _ = tx.send(None).await;
                             }
                         }
+                        None => {
+                            if !data.is_empty() {
+                                self.early_stdin.push(Some(data.to_vec()));
+                            }
+                            if fin {
+                                self.early_stdin.push(None);
+                            }
+                        }
                         _ => {}
                     }
                 } else if Some(stream) == self.stream("resize") {
@@ -312,23 +312,30 @@ impl Session {
         true
     }
 
-    /// Starts the work once every stream is there; a failure is the session's final status.
+    /// Starts the work (once); `None`: it could not start, or already had.
+    async fn begin(&mut self, work: Option<Work>) -> Option<Running> {
+        self.start(work?).await
+    }
+
+    /// Starts the work once every stream is there (a process on a terminal of the client's
+    /// first size, fed the input that came meanwhile); a failure is the session's final status.
     async fn start(&mut self, work: Work) -> Option<Running> {
         match work {
             Work::Exec(source, mut target) => {
-                if target.tty && target.size.is_none() {
-                    target.size = self.first_size;
-                }
+                target.size = self.first_size.or(target.size);
                 match source.start(&target) {
                     Ok(process) => {
                         let io = exec::start_io(process, &target);
+                        for input in self.early_stdin.drain(..) {
+                            let _ = io.input.send(input);
+                        }
                         self.target = Some(target);
                         Some(Running::Process(io))
                     }
                     Err(e) => {
                         let status = json!({"metadata": {}, "status": "Failure", "reason": "InternalError",
-                        "message": format!("Internal error occurred: error executing command in pod {}/{} container {}: {e}",
-                            target.namespace, target.pod, target.container)});
+                            "message": format!("Internal error occurred: error executing command in pod {}/{} container {}: {e}",
+                                target.namespace, target.pod, target.container)});
                         self.end(&status).await;
                         None
                     }
@@ -336,6 +343,7 @@ impl Session {
             }
             Work::Attach(source, target) => match source.attach(&target) {
                 Ok(a) => {
+                    // A size that came with the streams applies to the attached terminal.
                     if let (Some(resize), Some((rows, cols))) = (&a.resize, self.first_size) {
                         resize(rows, cols);
                     }

@@ -116,10 +116,67 @@ async fn nothing_starts_before_every_stream_is_there_and_failures_are_statuses()
     );
 }
 
+/// A terminal session (kubectl 1.27–1.29 over SPDY): the process starts on the size the
+/// client sends first, not on a default it resizes from later, and input typed before it
+/// started reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_starts_on_the_clients_first_size() {
+    let started_with = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = started_with.clone();
+    let inner = host_source();
+    let source = ExecSource::new(move |t| {
+        seen.lock().unwrap().push(t.size);
+        inner.start(t)
+    });
+    let run = |source: ExecSource| {
+        let (to_server, input) = mpsc::channel(16);
+        let (out, from_server) = mpsc::channel(16);
+        let channels = Channels {
+            stdin: true,
+            stdout: true,
+            stderr: false,
+            tty: true,
+        };
+        let work = Work::Exec(
+            source,
+            ExecTarget {
+                tty: true,
+                ..target(&["cat"])
+            },
+        );
+        tokio::spawn(Session::new(out, channels).run(input, work));
+        Client::new(to_server, from_server)
+    };
+    let mut c = run(source.clone());
+    for (id, kind) in [(1, "error"), (3, "stdin"), (5, "stdout"), (7, "resize")] {
+        c.open_with(id, &[("streamType", &[kind])]).await;
+    }
+    c.data(3, b"typed early\n", true).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        started_with.lock().unwrap().is_empty(),
+        "started before the size came"
+    );
+    c.data(7, b"{\"Width\":101,\"Height\":33}\n", false).await;
+    let (out, _) = c.read_stream(5).await;
+    assert_eq!(out, b"typed early\n");
+    assert_eq!(*started_with.lock().unwrap(), vec![Some((33, 101))]);
+
+    // A client that sends no size: the process starts anyway, after the short wait.
+    let mut c = run(source);
+    for (id, kind) in [(1, "error"), (3, "stdin"), (5, "stdout"), (7, "resize")] {
+        c.open_with(id, &[("streamType", &[kind])]).await;
+    }
+    c.data(3, b"no size\n", true).await;
+    let (out, _) = c.read_stream(5).await;
+    assert_eq!(out, b"no size\n");
+    assert_eq!(started_with.lock().unwrap()[1], None);
+}
+
 /// A terminal session: the process starts on the size kubectl sends right after its
 /// streams (not on a default size), or, when none comes, on the default after a short wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_terminal_starts_on_the_clients_first_size() {
+async fn a_terminal_without_stdin_starts_on_the_first_size_or_after_a_wait() {
     for send_size in [true, false] {
         let seen = std::sync::Arc::new(std::sync::Mutex::new(None));
         let slot = seen.clone();

@@ -3,8 +3,10 @@
 //! parameter declared, list operations with their query parameters returning the `…List`
 //! kind, writes with `dryRun`/`fieldManager`/`fieldValidation`, PATCH bodies in the patch
 //! media types with upstream's `Patch` schema, DELETE bodies `DeleteOptions`, and the
-//! `status`, `scale` and `log` subresources. kubectl reads them to learn that the server
-//! validates fields itself (`fieldValidation` on PATCH) and for `kubectl explain`.
+//! `status`, `scale` and `log` subresources, the streams (`exec`, `attach`, `portforward`) as
+//! `connect` operations, and the deprecated `/watch/` paths upstream still lists (served for old
+//! clients). kubectl reads them to learn that the server validates fields itself
+//! (`fieldValidation` on PATCH) and for `kubectl explain`.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
@@ -433,6 +435,46 @@ fn build(group: &str, version: &str) -> Result<Value, ApiError> {
         );
         paths.insert(named.clone(), Value::Object(item));
 
+        // The deprecated `/watch/` paths (a watch of a collection, of every namespace's, and
+        // of one object), which upstream still lists and old clients still use.
+        let watch_base = format!("{base}/watch");
+        let relative = |p: &str| p.trim_start_matches(&base).to_string();
+        let mut watch_params = list_params();
+        watch_params.retain(|p| p["name"] != "watch");
+        let watches = [
+            (
+                format!("{watch_base}{}", relative(&collection)),
+                "watchlist",
+                format!("watch{title}{scope}{}List", r.kind),
+                &path_params[1..],
+            ),
+            (
+                format!("{watch_base}{}", relative(&named)),
+                "watch",
+                format!("watch{title}{scope}{}", r.kind),
+                &path_params[..],
+            ),
+        ];
+        let all_namespaces = r.namespaced.then(|| {
+            (
+                format!("{watch_base}/{}", r.plural),
+                "watchlist",
+                format!("watch{title}{}ListForAllNamespaces", r.kind),
+                &path_params[..0],
+            )
+        });
+        for (path, action, id, declared) in watches.into_iter().chain(all_namespaces) {
+            let watch = Op {
+                action,
+                id,
+                params: watch_params.clone(),
+                body: None,
+                responses: responses(&["200"], &schema_ref(WATCH_EVENT)),
+                gvk: gvk.clone(),
+            };
+            paths.insert(path, json!({"parameters": declared, "get": watch.render()}));
+        }
+
         for sub in r.subresources {
             let item = match *sub {
                 "status" => read_replace_patch("Status", &obj, None),
@@ -457,8 +499,31 @@ fn build(group: &str, version: &str) -> Result<Value, ApiError> {
                     item.insert("get".into(), log.render());
                     item
                 }
-                // pods/exec is a stream upgraded to a WebSocket, outside what OpenAPI
-                // describes for tools; kubectl finds it by discovery.
+                // Streams upgraded to WebSocket or SPDY: upstream's `connect` operations, GET
+                // and POST, answering a stream of bytes.
+                "exec" | "attach" | "portforward" => {
+                    let (options, params) = connect_params(sub);
+                    let mut item = Map::new();
+                    for (method, verb) in [("get", "Get"), ("post", "Post")] {
+                        let connect = Op {
+                            action: "connect",
+                            id: format!(
+                                "connect{title}{verb}{scope}{}{}",
+                                r.kind,
+                                capitalized(sub)
+                            ),
+                            params: params.clone(),
+                            body: None,
+                            responses: json!({
+                                "200": {"description": "OK", "content": {"*/*": {"schema": {"type": "string"}}}},
+                                "401": {"description": "Unauthorized"},
+                            }),
+                            gvk: json!({"group": "", "version": "v1", "kind": options}),
+                        };
+                        item.insert(method.into(), connect.render());
+                    }
+                    item
+                }
                 _ => continue,
             };
             let mut item = item;
@@ -471,6 +536,21 @@ fn build(group: &str, version: &str) -> Result<Value, ApiError> {
     schemas
         .entry(STATUS.to_string())
         .or_insert_with(|| json!({"type": "object"}));
+    schemas.entry(WATCH_EVENT.to_string()).or_insert_with(|| {
+        json!({
+            "description": "Event represents a single event to a watched resource.",
+            "type": "object",
+            "required": ["type", "object"],
+            "properties": {
+                "type": {"type": "string", "default": ""},
+                "object": {
+                    "description": "The object: the changed object for ADDED, MODIFIED and DELETED, a Status for ERROR, an object carrying only a resourceVersion for BOOKMARK.",
+                    "type": "object",
+                },
+            },
+            "x-kubernetes-group-version-kind": [{"group": "", "kind": "WatchEvent", "version": "v1"}],
+        })
+    });
     Ok(json!({
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": GIT_VERSION},
@@ -491,6 +571,46 @@ fn patch_op(mut op: Op) -> Value {
     op.params = params;
     op.body = Some(body(&schema_ref(PATCH), PATCH_TYPES, true));
     op.render()
+}
+
+/// The schema of a watch's events.
+const WATCH_EVENT: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent";
+
+/// `exec` → `Exec`, as upstream's operation ids spell a subresource.
+fn capitalized(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
+/// The options kind and query parameters of a stream subresource of pods.
+fn connect_params(sub: &str) -> (&'static str, Vec<Value>) {
+    let streams = || {
+        vec![
+            q("container", string(), "The container to connect to."),
+            q("stderr", boolean(), "Redirect the standard error stream."),
+            q("stdin", boolean(), "Redirect the standard input stream."),
+            q("stdout", boolean(), "Redirect the standard output stream."),
+            q("tty", boolean(), "Allocate a terminal."),
+        ]
+    };
+    match sub {
+        "exec" => {
+            let mut params = vec![q(
+                "command",
+                string(),
+                "The command to run; repeated once per argument.",
+            )];
+            params.extend(streams());
+            ("PodExecOptions", params)
+        }
+        "attach" => ("PodAttachOptions", streams()),
+        _ => (
+            "PodPortForwardOptions",
+            vec![q("ports", integer(), "The pod's ports to forward.")],
+        ),
+    }
 }
 
 /// The query parameters of `pods/log`.

@@ -221,6 +221,30 @@ fn check(gv: &str, raw_doc: &Value) -> usize {
                         assert!(has(&["labelSelector", "fieldSelector"]), "{what}");
                     }
                 }
+                "watch" | "watchlist" => {
+                    let mut wanted = LIST_PARAMS.to_vec();
+                    wanted.retain(|p| *p != "watch");
+                    assert!(has(&wanted), "{what}: watch parameters {queries:?}");
+                    assert!(path.contains("/watch/"), "{what}");
+                    assert_eq!(
+                        content_ref(&raw_op["responses"]["200"]["content"], "application/json"),
+                        "io.k8s.apimachinery.pkg.apis.meta.v1.WatchEvent",
+                        "{what}"
+                    );
+                }
+                "connect" => {
+                    let kind = raw_op["x-kubernetes-group-version-kind"]["kind"]
+                        .as_str()
+                        .unwrap();
+                    assert!(
+                        kind.starts_with("Pod") && kind.ends_with("Options"),
+                        "{what}"
+                    );
+                    assert!(
+                        raw_op["responses"]["200"]["content"]["*/*"].is_object(),
+                        "{what}"
+                    );
+                }
                 "get" => {}
                 other => panic!("{what}: x-kubernetes-action {other:?}"),
             }
@@ -284,6 +308,14 @@ async fn openapi_documents_are_valid_and_describe_every_served_path() {
                     for m in ["put", "patch", "delete"] {
                         assert!(named[m].is_object(), "{gv} {name} {m}");
                     }
+                    // The deprecated watch paths upstream still lists.
+                    let watch = base.replacen(&format!("/{gv}/"), &format!("/{gv}/watch/"), 1);
+                    for path in [format!("{watch}{name}"), format!("{watch}{name}/{{name}}")] {
+                        assert!(paths[&path]["get"].is_object(), "{path}");
+                    }
+                    if namespaced {
+                        assert!(paths[&format!("/{gv}/watch/{name}")]["get"].is_object());
+                    }
                     // The kind's one full schema, tagged for kubectl explain.
                     let kind = r["kind"].as_str().unwrap();
                     let tagged: Vec<&Value> = schemas
@@ -304,13 +336,17 @@ async fn openapi_documents_are_valid_and_describe_every_served_path() {
                     );
                 }
                 Some((plural, sub @ ("exec" | "attach" | "portforward"))) => {
-                    // Streams (WebSocket or SPDY upgrades); the documents do not describe
-                    // them yet (upstream lists them as connect operations).
-                    assert!(
-                        paths
-                            .get(&format!("{base}{plural}/{{name}}/{sub}"))
-                            .is_none()
-                    );
+                    // Streams (WebSocket or SPDY upgrades): upstream's connect operations,
+                    // `connectCoreV1GetNamespacedPodExec` and its POST twin.
+                    let p = &paths[&format!("{base}{plural}/{{name}}/{sub}")];
+                    for (m, verb) in [("get", "Get"), ("post", "Post")] {
+                        assert_eq!(p[m]["x-kubernetes-action"], "connect", "{gv} {name} {m}");
+                        let id = p[m]["operationId"].as_str().unwrap();
+                        assert!(
+                            id.starts_with(&format!("connectCoreV1{verb}NamespacedPod")),
+                            "{id}"
+                        );
+                    }
                 }
                 Some((plural, sub)) => {
                     let p = &paths[&format!("{base}{plural}/{{name}}/{sub}")];
@@ -329,5 +365,16 @@ async fn openapi_documents_are_valid_and_describe_every_served_path() {
     }
     eprintln!("{} documents, {total} operations, all valid", docs.len());
     assert!(docs.contains_key("api/v1") && docs.contains_key("apis/apps/v1"));
+    // The deprecated watch paths the documents list are served: a bounded watch of a
+    // collection and of one object ends with 200.
+    for path in [
+        "/api/v1/watch/namespaces/default/services?timeoutSeconds=1",
+        "/api/v1/watch/namespaces/default/services/kubernetes?timeoutSeconds=1",
+        "/api/v1/watch/services?timeoutSeconds=1",
+        "/apis/apps/v1/watch/namespaces/default/deployments?timeoutSeconds=1",
+    ] {
+        let reply = raw.get(path).await;
+        assert_eq!(reply.code, 200, "{path}: {}", reply.body);
+    }
     ts.stop().await;
 }

@@ -10,6 +10,7 @@ pub mod fake_upstream;
 pub mod fixtures;
 mod http;
 pub mod nodelocal;
+mod replay;
 pub mod resolvconf;
 pub mod rule_table;
 pub mod server;

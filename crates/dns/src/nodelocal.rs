@@ -13,7 +13,9 @@
 //!
 //! Each of the three is a [`Forwarder`] of `server::forward`, with its own cache. There is no
 //! prefetch: an entry is asked again on the first question after it expires (CoreDNS's
-//! `prefetch` is off in upstream's Corefile too). Network setup (addresses, `notrack` rules)
+//! `prefetch` is off in upstream's Corefile too). A UDP question a forwarder's cache answered
+//! once is answered again from the encoded bytes (`replay`), its ID and TTLs rewritten, with no
+//! parsing or encoding, until the answer's smallest TTL runs out. Network setup (addresses, `notrack` rules)
 //! is the caller's (`svcnet node-local-dns`); this module only serves.
 
 use std::net::{IpAddr, SocketAddr};
@@ -27,6 +29,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
 
+use crate::replay::{Kept, ReplayCache};
+use crate::server::forward::is_negative;
 use crate::server::{DnsError, ForwardError, Forwarder, ForwarderOptions, Upstream};
 
 /// Upstream's cap for the reverse zones and everything outside the cluster (`cache 30`).
@@ -74,6 +78,8 @@ struct Shared {
     forwarders: [Forwarder; 3],
     targets: [String; 3],
     requests: [AtomicU64; 2],
+    /// UDP answers the forwarders' caches gave, as bytes (see `replay`).
+    replay: ReplayCache,
 }
 
 /// A running node-local cache; stops when [`NodeLocalCache::shutdown`] is called or dropped.
@@ -145,6 +151,7 @@ impl NodeLocalCache {
             forwarders,
             targets,
             requests: [AtomicU64::new(0), AtomicU64::new(0)],
+            replay: ReplayCache::default(),
         });
         let mut tasks = JoinSet::new();
         let mut local_addrs = Vec::new();
@@ -302,15 +309,24 @@ impl Shared {
 
     /// The answer to one datagram from the cache, without waiting: `Err(())` on a miss.
     fn answer_now(&self, packet: &[u8]) -> Result<Option<Vec<u8>>, ()> {
+        if let Some((reply, kept)) = self.replay.get(packet) {
+            self.forwarders[kept.route].count_hit(kept.negative);
+            return Ok(Some(reply));
+        }
         let (request, query) = match self.parse(packet) {
             Ok(parsed) => parsed,
             Err(reply) => return Ok(reply),
         };
-        let forwarder = &self.forwarders[self.route(query.name()) as usize];
-        let hit = forwarder
+        let route = self.route(query.name()) as usize;
+        let hit = self.forwarders[route]
             .resolve_cached(query.name(), query.query_type(), query.query_class())
             .ok_or(())?;
-        Ok(encode(&request, query, Ok(hit), true))
+        let negative = is_negative(&hit.message);
+        let reply = encode(&request, query, Ok(hit), true);
+        if let Some(bytes) = &reply {
+            self.replay.put(packet, bytes, Kept { route, negative });
+        }
+        Ok(reply)
     }
 
     /// The answer to one datagram or TCP message; `None` drops it (not a query, or too short

@@ -155,3 +155,61 @@ async fn no_cluster_dns_is_servfail() {
     assert_eq!(reply.metadata.response_code, ResponseCode::Refused);
     cache.shutdown().await;
 }
+
+/// Repeated UDP questions are answered from the kept bytes (`replay`): each with its own ID,
+/// TTLs counting down as the forwarder's cache counts them, every one counted as a hit, and
+/// none reaching the cluster DNS until the answer expires.
+#[tokio::test]
+async fn repeated_questions_are_replayed_with_their_own_ids_and_ttls() {
+    let fake = FakeUpstream::start(vec![Record::from_rdata(
+        n("web.default.svc.cluster.local."),
+        30,
+        RData::A(A::new(10, 96, 0, 20)),
+    )])
+    .await
+    .unwrap();
+    let cache = start(&fake, 2, 1).await;
+    let addr = cache.local_addrs()[0];
+    let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let ask_as = |id: u16| {
+        let mut query = Message::new(id, MessageType::Query, OpCode::Query);
+        query.add_query(Query::query(
+            n("web.default.svc.cluster.local."),
+            RecordType::A,
+        ));
+        query.to_vec().unwrap()
+    };
+    let mut buf = vec![0u8; 4096];
+    let mut answers = Vec::new();
+    for id in 1..=6u16 {
+        socket.send_to(&ask_as(id), addr).await.unwrap();
+        let (len, _) = tokio::time::timeout(Duration::from_secs(3), socket.recv_from(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        let reply = Message::from_vec(&buf[..len]).unwrap();
+        assert_eq!(reply.metadata.id, id);
+        assert_eq!(reply.metadata.response_code, ResponseCode::NoError);
+        answers.push(reply.answers);
+    }
+    assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
+    assert_eq!(answers[0][0].ttl, 2, "capped at the 2 s success cap");
+    assert_eq!(fake.queries(), 1, "one miss, then the cache");
+    let metrics = cache.observer().metrics_text();
+    let hits = "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"success\"} 5";
+    assert!(metrics.contains(hits), "{metrics}");
+    // A second later the TTL is one lower; past the cap the cluster DNS is asked again.
+    tokio::time::sleep(Duration::from_millis(1050)).await;
+    socket.send_to(&ask_as(7), addr).await.unwrap();
+    let (len, _) = socket.recv_from(&mut buf).await.unwrap();
+    let reply = Message::from_vec(&buf[..len]).unwrap();
+    assert_eq!(reply.answers[0].ttl, 1);
+    assert_eq!(fake.queries(), 1);
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    socket.send_to(&ask_as(8), addr).await.unwrap();
+    let (len, _) = socket.recv_from(&mut buf).await.unwrap();
+    let reply = Message::from_vec(&buf[..len]).unwrap();
+    assert_eq!(reply.metadata.id, 8);
+    assert_eq!(fake.queries(), 2, "expired: asked again");
+    cache.shutdown().await;
+}

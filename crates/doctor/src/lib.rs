@@ -4,18 +4,25 @@
 //! not Ready, a `targetPort` no container declares, a StatefulSet whose `serviceName` names no
 //! headless Service (no `web-0.nginx` DNS names), pods that wait for each other's DNS names
 //! while `publishNotReadyAddresses` is off, node ports outside the range, endpoints on nodes
-//! that are not Ready, ExternalName targets that are IPs or that the search path (`ndots:5`)
-//! turns into several queries.
+//! that are not Ready, ExternalName targets that are IPs, that do not resolve, or that the
+//! search path (`ndots:5`) turns into several queries, and node proxies that stopped, fail to
+//! sync or whose rules are older than a service ([`proxies`]).
 //!
-//! Pure: objects in, [`Finding`]s out; it never talks to an API server or resolves a name.
+//! Pure: objects in, [`Finding`]s out; it never talks to an API server or resolves a name
+//! (the caller puts what names resolve to in the [`Snapshot`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
 use serde::Serialize;
+use svcnet_proxy::status::ProxyStatus;
+
+mod proxies;
 
 /// How bad a finding is; any [`Severity::Error`] makes `svcnet doctor` exit non-zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -60,6 +67,25 @@ pub struct Snapshot {
     pub pods: Vec<Pod>,
     pub statefulsets: Vec<StatefulSet>,
     pub nodes: Vec<Node>,
+    pub slices: Vec<EndpointSlice>,
+    /// The node proxies' own reports (their Leases, see `svcnet_proxy::status`).
+    pub proxies: Vec<ProxyStatus>,
+    /// When the snapshot was taken (`None`: the proxy checks do not run).
+    pub now: Option<Timestamp>,
+    /// What each ExternalName target resolved to when the snapshot was taken (a target
+    /// missing here is not checked).
+    pub external_names: BTreeMap<String, Resolution>,
+}
+
+/// The outcome of looking an ExternalName target up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// It has addresses (or, in the cluster domain, names an existing Service).
+    Resolves(Vec<String>),
+    /// The name does not exist or has no address: why.
+    NoSuchName(String),
+    /// It could not be checked (no answer, an error): why.
+    Unknown(String),
 }
 
 /// Settings of the cluster the checks need.
@@ -80,6 +106,7 @@ impl Default for Cluster {
 /// (`NS/NAME`) and what governs it.
 pub fn diagnose(snap: &Snapshot, cluster: &Cluster, only: Option<(&str, &str)>) -> Vec<Finding> {
     let mut out = Vec::new();
+    proxies::node_proxy_checks(snap, &mut out);
     for svc in &snap.services {
         let (ns, name) = ns_name(&svc.metadata);
         if only.is_some_and(|o| o != (ns, name)) {
@@ -150,9 +177,15 @@ fn service_checks(snap: &Snapshot, cluster: &Cluster, svc: &Service, out: &mut V
         });
     };
     if spec.type_.as_deref() == Some("ExternalName") {
-        external_name_checks(spec.external_name.as_deref().unwrap_or(""), &object, out);
+        external_name_checks(
+            snap,
+            spec.external_name.as_deref().unwrap_or(""),
+            &object,
+            out,
+        );
         return;
     }
+    proxies::service_rule_checks(snap, svc, &object, out);
     for p in spec.ports.iter().flatten() {
         if let Some(np) = p.node_port
             && !cluster.node_port_range.contains(&np)
@@ -467,7 +500,7 @@ fn node_checks(snap: &Snapshot, pods: &[&Pod], object: &str, out: &mut Vec<Findi
     }
 }
 
-fn external_name_checks(target: &str, object: &str, out: &mut Vec<Finding>) {
+fn external_name_checks(snap: &Snapshot, target: &str, object: &str, out: &mut Vec<Finding>) {
     let push = |out: &mut Vec<Finding>, severity, check, message: String, fix: String| {
         out.push(Finding {
             severity,
@@ -488,6 +521,25 @@ fn external_name_checks(target: &str, object: &str, out: &mut Vec<Finding>) {
             "use a Service without a selector and a hand-written Endpoints (the seeds' external database) for an IP".into(),
         );
         return;
+    }
+    match snap.external_names.get(target) {
+        Some(Resolution::NoSuchName(why)) => push(
+            out,
+            Severity::Error,
+            "external-name-does-not-resolve",
+            format!(
+                "externalName {target:?} does not resolve ({why}): clients follow the CNAME and get no address"
+            ),
+            "correct the name (kubectl edit), or create what it names".into(),
+        ),
+        Some(Resolution::Unknown(why)) => push(
+            out,
+            Severity::Info,
+            "external-name-unchecked",
+            format!("could not check whether externalName {target:?} resolves: {why}"),
+            "run doctor where the cluster's upstream DNS answers, or give it --nameserver".into(),
+        ),
+        Some(Resolution::Resolves(_)) | None => {}
     }
     let dots = target.trim_end_matches('.').matches('.').count();
     if !target.ends_with('.') && dots < 5 {

@@ -274,3 +274,204 @@ fn one_service_at_a_time() {
     assert_eq!(one.len(), 1, "{one:?}");
     assert_eq!(one[0].object, "sts/default/web");
 }
+
+fn at(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+/// A proxy on `node` that renewed its lease at 10:00:00 and applied up to revision 100.
+fn proxy(node: &str) -> ProxyStatus {
+    ProxyStatus {
+        node: node.into(),
+        mode: "nftables".into(),
+        services_revision: Some(100),
+        slices_revision: Some(100),
+        last_sync: Some(at("2026-12-02T09:59:59Z")),
+        renewed: Some(at("2026-12-02T10:00:00Z")),
+        duration_seconds: 40,
+        ..Default::default()
+    }
+}
+
+/// The healthy service of `a_healthy_service_has_no_finding`, at revision 90, with an
+/// EndpointSlice at `slice_rev`, and node proxies seen at `now`.
+fn with_proxies(
+    proxies: Vec<ProxyStatus>,
+    slice_rev: u64,
+    now: &str,
+) -> Vec<(Severity, &'static str, String)> {
+    let y = join(&[
+        READY_NODE.into(),
+        pod("a", "{app: web}", true, ""),
+        "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default, resourceVersion: \"90\"}\nspec: {selector: {app: web}, ports: [{port: 80, targetPort: http}]}".into(),
+    ]);
+    let mut s = snap(&y);
+    s.slices.push(
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+            "metadata": {"name": "web-abc", "namespace": "default", "resourceVersion": slice_rev.to_string(),
+                         "labels": {"kubernetes.io/service-name": "web"}},
+            "addressType": "IPv4", "endpoints": []
+        }))
+        .unwrap(),
+    );
+    s.proxies = proxies;
+    s.now = Some(at(now));
+    diagnose(&s, &Cluster::default(), None)
+        .into_iter()
+        .map(|f| (f.severity, f.check, f.message))
+        .collect()
+}
+
+#[test]
+fn running_proxies_with_current_rules_have_no_finding() {
+    assert_eq!(
+        with_proxies(vec![proxy("n1")], 95, "2026-12-02T10:00:05Z"),
+        vec![]
+    );
+    // No svcnet proxy at all (another proxy may run): nothing is compared.
+    assert_eq!(with_proxies(vec![], 95, "2026-12-02T10:00:05Z"), vec![]);
+}
+
+#[test]
+fn a_proxy_that_stopped_or_went_silent_is_not_running() {
+    let found = with_proxies(vec![proxy("n1")], 95, "2026-12-02T10:00:41Z");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (found[0].0, found[0].1),
+        (Severity::Error, "proxy-not-running")
+    );
+    assert!(
+        found[0].2.contains("last reported 41 s ago"),
+        "{}",
+        found[0].2
+    );
+    let stopped = ProxyStatus {
+        stopped: Some(at("2026-12-02T10:00:01Z")),
+        ..proxy("n1")
+    };
+    let found = with_proxies(vec![stopped], 95, "2026-12-02T10:00:05Z");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].1, "proxy-not-running");
+    assert!(found[0].2.contains("stopped 4 s ago"), "{}", found[0].2);
+}
+
+#[test]
+fn a_proxy_that_cannot_sync_says_why_and_its_rules_are_stale() {
+    let failing = ProxyStatus {
+        sync_error: Some("nftables ipv4: libnftables.so.1: cannot open".into()),
+        ..proxy("n1")
+    };
+    let found = with_proxies(vec![failing], 120, "2026-12-02T10:00:05Z");
+    let checks: Vec<&str> = found.iter().map(|f| f.1).collect();
+    assert_eq!(
+        checks,
+        vec!["proxy-sync-failing", "proxy-rules-stale"],
+        "{found:?}"
+    );
+    assert!(found[0].2.contains("libnftables.so.1"), "{}", found[0].2);
+    assert!(
+        found[1].2.contains("endpoints up to 100") && found[1].2.contains("EndpointSlices at 120"),
+        "{}",
+        found[1].2
+    );
+}
+
+#[test]
+fn rules_older_than_the_service_or_its_endpoints_are_stale() {
+    // The slice is newer than what the running proxy applied.
+    let found = with_proxies(vec![proxy("n1")], 101, "2026-12-02T10:00:05Z");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (found[0].0, found[0].1),
+        (Severity::Warning, "proxy-rules-stale")
+    );
+    assert!(
+        found[0].2.contains("older than its endpoints"),
+        "{}",
+        found[0].2
+    );
+    // The Service itself is newer.
+    let behind = ProxyStatus {
+        services_revision: Some(80),
+        ..proxy("n1")
+    };
+    let found = with_proxies(vec![behind], 95, "2026-12-02T10:00:05Z");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].2.contains("older than the Service"),
+        "{}",
+        found[0].2
+    );
+    // A proxy that has not synced yet has applied nothing.
+    let fresh = ProxyStatus {
+        services_revision: None,
+        slices_revision: None,
+        last_sync: None,
+        ..proxy("n1")
+    };
+    let found = with_proxies(vec![fresh], 95, "2026-12-02T10:00:05Z");
+    assert!(
+        found[0].2.contains("last successful sync never"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn a_node_without_a_proxy_while_others_have_one() {
+    let found = with_proxies(vec![proxy("n2")], 95, "2026-12-02T10:00:05Z");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(
+        (found[0].0, found[0].1),
+        (Severity::Warning, "proxy-missing")
+    );
+    assert!(found[0].2.contains("node n1"), "{}", found[0].2);
+}
+
+#[test]
+fn external_names_that_do_not_resolve() {
+    let y = join(&[
+        svc("db", "  type: ExternalName\n  externalName: db.example.org"),
+        svc(
+            "gone",
+            "  type: ExternalName\n  externalName: nothere.example.org",
+        ),
+        svc(
+            "far",
+            "  type: ExternalName\n  externalName: slow.example.org",
+        ),
+    ]);
+    let mut s = snap(&y);
+    s.external_names.insert(
+        "db.example.org".into(),
+        Resolution::Resolves(vec!["192.0.2.10".into()]),
+    );
+    s.external_names.insert(
+        "nothere.example.org".into(),
+        Resolution::NoSuchName("NXDOMAIN".into()),
+    );
+    s.external_names.insert(
+        "slow.example.org".into(),
+        Resolution::Unknown("timed out".into()),
+    );
+    let found: Vec<(Severity, &str, String)> = diagnose(&s, &Cluster::default(), None)
+        .into_iter()
+        .filter(|f| f.check != "search-path")
+        .map(|f| (f.severity, f.check, f.object))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (
+                Severity::Error,
+                "external-name-does-not-resolve",
+                "svc/default/gone".to_string()
+            ),
+            (
+                Severity::Info,
+                "external-name-unchecked",
+                "svc/default/far".to_string()
+            ),
+        ]
+    );
+}

@@ -29,6 +29,40 @@ fn must<T, E: std::fmt::Display>(r: Result<T, E>, what: &str) -> T {
     r.unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
+/// The pod that answered `r` (one of `pods`), after checking the client address it saw.
+fn answered(
+    c: &Case,
+    r: std::io::Result<svcnet_netns::test_support::Reply>,
+    pods: &[usize],
+    masq: Masq,
+    preserves_client_address: bool,
+) -> usize {
+    let r = r.unwrap_or_else(|e| panic!("{}: {e}", c.name));
+    let pod: usize = r
+        .identity
+        .trim_start_matches('p')
+        .parse()
+        .unwrap_or_else(|_| panic!("{}: reply {r:?}", c.name));
+    assert!(
+        pods.contains(&pod),
+        "{}: answered by unexpected p{pod}",
+        c.name
+    );
+    let masqueraded = !preserves_client_address
+        || match masq {
+            Masq::No => false,
+            Masq::Yes => true,
+            Masq::Hairpin => Client::Pod(pod) == c.from,
+        };
+    let want: IpAddr = if masqueraded {
+        node_ip_towards(pod).into()
+    } else {
+        c.from.ip()
+    };
+    assert_eq!(r.client, want, "{}: client address seen by p{pod}", c.name);
+    pod
+}
+
 impl KernelLab {
     /// Creates the lab's namespaces, links, routes and servers.
     ///
@@ -119,29 +153,7 @@ impl KernelLab {
                 );
                 let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
                 for r in replies {
-                    let r = r.unwrap_or_else(|e| panic!("{}: {e}", c.name));
-                    let pod: usize = r
-                        .identity
-                        .trim_start_matches('p')
-                        .parse()
-                        .unwrap_or_else(|_| panic!("{}: reply {r:?}", c.name));
-                    assert!(
-                        pods.contains(&pod),
-                        "{}: answered by unexpected p{pod}",
-                        c.name
-                    );
-                    let masqueraded = !preserves_client_address
-                        || match masq {
-                            Masq::No => false,
-                            Masq::Yes => true,
-                            Masq::Hairpin => Client::Pod(pod) == c.from,
-                        };
-                    let want: IpAddr = if masqueraded {
-                        node_ip_towards(pod).into()
-                    } else {
-                        c.from.ip()
-                    };
-                    assert_eq!(r.client, want, "{}: client address seen by p{pod}", c.name);
+                    let pod = answered(c, r, pods, *masq, preserves_client_address);
                     *counts.entry(pod).or_default() += 1;
                 }
                 if let Expect::Sticky(..) = c.expect {
@@ -153,6 +165,35 @@ impl KernelLab {
                 for pod in pods.iter() {
                     let n = counts.get(pod).copied().unwrap_or(0);
                     assert!(n >= 6, "{}: p{pod} got {n} of {trials}: {counts:?}", c.name);
+                }
+            }
+            Expect::Pinned { first, pods, masq } => {
+                // The first connection pins the client (to whichever pod it reaches); every
+                // later one through this case's frontend reaches that pod.
+                let first = SocketAddr::new(IpAddr::V4(first.0), first.1);
+                let (pin, later) = must(
+                    ns.run(|| {
+                        let pin = tcp_ask(first, Duration::from_secs(2));
+                        let later: Vec<_> = (0..12)
+                            .map(|_| tcp_ask(addr, Duration::from_secs(2)))
+                            .collect();
+                        (pin, later)
+                    }),
+                    "running in the client namespace",
+                );
+                let pin = must(pin, "the pinning connection");
+                let pinned: usize = pin
+                    .identity
+                    .trim_start_matches('p')
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{}: reply {pin:?}", c.name));
+                for r in later {
+                    let pod = answered(c, r, pods, *masq, preserves_client_address);
+                    assert_eq!(
+                        pod, pinned,
+                        "{}: pinned to p{pinned}, reached p{pod}",
+                        c.name
+                    );
                 }
             }
             Expect::Reject => {

@@ -91,6 +91,11 @@ pub fn world() -> ProxyState {
             .port("", "TCP", 80)
             .affinity(Some(10800));
     }));
+    add(service("default", "pinned", |b| {
+        b.cluster_ip(&["10.96.0.19"])
+            .node_port("", "TCP", 80, 30086)
+            .affinity(Some(10800));
+    }));
     add(service("default", "np", |b| {
         b.cluster_ip(&["10.96.0.12"])
             .node_port("", "TCP", 80, 30080);
@@ -155,6 +160,7 @@ pub fn world() -> ProxyState {
     }));
     backends(&mut s, "default", "web", "http", "TCP", &[1, 2, 3]);
     backends(&mut s, "default", "sticky", "", "TCP", &[1, 2]);
+    backends(&mut s, "default", "pinned", "", "TCP", &[1, 2]);
     backends(&mut s, "default", "np", "", "TCP", &[1, 2]);
     backends(&mut s, "default", "lb-allow", "", "TCP", &[1, 2]);
     backends(&mut s, "default", "lb-deny", "", "TCP", &[1, 2]);
@@ -221,6 +227,14 @@ pub enum Expect {
     /// ClientIP affinity: the first connection is spread like `Spread`; every later one from
     /// the same client goes to the endpoint the first one reached.
     Sticky(&'static [usize], Masq),
+    /// ClientIP affinity across frontends: an earlier connection of the same client to
+    /// `first` (another frontend of the same service port) reached one of `pods`; this case's
+    /// connection, within the timeout, reaches that same endpoint, whichever it was.
+    Pinned {
+        first: (Ipv4Addr, u16),
+        pods: &'static [usize],
+        masq: Masq,
+    },
     /// Refused at once (TCP RST / ICMP unreachable).
     Reject,
     /// Silently dropped.
@@ -246,6 +260,18 @@ impl Case {
             proto: self.proto,
             from: self.from,
         }
+    }
+
+    /// The first packet of the earlier connection of a [`Expect::Pinned`] case.
+    pub fn first_packet(&self) -> Option<Packet> {
+        let Expect::Pinned { first, .. } = self.expect else {
+            return None;
+        };
+        Some(Packet {
+            dst: first.0.into(),
+            dport: first.1,
+            ..self.packet()
+        })
     }
 
     /// The port the backends listen on for this case's protocol.
@@ -308,6 +334,26 @@ pub fn cases() -> Vec<Case> {
             Pod(CLIENT_POD),
             at(10, 96, 0, 11, 80),
             Sticky(&[1, 2], Masq::No),
+        ),
+        case(
+            "affinity is per service port: pinned via the cluster IP, same endpoint via the node port",
+            Pod(CLIENT_POD),
+            node_port(30086),
+            Pinned {
+                first: at(10, 96, 0, 19, 80),
+                pods: &[1, 2],
+                masq: Masq::Yes,
+            },
+        ),
+        case(
+            "affinity is per service port: pinned via the node port, same endpoint via the cluster IP",
+            Pod(CLIENT_POD),
+            at(10, 96, 0, 19, 80),
+            Pinned {
+                first: node_port(30086),
+                pods: &[1, 2],
+                masq: Masq::No,
+            },
         ),
         case(
             "node port from outside",
@@ -474,6 +520,11 @@ pub trait Tracer {
     }
 
     fn trace(&self, packet: &Packet) -> Distribution;
+
+    /// Traces `packet` after an earlier connection of the same client, `first`, reached
+    /// `endpoint`: with whatever ClientIP affinity state that connection left (a map entry,
+    /// a `recent` list, the proxy's pin).
+    fn trace_after(&self, first: &Packet, endpoint: SocketAddr, packet: &Packet) -> Distribution;
 }
 
 /// Checks one case against a tracer; the error says what differs.
@@ -490,7 +541,11 @@ pub fn check(tracer: &dyn Tracer, c: &Case) -> Result<(), String> {
     if (total - 1.0).abs() > 1e-9 {
         return fail(format!("probabilities sum to {total}"));
     }
+    if let (Expect::Pinned { pods, masq, .. }, Some(first)) = (&c.expect, c.first_packet()) {
+        return check_pinned(tracer, c, &first, pods, *masq);
+    }
     match &c.expect {
+        Expect::Pinned { .. } => unreachable!("handled above"),
         Expect::Reject | Expect::Drop => {
             let want = if c.expect == Expect::Reject {
                 Outcome::Reject
@@ -534,6 +589,48 @@ pub fn check(tracer: &dyn Tracer, c: &Case) -> Result<(), String> {
                     return fail(format!("pod {pod} gets {share}, not {want}"));
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+/// An [`Expect::Pinned`] case: the first connection may reach each of `pods`; after each,
+/// the case's connection reaches only that pod.
+fn check_pinned(
+    tracer: &dyn Tracer,
+    c: &Case,
+    first: &Packet,
+    pods: &[usize],
+    masq: Masq,
+) -> Result<(), String> {
+    let firsts = tracer.trace(first);
+    for &pod in pods {
+        let to = SocketAddr::new(pod_ip(pod).into(), c.target_port());
+        if !firsts
+            .keys()
+            .any(|o| matches!(o, Outcome::Endpoint { to: t, .. } if *t == to))
+        {
+            return Err(format!(
+                "{}: {}: the first connection never reaches pod {pod}; traced {firsts:?}",
+                tracer.name(),
+                c.name
+            ));
+        }
+        let got = tracer.trace_after(first, to, &c.packet());
+        let masquerade = !tracer.preserves_client_address()
+            || match masq {
+                Masq::No => false,
+                Masq::Yes => true,
+                Masq::Hairpin => Client::Pod(pod) == c.from,
+            };
+        let want = Outcome::Endpoint { to, masquerade };
+        let total: f64 = got.values().sum();
+        if got.keys().ne([&want]) || (total - 1.0).abs() > 1e-9 {
+            return Err(format!(
+                "{}: {}: pinned to pod {pod}, want only {want:?}; traced {got:?}",
+                tracer.name(),
+                c.name
+            ));
         }
     }
     Ok(())

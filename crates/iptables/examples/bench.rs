@@ -12,6 +12,8 @@
 //!
 //! Usage (root): `cargo run --release -p svcnet-iptables --example bench -- 1000 10000 30000`
 //! (`BENCH_SECS` = seconds per S3 sample, default 1; `BENCH_ROUNDS` default 3;
+//! `BENCH_COUNTS=1,8,64` for S3's per-count rule scan: one run per number of distinct endpoint
+//! counts, the target in the last count's rule, instead of 2 endpoints everywhere;
 //! `BENCH_SUBJECTS=iptables-nft,iptables-legacy` to pick subjects, svcnet-nft always runs;
 //! `BENCH_STAGING=0` for one nat commit on iptables-nft, as kube-proxy does).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark binary, not library code
@@ -32,47 +34,100 @@ fn ip(i: usize, base: [u8; 2]) -> String {
     format!("{}.{}.{}.{}", base[0], base[1], (i >> 8) & 255, i & 255)
 }
 
-fn state(n: usize) -> ProxyState {
+/// How endpoints are spread over the services.
+#[derive(Clone, Copy, Debug)]
+enum Shape {
+    /// Every service (the target too) has 2 endpoints.
+    Two,
+    /// `k` distinct endpoint counts (S3's per-count rule scan in the nftables table, one DNAT
+    /// rule per count in use): the fillers have 1 endpoint, one marker service each count
+    /// 2..k-1, and the target `k`, the last (largest) count, so a new connection to it walks
+    /// every count's rule before its own.
+    Distinct(usize),
+}
+
+impl Shape {
+    fn filler_endpoints(self) -> usize {
+        match self {
+            Shape::Two => 2,
+            Shape::Distinct(_) => 1,
+        }
+    }
+
+    fn target_endpoints(self) -> usize {
+        match self {
+            Shape::Two => 2,
+            Shape::Distinct(k) => k,
+        }
+    }
+}
+
+/// Endpoint `j` of the target: alternately on the two backend pods, their extra addresses
+/// from `.3` on (see [`lab`]).
+fn target_endpoint(j: usize) -> String {
+    format!("10.244.{}.{}", 2 + j % 2, 2 + j / 2)
+}
+
+fn filler(s: &mut ProxyState, i: usize, endpoints: usize, first: usize) {
+    let name = format!("svc{i}");
+    s.update_service(&service("bench", &name, |b| {
+        b.cluster_ip(&[&ip(i, [10, 96])]).port("http", "TCP", 80);
+    }))
+    .unwrap();
+    s.update_slice(&slice("bench", &format!("{name}-1"), &name, |b| {
+        b.port("http", "TCP", 8080);
+        for e in 0..endpoints {
+            let node = if e % 2 == 0 { "n1" } else { "n2" };
+            b.endpoint(&ip(first + e, [10, 245]), node, |_| {});
+        }
+    }));
+}
+
+fn state(n: usize, shape: Shape) -> ProxyState {
     let mut s = ProxyState::new(CoreConfig {
         node_name: "n1".into(),
         cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
         ..Default::default()
     });
+    let per = shape.filler_endpoints();
     for i in 0..n {
-        let name = format!("svc{i}");
-        s.update_service(&service("bench", &name, |b| {
-            b.cluster_ip(&[&ip(i, [10, 96])]).port("http", "TCP", 80);
-        }))
-        .unwrap();
-        s.update_slice(&slice("bench", &format!("{name}-1"), &name, |b| {
-            b.port("http", "TCP", 8080)
-                .endpoint(&ip(2 * i, [10, 245]), "n1", |_| {})
-                .endpoint(&ip(2 * i + 1, [10, 245]), "n2", |_| {});
-        }));
+        filler(&mut s, i, per, per * i);
+    }
+    if let Shape::Distinct(k) = shape {
+        // One marker service per count between 1 and the target's.
+        for (m, count) in (2..k).enumerate() {
+            filler(&mut s, n + m, count, 2 * n + 64 * m);
+        }
     }
     s.take_changes();
     s
 }
 
-fn add_target(s: &mut ProxyState) {
+fn add_target(s: &mut ProxyState, shape: Shape) {
     s.update_service(&service("bench", "target", |b| {
         b.cluster_ip(&[TARGET_IP]).port("http", "TCP", 80);
     }))
     .unwrap();
     s.update_slice(&slice("bench", "target-1", "target", |b| {
-        b.port("http", "TCP", 8080)
-            .endpoint("10.244.2.2", "n1", |_| {})
-            .endpoint("10.244.3.2", "n2", |_| {});
+        b.port("http", "TCP", 8080);
+        for j in 0..shape.target_endpoints() {
+            let node = if j % 2 == 0 { "n1" } else { "n2" };
+            b.endpoint(&target_endpoint(j), node, |_| {});
+        }
     }));
 }
 
-fn replace_endpoint(s: &mut ProxyState, n: usize, round: usize) {
+/// Replaces the last endpoint of a service in the middle (its endpoint count unchanged).
+fn replace_endpoint(s: &mut ProxyState, n: usize, round: usize, shape: Shape) {
     let i = n / 2;
     let name = format!("svc{i}");
+    let per = shape.filler_endpoints();
     s.update_slice(&slice("bench", &format!("{name}-1"), &name, |b| {
-        b.port("http", "TCP", 8080)
-            .endpoint(&ip(2 * i, [10, 245]), "n1", |_| {})
-            .endpoint(&format!("10.250.{round}.1"), "n2", |_| {});
+        b.port("http", "TCP", 8080);
+        for e in 0..per - 1 {
+            b.endpoint(&ip(per * i + e, [10, 245]), "n1", |_| {});
+        }
+        b.endpoint(&format!("10.250.{round}.1"), "n2", |_| {});
     }));
 }
 
@@ -129,10 +184,25 @@ fn conn_rate(ns: &NetNs, addr: SocketAddr, secs: f64) -> (f64, Duration) {
     .unwrap()
 }
 
-fn lab() -> Lab {
+/// A node, a client pod and two backend pods serving on every address they have: the
+/// target's endpoints beyond the first two are extra addresses of the backend pods.
+fn lab(shape: Shape) -> Lab {
     let mut lab = Lab::new().expect("needs root");
     for _ in 0..3 {
         lab.add_pod().unwrap();
+    }
+    for j in 2..shape.target_endpoints() {
+        let pod = lab.pod(1 + j % 2);
+        pod.ns
+            .exec(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("{}/24", target_endpoint(j)),
+                "dev",
+                "eth0",
+            ])
+            .unwrap();
     }
     serve(&lab.pod(1).ns);
     serve(&lab.pod(2).ns);
@@ -263,17 +333,32 @@ fn main() {
     } else {
         println!("# iptables-legacy-restore does not work here; legacy subject skipped");
     }
-    let direct = lab();
+    // BENCH_COUNTS=1,8,64: S3's per-count rule scan, one run per number of distinct
+    // endpoint counts (default: every service with 2 endpoints).
+    let shapes: Vec<Shape> = match std::env::var("BENCH_COUNTS") {
+        Ok(v) => v
+            .split(',')
+            .map(|k| Shape::Distinct(k.parse().expect("BENCH_COUNTS are numbers")))
+            .collect(),
+        Err(_) => vec![Shape::Two],
+    };
+    let direct = lab(Shape::Two);
     let client_direct = &direct.pod(0).ns;
     let backend: SocketAddr = "10.244.2.2:8080".parse().unwrap();
-    for n in sizes {
-        let base = state(n);
+    for (n, shape) in sizes
+        .iter()
+        .flat_map(|n| shapes.iter().map(move |s| (*n, *s)))
+    {
+        let label = match shape {
+            Shape::Two => "endpoints=2".to_string(),
+            Shape::Distinct(k) => format!("distinct_counts={k}"),
+        };
         let mut subjects: Vec<Subject> = Vec::new();
         for b in backends
             .iter()
             .filter(|b| wanted(&format!("iptables-{}", b.as_str())))
         {
-            let lab = lab();
+            let lab = lab(shape);
             let exec = IptablesExecutor::new(Some(lab.node.name().to_string()), *b);
             // As IptablesDataplane does: staged commits on the nft back end (BENCH_STAGING=0
             // measures kube-proxy's single commit instead).
@@ -285,29 +370,28 @@ fn main() {
                 name: format!("iptables-{}", b.as_str()),
                 lab,
                 plane: Plane::Iptables(r, exec),
-                state: state(n),
+                state: state(n, shape),
             });
         }
-        let lab = lab();
+        let lab = lab(shape);
         let exec = svcnet_nft::NftExecutor::new(Some(lab.node.name().to_string()));
         // svcnet-nft is the reference of the ratios, so it always runs.
         subjects.push(Subject {
             name: "svcnet-nft".into(),
             lab,
             plane: Plane::Nft(svcnet_nft::Renderer::new(svcnet_nft::Family::Ip), exec),
-            state: state(n),
+            state: state(n, shape),
         });
-        drop(base);
 
         // S1 and S2.
         let mut s1 = Vec::new();
         for s in &mut subjects {
             let (full, render, apply, rules) = s.full_sync();
-            add_target(&mut s.state);
+            add_target(&mut s.state, shape);
             let add = s.partial_sync();
             let mut changes: Vec<Duration> = (0..5)
                 .map(|round| {
-                    replace_endpoint(&mut s.state, n, round);
+                    replace_endpoint(&mut s.state, n, round, shape);
                     s.partial_sync()
                 })
                 .collect();
@@ -317,7 +401,7 @@ fn main() {
             // the target ("bench/target" sorts after "bench/svc…") last, as S3 wants.
             let (resync, _, _, _) = s.full_sync();
             println!(
-                "S1 N={n} subject={} periodic_full_resync_ms={:.0}",
+                "S1 N={n} {label} subject={} periodic_full_resync_ms={:.0}",
                 s.name,
                 ms(resync)
             );
@@ -355,14 +439,14 @@ fn main() {
             .unwrap();
         for (name, full, rules, add, p50, max, render, apply) in &s1 {
             println!(
-                "S1 N={n} endpoints=2 subject={name} full_sync_ms={:.0} render_ms={:.0} apply_ms={:.0} rules={rules} ratio_vs_svcnet_nft={:.2}",
+                "S1 N={n} {label} subject={name} full_sync_ms={:.0} render_ms={:.0} apply_ms={:.0} rules={rules} ratio_vs_svcnet_nft={:.2}",
                 ms(*full),
                 ms(*render),
                 ms(*apply),
                 full.as_secs_f64() / nft_full.as_secs_f64()
             );
             println!(
-                "S2 N={n} subject={name} add_service_ms={:.1} endpoint_change_p50_ms={:.1} endpoint_change_max_ms={:.1} add_ratio_vs_svcnet_nft={:.1}",
+                "S2 N={n} {label} subject={name} add_service_ms={:.1} endpoint_change_p50_ms={:.1} endpoint_change_max_ms={:.1} add_ratio_vs_svcnet_nft={:.1}",
                 ms(*add),
                 ms(*p50),
                 ms(*max),
@@ -410,9 +494,25 @@ fn main() {
             .find(|m| m.0 == "svcnet-nft")
             .map(|m| m.1)
             .unwrap();
+        for s in &subjects {
+            if let Plane::Nft(r, _) = &s.plane {
+                println!(
+                    "# N={n} {label} svcnet-nft dispatch groups in use: {}",
+                    r.groups().len()
+                );
+            }
+        }
+        let by_name: std::collections::BTreeMap<String, f64> =
+            med.iter().map(|m| (m.0.clone(), m.1)).collect();
         for (name, rate, lat) in med.drain(..) {
+            // A subject against the backend reached directly through its own loaded node.
+            let node_direct = by_name
+                .get(&format!("{name}-node-direct"))
+                .map_or(String::new(), |d| {
+                    format!(" ratio_node_direct={:.3}", rate / d)
+                });
             println!(
-                "S3 N={n} subject={name} newconn_rps={rate:.0} connect_p50_us={:.0} ratio_direct={:.2} ratio_svcnet_nft={:.2}",
+                "S3 N={n} {label} subject={name} newconn_rps={rate:.0} connect_p50_us={:.0} ratio_direct={:.2} ratio_svcnet_nft={:.2}{node_direct}",
                 lat.as_secs_f64() * 1e6,
                 rate / direct_rate,
                 rate / nft_rate

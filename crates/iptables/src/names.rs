@@ -108,6 +108,15 @@ pub fn endpoint_chain(spn: &ServicePortName, ep: &DesiredEndpoint) -> String {
     )
 }
 
+/// The `recent` list of ClientIP affinity pins to `ep` under the core's affinity key (the
+/// service port: `svcnet_proxy::Affinity`). Every pool chain of the port checks it and the
+/// endpoint chain sets it, whatever frontend the connection came through, so a pin is per
+/// service port; it is named as the endpoint chain, and goes with it (xt_recent drops a list
+/// once no rule names it), so no client stays pinned to a removed endpoint.
+pub fn affinity_list(key: &ServicePortName, ep: &DesiredEndpoint) -> String {
+    endpoint_chain(key, ep)
+}
+
 /// Whether a chain is one of svcnet's per-service chains (the ones partial syncs rewrite and
 /// stale-chain cleanup deletes).
 pub fn is_service_chain(name: &str) -> bool {

@@ -414,15 +414,16 @@ fn policy_chain(
         }
         Some(Masquerade::Never) | None => {}
     }
-    if let Some(timeout) = g.affinity {
+    if let Some(a) = g.affinity {
         for ep in eps {
             let sep = endpoint_chain(&d.name, ep);
+            let list = affinity_list(a.key, ep);
             rules.push(rule(
                 chain,
                 vec![
                     comment(format!("{name} -> {}", endpoint_string(ep.ip, ep.port))),
-                    s(&["-m", "recent", "--name", &sep, "--rcheck", "--seconds"]),
-                    s(&[&timeout.to_string(), "--reap", "-j", &sep]),
+                    s(&["-m", "recent", "--name", &list, "--rcheck", "--seconds"]),
+                    s(&[&a.timeout.to_string(), "--reap", "-j", &sep]),
                 ],
             ));
         }
@@ -803,8 +804,9 @@ pub fn service_fragment(d: &DesiredServicePort, node: &DesiredNode) -> Fragment 
             ],
         )];
         let mut dnat = vec![comment(name.clone())];
-        if g.affinity.is_some() {
-            dnat.push(s(&["-m", "recent", "--name", &sep, "--set"]));
+        if let Some(a) = g.affinity {
+            let list = affinity_list(a.key, ep);
+            dnat.push(s(&["-m", "recent", "--name", &list, "--set"]));
         }
         dnat.push(pm());
         dnat.push(s(&[

@@ -13,16 +13,22 @@
 //!
 //! The library is loaded with `dlopen` when the first context is opened
 //! ([`Error::NotInstalled`] names the package when it is missing). Nothing here knows about
-//! Services; `svcnet-nft` builds the text.
+//! Services: [`tx`] is a transaction as a value (what the text is built from) and [`exec`]
+//! the executor every nftables user shares (`svcnet-nft`'s Service renderer, the userspace
+//! dataplane's redirect table, `svcnet trace`).
 
+pub mod exec;
 pub mod ffi;
+pub mod tx;
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use svcnet_netns::{NetNs, NetnsError};
 
+pub use exec::{ApplyError, NftExecutor};
 pub use ffi::SONAME;
+pub use tx::{BaseChain, Family, Op, SetDef, SetKind, Transaction};
 
 /// Why a context could not be opened or a command not run.
 #[derive(Debug, thiserror::Error)]

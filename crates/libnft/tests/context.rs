@@ -95,3 +95,58 @@ fn after_a_full_sized_batch_the_fresh_context_goes_on_in_the_same_namespace() {
         &listed[..200]
     );
 }
+
+/// The Service-neutral half on its own (no Service renderer): a `Transaction` value applied
+/// through the shared executor, read back from the kernel, and the table removed; absent
+/// objects read as `None` / `false`, a refused batch as `Rejected`.
+#[test]
+fn the_executor_applies_transaction_values_and_reads_them_back() {
+    use svcnet_libnft::{
+        ApplyError, BaseChain, Family, NftExecutor, Op, SetDef, SetKind, Transaction,
+    };
+    let ns = lab();
+    let table = unique_name("lnftx");
+    let exec = NftExecutor::new(Some(ns.name().to_string()));
+    assert_eq!(exec.list_table(Family::Ip, &table).unwrap(), None);
+    let mut tx = Transaction::new(Family::Ip, table.clone());
+    tx.push(Op::AddTable { comment: None });
+    tx.push(Op::AddSet(SetDef {
+        name: "ports".into(),
+        kind: SetKind::Set,
+        type_: "inet_service".into(),
+        flags: vec![],
+        timeout_seconds: None,
+        size: None,
+        comment: None,
+    }));
+    tx.push(Op::AddElement {
+        set: "ports".into(),
+        key: "8080".into(),
+        value: None,
+    });
+    tx.push(Op::AddChain {
+        name: "pre".into(),
+        base: Some(BaseChain {
+            kind: "nat",
+            hook: "prerouting",
+            priority: -100,
+        }),
+    });
+    tx.push(Op::AddRule {
+        chain: "pre".into(),
+        rule: "tcp dport @ports redirect to :9090".into(),
+    });
+    exec.apply(&tx).unwrap();
+    let listed = exec.list_table(Family::Ip, &table).unwrap().unwrap();
+    assert!(listed.contains("8080"), "{listed}");
+    assert!(listed.contains("redirect to :9090"), "{listed}");
+    assert_eq!(exec.list_map(Family::Ip, &table, "nothing").unwrap(), None);
+    let mut bad = Transaction::new(Family::Ip, table.clone());
+    bad.push(Op::AddRule {
+        chain: "pre".into(),
+        rule: "jump nowhere".into(),
+    });
+    assert!(matches!(exec.apply(&bad), Err(ApplyError::Rejected { .. })));
+    assert!(exec.delete_table(Family::Ip, &table).unwrap());
+    assert!(!exec.delete_table(Family::Ip, &table).unwrap());
+}

@@ -1,6 +1,6 @@
-//! Stale ClientIP affinity entries. The affinity maps are filled from the packet path
-//! (`client . frontend → endpoint`), so a plan cannot name their entries; when a plan takes an
-//! endpoint away from an affinity frontend ([`Plan::affinity_purge`](crate::Plan)), the
+//! Stale ClientIP affinity entries. A service port's affinity maps (one per pool) are filled
+//! from the packet path (`client → endpoint`), so a plan cannot name their entries; when a
+//! plan takes an endpoint away from an affinity pool ([`Plan::affinity_purge`](crate::Plan)), the
 //! dataplane lists the map once the change is live and deletes the entries still pinning a
 //! client to it ([`purge`]). Until then (one `nft list map` and one transaction after the
 //! change) such a client's new connections still reach the old endpoint; none is created
@@ -13,7 +13,7 @@ use crate::trace::{ListingError, Ruleset};
 use crate::tx::{Family, Op, Transaction};
 
 /// The transaction deleting the entries of `listing` (`nft list map … <map>`) that pin a
-/// client to one of `stale`'s endpoints through its frontend. Each is re-added first (a no-op
+/// client to one of `stale`'s endpoints of that map. Each is re-added first (a no-op
 /// when present), so an entry that expired meanwhile does not fail the transaction.
 pub fn purge(
     family: Family,
@@ -29,12 +29,9 @@ pub fn purge(
         let Some((key, value)) = e.split_once(" : ") else {
             continue;
         };
-        let Some((_client, frontend)) = key.split_once(" . ") else {
-            continue;
-        };
         let hit = stale
             .iter()
-            .any(|p| p.map == map && p.frontend == frontend && p.endpoint == value.trim());
+            .any(|p| p.map == map && p.endpoint == value.trim());
         if hit {
             tx.push(Op::AddElement {
                 set: map.to_string(),
@@ -52,6 +49,6 @@ pub fn purge(
 }
 
 /// The maps `stale` names.
-pub fn maps(stale: &BTreeSet<AffinityPair>) -> BTreeSet<&'static str> {
-    stale.iter().map(|p| p.map).collect()
+pub fn maps(stale: &BTreeSet<AffinityPair>) -> BTreeSet<&str> {
+    stale.iter().map(|p| p.map.as_str()).collect()
 }

@@ -180,22 +180,8 @@ pub fn base_sets(family: Family) -> Vec<SetDef> {
     allow.flags = vec!["interval"];
     sets.push(allow);
     sets.push(plain(HAIRPIN, format!("typeof {ip} saddr . {ip} daddr")));
-    for (node_port, proto) in [false, true]
-        .into_iter()
-        .flat_map(|n| PROTOCOLS.map(|p| (n, p)))
-    {
-        let scope = scope_of(node_port, false);
-        let mut m = map(
-            affinity_map(node_port, proto),
-            format!(
-                "typeof {ip} saddr . {} : {ip} daddr . {proto} dport",
-                key_expr(family, scope)
-            ),
-        );
-        m.flags = vec!["dynamic", "timeout"];
-        m.timeout_seconds = Some(10800);
-        m.size = Some(AFFINITY_SIZE);
-        sets.push(m);
+    for scope in Scope::ALL {
+        sets.push(map(scope.affinity_map(), scope.verdict_key(family)));
     }
     sets
 }
@@ -229,20 +215,6 @@ pub(crate) fn services_rules(
             local_source_set(node_port)
         ));
     }
-    // A client pinned by affinity goes to its endpoint (only affinity frontends record).
-    for proto in PROTOCOLS {
-        rules.push(format!(
-            "meta l4proto {proto} dnat {ip} to {ip} saddr . {} map @{}",
-            key_expr(family, Scope::Service),
-            affinity_map(false, proto)
-        ));
-        rules.push(format!(
-            "meta l4proto {proto} {} dnat {ip} to {ip} saddr . {} map @{}",
-            nodeport_daddr(family, node),
-            key_expr(family, Scope::NodePort),
-            affinity_map(true, proto)
-        ));
-    }
     // Short-circuits first: their frontends also sit in their Local pool's groups.
     for scope in Scope::ALL {
         let sources: Vec<String> = if scope.is_short_circuit() {
@@ -256,6 +228,11 @@ pub(crate) fn services_rules(
         };
         let k = scoped_key(family, node, scope);
         let bare = key_expr(family, scope);
+        // A client pinned by affinity goes to its endpoint (the lookup chain of the port's
+        // pool in this scope; only affinity frontends have an element).
+        for src in &sources {
+            rules.push(format!("{src}{k} vmap @{}", scope.affinity_map()));
+        }
         for g in groups {
             let rule = match g {
                 Group::Choice {
@@ -282,35 +259,27 @@ pub(crate) fn services_rules(
     rules
 }
 
-/// The affinity record rules: after DNAT, a new connection of an affinity frontend records
-/// `client . frontend → endpoint` (refreshing the entry's timeout when it exists).
+/// The affinity record rules: after DNAT, a new connection of an affinity frontend (by its
+/// original destination) jumps to its port's record chain, which records (or refreshes) the
+/// client's pin.
 pub(crate) fn record_rules(family: Family, groups: &BTreeSet<Group>) -> Vec<String> {
     let ip = family.as_str();
     let mut rules = Vec::new();
     for g in groups {
-        let Group::Affinity {
-            node_port,
-            timeout,
-            proto,
-        } = g
-        else {
+        let Group::Affinity { node_port, proto } = g else {
             continue;
         };
         // `ct original proto-dst` needs the protocol fixed earlier in the rule.
         let head = format!("meta l4proto {proto} ct state new ct status dnat");
         rules.push(if *node_port {
             format!(
-                "{head} meta l4proto . ct original proto-dst @{} ct original {ip} daddr != @{CLUSTER_IPS} \
-                 update @{} {{ {ip} saddr . meta l4proto . ct original proto-dst timeout {timeout}s : {ip} daddr . th dport }}",
-                g.set_name(),
-                affinity_map(true, proto)
+                "{head} ct original {ip} daddr != @{CLUSTER_IPS} meta l4proto . ct original proto-dst vmap @{}",
+                g.set_name()
             )
         } else {
             format!(
-                "{head} ct original {ip} daddr . meta l4proto . ct original proto-dst @{} \
-                 update @{} {{ {ip} saddr . ct original {ip} daddr . meta l4proto . ct original proto-dst timeout {timeout}s : {ip} daddr . th dport }}",
-                g.set_name(),
-                affinity_map(false, proto)
+                "{head} ct original {ip} daddr . meta l4proto . ct original proto-dst vmap @{}",
+                g.set_name()
             )
         });
     }

@@ -17,7 +17,6 @@ use crate::affinity;
 use crate::apply::{ApplyError, NftExecutor};
 use crate::plan::{FullMode, Plan, Renderer};
 use crate::render::NftCapability;
-use crate::tx::Family;
 
 /// The nftables dataplane of one node (or one named network namespace).
 #[derive(Debug)]
@@ -32,7 +31,7 @@ impl NftDataplane {
     pub fn new(exec: NftExecutor, table: &str) -> Self {
         let renderers = IpFamily::ALL
             .into_iter()
-            .map(|f| (f, Renderer::with_table(Family::from(f), table)))
+            .map(|f| (f, Renderer::with_table(crate::family_of(f), table)))
             .collect();
         Self {
             exec,
@@ -48,7 +47,7 @@ impl NftDataplane {
     fn renderer(&mut self, family: IpFamily) -> &mut Renderer {
         self.renderers
             .entry(family)
-            .or_insert_with(|| Renderer::with_table(Family::from(family), &self.table))
+            .or_insert_with(|| Renderer::with_table(crate::family_of(family), &self.table))
     }
 }
 
@@ -99,7 +98,7 @@ impl Dataplane for NftDataplane {
     fn apply(&mut self, family: IpFamily, plan: &Plan) -> Result<(), ApplyError> {
         self.exec.apply(&plan.tx)?;
         // Once the change is live, no client stays pinned to an endpoint it took away.
-        let family = Family::from(family);
+        let family = crate::family_of(family);
         for map in affinity::maps(&plan.affinity_purge) {
             let Some(listing) = self.exec.list_map(family, &self.table, map)? else {
                 continue;
@@ -135,7 +134,8 @@ impl Dataplane for NftDataplane {
     fn cleanup(&mut self) -> Result<(), ApplyError> {
         for family in IpFamily::ALL {
             self.renderer(family).invalidate();
-            self.exec.delete_table(Family::from(family), &self.table)?;
+            self.exec
+                .delete_table(crate::family_of(family), &self.table)?;
         }
         Ok(())
     }

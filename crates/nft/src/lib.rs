@@ -5,8 +5,9 @@
 //! (one `backends` map `frontend . slot → endpoint`, one DNAT rule per group of services
 //! with the same slot expression), so service and endpoint changes are element updates;
 //! [`plan`] turns desired state into full or
-//! partial [`Transaction`]s (values, whose `Display` is the nft text); [`apply`] pipes them
-//! to one long-lived libnftables context (`svcnet-libnft`; the only I/O here); [`fake`]
+//! partial [`Transaction`]s (values, whose `Display` is the nft text, from `svcnet-libnft`'s
+//! Service-neutral half, re-exported as [`tx`]); [`apply`] (`svcnet_libnft::exec`) pipes them
+//! to one long-lived libnftables context (the only I/O); [`fake`]
 //! applies the same values in memory and rejects
 //! dangling references; [`dataplane`] is all of it behind the dataplane contract
 //! ([`svcnet_proxy::Dataplane`]). This crate never reads API objects and never decides policy: every
@@ -19,7 +20,6 @@
 //! Hooks and priorities are documented in README.md as a contract for other software.
 
 pub mod affinity;
-pub mod apply;
 mod base;
 pub mod choice;
 pub mod dataplane;
@@ -28,10 +28,19 @@ pub mod names;
 pub mod plan;
 pub mod render;
 pub mod trace;
-pub mod tx;
 
-pub use apply::{ApplyError, NftExecutor};
 pub use dataplane::NftDataplane;
 pub use fake::{FakeError, FakeNft};
 pub use plan::{FullMode, Plan, Renderer};
+pub use svcnet_libnft::{ApplyError, NftExecutor};
+/// The Service-neutral transaction value and executor (`svcnet-libnft`), re-exported.
+pub use svcnet_libnft::{exec as apply, tx};
 pub use tx::{Family, Op, Transaction};
+
+/// The nft family of an IP family.
+pub fn family_of(f: svcnet_proxy::IpFamily) -> Family {
+    match f {
+        svcnet_proxy::IpFamily::V4 => Family::Ip,
+        svcnet_proxy::IpFamily::V6 => Family::Ip6,
+    }
+}

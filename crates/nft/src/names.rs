@@ -23,20 +23,25 @@ pub const FIREWALL_ALLOW: &str = "firewall-allow";
 /// The protocols a service port can have, as nft names them.
 pub const PROTOCOLS: [&str; 3] = ["tcp", "udp", "sctp"];
 
-/// ClientIP affinity of one protocol: `client . frontend → endpoint`, filled from the packet
-/// path (one map per protocol, as the `backends` maps; see `render::base_sets`).
-pub fn affinity_map(node_port: bool, proto: &str) -> &'static str {
-    match (node_port, proto) {
-        (false, "udp") => "affinity-udp",
-        (false, "sctp") => "affinity-sctp",
-        (false, _) => "affinity-tcp",
-        (true, "udp") => "np-affinity-udp",
-        (true, "sctp") => "np-affinity-sctp",
-        (true, _) => "np-affinity-tcp",
-    }
+/// The verdict maps `frontend → jump <lookup chain>` of ClientIP affinity, one per dispatch
+/// scope (see `render::Scope::affinity_map`), and `original frontend → jump <record chain>`.
+pub const AFFINITY_RECORD: &str = "aff-record";
+pub const NP_AFFINITY_RECORD: &str = "np-aff-record";
+/// The explicit size of a service port's affinity map: the clients it can pin at once (a
+/// dynamic map without one holds 65,535). The kernel sizes the map's hash table from it
+/// (about 128 KiB for 4,096, measured), so it is per service port and modest; kube-proxy's
+/// `recent` lists hold 100 clients per endpoint.
+pub const AFFINITY_SIZE: u32 = 4096;
+
+/// The objects of one service port's ClientIP affinity: per pool in use, a dynamic map
+/// `client → endpoint` and the chain looking it up (`aff-<pool>-…`, the same name for both:
+/// nft keeps chains and sets apart), and the chain recording into them after DNAT
+/// (`aff-rec-…`). Every frontend of the port reaches the same ones: the pin is per service
+/// port, as the core decides (`svcnet_proxy::Affinity`).
+pub fn affinity_object(kind: &str, spn: &ServicePortName) -> String {
+    let full = format!("{spn}/aff/{kind}");
+    format!("aff-{kind}-{}-{}", hash8(&full), sanitize(&spn.to_string()))
 }
-/// The explicit size of the affinity maps (a dynamic map without one holds 65,535 entries).
-pub const AFFINITY_SIZE: u32 = 1 << 20;
 
 pub const SERVICES_CHAIN: &str = "services";
 pub const AFFINITY_RECORD_CHAIN: &str = "affinity-record";

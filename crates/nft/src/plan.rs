@@ -184,11 +184,26 @@ impl Renderer {
                         tx.push(Op::DeleteChain(c.clone()));
                     }
                 }
+                // Stale port-owned maps (affinity), once no chain names them.
+                let new_sets: BTreeSet<&String> =
+                    fragments.values().flat_map(|f| f.sets.keys()).collect();
+                for s in self.applied.values().flat_map(|f| f.sets.values()) {
+                    if !new_sets.contains(&s.name) {
+                        tx.push(Op::DeleteSet {
+                            name: s.name.clone(),
+                            kind: s.kind,
+                        });
+                    }
+                }
                 let old: BTreeSet<&AffinityPair> =
                     self.applied.values().flat_map(|f| &f.affinity).collect();
                 let new: BTreeSet<&AffinityPair> =
                     fragments.values().flat_map(|f| &f.affinity).collect();
-                affinity_purge = old.difference(&new).map(|p| (*p).clone()).collect();
+                affinity_purge = old
+                    .difference(&new)
+                    .filter(|p| new_sets.contains(&p.map))
+                    .map(|p| (*p).clone())
+                    .collect();
             }
         }
         Plan {
@@ -240,6 +255,9 @@ impl Renderer {
         let mut delta: BTreeMap<ElementId, (isize, Option<&Element>)> = BTreeMap::new();
         let mut group_delta: BTreeMap<Group, isize> = BTreeMap::new();
         let (mut old_chains, mut new_chains) = (BTreeMap::new(), BTreeMap::new());
+        // Port-owned maps, by name (cloned: the plan outlives `updates`).
+        let (mut old_owned, mut new_owned): (BTreeMap<String, SetDef>, BTreeMap<String, SetDef>) =
+            (BTreeMap::new(), BTreeMap::new());
         let mut affinity_purge = BTreeSet::new();
         for (old, new) in updates.values() {
             let old = old.unwrap_or(&empty);
@@ -263,6 +281,8 @@ impl Renderer {
             }
             old_chains.extend(old.chains.iter());
             new_chains.extend(new.chains.iter());
+            old_owned.extend(old.sets.clone());
+            new_owned.extend(new.sets.clone());
             affinity_purge.extend(old.affinity.difference(&new.affinity).cloned());
         }
         let mut groups = self.groups();
@@ -328,7 +348,13 @@ impl Renderer {
                 tx.push(Op::AddSet(def.clone()));
             }
         }
-        // 3. Round-robin chains: new ones created, changed ones refilled.
+        // 3. Port-owned maps (affinity), then chains (round robin, affinity): new ones
+        // created, changed ones refilled.
+        for (name, def) in &new_owned {
+            if old_owned.get(name) != Some(def) {
+                tx.push(Op::AddSet(def.clone()));
+            }
+        }
         for (name, rules) in &new_chains {
             match old_chains.get(name) {
                 Some(old) if old == rules => continue,
@@ -378,6 +404,14 @@ impl Renderer {
                 tx.push(Op::DeleteChain((*name).clone()));
             }
         }
+        for (name, def) in &old_owned {
+            if !new_owned.contains_key(name) {
+                tx.push(Op::DeleteSet {
+                    name: name.clone(),
+                    kind: def.kind,
+                });
+            }
+        }
         let fragments: BTreeMap<ServicePortName, Option<Fragment>> =
             updates.into_iter().map(|(k, (_, new))| (k, new)).collect();
         // A pair a changed port still has (another port's elements moved) is no purge.
@@ -386,7 +420,9 @@ impl Renderer {
             .flatten()
             .flat_map(|f| &f.affinity)
             .collect();
-        affinity_purge.retain(|p| !kept.contains(p));
+        // Nor is a pair of a map this plan deletes (its entries go with it).
+        let deleted = |map: &String| old_owned.contains_key(map) && !new_owned.contains_key(map);
+        affinity_purge.retain(|p| !kept.contains(p) && !deleted(&p.map));
         let fallbacks = fallbacks(fragments.iter().filter_map(|(k, f)| Some((k, f.as_ref()?))));
         Some(Plan {
             tx,
@@ -451,8 +487,8 @@ impl Renderer {
 
 fn set_kind(g: &Group) -> SetKind {
     match g {
-        Group::RoundRobin(_) => SetKind::Map,
-        _ => SetKind::Set,
+        Group::RoundRobin(_) | Group::Affinity { .. } => SetKind::Map,
+        Group::Choice { .. } => SetKind::Set,
     }
 }
 
@@ -485,7 +521,8 @@ fn push_base(
     fragments: &BTreeMap<ServicePortName, Fragment>,
     flush: bool,
 ) {
-    for s in &base.sets {
+    let owned = fragments.values().flat_map(|f| f.sets.values());
+    for s in base.sets.iter().chain(owned) {
         ops.push(Op::AddSet(s.clone()));
         if flush && !is_dynamic(s) {
             ops.push(Op::FlushSet {

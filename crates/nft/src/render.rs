@@ -17,7 +17,8 @@ use std::net::IpAddr;
 
 use svcnet_lb::{Algorithm, Dataplane, Fallback, Resolution};
 use svcnet_proxy::{
-    Capability, DesiredEndpoint, DesiredNode, DesiredServicePort, Frontend, Pool, Target, lower,
+    Affinity, Capability, DesiredEndpoint, DesiredNode, DesiredServicePort, Frontend, Pool,
+    ServiceGraph, Target, lower,
 };
 
 pub use crate::base::{Base, base, base_sets, is_dynamic, key_expr};
@@ -77,6 +78,24 @@ impl Scope {
     pub fn round_robin_map(self) -> String {
         format!("{}-rr", self.prefix())
     }
+
+    /// The verdict map `frontend → jump <affinity lookup chain>` of this scope: the lookup
+    /// chain of the pool this scope's route uses.
+    pub fn affinity_map(self) -> String {
+        format!("{}-aff", self.prefix())
+    }
+
+    /// The verdict-map key type of this scope's frontends.
+    pub(crate) fn verdict_key(self, family: Family) -> String {
+        if self.is_node_port() {
+            "inet_proto . inet_service : verdict".to_string()
+        } else {
+            format!(
+                "{} . inet_proto . inet_service : verdict",
+                family.addr_type()
+            )
+        }
+    }
 }
 
 /// A dispatch rule in use: present in the table while some service port needs it.
@@ -92,10 +111,10 @@ pub enum Group {
     },
     /// `<scope key> vmap @<scope>-rr`: per-service round-robin chains.
     RoundRobin(Scope),
-    /// Records new connections of affinity frontends with this timeout and protocol.
+    /// Records new connections of affinity frontends of this protocol (after DNAT, keyed by
+    /// the original frontend) through `aff-record` / `np-aff-record`.
     Affinity {
         node_port: bool,
-        timeout: u32,
         proto: &'static str,
     },
 }
@@ -108,34 +127,29 @@ impl Group {
                 scope, slot, len, ..
             } => format!("{}-{}{len}", scope.prefix(), slot.short()),
             Group::RoundRobin(scope) => scope.round_robin_map(),
-            Group::Affinity {
-                node_port, timeout, ..
-            } => affinity_set(*node_port, *timeout),
+            Group::Affinity { node_port, .. } => affinity_record_map(*node_port).to_string(),
         }
     }
 
     pub(crate) fn set_def(&self, family: Family) -> SetDef {
         match self {
             Group::Choice { scope, .. } => plain(self.set_name(), key_type(family, *scope)),
-            Group::RoundRobin(scope) => {
-                let key = if scope.is_node_port() {
-                    "inet_proto . inet_service".to_string()
-                } else {
-                    format!("{} . inet_proto . inet_service", family.addr_type())
-                };
-                map(self.set_name(), format!("{key} : verdict"))
-            }
-            Group::Affinity { node_port, .. } => plain(
+            Group::RoundRobin(scope) => map(self.set_name(), scope.verdict_key(family)),
+            Group::Affinity { node_port, .. } => map(
                 self.set_name(),
-                key_type(family, scope_of(*node_port, false)),
+                scope_of(*node_port, false).verdict_key(family),
             ),
         }
     }
 }
 
-/// The set of frontends recording affinity for `timeout` seconds.
-pub fn affinity_set(node_port: bool, timeout: u32) -> String {
-    format!("{}aff-{timeout}", if node_port { "np-" } else { "" })
+/// The verdict map `original frontend → jump <affinity record chain>`.
+pub fn affinity_record_map(node_port: bool) -> &'static str {
+    if node_port {
+        NP_AFFINITY_RECORD
+    } else {
+        AFFINITY_RECORD
+    }
 }
 
 pub(crate) fn scope_of(node_port: bool, short_circuit: bool) -> Scope {
@@ -167,20 +181,22 @@ impl Element {
     }
 }
 
-/// A client pinned by ClientIP affinity to `endpoint` through `frontend` lives in `map`;
-/// the dataplane deletes such entries once the pair is gone (see `affinity.rs`).
+/// A client pinned by ClientIP affinity to `endpoint` lives in the service port's `map` (one
+/// per pool); the dataplane deletes such entries once the pair is gone (see `affinity.rs`).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct AffinityPair {
-    pub map: &'static str,
-    pub frontend: String,
+    pub map: String,
     pub endpoint: String,
 }
 
 /// Everything one service port contributes to the table.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Fragment {
-    /// Round-robin chains owned by the port and their rules (empty for other algorithms).
+    /// Chains owned by the port and their rules: round robin's, and affinity's lookup and
+    /// record chains.
     pub chains: BTreeMap<String, Vec<String>>,
+    /// Maps owned by the port: its affinity maps (dynamic, kept across resyncs).
+    pub sets: BTreeMap<String, SetDef>,
     /// Elements of the shared sets and maps (shared ones, e.g. `cluster-ips`, `hairpin`,
     /// are reference-counted by the planner).
     pub elements: BTreeSet<Element>,
@@ -316,23 +332,67 @@ pub fn service_fragment(family: Family, d: &DesiredServicePort, node: &DesiredNo
                 &comment,
                 &mut f,
             );
-        }
-        if let Some(timeout) = g.affinity {
-            elem(&mut f, affinity_set(node_port, timeout), key.clone(), None);
-            f.groups.insert(Group::Affinity {
-                node_port,
-                timeout,
-                proto,
-            });
-            let map = affinity_map(node_port, proto);
-            for ep in g.endpoints() {
-                f.affinity.insert(AffinityPair {
-                    map,
-                    frontend: key.clone(),
-                    endpoint: format!("{} . {}", ep.ip, ep.port),
-                });
+            if let Some(a) = g.affinity {
+                let lookup = affinity_object(pool_word(pool), a.key);
+                elem(
+                    &mut f,
+                    scope.affinity_map(),
+                    key.clone(),
+                    Some(format!("jump {lookup}")),
+                );
             }
         }
+        if let Some(a) = g.affinity {
+            let record = affinity_object("rec", a.key);
+            let set = affinity_record_map(node_port).to_string();
+            elem(&mut f, set, key.clone(), Some(format!("jump {record}")));
+            f.groups.insert(Group::Affinity { node_port, proto });
+        }
+    }
+    if let Some(a) = g.affinity {
+        affinity_objects(family, &g, a, &mut f);
     }
     f
+}
+
+/// The port's affinity objects (see `names::affinity_object`): per pool in use, its map and
+/// lookup chain; and the record chain, which records a new connection's endpoint into the map
+/// of every pool holding that endpoint, so a pin is only ever followed to an endpoint of the
+/// pool the connection's route uses (as kube-proxy's `recent` checks in each pool chain).
+fn affinity_objects(family: Family, g: &ServiceGraph<'_>, a: Affinity<'_>, f: &mut Fragment) {
+    let ip = family.as_str();
+    let proto = g.port.protocol.as_str();
+    let mut record = Vec::new();
+    for (pool, eps) in &g.pools {
+        let name = affinity_object(pool_word(*pool), a.key);
+        let mut m = map(
+            name.clone(),
+            format!("typeof {ip} saddr : {ip} daddr . {proto} dport"),
+        );
+        m.flags = vec!["dynamic", "timeout"];
+        m.size = Some(AFFINITY_SIZE);
+        f.sets.insert(name.clone(), m);
+        f.chains.insert(
+            name.clone(),
+            vec![format!(
+                "meta l4proto {proto} dnat {ip} to {ip} saddr map @{name}"
+            )],
+        );
+        let members: BTreeSet<String> = eps
+            .iter()
+            .map(|e| format!("{} . {}", e.ip, e.port))
+            .collect();
+        record.push(format!(
+            "meta l4proto {proto} {ip} daddr . th dport {{ {} }} update @{name} {{ {ip} saddr timeout {}s : {ip} daddr . th dport }}",
+            members.iter().cloned().collect::<Vec<_>>().join(", "),
+            a.timeout
+        ));
+        for endpoint in members {
+            f.affinity.insert(AffinityPair {
+                map: name.clone(),
+                endpoint,
+            });
+        }
+    }
+    f.chains.insert(affinity_object("rec", a.key), record);
 }

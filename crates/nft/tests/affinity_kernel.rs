@@ -18,11 +18,15 @@ const VIP: &str = "10.96.0.50:80";
 const TIMEOUT: i32 = 60;
 
 fn sync(dp: &mut NftDataplane, state: &mut ProxyState, full: bool) {
+    sync_why(dp, state, full.then_some(FullReason::Unknown));
+}
+
+/// A full sync for `why` (`Periodic`: a reassert that keeps the affinity maps), or partial.
+fn sync_why(dp: &mut NftDataplane, state: &mut ProxyState, why: Option<FullReason>) {
     let changes = state.take_changes();
     let family = IpFamily::V4;
-    let plan = if full {
-        dp.plan_full(family, &state.desired(family), FullReason::Unknown)
-            .unwrap()
+    let plan = if let Some(why) = why {
+        dp.plan_full(family, &state.desired(family), why).unwrap()
     } else {
         let desired = state.desired_for(family, changes.services.keys());
         dp.plan_partial(family, &state.node_state(family), &desired)
@@ -46,12 +50,25 @@ fn ask(lab: &Lab, n: usize) -> Vec<String> {
         .unwrap()
 }
 
-/// The affinity entries (`client . frontend : endpoint`) and their remaining time in
-/// seconds, as the kernel lists them.
+/// The service port's affinity map of its cluster pool (every frontend records there).
+fn map() -> String {
+    svcnet_nft::names::affinity_object(
+        "cluster",
+        &svcnet_proxy::ServicePortName {
+            service: svcnet_proxy::NamespacedName::new("default", "sticky"),
+            port: "http".into(),
+            protocol: svcnet_proxy::Protocol::Tcp,
+        },
+    )
+}
+
+/// The affinity entries (`client : endpoint`) and their remaining time in seconds, as the
+/// kernel lists them.
 fn entries(lab: &Lab) -> Vec<(String, f64)> {
+    let map = map();
     let text = lab
         .node
-        .exec(&["nft", "list", "map", "ip", "svcnet", "affinity-tcp"])
+        .exec(&["nft", "list", "map", "ip", "svcnet", &map])
         .unwrap();
     let rs = svcnet_nft::trace::Ruleset::parse_listing(&text).unwrap();
     let expires: Vec<f64> = text
@@ -60,7 +77,7 @@ fn entries(lab: &Lab) -> Vec<(String, f64)> {
         .map(|rest| seconds(rest.split_whitespace().next().unwrap_or("")))
         .collect();
     rs.sets
-        .get("affinity-tcp")
+        .get(&map)
         .cloned()
         .unwrap_or_default()
         .into_iter()
@@ -137,10 +154,7 @@ fn affinity_pins_refreshes_and_forgets_a_removed_endpoint() {
     let e = entries(&lab);
     assert_eq!(e.len(), 1, "{e:?}");
     let pinned_ip = &ips[if pinned == "b1" { 0 } else { 1 }];
-    assert_eq!(
-        e[0].0,
-        format!("{client} . 10.96.0.50 . tcp . 80 : {pinned_ip} . 8080")
-    );
+    assert_eq!(e[0].0, format!("{client} : {pinned_ip} . 8080"));
 
     // Each new connection refreshes the timeout (as `recent --set` does).
     std::thread::sleep(Duration::from_millis(2500));
@@ -151,6 +165,14 @@ fn affinity_pins_refreshes_and_forgets_a_removed_endpoint() {
     assert!(
         after > f64::from(TIMEOUT) - 1.0,
         "timeout not refreshed: {before} → {after}"
+    );
+
+    // The periodic resync re-asserts every object and keeps the pins.
+    sync_why(&mut dp, &mut state, Some(FullReason::Periodic));
+    assert_eq!(entries(&lab).len(), 1, "pin lost by the resync");
+    assert!(
+        ask(&lab, 4).iter().all(|g| *g == pinned),
+        "not pinned after the resync"
     );
 
     // The pinned endpoint goes away: the sync deletes the entry, the client moves on.

@@ -99,6 +99,7 @@ fn random_is_numgen_random_over_the_backends_map() {
     check(
         None,
         expect![[r#"
+            ip daddr . meta l4proto . th dport vmap @svc-aff
             meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp
             slot 0 : 10.244.1.2 . 8080
             slot 1 : 10.244.2.2 . 8080
@@ -108,6 +109,7 @@ fn random_is_numgen_random_over_the_backends_map() {
     check(
         Some("random"),
         expect![[r#"
+            ip daddr . meta l4proto . th dport vmap @svc-aff
             meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp
             slot 0 : 10.244.1.2 . 8080
             slot 1 : 10.244.2.2 . 8080
@@ -121,6 +123,7 @@ fn round_robin_is_an_incrementing_counter_per_service() {
     check(
         Some("rr"),
         expect![[r#"
+            ip daddr . meta l4proto . th dport vmap @svc-aff
             ip daddr . meta l4proto . th dport vmap @svc-rr
             rr-svc-cluster-MIPVSHLX-default/web/tcp/http: dnat ip to ip daddr . meta l4proto . th dport . numgen inc mod 3 map @backends-tcp
             slot 0 : 10.244.1.2 . 8080
@@ -135,6 +138,7 @@ fn hashes_are_jhash_slots_in_the_backends_map() {
     check(
         Some("sh"),
         expect![[r#"
+            ip daddr . meta l4proto . th dport vmap @svc-aff
             meta l4proto tcp ip daddr . meta l4proto . th dport @svc-sh3 dnat ip to ip daddr . meta l4proto . th dport . jhash ip saddr mod 3 seed 0x53564e01 map @backends-tcp
             slot 0 : 10.244.1.2 . 8080
             slot 1 : 10.244.2.2 . 8080
@@ -144,6 +148,7 @@ fn hashes_are_jhash_slots_in_the_backends_map() {
     check(
         Some("dh"),
         expect![[r#"
+            ip daddr . meta l4proto . th dport vmap @svc-aff
             meta l4proto tcp ip daddr . meta l4proto . th dport @svc-dh3 dnat ip to ip daddr . meta l4proto . th dport . jhash ip daddr . th dport mod 3 seed 0x53564e02 map @backends-tcp
             slot 0 : 10.244.1.2 . 8080
             slot 1 : 10.244.2.2 . 8080
@@ -207,6 +212,7 @@ fn counting_algorithms_fall_back_to_random_and_say_so() {
     check(
         Some("lc"),
         expect![[r#"
+            ip daddr . meta l4proto . th dport vmap @svc-aff
             meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp
             slot 0 : 10.244.1.2 . 8080
             slot 1 : 10.244.2.2 . 8080

@@ -21,28 +21,37 @@ fn packet_flow_table() {
     run_table(&tracer(&fake), &cases());
 }
 
-/// ClientIP affinity: a client the affinity map holds for the frontend goes straight to its
-/// recorded endpoint; another client is spread; the record rule is on every first pick.
+/// ClientIP affinity: a client the port's affinity map holds goes straight to its recorded
+/// endpoint; another client is spread; the record rule is on every first pick, into the map
+/// of the port's pool (one per service port, whatever the frontend).
 #[test]
 fn affinity_follows_the_map_entry_of_the_client() {
     let (_, mut fake, _) = common::full(&world(), None);
     let c = cases()
         .into_iter()
-        .find(|c| c.name.starts_with("affinity"))
+        .find(|c| c.name.starts_with("affinity service sticks"))
         .unwrap();
+    let map = svcnet_nft::names::affinity_object(
+        "cluster",
+        &svcnet_proxy::ServicePortName {
+            service: NamespacedName::new("default", "sticky"),
+            port: String::new(),
+            protocol: svcnet_proxy::Protocol::Tcp,
+        },
+    );
     let first =
         svcnet_nft::trace::Tracer::new(&svcnet_nft::trace::Ruleset::from_fake(&fake), node_addrs())
             .trace(&common::tracer::packet(&c.packet()))
             .unwrap();
     assert_eq!(first.len(), 2, "{first:?}");
     assert!(
-        first.iter().all(|b| b.records_affinity == ["affinity-tcp"]),
+        first.iter().all(|b| b.records_affinity == [map.clone()]),
         "{first:?}"
     );
     let mut tx = svcnet_nft::Transaction::new(svcnet_nft::Family::Ip, "svcnet");
     tx.push(svcnet_nft::Op::AddElement {
-        set: "affinity-tcp".into(),
-        key: format!("{} . 10.96.0.11 . tcp . 80", c.packet().src),
+        set: map,
+        key: c.packet().src.to_string(),
         value: Some("10.244.2.2 . 8080".into()),
     });
     fake.apply(&tx).unwrap();
@@ -150,4 +159,71 @@ fn explanations_match_the_shared_table() {
             })
             .collect()
     });
+}
+
+/// A pin is only followed within the pool of the connection's route: an off-cluster client
+/// pinned through the cluster IP to a remote endpoint of an `externalTrafficPolicy: Local`
+/// port is not sent there through the node port (the local pool), as kube-proxy's local
+/// policy chain checks only its local endpoints' `recent` lists; a pin to the local endpoint
+/// is followed through both.
+#[test]
+fn affinity_pins_are_followed_only_within_the_route_pool() {
+    use svcnet_flows::{Distribution, Outcome, Packet, Proto, Tracer, pod_ip};
+    let mut state = svcnet_proxy::ProxyState::new(svcnet_flows::config());
+    state
+        .update_service(&service("default", "lp", |b| {
+            b.cluster_ip(&["10.96.0.40"])
+                .node_port("", "TCP", 80, 30090)
+                .external_local()
+                .affinity(Some(600));
+        }))
+        .unwrap();
+    state.update_slice(&slice("default", "lp-1", "lp", |b| {
+        b.port("", "TCP", 8080)
+            .endpoint(&pod_ip(1).to_string(), "n1", |_| {})
+            .endpoint(&pod_ip(2).to_string(), "n2", |_| {});
+    }));
+    let (_, fake, _) = common::full(&state, None);
+    let t = tracer(&fake);
+    let at = |dst: [u8; 4], dport| Packet {
+        src: svcnet_flows::EXTERNAL_IP.into(),
+        dst: std::net::Ipv4Addr::from(dst).into(),
+        dport,
+        proto: Proto::Tcp,
+        from: Client::External,
+    };
+    let via_cluster_ip = at([10, 96, 0, 40], 80);
+    let via_node_port = at([192, 168, 50, 1], 30090);
+    let ep = |i: usize| std::net::SocketAddr::new(pod_ip(i).into(), svcnet_flows::TCP_PORT);
+    let only = |i: usize| -> Distribution {
+        [(
+            Outcome::Endpoint {
+                to: ep(i),
+                masquerade: false,
+            },
+            1.0,
+        )]
+        .into_iter()
+        .collect()
+    };
+    // Pinned to the remote pod 2 through the cluster IP: the node port keeps to its local pool.
+    assert_eq!(
+        t.trace_after(&via_cluster_ip, ep(2), &via_node_port),
+        only(1)
+    );
+    // Pinned to the local pod 1: followed through the node port, and back through the
+    // cluster IP (masqueraded there: an off-cluster client of a cluster IP).
+    assert_eq!(
+        t.trace_after(&via_cluster_ip, ep(1), &via_node_port),
+        only(1)
+    );
+    let back = t.trace_after(&via_node_port, ep(1), &via_cluster_ip);
+    assert_eq!(
+        back.keys().collect::<Vec<_>>(),
+        [&Outcome::Endpoint {
+            to: ep(1),
+            masquerade: true
+        }],
+        "{back:?}"
+    );
 }

@@ -14,7 +14,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use svcnet_netns::test_support::{
     EXTERNAL_IP, Lab, NODE_IP, Reply, Session, tcp_ask, udp_ask_with,
 };
-use svcnet_nft::{Family, FullMode, NftExecutor, Renderer};
+use svcnet_nft::{FullMode, NftExecutor, Renderer};
 use svcnet_proxy::fixtures::*;
 use svcnet_proxy::{CoreConfig, IpFamily, NamespacedName, ProxyState};
 
@@ -50,7 +50,7 @@ fn env() -> Env {
     let exec = NftExecutor::new(Some(lab.node.name().to_string()));
     let renderers = IpFamily::ALL
         .into_iter()
-        .map(|f| (f, Renderer::new(Family::from(f))))
+        .map(|f| (f, Renderer::new(svcnet_nft::family_of(f))))
         .collect();
     Env {
         lab,
@@ -394,10 +394,17 @@ fn session_affinity_sticks_then_expires() {
         1,
         "all connections of one client must stick to one endpoint: {c:?}"
     );
+    // The port's map of its cluster pool (every frontend of the port records there).
+    let spn = svcnet_proxy::ServicePortName {
+        service: svcnet_proxy::NamespacedName::new("default", "web"),
+        port: "http".into(),
+        protocol: svcnet_proxy::Protocol::Tcp,
+    };
+    let map = svcnet_nft::names::affinity_object("cluster", &spn);
     let sets = env
         .lab
         .node
-        .exec(&["nft", "list", "map", "ip", "svcnet", "affinity-tcp"])
+        .exec(&["nft", "list", "map", "ip", "svcnet", &map])
         .unwrap();
     assert!(
         sets.contains(&env.lab.pod(0).ipv4.to_string()),
@@ -408,7 +415,7 @@ fn session_affinity_sticks_then_expires() {
     let sets = env
         .lab
         .node
-        .exec(&["nft", "list", "map", "ip", "svcnet", "affinity-tcp"])
+        .exec(&["nft", "list", "map", "ip", "svcnet", &map])
         .unwrap();
     assert!(
         !sets.contains(&env.lab.pod(0).ipv4.to_string()),

@@ -70,12 +70,10 @@ fn full_ruleset_cluster_ip() {
         add set ip svcnet firewall { typeof ip daddr . meta l4proto . th dport ; }
         add set ip svcnet firewall-allow { typeof ip daddr . meta l4proto . th dport . ip saddr ; flags interval ; }
         add set ip svcnet hairpin { typeof ip saddr . ip daddr ; }
-        add map ip svcnet affinity-tcp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-        add map ip svcnet affinity-udp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . udp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-        add map ip svcnet affinity-sctp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . sctp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-        add map ip svcnet np-affinity-tcp { typeof ip saddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-        add map ip svcnet np-affinity-udp { typeof ip saddr . meta l4proto . th dport : ip daddr . udp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-        add map ip svcnet np-affinity-sctp { typeof ip saddr . meta l4proto . th dport : ip daddr . sctp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+        add map ip svcnet sc-aff { type ipv4_addr . inet_proto . inet_service : verdict ; }
+        add map ip svcnet np-sc-aff { type inet_proto . inet_service : verdict ; }
+        add map ip svcnet svc-aff { type ipv4_addr . inet_proto . inet_service : verdict ; }
+        add map ip svcnet np-aff { type inet_proto . inet_service : verdict ; }
         add set ip svcnet svc-n2 { typeof ip daddr . meta l4proto . th dport ; }
         add chain ip svcnet masquerading
         add chain ip svcnet services
@@ -95,7 +93,7 @@ fn full_ruleset_cluster_ip() {
         add chain ip svcnet nat-output { type nat hook output priority -100 ; }
         add chain ip svcnet nat-postrouting { type nat hook postrouting priority 100 ; }
         add chain ip svcnet masquerading { meta mark & 0x4000 == 0 return ; meta mark set meta mark ^ 0x4000 ; masquerade fully-random ; }
-        add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; meta l4proto tcp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-tcp ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-tcp ; meta l4proto udp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-udp ; meta l4proto udp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-udp ; meta l4proto sctp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-sctp ; meta l4proto sctp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-sctp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends-tcp ; }
+        add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; ip saddr { 10.244.0.0/16 } ip daddr . meta l4proto . th dport vmap @sc-aff ; fib saddr type local ip daddr . meta l4proto . th dport vmap @sc-aff ; ip saddr { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; ip daddr . meta l4proto . th dport vmap @svc-aff ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends-tcp ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-aff ; }
         add chain ip svcnet firewall-check { ip daddr . meta l4proto . th dport @firewall ip daddr . meta l4proto . th dport . ip saddr != @firewall-allow drop ; }
         add chain ip svcnet endpoints-check { ip daddr . meta l4proto . th dport @no-endpoint-reject reject ; ip daddr . meta l4proto . th dport @no-endpoint-drop drop ; ip daddr . meta l4proto . th dport @local-refuse-reject reject ; ip daddr . meta l4proto . th dport @local-refuse-drop drop ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-no-endpoint-reject reject ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-no-endpoint-drop drop ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-local-refuse-reject reject ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-local-refuse-drop drop ; }
         add chain ip svcnet output-endpoints-check { ip daddr . meta l4proto . th dport @no-endpoint-reject reject ; ip daddr . meta l4proto . th dport @no-endpoint-drop drop ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-no-endpoint-reject reject ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-no-endpoint-drop drop ; }
@@ -180,9 +178,9 @@ fn full_ruleset_every_frontend_kind() {
     }));
     let (_, _, text) = full(&s, None);
     expect![[r#"
-        add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; meta l4proto tcp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-tcp ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-tcp ; meta l4proto udp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-udp ; meta l4proto udp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-udp ; meta l4proto sctp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-sctp ; meta l4proto sctp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-sctp ; ip saddr { 10.244.0.0/16 } meta l4proto tcp ip daddr . meta l4proto . th dport @sc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @sc-backends-tcp ; fib saddr type local meta l4proto tcp ip daddr . meta l4proto . th dport @sc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @sc-backends-tcp ; ip saddr { 10.244.0.0/16 } meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-sc-n2 dnat ip to meta l4proto . th dport . numgen random mod 2 map @np-sc-backends-tcp ; fib saddr type local meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-sc-n2 dnat ip to meta l4proto . th dport . numgen random mod 2 map @np-sc-backends-tcp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends-tcp ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-n1 dnat ip to meta l4proto . th dport . numgen random mod 1 map @np-backends-tcp ; }
-        add chain ip svcnet affinity-record { meta l4proto udp ct state new ct status dnat ct original ip daddr . meta l4proto . ct original proto-dst @aff-60 update @affinity-udp { ip saddr . ct original ip daddr . meta l4proto . ct original proto-dst timeout 60s : ip daddr . th dport } ; }
-        add set ip svcnet aff-60 { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.10 . udp . 53 } ; }
+        add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; ip saddr { 10.244.0.0/16 } ip daddr . meta l4proto . th dport vmap @sc-aff ; fib saddr type local ip daddr . meta l4proto . th dport vmap @sc-aff ; ip saddr { 10.244.0.0/16 } meta l4proto tcp ip daddr . meta l4proto . th dport @sc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @sc-backends-tcp ; fib saddr type local meta l4proto tcp ip daddr . meta l4proto . th dport @sc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @sc-backends-tcp ; ip saddr { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; ip saddr { 10.244.0.0/16 } meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-sc-n2 dnat ip to meta l4proto . th dport . numgen random mod 2 map @np-sc-backends-tcp ; fib saddr type local meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-sc-n2 dnat ip to meta l4proto . th dport . numgen random mod 2 map @np-sc-backends-tcp ; ip daddr . meta l4proto . th dport vmap @svc-aff ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends-tcp ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-aff ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-n1 dnat ip to meta l4proto . th dport . numgen random mod 1 map @np-backends-tcp ; }
+        add chain ip svcnet affinity-record { meta l4proto udp ct state new ct status dnat ct original ip daddr . meta l4proto . ct original proto-dst vmap @aff-record ; }
+        add map ip svcnet aff-record { type ipv4_addr . inet_proto . inet_service : verdict ; elements = { 10.96.0.10 . udp . 53 : jump aff-rec-MKS3HLPM-kube-system/dns/udp/dns } ; }
         add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; elements = { 10.96.0.20 . tcp . 443 . 0 : 10.244.1.5 . 8443, 10.96.0.20 . tcp . 443 . 1 : 10.244.2.5 . 8443, 198.51.100.9 . tcp . 443 . 0 : 10.244.1.5 . 8443, 203.0.113.7 . tcp . 443 . 0 : 10.244.1.5 . 8443 } ; }
         add map ip svcnet backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; elements = { 10.96.0.10 . udp . 53 . 0 : 10.244.1.3 . 5353 } ; }
         add set ip svcnet cluster-ips { type ipv4_addr ; elements = { 10.96.0.10, 10.96.0.20, 10.96.0.30, 10.96.0.40 } ; }
@@ -201,6 +199,7 @@ fn full_ruleset_every_frontend_kind() {
         add set ip svcnet np-sc-n2 { typeof meta l4proto . th dport ; elements = { tcp . 30443 comment "node port of shop/lb/tcp/https" } ; }
         add map ip svcnet sc-backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; elements = { 198.51.100.9 . tcp . 443 . 0 : 10.244.1.5 . 8443, 198.51.100.9 . tcp . 443 . 1 : 10.244.2.5 . 8443, 203.0.113.7 . tcp . 443 . 0 : 10.244.1.5 . 8443, 203.0.113.7 . tcp . 443 . 1 : 10.244.2.5 . 8443 } ; }
         add set ip svcnet sc-n2 { typeof ip daddr . meta l4proto . th dport ; elements = { 198.51.100.9 . tcp . 443 comment "external IP of shop/lb/tcp/https", 203.0.113.7 . tcp . 443 comment "load-balancer IP (with loadBalancerSourceRanges) of shop/lb/tcp/https" } ; }
+        add map ip svcnet svc-aff { type ipv4_addr . inet_proto . inet_service : verdict ; elements = { 10.96.0.10 . udp . 53 : jump aff-cluster-7CNWVFNA-kube-system/dns/udp/dns } ; }
         add set ip svcnet svc-n1 { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.10 . udp . 53 comment "cluster IP of kube-system/dns/udp/dns", 198.51.100.9 . tcp . 443 comment "external IP of shop/lb/tcp/https", 203.0.113.7 . tcp . 443 comment "load-balancer IP (with loadBalancerSourceRanges) of shop/lb/tcp/https" } ; }
         add set ip svcnet svc-n2 { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.20 . tcp . 443 comment "cluster IP of shop/lb/tcp/https" } ; }
     "#]]
@@ -225,9 +224,6 @@ fn partial_syncs_touch_only_what_changed() {
         &mut r,
         &mut fake,
         expect![[r#"
-            add map ip svcnet affinity-sctp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . sctp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-            add map ip svcnet affinity-tcp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-            add map ip svcnet affinity-udp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . udp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
             add map ip svcnet backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
             add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
             add map ip svcnet backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
@@ -242,9 +238,7 @@ fn partial_syncs_touch_only_what_changed() {
             add set ip svcnet masq-off-cluster { typeof ip daddr . meta l4proto . th dport ; }
             add set ip svcnet no-endpoint-drop { typeof ip daddr . meta l4proto . th dport ; }
             add set ip svcnet no-endpoint-reject { typeof ip daddr . meta l4proto . th dport ; }
-            add map ip svcnet np-affinity-sctp { typeof ip saddr . meta l4proto . th dport : ip daddr . sctp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-            add map ip svcnet np-affinity-tcp { typeof ip saddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-            add map ip svcnet np-affinity-udp { typeof ip saddr . meta l4proto . th dport : ip daddr . udp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet np-aff { type inet_proto . inet_service : verdict ; }
             add map ip svcnet np-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
             add map ip svcnet np-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
             add map ip svcnet np-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
@@ -255,18 +249,21 @@ fn partial_syncs_touch_only_what_changed() {
             add set ip svcnet np-masq-off-cluster { typeof meta l4proto . th dport ; }
             add set ip svcnet np-no-endpoint-drop { typeof meta l4proto . th dport ; }
             add set ip svcnet np-no-endpoint-reject { typeof meta l4proto . th dport ; }
+            add map ip svcnet np-sc-aff { type inet_proto . inet_service : verdict ; }
             add map ip svcnet np-sc-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
             add map ip svcnet np-sc-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
             add map ip svcnet np-sc-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+            add map ip svcnet sc-aff { type ipv4_addr . inet_proto . inet_service : verdict ; }
             add map ip svcnet sc-backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
             add map ip svcnet sc-backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
             add map ip svcnet sc-backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+            add map ip svcnet svc-aff { type ipv4_addr . inet_proto . inet_service : verdict ; }
             add set ip svcnet svc-n3 { typeof ip daddr . meta l4proto . th dport ; }
             add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; elements = { 10.96.0.10 . tcp . 80 . 2 : 10.244.3.2 . 8080 } ; }
             add set ip svcnet hairpin { typeof ip saddr . ip daddr ; elements = { 10.244.3.2 . 10.244.3.2 } ; }
             add set ip svcnet svc-n3 { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.10 . tcp . 80 comment "cluster IP of default/web/tcp/http" } ; }
             flush chain ip svcnet services
-            add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; meta l4proto tcp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-tcp ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-tcp ; meta l4proto udp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-udp ; meta l4proto udp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-udp ; meta l4proto sctp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-sctp ; meta l4proto sctp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-sctp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp ; }
+            add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; ip saddr { 10.244.0.0/16 } ip daddr . meta l4proto . th dport vmap @sc-aff ; fib saddr type local ip daddr . meta l4proto . th dport vmap @sc-aff ; ip saddr { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; ip daddr . meta l4proto . th dport vmap @svc-aff ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-aff ; }
             flush chain ip svcnet affinity-record
             delete set ip svcnet svc-n2
         "#]],
@@ -304,9 +301,6 @@ fn partial_syncs_touch_only_what_changed() {
             delete element ip svcnet hairpin { 10.244.2.2 . 10.244.2.2 }
             delete element ip svcnet hairpin { 10.244.3.2 . 10.244.3.2 }
             delete element ip svcnet masq-off-cluster { 10.96.0.10 . tcp . 80 }
-            add map ip svcnet affinity-sctp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . sctp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-            add map ip svcnet affinity-tcp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-            add map ip svcnet affinity-udp { typeof ip saddr . ip daddr . meta l4proto . th dport : ip daddr . udp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
             add map ip svcnet backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
             add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
             add map ip svcnet backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
@@ -321,9 +315,7 @@ fn partial_syncs_touch_only_what_changed() {
             add set ip svcnet masq-off-cluster { typeof ip daddr . meta l4proto . th dport ; }
             add set ip svcnet no-endpoint-drop { typeof ip daddr . meta l4proto . th dport ; }
             add set ip svcnet no-endpoint-reject { typeof ip daddr . meta l4proto . th dport ; }
-            add map ip svcnet np-affinity-sctp { typeof ip saddr . meta l4proto . th dport : ip daddr . sctp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-            add map ip svcnet np-affinity-tcp { typeof ip saddr . meta l4proto . th dport : ip daddr . tcp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
-            add map ip svcnet np-affinity-udp { typeof ip saddr . meta l4proto . th dport : ip daddr . udp dport ; flags dynamic,timeout ; timeout 10800s ; size 1048576 ; }
+            add map ip svcnet np-aff { type inet_proto . inet_service : verdict ; }
             add map ip svcnet np-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
             add map ip svcnet np-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
             add map ip svcnet np-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
@@ -334,15 +326,18 @@ fn partial_syncs_touch_only_what_changed() {
             add set ip svcnet np-masq-off-cluster { typeof meta l4proto . th dport ; }
             add set ip svcnet np-no-endpoint-drop { typeof meta l4proto . th dport ; }
             add set ip svcnet np-no-endpoint-reject { typeof meta l4proto . th dport ; }
+            add map ip svcnet np-sc-aff { type inet_proto . inet_service : verdict ; }
             add map ip svcnet np-sc-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
             add map ip svcnet np-sc-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
             add map ip svcnet np-sc-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+            add map ip svcnet sc-aff { type ipv4_addr . inet_proto . inet_service : verdict ; }
             add map ip svcnet sc-backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
             add map ip svcnet sc-backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
             add map ip svcnet sc-backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
+            add map ip svcnet svc-aff { type ipv4_addr . inet_proto . inet_service : verdict ; }
             add set ip svcnet no-endpoint-reject { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.10 . tcp . 80 } ; }
             flush chain ip svcnet services
-            add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; meta l4proto tcp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-tcp ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-tcp ; meta l4proto udp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-udp ; meta l4proto udp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-udp ; meta l4proto sctp dnat ip to ip saddr . ip daddr . meta l4proto . th dport map @affinity-sctp ; meta l4proto sctp fib daddr type local ip daddr != 127.0.0.0/8 dnat ip to ip saddr . meta l4proto . th dport map @np-affinity-sctp ; }
+            add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; ip saddr { 10.244.0.0/16 } ip daddr . meta l4proto . th dport vmap @sc-aff ; fib saddr type local ip daddr . meta l4proto . th dport vmap @sc-aff ; ip saddr { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; ip daddr . meta l4proto . th dport vmap @svc-aff ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-aff ; }
             flush chain ip svcnet affinity-record
             delete set ip svcnet svc-n3
         "#]],
@@ -369,6 +364,21 @@ fn partial_syncs_touch_only_what_changed() {
 #[test]
 fn reassert_repairs_drift_and_keeps_affinity_entries() {
     let mut state = web_state();
+    state
+        .update_service(&service("default", "web", |s| {
+            s.cluster_ip(&["10.96.0.10"])
+                .port("http", "TCP", 80)
+                .affinity(Some(60));
+        }))
+        .unwrap();
+    let map = svcnet_nft::names::affinity_object(
+        "cluster",
+        &svcnet_proxy::ServicePortName {
+            service: svcnet_proxy::NamespacedName::new("default", "web"),
+            port: "http".into(),
+            protocol: svcnet_proxy::Protocol::Tcp,
+        },
+    );
     let (mut r, mut fake, _) = full(&state, None);
     // Drift: someone deletes a backends slot; a client is pinned by affinity.
     let mut tx = svcnet_nft::Transaction::new(Family::Ip, "svcnet");
@@ -377,8 +387,8 @@ fn reassert_repairs_drift_and_keeps_affinity_entries() {
         key: "10.96.0.10 . tcp . 80 . 1".into(),
     });
     tx.push(svcnet_nft::Op::AddElement {
-        set: "affinity-tcp".into(),
-        key: "10.244.9.9 . 10.96.0.10 . tcp . 80".into(),
+        set: map.clone(),
+        key: "10.244.9.9".into(),
         value: Some("10.244.1.2 . 8080".into()),
     });
     fake.apply(&tx).unwrap();
@@ -395,15 +405,12 @@ fn reassert_repairs_drift_and_keeps_affinity_entries() {
         fake.elements("backends-tcp"),
         fresh.elements("backends-tcp")
     );
-    assert_eq!(
-        fake.elements("affinity-tcp"),
-        ["10.244.9.9 . 10.96.0.10 . tcp . 80 : 10.244.1.2 . 8080"]
-    );
+    assert_eq!(fake.elements(&map), ["10.244.9.9 : 10.244.1.2 . 8080"]);
     // Apart from the affinity entry, a reassert gives what a fresh full sync gives.
     let mut tx = svcnet_nft::Transaction::new(Family::Ip, "svcnet");
     tx.push(svcnet_nft::Op::DeleteElement {
-        set: "affinity-tcp".into(),
-        key: "10.244.9.9 . 10.96.0.10 . tcp . 80".into(),
+        set: map,
+        key: "10.244.9.9".into(),
     });
     fake.apply(&tx).unwrap();
     assert_eq!(fake.dump(), fresh.dump());

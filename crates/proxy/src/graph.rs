@@ -10,7 +10,8 @@
 //!   (cluster or local) with its [`Masquerade`] rule, or a refusal ([`NoEndpointsVerdict`]),
 //!   plus the `externalTrafficPolicy: Local` short-circuit;
 //! * the pools some route actually uses (the only ones a dataplane programs);
-//! * affinity, and the load-balancing algorithm as the dataplane's [`Capability`] resolves it,
+//! * ClientIP affinity ([`Affinity`]: one pin per client for the whole service port, whatever
+//!   frontend a connection arrives on), and the load-balancing algorithm as the dataplane's [`Capability`] resolves it,
 //!   with the fallback to report.
 //!
 //! [`NodeVerdicts`] holds the node-wide decisions, the same for every dataplane.
@@ -26,6 +27,7 @@ use ipnet::IpNet;
 use svcnet_lb::{Algorithm, Fallback, Resolution};
 
 use crate::desired::{DesiredEndpoint, DesiredNode, DesiredServicePort, NoEndpointsVerdict};
+use crate::names::ServicePortName;
 use crate::service::TrafficPolicy;
 
 /// An endpoint set of a service port.
@@ -133,6 +135,23 @@ impl Frontend<'_> {
     }
 }
 
+/// ClientIP session affinity of a service port, decided once for every dataplane: a client's
+/// pin is kept per service port, not per frontend, as kube-proxy's are (its cluster IP, node
+/// port, external and load-balancer IPs all jump into one service chain, and each `recent`
+/// list belongs to an endpoint of that port). So a client pinned to endpoint X through the
+/// cluster IP reaches X through the node port too, and the other way round, within
+/// `timeout`. A pin may only name an endpoint of [`ServiceGraph::endpoints`]: a dataplane
+/// removes the pins to an endpoint that leaves them, so no client stays pinned to a removed
+/// pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Affinity<'a> {
+    /// Seconds a pin lasts after the client's last new connection.
+    pub timeout: u32,
+    /// The one key a pin is recorded and looked up under, whatever the frontend or pool: the
+    /// service port.
+    pub key: &'a ServicePortName,
+}
+
 /// A dataplane's ability to express load-balancing algorithms (the arm of
 /// `svcnet_lb::support` for it, plus any limit that depends on the endpoints, e.g. iptables'
 /// 32 hash slots).
@@ -160,8 +179,8 @@ pub struct ServiceGraph<'a> {
     /// The non-empty pools some route uses, cluster first. A pool no route uses is absent,
     /// so a dataplane programs exactly these.
     pub pools: Vec<(Pool, &'a [DesiredEndpoint])>,
-    /// ClientIP session affinity timeout in seconds.
-    pub affinity: Option<u32>,
+    /// ClientIP session affinity, per service port.
+    pub affinity: Option<Affinity<'a>>,
     /// The algorithm every pool of this port uses in this dataplane.
     pub algorithm: Algorithm,
     /// Set when the requested algorithm could not be expressed: reported once per sync that
@@ -291,7 +310,10 @@ pub fn lower<'a>(
         internal,
         external,
         pools,
-        affinity: d.affinity_timeout,
+        affinity: d.affinity_timeout.map(|timeout| Affinity {
+            timeout,
+            key: &d.name,
+        }),
         algorithm,
         fallback,
     }

@@ -11,7 +11,8 @@
 //! trackers), [`desired`] (the output types), [`graph`] (every traffic decision of a service
 //! port, lowered from the desired state: the one place dataplanes take routes, masquerade,
 //! refusals and node-wide verdicts from), [`state`] (observed world and change sets),
-//! [`dataplane`] (the contract every dataplane implements and one syncer drives), [`trace`]
+//! [`dataplane`] (the contract every dataplane implements and one syncer drives), [`status`]
+//! (what a node's proxy publishes about its rules, in a Lease), [`trace`]
 //! (what a packet trace answers, in every dataplane's words alike),
 //! [`fixtures`] (builders for tests).
 
@@ -25,6 +26,7 @@ pub mod graph;
 pub mod names;
 pub mod service;
 pub mod state;
+pub mod status;
 pub mod trace;
 pub mod tracker;
 
@@ -34,8 +36,8 @@ pub use desired::{
     CoreConfig, DesiredEndpoint, DesiredFamily, DesiredNode, DesiredServicePort, NoEndpointsVerdict,
 };
 pub use graph::{
-    Capability, Frontend, Masquerade, NODE_VERDICTS, NodeVerdicts, Pool, Route, ServiceGraph,
-    Target, lower,
+    Affinity, Capability, Frontend, Masquerade, NODE_VERDICTS, NodeVerdicts, Pool, Route,
+    ServiceGraph, Target, lower,
 };
 pub use names::{IpFamily, NamespacedName, Protocol, ServicePortName};
 pub use service::{ServiceError, ServiceInfo, TrafficPolicy};

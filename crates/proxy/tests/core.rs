@@ -86,6 +86,17 @@ fn render(state: &ProxyState) -> String {
             if let Some(ext) = &g.external {
                 write!(out, "\n  external={}", route(&g, ext)).unwrap();
             }
+            if let Some(a) = g.affinity {
+                let fronts: Vec<String> = g.frontends.iter().map(|f| format!("{f:?}")).collect();
+                write!(
+                    out,
+                    "\n  affinity {}s keyed {} for {}",
+                    a.timeout,
+                    a.key,
+                    fronts.join(", ")
+                )
+                .unwrap();
+            }
             writeln!(out).unwrap();
         }
     }
@@ -172,6 +183,34 @@ fn no_endpoints_rejects() {
               external=Reject
             default/web/tcp/http 10.96.0.10:80
               internal=Reject
+        "#]],
+    );
+}
+
+/// ClientIP affinity is decided once, per service port: every frontend (cluster IP, node
+/// port, external IP) and both pools share one key, so a client pinned through one frontend
+/// stays pinned through the others.
+#[test]
+fn affinity_is_one_pin_per_service_port() {
+    let svc = web(|s| {
+        s.type_("NodePort")
+            .external_ips(&["198.51.100.9"])
+            .external_local()
+            .affinity(Some(600));
+        s.0.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].node_port = Some(30080);
+    });
+    check(
+        &[svc],
+        &[web_slice(|s| {
+            s.endpoint("10.244.1.2", "n1", |_| {})
+                .endpoint("10.244.2.2", "n2", |_| {});
+        })],
+        None,
+        expect![[r#"
+            default/web/tcp/http 10.96.0.10:80 np=30080 ext=198.51.100.9 affinity=600s
+              internal=Cluster[10.244.1.2:8080 10.244.2.2:8080] masq=OffCluster
+              external=pods+node->Cluster[10.244.1.2:8080 10.244.2.2:8080] else Local[10.244.1.2:8080] masq=Never
+              affinity 600s keyed default/web/tcp/http for ClusterIp(10.96.0.10, 80), ExternalIp(198.51.100.9, 80), NodePort(30080)
         "#]],
     );
 }
@@ -330,9 +369,11 @@ fn dual_stack_families_are_independent() {
             default/ds/udp/dns 10.96.0.20:53 ext=198.51.100.1 affinity=10800s
               internal=Cluster[10.244.1.3:5353] masq=OffCluster
               external=Cluster[10.244.1.3:5353] masq=Always
+              affinity 10800s keyed default/ds/udp/dns for ClusterIp(10.96.0.20, 53), ExternalIp(198.51.100.1, 53)
             default/ds/udp/dns fd00:10:96::20:53 ext=2001:db8::1 affinity=10800s
               internal=Reject
               external=Reject
+              affinity 10800s keyed default/ds/udp/dns for ClusterIp(fd00:10:96::20, 53), ExternalIp(2001:db8::1, 53)
         "#]],
     );
 }

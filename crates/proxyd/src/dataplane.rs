@@ -39,6 +39,8 @@ pub struct Outcome {
     pub scope: Scope,
     /// Service ports programmed, summed over families (`None`: unknown, keep the last count).
     pub service_ports: Option<usize>,
+    /// What failed, by family (`None` when `ok`).
+    pub error: Option<String>,
 }
 
 /// How long a stopping userspace proxy keeps relaying its established connections.

@@ -39,6 +39,7 @@ pub mod foreign;
 pub mod healthcheck;
 pub mod report;
 pub mod serve;
+pub mod status;
 mod sync;
 pub mod syncer;
 pub mod usmetrics;
@@ -54,6 +55,17 @@ pub enum ProxyMode {
     Nftables,
     Iptables,
     Userspace,
+}
+
+impl ProxyMode {
+    /// The name `--proxy-mode` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Nftables => "nftables",
+            Self::Iptables => "iptables",
+            Self::Userspace => "userspace",
+        }
+    }
 }
 
 impl std::str::FromStr for ProxyMode {
@@ -180,6 +192,8 @@ pub struct RunningProxy {
     tasks: JoinSet<()>,
     /// The sync loop, awaited on shutdown so the dataplane stops cleanly.
     sync: tokio::task::JoinHandle<()>,
+    /// The status lease's writer, awaited on shutdown so the lease says the proxy stopped.
+    status: tokio::task::JoinHandle<()>,
     stop: watch::Sender<bool>,
     stats: watch::Receiver<SyncStats>,
     healthz: Option<SocketAddr>,
@@ -204,6 +218,12 @@ impl RunningProxy {
         let bound = Duration::from_secs(10) + dataplane::USERSPACE_DRAIN;
         if tokio::time::timeout(bound, &mut self.sync).await.is_err() {
             self.sync.abort();
+        }
+        if tokio::time::timeout(Duration::from_secs(3), &mut self.status)
+            .await
+            .is_err()
+        {
+            self.status.abort();
         }
         self.tasks.shutdown().await;
     }
@@ -298,6 +318,13 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
     ));
     let (notice_tx, notice_rx) = mpsc::unbounded_channel();
     tasks.spawn(report::publish(notice_rx, Some(recorder)));
+    let (status_tx, status_rx) = watch::channel(svcnet_proxy::status::ProxyStatus {
+        node: cfg.node_name.clone(),
+        mode: cfg.mode.as_str().into(),
+        duration_seconds: svcnet_proxy::status::DURATION_SECONDS,
+        ..Default::default()
+    });
+    let status = tokio::spawn(status::publish(client.clone(), status_rx));
     watchers::spawn_watchers(client, &cfg.node_name, tx, &mut tasks);
     let (stop, stop_rx) = watch::channel(false);
     let (stats_tx, stats) = watch::channel(SyncStats::default());
@@ -311,11 +338,13 @@ pub async fn start(cfg: ProxyConfig, client: kube::Client) -> Result<RunningProx
             .retiring_other_modes(retire_others)
             .with_health_checks(hc_tx)
             .with_notices(notice_tx)
+            .with_status(status_tx)
             .run(rx, stop_rx),
     );
     Ok(RunningProxy {
         tasks,
         sync,
+        status,
         stop,
         stats,
         healthz,

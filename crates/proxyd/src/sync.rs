@@ -10,9 +10,10 @@
 //! UDP conntrack entries are deleted, health-check node ports reconciled, and algorithm
 //! fallbacks reported ([`crate::report`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Instant, SystemTime};
 
+use svcnet_proxy::status::ProxyStatus;
 use svcnet_proxy::{NamespacedName, ProxyState};
 use tokio::sync::{mpsc, watch};
 use tokio::time::sleep_until;
@@ -50,6 +51,10 @@ pub(crate) struct SyncLoop {
     notice_tx: Option<mpsc::UnboundedSender<Notice>>,
     /// The other modes' rules are still to be removed, after the first successful sync.
     retire: bool,
+    /// The highest revision received per resource (see `Input::Seen`).
+    seen: BTreeMap<&'static str, u64>,
+    /// Where the proxy's account of itself goes after every sync (see `crate::status`).
+    status: Option<watch::Sender<ProxyStatus>>,
 }
 
 impl SyncLoop {
@@ -74,7 +79,15 @@ impl SyncLoop {
             notices: Notices::default(),
             notice_tx: None,
             retire: false,
+            seen: BTreeMap::new(),
+            status: None,
         }
+    }
+
+    /// Publishes the proxy's status to `tx` after every sync, and that it stopped at the end.
+    pub fn with_status(mut self, tx: watch::Sender<ProxyStatus>) -> Self {
+        self.status = Some(tx);
+        self
     }
 
     /// Removes the other modes' rules once this mode's first sync has succeeded (a mode
@@ -169,6 +182,10 @@ impl SyncLoop {
             Input::Synced(kind) => {
                 self.synced_kinds.insert(kind);
             }
+            Input::Seen(kind, revision) => {
+                let r = self.seen.entry(kind).or_default();
+                *r = (*r).max(revision);
+            }
         }
         let after = self.state.pending();
         let m = &self.shared.metrics;
@@ -232,11 +249,16 @@ impl SyncLoop {
             }
         }
         self.plane.shutdown().await;
+        if let Some(tx) = self.status.take() {
+            tx.send_modify(|s| s.stopped = Some(k8s_openapi::jiff::Timestamp::now()));
+        }
     }
 
     /// One sync of both families.
     async fn sync(&mut self, periodic_full: bool) -> Synced {
         let started = Instant::now();
+        // What the rules will hold: every input received so far.
+        let seen = self.seen.clone();
         let changes = self.state.take_changes();
         let stale = self.state.stale_conntrack(&changes);
         let outcome = self.plane.sync(&self.state, &changes, periodic_full).await;
@@ -302,6 +324,23 @@ impl SyncLoop {
                 s.service_ports = n;
             }
         });
+        if let Some(tx) = &self.status {
+            tx.send_modify(|s| {
+                if all_ok {
+                    s.services_revision = seen.get("services").copied();
+                    s.slices_revision = seen.get("endpointslices").copied();
+                    s.last_sync = Some(k8s_openapi::jiff::Timestamp::now());
+                    s.sync_error = None;
+                } else {
+                    s.sync_error = Some(
+                        outcome
+                            .error
+                            .clone()
+                            .unwrap_or_else(|| "the last sync failed".into()),
+                    );
+                }
+            });
+        }
         if all_ok && self.retire {
             self.retire_other_modes().await;
         }

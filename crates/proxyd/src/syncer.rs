@@ -131,6 +131,7 @@ impl<D: Dataplane> Syncer<D> {
             fallbacks: Vec::new(),
             scope: Scope::Services(BTreeSet::new()),
             service_ports: None,
+            error: None,
         };
         let mut all_full = true;
         let families: Vec<IpFamily> = self.memory.keys().copied().collect();
@@ -165,6 +166,11 @@ impl<D: Dataplane> Syncer<D> {
                         tracing::error!(%family, "{name} sync failed and retrying cannot help; retried with the next change or periodic resync: {e}");
                     }
                     out.retryable &= retryable;
+                    let what = format!("{name} {family}: {e}");
+                    out.error = Some(match out.error.take() {
+                        Some(before) => format!("{before}; {what}"),
+                        None => what,
+                    });
                     if let Some(dp) = self.dp.as_mut() {
                         dp.invalidate(family);
                     }

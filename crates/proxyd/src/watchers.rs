@@ -19,6 +19,10 @@ pub enum Input {
     Node(Change<Node>),
     /// The named resource finished its (re)list.
     Synced(&'static str),
+    /// Every change of the named resource up to this revision (`resourceVersion`) has been
+    /// sent before this input: what a sync after it has in its rules (see
+    /// `svcnet_proxy::status`).
+    Seen(&'static str, u64),
 }
 
 /// An upsert or a deletion by `namespace/name`.
@@ -43,30 +47,39 @@ async fn pump<K>(
     let mut known: BTreeSet<(String, String)> = BTreeSet::new();
     let mut relist: Option<BTreeSet<(String, String)>> = None;
     let key = |o: &K| (o.namespace().unwrap_or_default(), o.name_any());
+    let rev = |o: &K| svcnet_proxy::status::revision(o.resource_version().as_deref());
+    let seen = |o: &K| rev(o).map(|r| Input::Seen(kind, r));
+    // A list comes in no revision order: its revision counts once it is whole.
+    let mut relist_max = None;
     while let Some(event) = stream.next().await {
         let mut out = Vec::new();
         match event {
             Ok(watcher::Event::Apply(o)) => {
                 known.insert(key(&o));
+                let seen = seen(&o);
                 out.push(wrap(Change::Upsert(Box::new(o))));
+                out.extend(seen);
             }
             Ok(watcher::Event::Delete(o)) => {
                 let (namespace, name) = key(&o);
                 known.remove(&(namespace.clone(), name.clone()));
                 out.push(wrap(Change::Delete { namespace, name }));
+                out.extend(seen(&o));
             }
             Ok(watcher::Event::Init) => relist = Some(BTreeSet::new()),
             Ok(watcher::Event::InitApply(o)) => {
                 relist.get_or_insert_with(BTreeSet::new).insert(key(&o));
                 known.insert(key(&o));
+                relist_max = relist_max.max(rev(&o));
                 out.push(wrap(Change::Upsert(Box::new(o))));
             }
             Ok(watcher::Event::InitDone) => {
-                let seen = relist.take().unwrap_or_default();
-                for (namespace, name) in known.difference(&seen).cloned().collect::<Vec<_>>() {
+                let listed = relist.take().unwrap_or_default();
+                for (namespace, name) in known.difference(&listed).cloned().collect::<Vec<_>>() {
                     known.remove(&(namespace.clone(), name.clone()));
                     out.push(wrap(Change::Delete { namespace, name }));
                 }
+                out.extend(relist_max.take().map(|r| Input::Seen(kind, r)));
                 out.push(Input::Synced(kind));
             }
             Err(e) => tracing::warn!("watching {kind}: {e}"),

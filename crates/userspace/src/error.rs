@@ -15,13 +15,13 @@ pub enum UserspaceError {
     },
     #[error(transparent)]
     Netns(#[from] NetnsError),
-    #[error("nft -f failed{}: {stderr}", netns.as_ref().map(|n| format!(" in network namespace {n}")).unwrap_or_default())]
+    /// The redirect table could not be applied through the libnftables context (refused,
+    /// the context died, or the library is missing).
+    #[error("nftables{}: {source}", netns.as_ref().map(|n| format!(" in network namespace {n}")).unwrap_or_default())]
     Nft {
         netns: Option<String>,
-        stderr: String,
+        source: svcnet_libnft::ApplyError,
     },
-    #[error("cannot run nft (install the `nftables` package): {0}")]
-    NftMissing(std::io::Error),
     #[error("cannot start the userspace proxy's worker threads: {0}")]
     Workers(String),
     #[error("service {service}: Maglev table: {source}")]
@@ -67,8 +67,11 @@ impl UserspaceError {
     }
 
     /// Whether retrying the same sync later may succeed (a port in use may be freed; a missing
-    /// `nft` binary or a bad Maglev input will not change by themselves).
+    /// libnftables or a bad Maglev input will not change by themselves).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Bind { .. } | Self::Nft { .. } | Self::Netns(_))
+        match self {
+            Self::Nft { source, .. } => source.is_retryable(),
+            other => matches!(other, Self::Bind { .. } | Self::Netns(_)),
+        }
     }
 }

@@ -3,15 +3,14 @@
 //! redirect rules; removed endpoints drain; [`UserspaceProxy::metrics`] reads the counters.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write;
 use std::net::SocketAddr;
-use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use svcnet_lb::{Backend, Balancer, Fallback};
+use svcnet_libnft::NftExecutor;
 use svcnet_proxy::{DesiredFamily, IpFamily, Protocol, ServicePortName};
 use tokio::task::AbortHandle;
 
@@ -177,6 +176,9 @@ pub struct UserspaceProxy {
     registry: Mutex<Registry>,
     /// The unbound listeners as of the last sync, for readers that must not wait for one.
     unbound: ArcSwap<Vec<Unbound>>,
+    /// The long-lived libnftables context of the redirect table (privileged mode), opened on
+    /// first use in the configured namespace: no `nft` process per sync.
+    nft: NftExecutor,
 }
 
 impl UserspaceProxy {
@@ -188,6 +190,7 @@ impl UserspaceProxy {
         let runtimes = if looped { 1 } else { config.workers };
         let workers = crate::workers::Workers::start(runtimes, config.netns.as_deref())
             .map_err(|e| UserspaceError::Workers(e.to_string()))?;
+        let nft = NftExecutor::new(config.netns.clone());
         let shared = Arc::new(Shared {
             config,
             table: ArcSwap::from_pointee(Table::default()),
@@ -206,6 +209,7 @@ impl UserspaceProxy {
             control: tokio::sync::Mutex::new(Control::default()),
             registry: Mutex::new(Registry::default()),
             unbound: ArcSwap::from_pointee(Vec::new()),
+            nft,
         })
     }
 
@@ -282,7 +286,7 @@ impl UserspaceProxy {
                     .map(rules::NodeChecks::of)
                     .unwrap_or_default();
                 let script = rules::render(family, &specs, &ports, &checks);
-                nft(self.shared.config.netns.as_deref(), &script).await?;
+                nft(&self.nft, script).await?;
                 control.programmed.insert(family);
             }
         }
@@ -505,7 +509,7 @@ impl UserspaceProxy {
                 service: spec.key.service.to_string(),
                 source,
             })?
-            .maglev_by_address_only(spec.affinity_timeout.is_some());
+            .maglev_by_address_only(spec.affinity.is_some());
             let name = &spec.key.service;
             let endpoints = balancer
                 .backends()
@@ -517,10 +521,14 @@ impl UserspaceProxy {
                         .clone()
                 })
                 .collect();
-            let service = reg.services.entry(name.clone()).or_default().clone();
+            // The pins live under the core's affinity key (the service port), shared by all
+            // of the port's routes; a pin to an endpoint a route lacks is never followed.
+            let state_key = spec.affinity.as_ref().map_or(name, |(_, key)| key);
+            let service = reg.services.entry(state_key.clone()).or_default().clone();
             let affinity = spec
-                .affinity_timeout
-                .map(|t| Duration::from_secs(u64::from(t)));
+                .affinity
+                .as_ref()
+                .map(|(t, _)| Duration::from_secs(u64::from(*t)));
             if let Some(t) = affinity {
                 service.affinity.expire(t, now);
             }
@@ -696,7 +704,7 @@ impl UserspaceProxy {
         self.shared.table.store(Arc::new(Table::default()));
         let programmed = std::mem::take(&mut control.programmed);
         for family in programmed {
-            nft(self.shared.config.netns.as_deref(), &rules::delete(family)).await?;
+            nft(&self.nft, rules::delete(family)).await?;
         }
         Ok(())
     }
@@ -713,46 +721,33 @@ impl Drop for UserspaceProxy {
         }
         // Best effort when `shutdown` was not called: never leave redirects to closed ports.
         for family in std::mem::take(&mut control.programmed) {
-            let _ = nft_blocking(self.shared.config.netns.as_deref(), &rules::delete(family));
+            let _ = nft_blocking(&self.nft, &rules::delete(family));
         }
     }
 }
 
 /// Removes svcnet-userspace's tables (`svcnet proxy --cleanup`); absent tables are fine.
 pub fn cleanup(netns: Option<&str>) {
+    let exec = NftExecutor::new(netns.map(str::to_string));
     for family in IpFamily::ALL {
-        let _ = nft_blocking(netns, &rules::delete(family));
+        let _ = nft_blocking(&exec, &rules::delete(family));
     }
 }
 
-fn nft_blocking(netns: Option<&str>, script: &str) -> Result<(), UserspaceError> {
-    let mut child = svcnet_netns::command(netns, "nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(UserspaceError::NftMissing)?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(script.as_bytes())
-            .map_err(UserspaceError::NftMissing)?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(UserspaceError::NftMissing)?;
-    if !out.status.success() {
-        return Err(UserspaceError::Nft {
-            netns: netns.map(str::to_string),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(())
+/// Runs one batch of the redirect table's commands (atomic, as `nft -f` reads a file).
+fn nft_blocking(exec: &NftExecutor, script: &str) -> Result<(), UserspaceError> {
+    exec.command(script)
+        .map(|_| ())
+        .map_err(|source| UserspaceError::Nft {
+            netns: exec.netns().map(str::to_string),
+            source,
+        })
 }
 
-async fn nft(netns: Option<&str>, script: &str) -> Result<(), UserspaceError> {
-    let (netns, script) = (netns.map(str::to_string), script.to_string());
-    tokio::task::spawn_blocking(move || nft_blocking(netns.as_deref(), &script))
+async fn nft(exec: &NftExecutor, script: String) -> Result<(), UserspaceError> {
+    // Clones share the context; the call blocks on its thread's answer.
+    let exec = exec.clone();
+    tokio::task::spawn_blocking(move || nft_blocking(&exec, &script))
         .await
-        .map_err(|e| UserspaceError::NftMissing(std::io::Error::other(e)))?
+        .map_err(|e| UserspaceError::Workers(format!("applying the redirect table: {e}")))?
 }

@@ -130,7 +130,11 @@ pub struct RouteSpec {
     pub endpoints: Vec<DesiredEndpoint>,
     /// Set when `endpoints` is empty: refuse (reject) or drop.
     pub no_endpoints: Option<NoEndpointsVerdict>,
-    pub affinity_timeout: Option<u32>,
+    /// ClientIP affinity as the core decided it: `(timeout in seconds, key)`. Every route with
+    /// the same key shares one pin table (`state::ServiceState`), so a client pinned through
+    /// the cluster IP keeps its endpoint through the node port, external and load-balancer
+    /// IPs; a pin is followed only to an endpoint of the route's own pool.
+    pub affinity: Option<(u32, ServicePortName)>,
     pub algorithm: Algorithm,
     /// Never set for userspace today (it can express every algorithm); kept so the runtime
     /// reports fallbacks the same way as the kernel dataplanes.
@@ -219,7 +223,7 @@ fn route(
         sources,
         endpoints: endpoints.to_vec(),
         no_endpoints,
-        affinity_timeout: g.affinity,
+        affinity: g.affinity.map(|a| (a.timeout, a.key.clone())),
         algorithm: g.algorithm,
         fallback: g.fallback.clone(),
         listeners,

@@ -558,7 +558,9 @@ async fn shared_flow_table_on_the_kernel() {
         for b in &branches {
             use svcnet_nft::trace::Outcome;
             let ok = match c.expect {
-                svcnet_flows::Expect::Spread(..) | svcnet_flows::Expect::Sticky(..) => {
+                svcnet_flows::Expect::Spread(..)
+                | svcnet_flows::Expect::Sticky(..)
+                | svcnet_flows::Expect::Pinned { .. } => {
                     matches!(b.outcome, Outcome::Listener { .. })
                 }
                 svcnet_flows::Expect::Reject => b.outcome == Outcome::Reject,

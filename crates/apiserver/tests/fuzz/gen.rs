@@ -372,10 +372,12 @@ pub fn generate(op: &Operation, docs: &Map<String, Value>, rng: &mut StdRng) -> 
     if rng.random_ratio(1, 20) {
         query.push(("unknownParam".into(), "1".into()));
     }
-    // A watch must end for the run to go on.
-    if query
-        .iter()
-        .any(|(k, v)| k == "watch" && v != "false" && !v.is_empty())
+    // A watch (a list with `watch`, or a deprecated `/watch/` path) must end for the run to
+    // go on.
+    if op.action.starts_with("watch")
+        || query
+            .iter()
+            .any(|(k, v)| k == "watch" && v != "false" && !v.is_empty())
     {
         query.retain(|(k, _)| k != "timeoutSeconds");
         query.push(("timeoutSeconds".into(), "1".into()));

@@ -211,16 +211,22 @@ impl Forwarder {
         qclass: DNSClass,
     ) -> Option<Upstream> {
         let message = self.cached(&(name.to_lowercase(), qtype, qclass))?;
-        let counter = if is_negative(&message) {
+        self.count_hit(is_negative(&message));
+        Some(Upstream {
+            message,
+            cached: true,
+        })
+    }
+
+    /// Counts a hit served from a copy of this cache's answer (the node-local replay), so the
+    /// hit counters say what clients got from the cache.
+    pub(crate) fn count_hit(&self, negative: bool) {
+        let counter = if negative {
             &self.counters.hits_denial
         } else {
             &self.counters.hits_success
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        Some(Upstream {
-            message,
-            cached: true,
-        })
     }
 
     fn cached(&self, key: &Key) -> Option<Message> {
@@ -392,7 +398,7 @@ pub(crate) fn cache_ttl(message: &Message) -> Option<u32> {
 }
 
 /// NXDOMAIN, or NOERROR without answers (NODATA).
-fn is_negative(message: &Message) -> bool {
+pub(crate) fn is_negative(message: &Message) -> bool {
     message.metadata.response_code == ResponseCode::NXDomain
         || (message.metadata.response_code == ResponseCode::NoError && message.answers.is_empty())
 }

@@ -4,7 +4,7 @@
 mod cache;
 #[cfg(test)]
 mod cache_tests;
-mod forward;
+pub(crate) mod forward;
 mod fuzzing;
 mod handler;
 mod metrics;

@@ -416,12 +416,16 @@ impl Zone {
         )
     }
 
-    /// PTR answers for addresses this zone owns; `None` sends the question upstream.
+    /// PTR answers for addresses this zone owns, and the reverse zones it serves (their
+    /// apexes' SOA and NS, the names between an apex and an address); `None` sends the
+    /// question upstream.
     fn reverse_lookup(&self, name: &Name, qtype: RecordType, qclass: DNSClass) -> Option<Response> {
         if !is_reverse(name) {
             return None;
         }
-        let ip = reverse_ip(name)?;
+        let Some(ip) = reverse_ip(name) else {
+            return self.reverse_partial(name, qtype, qclass);
+        };
         let names = self.reverse[super::state::shard_of(&ip)]
             .get(&ip)
             .map(|targets| {
@@ -468,6 +472,70 @@ impl Zone {
 }
 
 impl Zone {
+    /// A reverse name shorter than an address (`96.10.in-addr.arpa.`, `0.96.10.in-addr.arpa.`)
+    /// inside a served reverse zone: the apex has the zone's SOA and NS; a name below it
+    /// exists when an indexed address lies under it (NODATA), else NXDOMAIN; both negative
+    /// answers carry the zone's SOA. Names outside every served zone go upstream.
+    fn reverse_partial(
+        &self,
+        name: &Name,
+        qtype: RecordType,
+        qclass: DNSClass,
+    ) -> Option<Response> {
+        let mut fqdn = name.clone();
+        fqdn.set_fqdn(true);
+        let net = fqdn.parse_arpa_name().ok()?;
+        let step = if net.addr().is_ipv4() { 8 } else { 4 };
+        // The served zone this name is at or under: a CIDR containing it, rounded to labels.
+        let apex_len = self
+            .config
+            .reverse_cidrs
+            .iter()
+            .filter(|c| c.addr().is_ipv4() == net.addr().is_ipv4())
+            .map(|c| (c, c.prefix_len().div_ceil(step) * step))
+            .filter(|(c, apex)| net.prefix_len() >= *apex && c.contains(&net.addr()))
+            .map(|(_, apex)| apex)
+            .max()?;
+        if !matches!(qclass, DNSClass::IN | DNSClass::ANY) {
+            return Some(Response::empty(ResponseCode::Refused));
+        }
+        let apex = reverse_zone_of(net.addr(), apex_len);
+        let mut response = Response::empty(ResponseCode::NoError);
+        if net.prefix_len() == apex_len {
+            let ttl = self.config.ttl;
+            if matches!(qtype, RecordType::SOA | RecordType::ANY) {
+                response.answers.push(self.soa_at(name.clone()));
+            }
+            if matches!(qtype, RecordType::NS | RecordType::ANY) {
+                let ns = prefixed("ns.dns", &self.config.domain);
+                response.answers.push(Record::from_rdata(
+                    name.clone(),
+                    ttl,
+                    RData::NS(NS(ns.clone())),
+                ));
+                response.additionals.extend(address_records(
+                    &ns,
+                    &self.dns_ips,
+                    RecordType::ANY,
+                    ttl,
+                ));
+            }
+            if response.answers.is_empty() {
+                response.authorities.push(self.soa_at(apex));
+            }
+            return Some(response);
+        }
+        let below = self
+            .reverse
+            .iter()
+            .any(|shard| shard.keys().any(|ip| net.contains(ip)));
+        if !below {
+            response.rcode = ResponseCode::NXDomain;
+        }
+        response.authorities.push(self.soa_at(apex));
+        Some(response)
+    }
+
     /// The reverse zone an address belongs to, as CoreDNS serves a CIDR: the served range's
     /// prefix rounded up to a whole label (octets for IPv4, nibbles for IPv6), so 10.96.0.0/12
     /// is served as `96.10.in-addr.arpa.` … `111.10.in-addr.arpa.`. An indexed address outside

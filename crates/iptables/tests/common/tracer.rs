@@ -124,20 +124,50 @@ impl IptablesTracer {
     }
 }
 
+/// The kit's packet as this tracer takes it.
+fn kit_packet(p: &svcnet_flows::Packet) -> Packet {
+    Packet {
+        src: p.src,
+        dst: p.dst,
+        proto: p.proto.as_str(),
+        dport: p.dport,
+        from_node: p.from == svcnet_flows::Client::Node,
+    }
+}
+
 impl svcnet_flows::Tracer for IptablesTracer {
     fn name(&self) -> &'static str {
         "iptables"
     }
 
+    /// The first connection's branch to `endpoint` sets its `recent` lists; with the client
+    /// in them, the packet is traced again.
+    fn trace_after(
+        &self,
+        first: &svcnet_flows::Packet,
+        endpoint: std::net::SocketAddr,
+        p: &svcnet_flows::Packet,
+    ) -> svcnet_flows::Distribution {
+        let mut env = self.env.clone();
+        for (v, _) in trace_rules(&self.rules, &kit_packet(first), &self.env) {
+            if let Verdict::Accept {
+                dst, recent_set, ..
+            } = v
+                && dst == endpoint.to_string()
+            {
+                env.recent.extend(recent_set);
+            }
+        }
+        let after = IptablesTracer {
+            rules: self.rules.clone(),
+            env,
+        };
+        after.trace(p)
+    }
+
     fn trace(&self, p: &svcnet_flows::Packet) -> svcnet_flows::Distribution {
         use svcnet_flows::Outcome;
-        let pkt = Packet {
-            src: p.src,
-            dst: p.dst,
-            proto: p.proto.as_str(),
-            dport: p.dport,
-            from_node: p.from == svcnet_flows::Client::Node,
-        };
+        let pkt = kit_packet(p);
         let mut out = svcnet_flows::Distribution::new();
         for (v, prob) in trace_rules(&self.rules, &pkt, &self.env) {
             let o = match v {

@@ -247,6 +247,14 @@ impl Tracer<'_> {
                                 return Ok(no_match(st));
                             }
                         }
+                        [lit, ..] if lit.starts_with('{') && values.len() > 1 => {
+                            // An inline set of concatenations (`{ a . b, c . d }`).
+                            let entries = inline(lit).ok_or_else(|| bad("bad inline set"))?;
+                            let hit = entries.iter().any(|e| key_matches(e, &values));
+                            if hit == neg {
+                                return Ok(no_match(st));
+                            }
+                        }
                         [lit, ..] => {
                             let [value] = values.as_slice() else {
                                 return Err(bad("a literal compared to a concatenation"));

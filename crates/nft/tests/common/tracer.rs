@@ -3,7 +3,7 @@
 //! table`, parsed), so the component tier and the kernel tier check the same interpreter
 //! against the same expectations. A rule it cannot interpret fails the test.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use svcnet_flows::{Client, Distribution, Outcome, Packet, Proto, Tracer};
 use svcnet_nft::FakeNft;
@@ -37,6 +37,15 @@ impl NftTracer {
     }
 }
 
+impl NftTracer {
+    /// The production tracer's branches (a rule it cannot interpret fails the test).
+    fn branches(&self, pkt: &Packet) -> Vec<trace::Branch> {
+        trace::Tracer::new(&self.rules, self.local_addrs.clone())
+            .trace(&packet(pkt))
+            .unwrap_or_else(|e| panic!("tracing {pkt:?}: {e}"))
+    }
+}
+
 pub fn packet(pkt: &Packet) -> trace::Packet {
     trace::Packet {
         src: pkt.src,
@@ -55,14 +64,30 @@ impl Tracer for NftTracer {
         "nftables"
     }
 
-    fn trace(&self, pkt: &Packet) -> Distribution {
-        let t = trace::Tracer {
-            rules: &self.rules,
+    /// The first connection's branch to `endpoint` records the client in the maps its
+    /// record rules name; with those entries (as the kernel lists them, `client : endpoint`)
+    /// the packet is traced again.
+    fn trace_after(&self, first: &Packet, endpoint: SocketAddr, pkt: &Packet) -> Distribution {
+        let branches = self.branches(first);
+        let mut rules = self.rules.clone();
+        let to_endpoint = branches
+            .iter()
+            .filter(|b| matches!(b.outcome, trace::Outcome::Endpoint { to, .. } if to == endpoint));
+        for b in to_endpoint {
+            for map in &b.records_affinity {
+                let entry = format!("{} : {} . {}", first.src, endpoint.ip(), endpoint.port());
+                rules.sets.entry(map.clone()).or_default().push(entry);
+            }
+        }
+        let after = NftTracer {
+            rules,
             local_addrs: self.local_addrs.clone(),
         };
-        let branches = t
-            .trace(&packet(pkt))
-            .unwrap_or_else(|e| panic!("tracing {pkt:?}: {e}"));
+        after.trace(pkt)
+    }
+
+    fn trace(&self, pkt: &Packet) -> Distribution {
+        let branches = self.branches(pkt);
         let mut out = Distribution::new();
         for b in branches {
             let o = match b.outcome {

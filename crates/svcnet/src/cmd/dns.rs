@@ -45,7 +45,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         http: Some(args.http_listen),
     };
     let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+        if let Err(e) = super::shutdown_signal().await {
+            tracing::warn!("{e:#}; stopping");
+        }
     };
     svcnet_dns::run(config, client, shutdown)
         .await

@@ -1,15 +1,29 @@
 //! `svcnet doctor [svc/NAME | -A]`: checks Services and what they depend on for the mistakes
 //! people make (see `svcnet-doctor`), explains each with its fix, and exits non-zero when one
 //! is an error, so it works in scripts.
+//!
+//! Beside the objects it reads the node proxies' status Leases (are they running, are their
+//! rules as new as each service) and looks every ExternalName target up: a name in the
+//! cluster domain as the Service it names, any other through the resolvers the cluster DNS
+//! forwards to (this machine's resolv.conf, or `--nameserver`), as pods would.
 
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
+use hickory_proto::op::ResponseCode;
+use hickory_proto::rr::{DNSClass, Name, RecordType};
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::api::ListParams;
-use svcnet_doctor::{Cluster, Severity, Snapshot, diagnose};
+use svcnet_dns::server::{Forwarder, parse_resolv_conf};
+use svcnet_doctor::{Cluster, Finding, Resolution, Severity, Snapshot, diagnose};
+use svcnet_proxy::status::{self, ProxyStatus};
 
 /// Flags of `svcnet doctor`.
 #[derive(Debug, clap::Args)]
@@ -31,6 +45,14 @@ pub struct Args {
     /// The cluster's node port range, FIRST-LAST.
     #[arg(long, default_value = "30000-32767")]
     pub node_port_range: String,
+    /// The cluster's DNS domain: ExternalName targets under `svc.DOMAIN` are checked as the
+    /// Services they name.
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// Look other ExternalName targets up at this resolver (IP:PORT) instead of the ones in
+    /// /etc/resolv.conf (those the cluster DNS forwards to).
+    #[arg(long)]
+    pub nameserver: Option<SocketAddr>,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
@@ -61,18 +83,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     };
     let client = super::kubeconfig::client_from_kubeconfig(&args.kubeconfig).await?;
     let ns = (!args.all_namespaces).then_some(args.namespace.as_str());
-    let snap = Snapshot {
-        services: list::<Service>(&client, ns).await?,
-        pods: list::<Pod>(&client, ns).await?,
-        statefulsets: list::<StatefulSet>(&client, ns).await?,
-        nodes: {
-            let api: Api<Node> = Api::all(client.clone());
-            api.list(&ListParams::default())
-                .await
-                .context("listing nodes")?
-                .items
-        },
+    let cluster = Cluster {
+        node_port_range: first..=last,
     };
+    let only_key = only.as_deref().map(|n| (args.namespace.as_str(), n));
+    let snap = snapshot(&client, ns, &args).await?;
     if let Some(name) = &only
         && !snap
             .services
@@ -81,14 +96,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     {
         anyhow::bail!("service {}/{name} not found", args.namespace);
     }
-    let cluster = Cluster {
-        node_port_range: first..=last,
-    };
-    let findings = diagnose(
-        &snap,
-        &cluster,
-        only.as_deref().map(|n| (args.namespace.as_str(), n)),
-    );
+    let mut findings = diagnose(&snap, &cluster, only_key);
+    // A proxy may be a moment behind a change made just now: look again before saying so.
+    if findings.iter().any(stale) {
+        tokio::time::sleep(STALE_RECHECK).await;
+        findings = diagnose(&snapshot(&client, ns, &args).await?, &cluster, only_key);
+    }
     let errors = findings
         .iter()
         .filter(|f| f.severity == Severity::Error)
@@ -115,6 +128,120 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// How long doctor waits before it says a proxy's rules are stale.
+const STALE_RECHECK: Duration = Duration::from_secs(3);
+
+fn stale(f: &Finding) -> bool {
+    f.check == "proxy-rules-stale"
+}
+
+/// Everything the checks look at, read now.
+async fn snapshot(
+    client: &kube::Client,
+    ns: Option<&str>,
+    args: &Args,
+) -> anyhow::Result<Snapshot> {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), status::NAMESPACE);
+    let proxies = leases
+        .list(&ListParams::default().labels(status::NODE_LABEL))
+        .await
+        .context("listing the proxies' status leases")?
+        .items
+        .iter()
+        .filter_map(ProxyStatus::from_lease)
+        .collect();
+    let mut snap = Snapshot {
+        services: list::<Service>(client, ns).await?,
+        pods: list::<Pod>(client, ns).await?,
+        statefulsets: list::<StatefulSet>(client, ns).await?,
+        slices: list::<EndpointSlice>(client, ns).await?,
+        nodes: {
+            let api: Api<Node> = Api::all(client.clone());
+            api.list(&ListParams::default())
+                .await
+                .context("listing nodes")?
+                .items
+        },
+        proxies,
+        now: Some(k8s_openapi::jiff::Timestamp::now()),
+        external_names: BTreeMap::new(),
+    };
+    let targets: Vec<String> = snap
+        .services
+        .iter()
+        .filter_map(|s| s.spec.as_ref())
+        .filter(|s| s.type_.as_deref() == Some("ExternalName"))
+        .filter_map(|s| s.external_name.clone())
+        .filter(|t| !t.is_empty() && t.parse::<std::net::IpAddr>().is_err())
+        .collect();
+    let upstreams = match args.nameserver {
+        Some(a) => vec![a],
+        None => parse_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()),
+    };
+    let forwarder = Forwarder::new(upstreams, None, Duration::from_secs(2));
+    for target in targets {
+        let r = resolve(client, &forwarder, &args.cluster_domain, &target).await;
+        snap.external_names.insert(target, r);
+    }
+    Ok(snap)
+}
+
+/// What an ExternalName target resolves to, as a pod would find it.
+async fn resolve(
+    client: &kube::Client,
+    forwarder: &Forwarder,
+    cluster_domain: &str,
+    target: &str,
+) -> Resolution {
+    let bare = target.trim_end_matches('.');
+    let suffix = format!(".svc.{}", cluster_domain.trim_end_matches('.'));
+    if let Some(prefix) = bare.strip_suffix(&suffix) {
+        // SERVICE.NS (or HOSTNAME.SERVICE.NS for a StatefulSet's pod): the Service decides.
+        let labels: Vec<&str> = prefix.rsplitn(3, '.').collect();
+        let (Some(ns), Some(name)) = (labels.first(), labels.get(1)) else {
+            return Resolution::NoSuchName(format!(
+                "a name under {suffix} needs SERVICE.NAMESPACE before it"
+            ));
+        };
+        let api: Api<Service> = Api::namespaced(client.clone(), ns);
+        return match api.get_opt(name).await {
+            Ok(Some(s)) => {
+                Resolution::Resolves(s.spec.and_then(|s| s.cluster_ip).into_iter().collect())
+            }
+            Ok(None) => Resolution::NoSuchName(format!("no Service {name} in namespace {ns}")),
+            Err(e) => Resolution::Unknown(format!("reading service {ns}/{name}: {e}")),
+        };
+    }
+    let Ok(name) = Name::from_ascii(format!("{bare}.")) else {
+        return Resolution::NoSuchName("not a valid DNS name".into());
+    };
+    let mut addresses = Vec::new();
+    let mut nxdomain = false;
+    for qtype in [RecordType::A, RecordType::AAAA] {
+        match forwarder.resolve(&name, qtype, DNSClass::IN).await {
+            Ok(up) => match up.message.response_code {
+                ResponseCode::NoError => addresses.extend(
+                    up.message
+                        .answers
+                        .iter()
+                        .filter(|r| r.record_type() == qtype)
+                        .map(|r| r.data.to_string()),
+                ),
+                ResponseCode::NXDomain => nxdomain = true,
+                other => {
+                    return Resolution::Unknown(format!("the resolver answered {other}"));
+                }
+            },
+            Err(e) => return Resolution::Unknown(e.to_string()),
+        }
+    }
+    match (addresses.is_empty(), nxdomain) {
+        (false, _) => Resolution::Resolves(addresses),
+        (true, true) => Resolution::NoSuchName("NXDOMAIN: the name does not exist".into()),
+        (true, false) => Resolution::NoSuchName("the name has no A or AAAA record".into()),
+    }
 }
 
 async fn list<K>(client: &kube::Client, ns: Option<&str>) -> anyhow::Result<Vec<K>>

@@ -25,3 +25,15 @@ pub(crate) fn absolute_data_dir(dir: &std::path::Path) -> anyhow::Result<std::pa
     std::path::absolute(dir)
         .with_context(|| format!("cannot resolve the data dir {}", dir.display()))
 }
+
+/// Resolves when the process is asked to stop: Ctrl-C (SIGINT) at a terminal, or SIGTERM as
+/// a service manager or the kubelet sends it to a pod's process before killing it.
+pub(crate) async fn shutdown_signal() -> anyhow::Result<()> {
+    use anyhow::Context;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    tokio::select! {
+        res = tokio::signal::ctrl_c() => res.context("cannot wait for Ctrl-C"),
+        _ = term.recv() => Ok(()),
+    }
+}

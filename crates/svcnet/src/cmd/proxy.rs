@@ -136,7 +136,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         ..Default::default()
     };
     let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+        if let Err(e) = super::shutdown_signal().await {
+            tracing::warn!("{e:#}; stopping");
+        }
     };
     svcnet_proxyd::run(cfg, client, shutdown)
         .await

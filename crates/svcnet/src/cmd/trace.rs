@@ -189,11 +189,44 @@ struct Traced {
     explain: fn(&Branch) -> Explanation,
 }
 
+/// Reads nftables tables back from the kernel through one libnftables context in the
+/// namespace (no `nft` process); a missing library reads as no table, remembered for the
+/// final message, so an iptables node still traces without it.
+struct NftReader {
+    exec: svcnet_libnft::NftExecutor,
+    family: svcnet_libnft::Family,
+    missing: Option<String>,
+}
+
+impl NftReader {
+    fn list(&mut self, table: &str) -> anyhow::Result<Option<String>> {
+        match self.exec.list_table(self.family, table) {
+            Ok(listing) => Ok(listing),
+            Err(svcnet_libnft::ApplyError::NotInstalled(e)) => {
+                self.missing = Some(e.to_string());
+                Ok(None)
+            }
+            Err(e) => {
+                Err(e).with_context(|| format!("listing table {} {table}", self.family.as_str()))
+            }
+        }
+    }
+}
+
 fn trace_kernel(netns: Option<&str>, pkt: &Packet, local: Vec<IpAddr>) -> anyhow::Result<Traced> {
     let v6 = pkt.dst.is_ipv6();
     let family = if v6 { "ip6" } else { "ip" };
+    let mut nft = NftReader {
+        exec: svcnet_libnft::NftExecutor::new(netns.map(str::to_string)),
+        family: if v6 {
+            svcnet_libnft::Family::Ip6
+        } else {
+            svcnet_libnft::Family::Ip
+        },
+        missing: None,
+    };
     let table = svcnet_nft::names::TABLE;
-    if let Some(listing) = run_in(netns, &["nft", "list", "table", family, table])? {
+    if let Some(listing) = nft.list(table)? {
         let rules = svcnet_nft::trace::Ruleset::parse_listing(&listing)?;
         let branches = svcnet_nft::trace::Tracer::new(&rules, local).trace(pkt)?;
         return Ok(Traced {
@@ -233,7 +266,7 @@ fn trace_kernel(netns: Option<&str>, pkt: &Packet, local: Vec<IpAddr>) -> anyhow
     // The userspace proxy's redirects to its listeners (privileged mode); it picks the
     // endpoint itself, per connection, so the trace ends at its listener.
     let us = svcnet_userspace::rules::TABLE;
-    if let Some(listing) = run_in(netns, &["nft", "list", "table", family, us])? {
+    if let Some(listing) = nft.list(us)? {
         let rules = svcnet_nft::trace::Ruleset::parse_listing(&listing)?;
         let branches = svcnet_nft::trace::Tracer::new(&rules, local).trace(pkt)?;
         return Ok(Traced {
@@ -243,10 +276,14 @@ fn trace_kernel(netns: Option<&str>, pkt: &Packet, local: Vec<IpAddr>) -> anyhow
             explain: svcnet_nft::trace::explain,
         });
     }
+    let unread = nft
+        .missing
+        .map(|e| format!(" The nftables tables could not be read: {e}."))
+        .unwrap_or_default();
     bail!(
         "no svcnet proxy rules in {} (table {family} {table}, SVCNET- chains or table {family} {us}): \
          is the proxy running there? (The unprivileged userspace proxy installs no rules: it \
-         listens on each cluster IP itself; its /healthz and /metrics show what it serves.)",
+         listens on each cluster IP itself; its /healthz and /metrics show what it serves.){unread}",
         netns.map_or("this network namespace".to_string(), |n| format!(
             "network namespace {n}"
         ))
@@ -316,9 +353,11 @@ fn packet_text(p: &Packet) -> String {
 /// Whether the branch went to its endpoint because the client is in its affinity set (nft)
 /// or `recent` list (iptables).
 fn sticky(b: &Branch) -> bool {
-    let nft_hit = b.ended_by.as_ref().is_some_and(|(_, rule)| {
-        rule.contains("map @affinity") || rule.contains("map @np-affinity")
-    });
+    // nft: the DNAT of a service port's affinity lookup chain (`aff-<pool>-…`).
+    let nft_hit = b
+        .ended_by
+        .as_ref()
+        .is_some_and(|(chain, rule)| chain.starts_with("aff-") && rule.contains("saddr map @aff-"));
     nft_hit
         || b.path
             .iter()

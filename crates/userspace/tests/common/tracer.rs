@@ -13,7 +13,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use svcnet_flows::{Distribution, Outcome, Packet, Tracer};
 use svcnet_lb::{Algorithm, Backend, Balancer, Flow, NoLoad};
-use svcnet_proxy::{NoEndpointsVerdict, Protocol};
+use svcnet_proxy::{NoEndpointsVerdict, Protocol, ServicePortName};
 use svcnet_userspace::rules::NodeChecks;
 use svcnet_userspace::table::{Class, Frontend, RouteSpec, Sources};
 
@@ -110,6 +110,36 @@ impl Tracer for UserspaceTracer {
     }
 
     fn trace(&self, p: &Packet) -> Distribution {
+        self.trace_pinned(p, None)
+    }
+
+    /// The proxy pins the client (under the route's affinity key) to the endpoint the first
+    /// connection reached; a later connection whose route has the same key follows the pin
+    /// when that endpoint is one of the route's own (`tcp::choose`).
+    fn trace_after(&self, first: &Packet, endpoint: SocketAddr, p: &Packet) -> Distribution {
+        let key = self
+            .redirect(first)
+            .and_then(|r| r.affinity.as_ref())
+            .map(|(_, key)| key);
+        self.trace_pinned(p, key.map(|k| (k, endpoint)))
+    }
+}
+
+impl UserspaceTracer {
+    /// The route whose redirect takes `p` (the first in the nat chain's order).
+    fn redirect(&self, p: &Packet) -> Option<&RouteSpec> {
+        self.routes.iter().find(|r| {
+            !r.listeners.is_empty()
+                && r.frontends.iter().any(|fe| self.frontend_matches(p, r, fe))
+                && self.sources_match(p, r)
+        })
+    }
+
+    fn trace_pinned(
+        &self,
+        p: &Packet,
+        pin: Option<(&ServicePortName, SocketAddr)>,
+    ) -> Distribution {
         let mut out = Distribution::new();
         let mut only = |o: Outcome| {
             out.insert(o, 1.0);
@@ -139,12 +169,19 @@ impl Tracer for UserspaceTracer {
             }
         }
         // nat -100: the first redirect.
-        for r in self.routes.iter().filter(|r| !r.listeners.is_empty()) {
-            if r.frontends.iter().any(|fe| self.frontend_matches(p, r, fe))
-                && self.sources_match(p, r)
+        if let Some(r) = self.redirect(p) {
+            if let (Some((key, endpoint)), Some((_, k))) = (pin, &r.affinity)
+                && k == key
+                && r.endpoints
+                    .iter()
+                    .any(|e| SocketAddr::new(e.ip, e.port) == endpoint)
             {
-                return self.choose(p, r);
+                return only(Outcome::Endpoint {
+                    to: endpoint,
+                    masquerade: true,
+                });
             }
+            return self.choose(p, r);
         }
         // What no frontend took: the node-wide verdicts.
         if self.checks.cluster_ips.contains(&p.dst) {

@@ -21,8 +21,18 @@ pub struct ClusterConfig {
     pub lb_pool: IpNet,
 }
 
+/// What a `svcnet up` needs on the host beside root and iproute2.
+pub struct Needs {
+    /// The nftables and userspace proxies program the kernel through libnftables (no `nft`
+    /// process).
+    pub libnftables: bool,
+    /// The `nft` command (the node-local DNS cache's table).
+    pub nft: bool,
+    pub iptables: bool,
+}
+
 /// Fails with what is missing and how to install it, before anything is created.
-pub fn check_prerequisites(need_nft: bool, need_iptables: bool) -> anyhow::Result<()> {
+pub fn check_prerequisites(needs: Needs) -> anyhow::Result<()> {
     anyhow::ensure!(
         is_root(),
         "the node agent and the proxy create network namespaces and need root: run `svcnet up` \
@@ -30,10 +40,10 @@ pub fn check_prerequisites(need_nft: bool, need_iptables: bool) -> anyhow::Resul
     );
     let mut missing = Vec::new();
     let mut tools = vec![("ip", "iproute2")];
-    if need_nft {
+    if needs.nft {
         tools.push(("nft", "nftables"));
     }
-    if need_iptables {
+    if needs.iptables {
         tools.push(("iptables-restore", "iptables"));
     }
     for (tool, package) in tools {
@@ -42,11 +52,14 @@ pub fn check_prerequisites(need_nft: bool, need_iptables: bool) -> anyhow::Resul
             missing.push((tool, package));
         }
     }
+    if needs.libnftables && svcnet_libnft::available().is_err() {
+        missing.push((svcnet_libnft::SONAME, "libnftables1"));
+    }
     if !missing.is_empty() {
         let tools: Vec<&str> = missing.iter().map(|(t, _)| *t).collect();
         let packages: Vec<&str> = missing.iter().map(|(_, p)| *p).collect();
         anyhow::bail!(
-            "svcnet up needs {} on the PATH; install with: apt-get install -y {}",
+            "svcnet up needs {} (commands on the PATH, libraries where the loader finds them); install with: apt-get install -y {}",
             tools.join(", "),
             packages.join(" ")
         );

@@ -151,10 +151,12 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         );
     }
     if with_agent {
-        cluster::check_prerequisites(
-            with_proxy && args.proxy_mode != svcnet_proxyd::ProxyMode::Iptables,
-            with_proxy && args.proxy_mode == svcnet_proxyd::ProxyMode::Iptables,
-        )?;
+        cluster::check_prerequisites(cluster::Needs {
+            libnftables: with_proxy && args.proxy_mode != svcnet_proxyd::ProxyMode::Iptables,
+            // The node-local DNS cache installs its notrack table with the `nft` command.
+            nft: args.node_local.node_local_dns,
+            iptables: with_proxy && args.proxy_mode == svcnet_proxyd::ProxyMode::Iptables,
+        })?;
     }
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create the data dir {}", args.data_dir.display()))?;
@@ -324,7 +326,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     println!("kubeconfig: {}", kubeconfig.display());
     println!("  export KUBECONFIG={}", kubeconfig.display());
     let outcome = tokio::select! {
-        res = shutdown_signal() => res,
+        res = super::shutdown_signal() => res,
         Some(res) = tasks.join_next() => match res {
             Ok(Ok(())) => Err(anyhow::anyhow!("a component stopped unexpectedly")),
             Ok(Err(err)) => Err(err),
@@ -388,15 +390,6 @@ fn first_subnet(pod_cidr: Ipv4Net) -> Ipv4Net {
 }
 
 /// Ctrl-C or SIGTERM.
-async fn shutdown_signal() -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot listen for SIGTERM")?;
-    tokio::select! {
-        res = tokio::signal::ctrl_c() => res.context("cannot wait for Ctrl-C"),
-        _ = term.recv() => Ok(()),
-    }
-}
-
 async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
 }

@@ -1,5 +1,7 @@
 //! An nft transaction as a value: a list of operations whose `Display` is the canonical text
-//! that `nft -f -` applies atomically (all or nothing).
+//! that `nft -f -` applies atomically (all or nothing). Nothing here knows about Services:
+//! the Service renderer (`svcnet-nft`), the userspace dataplane's redirect table and any
+//! other nftables user build on it.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -23,15 +25,6 @@ impl Family {
         match self {
             Self::Ip => "ipv4_addr",
             Self::Ip6 => "ipv6_addr",
-        }
-    }
-}
-
-impl From<svcnet_proxy::IpFamily> for Family {
-    fn from(f: svcnet_proxy::IpFamily) -> Self {
-        match f {
-            svcnet_proxy::IpFamily::V4 => Self::Ip,
-            svcnet_proxy::IpFamily::V6 => Self::Ip6,
         }
     }
 }

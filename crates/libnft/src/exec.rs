@@ -1,7 +1,8 @@
-//! Applying transactions to the kernel through one long-lived libnftables context
-//! (`svcnet-libnft`), in the current or a named network namespace. The context receives
-//! exactly the text `Transaction`'s `Display` prints, the text `nft -f -` would read: one
-//! atomic netlink batch. The only I/O in this crate.
+//! Applying transactions (and reading the kernel's tables back) through one long-lived
+//! libnftables context ([`Nft`]), in the current or a named network namespace, opened on
+//! first use. The context receives exactly the text `Transaction`'s `Display` prints, the
+//! text `nft -f -` would read: one atomic netlink batch. Service-neutral: the nftables
+//! dataplane, the userspace dataplane's redirect table and `svcnet trace` use it alike.
 //!
 //! Why a context and not `nft -f -` per sync: an `nft` process pays its start-up and, after
 //! any deletion, a wait in its final `close()` for an RCU grace period after the change is
@@ -18,8 +19,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use svcnet_libnft::Nft;
-
+use crate::Nft;
 use crate::tx::{Family, Transaction};
 
 /// Why an apply failed.
@@ -27,20 +27,20 @@ use crate::tx::{Family, Transaction};
 pub enum ApplyError {
     /// libnftables is missing: retrying cannot help.
     #[error("{0}")]
-    NotInstalled(svcnet_libnft::Error),
+    NotInstalled(crate::Error),
     /// nft rejected the transaction (the text is what `nft -f` prints); nothing was changed.
     #[error("nft rejected the transaction: {stderr}")]
     Rejected { stderr: String },
     /// The context died or could not be opened; the next sync opens a new one.
     #[error("nftables context: {0}")]
-    Context(svcnet_libnft::Error),
+    Context(crate::Error),
 }
 
-impl From<svcnet_libnft::Error> for ApplyError {
-    fn from(e: svcnet_libnft::Error) -> Self {
+impl From<crate::Error> for ApplyError {
+    fn from(e: crate::Error) -> Self {
         match e {
-            svcnet_libnft::Error::Rejected(stderr) => Self::Rejected { stderr },
-            e @ svcnet_libnft::Error::NotInstalled(_) => Self::NotInstalled(e),
+            crate::Error::Rejected(stderr) => Self::Rejected { stderr },
+            e @ crate::Error::NotInstalled(_) => Self::NotInstalled(e),
             e => Self::Context(e),
         }
     }
@@ -93,7 +93,7 @@ impl NftExecutor {
         match nft.run(commands) {
             Ok(out) => Ok(out),
             Err(e) => {
-                if matches!(e, svcnet_libnft::Error::Gone) {
+                if matches!(e, crate::Error::Gone) {
                     *slot = None;
                 }
                 Err(e.into())
@@ -178,15 +178,15 @@ mod tests {
 
     #[test]
     fn a_missing_library_is_not_retried_a_refusal_or_a_dead_context_is() {
-        let missing = ApplyError::from(svcnet_libnft::Error::NotInstalled("no file".into()));
+        let missing = ApplyError::from(crate::Error::NotInstalled("no file".into()));
         assert!(!missing.is_retryable());
         assert!(
             missing.to_string().contains("apt-get install libnftables1"),
             "{missing}"
         );
-        let refused = ApplyError::from(svcnet_libnft::Error::Rejected("Error: …".into()));
+        let refused = ApplyError::from(crate::Error::Rejected("Error: …".into()));
         assert!(refused.is_retryable());
         assert!(matches!(refused, ApplyError::Rejected { .. }));
-        assert!(ApplyError::from(svcnet_libnft::Error::Gone).is_retryable());
+        assert!(ApplyError::from(crate::Error::Gone).is_retryable());
     }
 }
