@@ -106,6 +106,13 @@ pub struct Args {
     /// (rr, wrr, random, lc, sed, nq, sh, dh, maglev); default: the dataplane's own.
     #[arg(long)]
     pub scheduler: Option<svcnet_proxyd::Algorithm>,
+    /// The node proxies' minimum time between syncs; changes in between are batched
+    /// (kube-proxy's `--min-sync-period`; `0s` syncs every change at once).
+    #[arg(long, default_value = "1s", value_parser = super::proxy::parse_duration)]
+    pub min_sync_period: std::time::Duration,
+    /// The node proxies' full resync period, which repairs drift.
+    #[arg(long, default_value = "30s", value_parser = super::proxy::parse_duration)]
+    pub sync_period: std::time::Duration,
     /// Name of the Node this machine registers as when the agent is disabled.
     #[arg(long)]
     pub node_name: Option<String>,
@@ -260,6 +267,8 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
             if with_proxy {
                 let mut cfg = cluster::proxy_config(node, &cluster_config, args.proxy_mode);
                 cfg.scheduler = args.scheduler;
+                cfg.min_sync_period = args.min_sync_period;
+                cfg.sync_period = args.sync_period;
                 let client = client.clone();
                 let stop = stopped(stop_rx.clone());
                 let name = node.name.clone();
@@ -307,6 +316,8 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
             service_cidrs: args.service_cidr.clone(),
             cluster_cidrs: vec![IpNet::V4(args.pod_cidr)],
             scheduler: args.scheduler,
+            min_sync_period: args.min_sync_period,
+            sync_period: args.sync_period,
             ..Default::default()
         };
         let client = client.clone();
@@ -392,4 +403,32 @@ fn first_subnet(pod_cidr: Ipv4Net) -> Ipv4Net {
 /// Ctrl-C or SIGTERM.
 async fn stopped(mut rx: tokio::sync::watch::Receiver<bool>) {
     let _ = rx.wait_for(|stop| *stop).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    #[derive(Debug, clap::Parser)]
+    struct Up {
+        #[command(flatten)]
+        args: super::Args,
+    }
+
+    /// The proxies' sync periods are `svcnet up`'s flags too, with `svcnet proxy`'s defaults and
+    /// parsing (`0s` syncs every change at once), and bad values name the problem.
+    #[test]
+    fn sync_periods_are_flags_of_up() {
+        let up = Up::try_parse_from(["up"]).unwrap();
+        assert_eq!(up.args.min_sync_period, std::time::Duration::from_secs(1));
+        assert_eq!(up.args.sync_period, std::time::Duration::from_secs(30));
+        let up =
+            Up::try_parse_from(["up", "--min-sync-period", "0s", "--sync-period", "2m"]).unwrap();
+        assert_eq!(up.args.min_sync_period, std::time::Duration::ZERO);
+        assert_eq!(up.args.sync_period, std::time::Duration::from_secs(120));
+        let err = Up::try_parse_from(["up", "--min-sync-period", "soon"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"soon\" is not a duration"), "{err}");
+    }
 }
