@@ -19,18 +19,20 @@
 //! is the caller's (`svcnet node-local-dns`); this module only serves.
 
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::Name;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
 
 use crate::replay::{Kept, ReplayCache};
 use crate::server::forward::is_negative;
+use crate::server::udp::{BATCH, MAX_REQUEST, receive};
 use crate::server::{DnsError, ForwardError, Forwarder, ForwarderOptions, Upstream};
 
 /// Upstream's cap for the reverse zones and everything outside the cluster (`cache 30`).
@@ -402,35 +404,48 @@ fn encode(
     reply.to_vec().ok()
 }
 
+/// Takes whatever datagrams are queued (up to `BATCH`) in one `recvmmsg`, as cluster DNS's UDP
+/// path does, and answers hits inline; only a miss gets a task of its own.
 async fn serve_udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
-    let mut buf = vec![0u8; 65535];
+    let mut bufs: Box<[[u8; MAX_REQUEST]; BATCH]> = Box::new([[0u8; MAX_REQUEST]; BATCH]);
+    let mut received = Vec::with_capacity(BATCH);
+    let fd = socket.as_raw_fd();
     loop {
-        let (n, peer) = match socket.recv_from(&mut buf).await {
-            Ok(got) => got,
+        if let Err(error) = socket.readable().await {
+            tracing::warn!(%error, "node-local cache: UDP socket not readable");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        }
+        match socket.try_io(Interest::READABLE, || receive(fd, &mut bufs, &mut received)) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(error) => {
                 tracing::warn!(%error, "node-local cache: UDP receive failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
-        };
-        shared.requests[0].fetch_add(1, Ordering::Relaxed);
-        // Hits are answered here; only a miss gets a task of its own.
-        match shared.answer_now(&buf[..n]) {
-            Ok(Some(reply)) => {
-                let _ = socket.send_to(&reply, peer).await;
-                continue;
-            }
-            Ok(None) => continue,
-            Err(()) => {}
         }
-        let packet = buf[..n].to_vec();
-        let (socket, shared) = (socket.clone(), shared.clone());
-        // A miss waits for the cluster DNS; other questions must not wait behind it.
-        tokio::spawn(async move {
-            if let Some(reply) = shared.answer(&packet, true).await {
-                let _ = socket.send_to(&reply, peer).await;
+        for (buf, &(n, peer)) in bufs.iter().zip(&received) {
+            shared.requests[0].fetch_add(1, Ordering::Relaxed);
+            let Some(peer) = peer else { continue };
+            let packet = &buf[..n];
+            match shared.answer_now(packet) {
+                Ok(Some(reply)) => {
+                    let _ = socket.send_to(&reply, peer).await;
+                    continue;
+                }
+                Ok(None) => continue,
+                Err(()) => {}
             }
-        });
+            let packet = packet.to_vec();
+            let (socket, shared) = (socket.clone(), shared.clone());
+            // A miss waits for the cluster DNS; other questions must not wait behind it.
+            tokio::spawn(async move {
+                if let Some(reply) = shared.answer(&packet, true).await {
+                    let _ = socket.send_to(&reply, peer).await;
+                }
+            });
+        }
     }
 }
 

@@ -10,7 +10,7 @@ mod handler;
 mod metrics;
 #[cfg(test)]
 mod test_support;
-mod udp;
+pub(crate) mod udp;
 mod wire;
 
 use std::net::SocketAddr;

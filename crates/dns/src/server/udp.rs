@@ -27,9 +27,9 @@ use super::handler::{Handler, Step, encode_udp, encode_udp_region};
 use super::metrics::{DnsMetrics, Observation, Proto, Source, question_type, response_flags};
 
 /// Largest request accepted; a question is far smaller, and EDNS options do not approach it.
-const MAX_REQUEST: usize = 4096;
+pub(crate) const MAX_REQUEST: usize = 4096;
 /// Datagrams taken from the socket per `recvmmsg` call.
-const BATCH: usize = 16;
+pub(crate) const BATCH: usize = 16;
 
 /// What the UDP path did with the datagrams it took, for `DnsServer::udp_stats`: once the
 /// server is idle, every datagram received was either answered, dropped, or failed to send.
@@ -170,7 +170,7 @@ fn observe(
 }
 
 /// One `recvmmsg` without waiting: the length and sender of each datagram now in `bufs`.
-fn receive(
+pub(crate) fn receive(
     fd: RawFd,
     bufs: &mut [[u8; MAX_REQUEST]; BATCH],
     received: &mut Vec<(usize, Option<SocketAddr>)>,
