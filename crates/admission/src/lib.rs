@@ -63,6 +63,15 @@ pub fn admit_create(
     }
 }
 
+/// Warnings upstream's strategies give for a written object of `kind` (`WarningsOnCreate` /
+/// `WarningsOnUpdate`), sent back as `Warning` headers: the write goes through.
+pub fn warnings(kind: &str, obj: &Value) -> Vec<String> {
+    match kind {
+        "NetworkPolicy" => networkpolicy::warnings(obj),
+        _ => Vec::new(),
+    }
+}
+
 /// Kinds admitted through their typed schema and metadata only. `kind` names the API
 /// group where the kind name alone is ambiguous (`events.k8s.io/Event`).
 fn admit_plain(kind: &str, obj: Value) -> Result<Value, Vec<FieldError>> {

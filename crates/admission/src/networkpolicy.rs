@@ -153,6 +153,35 @@ fn validate_ip_block(block: &IPBlock, path: &str) -> Vec<FieldError> {
     errs
 }
 
+/// upstream's `networkPolicyWarnings`: every `ipBlock.cidr` and `except` in a non-standard
+/// form (legacy validation accepts them).
+pub(crate) fn warnings(obj: &Value) -> Vec<String> {
+    let spec = obj.get("spec");
+    let mut out = Vec::new();
+    for (field, peers) in [("ingress", "from"), ("egress", "to")] {
+        let rules = spec.and_then(|s| s.get(field)).and_then(Value::as_array);
+        for (i, rule) in rules.into_iter().flatten().enumerate() {
+            let list = rule.get(peers).and_then(Value::as_array);
+            for (j, peer) in list.into_iter().flatten().enumerate() {
+                let Some(block) = peer.get("ipBlock") else {
+                    continue;
+                };
+                let path = format!("spec.{field}[{i}].{peers}[{j}].ipBlock");
+                if let Some(cidr) = block.get("cidr").and_then(Value::as_str) {
+                    out.extend(syntax::cidr_warnings(&format!("{path}.cidr"), cidr));
+                }
+                let except = block.get("except").and_then(Value::as_array);
+                for (k, e) in except.into_iter().flatten().enumerate() {
+                    if let Some(e) = e.as_str() {
+                        out.extend(syntax::cidr_warnings(&format!("{path}.except[{k}]"), e));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// upstream `ValidateNetworkPolicyPeer`: exactly one kind of peer, or both selectors.
 fn validate_peer(peer: &NetworkPolicyPeer, path: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();

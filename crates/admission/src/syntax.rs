@@ -31,6 +31,40 @@ pub const IP_MSG: &str = "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8
 /// Upstream's invalid-CIDR message.
 pub const CIDR_MSG: &str = "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)";
 
+/// upstream's `GetWarningsForCIDR`, for fields whose legacy validation accepts a CIDR that
+/// later releases will not: host bits set beyond the prefix (ambiguous: the network or the one
+/// address?), an IPv4-mapped IPv6 prefix, and IPv6 text not in RFC 5952 form. An unparsable
+/// value has no warning (validation refuses it).
+pub fn cidr_warnings(path: &str, value: &str) -> Vec<String> {
+    let Ok(net) = value.parse::<ipnet::IpNet>() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if net.addr() != net.network() {
+        let network = net.trunc().to_string();
+        let single = format!("{}/{}", net.addr(), net.max_prefix_len());
+        out.push(format!(
+            "{path}: CIDR value {value:?} is ambiguous in this context (should be {network:?} or {single:?}?)"
+        ));
+    }
+    if let ipnet::IpNet::V6(v6) = net
+        && let Some(v4) = v6.network().to_ipv4_mapped()
+    {
+        let prefix = v6.prefix_len().saturating_sub(96);
+        let standard = format!("{v4}/{prefix}");
+        out.push(format!(
+            "{path}: non-standard CIDR value {value:?} will be considered invalid in a future Kubernetes release: use {standard:?}"
+        ));
+    }
+    if out.is_empty() && net.addr().is_ipv6() && net.to_string() != value {
+        out.push(format!(
+            "{path}: IPv6 CIDR value {value:?} should be in RFC 5952 canonical format ({:?})",
+            net.to_string()
+        ));
+    }
+    out
+}
+
 /// Upstream `RegexError`: note the doubled space after each example but the
 /// last, which is what a real API server prints.
 fn regex_error(msg: &str, fmt: &str, examples: &[&str]) -> String {
@@ -539,6 +573,40 @@ mod tests {
         assert_eq!(
             non_special_ip("0.0.0.0".parse().unwrap()),
             vec!["may not be unspecified (0.0.0.0)"]
+        );
+    }
+}
+
+#[cfg(test)]
+mod cidr_warning_tests {
+    use super::cidr_warnings;
+
+    #[test]
+    fn non_standard_cidrs_are_warned_about_as_upstream() {
+        let p = "spec.ingress[0].from[0].ipBlock.cidr";
+        assert!(cidr_warnings(p, "192.168.1.0/24").is_empty());
+        assert!(cidr_warnings(p, "2001:db8::/64").is_empty());
+        assert!(
+            cidr_warnings(p, "not a cidr").is_empty(),
+            "validation's job"
+        );
+        assert_eq!(
+            cidr_warnings(p, "192.168.1.1/24"),
+            vec![format!(
+                "{p}: CIDR value \"192.168.1.1/24\" is ambiguous in this context (should be \"192.168.1.0/24\" or \"192.168.1.1/32\"?)"
+            )]
+        );
+        assert_eq!(
+            cidr_warnings(p, "::ffff:10.0.0.0/104"),
+            vec![format!(
+                "{p}: non-standard CIDR value \"::ffff:10.0.0.0/104\" will be considered invalid in a future Kubernetes release: use \"10.0.0.0/8\""
+            )]
+        );
+        assert_eq!(
+            cidr_warnings(p, "2001:DB8:0::/64"),
+            vec![format!(
+                "{p}: IPv6 CIDR value \"2001:DB8:0::/64\" should be in RFC 5952 canonical format (\"2001:db8::/64\")"
+            )]
         );
     }
 }

@@ -360,7 +360,7 @@ async fn create(
         })
         .await?;
     match outcome {
-        Outcome::Written(o) => Ok(json_response(StatusCode::CREATED, &o, &warnings)),
+        Outcome::Written(o) => Ok(written(res, StatusCode::CREATED, &o, warnings)),
         other => Err(ApiError::Internal(format!(
             "create of {name}: unexpected {other:?}"
         ))),
@@ -437,7 +437,19 @@ async fn update(
     } else {
         obj
     };
-    Ok(json_response(StatusCode::OK, &obj, &warnings))
+    Ok(written(res, StatusCode::OK, &obj, warnings))
+}
+
+/// The answer to a write: the object, the request's own warnings (unknown fields) and what
+/// upstream's strategy warns about the written object (`svcnet_admission::warnings`).
+fn written(
+    res: &ResourceInfo,
+    code: StatusCode,
+    obj: &Value,
+    mut warnings: Vec<String>,
+) -> Response {
+    warnings.extend(svcnet_admission::warnings(res.kind, obj));
+    json_response(code, obj, &warnings)
 }
 
 /// A server-side apply of an object that does not exist creates it from the apply
@@ -634,7 +646,7 @@ async fn patch(
     } else {
         StatusCode::OK
     };
-    Ok(json_response(code, &obj, &warnings))
+    Ok(written(res, code, &obj, warnings))
 }
 
 async fn delete(

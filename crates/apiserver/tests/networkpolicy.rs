@@ -221,6 +221,21 @@ async fn networkpolicy_api_operations_through_kubectl() {
         let out = k.ok(&["explain", "netpol.spec.ingress.ports.endPort"]);
         assert!(out.contains("endPort") && out.contains("<integer>"), "{out}");
 
+        // A legacy-valid but non-standard CIDR is stored, with upstream's warnings, which
+        // kubectl prints.
+        let ambiguous = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "ambiguous", "namespace": "default"},
+            "spec": {"podSelector": {}, "egress": [{"to": [{"ipBlock": {"cidr": "192.168.1.1/24", "except": ["192.168.1.128/25"]}}]}]}});
+        let out = k.run(&["create", "-f", "-"], Some(&ambiguous.to_string()));
+        assert!(out.ok, "{}", out.stderr);
+        assert!(
+            out.stderr.contains(r#"Warning: spec.egress[0].to[0].ipBlock.cidr: CIDR value "192.168.1.1/24" is ambiguous in this context (should be "192.168.1.0/24" or "192.168.1.1/32"?)"#),
+            "{}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("except[0]"), "a standard except has none: {}", out.stderr);
+        k.ok(&["delete", "networkpolicy", "ambiguous"]);
+
         // Refused policies carry upstream's messages; strict decoding names unknown fields.
         let bad = json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": "bad", "namespace": "default"},
