@@ -248,6 +248,37 @@ const SERVICE_ACCOUNT: &[F] = &[
     opt(4, "automountServiceAccountToken", Bool),
 ];
 
+const IP_BLOCK: &[F] = &[f(1, "cidr", Str), rep(2, "except", Str)];
+/// Every peer field is a pointer in Go: a present empty selector selects everything.
+const NETWORK_POLICY_PEER: &[F] = &[
+    opt(1, "podSelector", Msg(LABEL_SELECTOR)),
+    opt(2, "namespaceSelector", Msg(LABEL_SELECTOR)),
+    opt(3, "ipBlock", Msg(IP_BLOCK)),
+];
+const NETWORK_POLICY_PORT: &[F] = &[
+    opt(1, "protocol", Str),
+    opt(2, "port", IntOrString),
+    opt(3, "endPort", Int),
+];
+const NETWORK_POLICY_INGRESS_RULE: &[F] = &[
+    rep(1, "ports", Msg(NETWORK_POLICY_PORT)),
+    rep(2, "from", Msg(NETWORK_POLICY_PEER)),
+];
+const NETWORK_POLICY_EGRESS_RULE: &[F] = &[
+    rep(1, "ports", Msg(NETWORK_POLICY_PORT)),
+    rep(2, "to", Msg(NETWORK_POLICY_PEER)),
+];
+const NETWORK_POLICY_SPEC: &[F] = &[
+    f(1, "podSelector", Msg(LABEL_SELECTOR)),
+    rep(2, "ingress", Msg(NETWORK_POLICY_INGRESS_RULE)),
+    rep(3, "egress", Msg(NETWORK_POLICY_EGRESS_RULE)),
+    rep(4, "policyTypes", Str),
+];
+const NETWORK_POLICY: &[F] = &[
+    f(1, "metadata", Msg(OBJECT_META)),
+    f(2, "spec", Msg(NETWORK_POLICY_SPEC)),
+];
+
 /// The kinds whose protobuf bodies are understood: (apiVersion, kind, message).
 const KINDS: &[(&str, &str, &[F])] = &[
     ("v1", "Namespace", NAMESPACE),
@@ -256,6 +287,7 @@ const KINDS: &[(&str, &str, &[F])] = &[
     ("v1", "ConfigMap", CONFIG_MAP),
     ("v1", "ServiceAccount", SERVICE_ACCOUNT),
     ("apps/v1", "Deployment", DEPLOYMENT),
+    ("networking.k8s.io/v1", "NetworkPolicy", NETWORK_POLICY),
 ];
 
 /// Whether a Content-Type names Kubernetes protobuf.
@@ -701,6 +733,61 @@ mod tests {
         assert_eq!(
             got["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"],
             "25%"
+        );
+    }
+
+    /// A NetworkPolicy as a typed client-go writer sends it: an empty pod selector (every pod),
+    /// an ingress rule from an empty namespace selector (every namespace) on a named port, an
+    /// egress rule to an ipBlock on a port range, and an allow-all ingress rule (`{}`).
+    #[test]
+    fn decodes_a_network_policy_from_client_go() {
+        use P::*;
+        let body = envelope(
+            "networking.k8s.io/v1",
+            "NetworkPolicy",
+            vec![
+                M(1, vec![S(1, "np"), S(3, "default")]),
+                M(
+                    2,
+                    vec![
+                        M(1, vec![]),
+                        M(
+                            2,
+                            vec![
+                                M(1, vec![S(1, "TCP"), M(2, vec![I(1, 1), S(3, "http")])]),
+                                M(2, vec![M(2, vec![])]),
+                            ],
+                        ),
+                        M(2, vec![]),
+                        M(
+                            3,
+                            vec![
+                                M(
+                                    1,
+                                    vec![S(1, "UDP"), M(2, vec![I(1, 0), I(2, 5000)]), I(3, 5010)],
+                                ),
+                                M(2, vec![M(3, vec![S(1, "10.0.0.0/8"), S(2, "10.1.0.0/16")])]),
+                            ],
+                        ),
+                        S(4, "Ingress"),
+                        S(4, "Egress"),
+                    ],
+                ),
+            ],
+        );
+        let got = decode(&body).unwrap();
+        assert_eq!(
+            got,
+            json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                   "metadata": {"name": "np", "namespace": "default"},
+                   "spec": {
+                       "ingress": [
+                           {"ports": [{"protocol": "TCP", "port": "http"}], "from": [{"namespaceSelector": {}}]},
+                           {},
+                       ],
+                       "egress": [{"ports": [{"protocol": "UDP", "port": 5000, "endPort": 5010}],
+                                   "to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}]}],
+                       "policyTypes": ["Ingress", "Egress"]}})
         );
     }
 

@@ -409,3 +409,78 @@ async fn networkpolicy_api_operations_through_kube_rs() {
     }
     ts.stop().await;
 }
+
+/// A protobuf field: `(number, bytes)` as a length-delimited value, or a varint.
+enum Pb {
+    Len(u64, Vec<u8>),
+    Var(u64, u64),
+}
+
+fn pb(fields: &[Pb]) -> Vec<u8> {
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    let mut out = Vec::new();
+    for f in fields {
+        match f {
+            Pb::Len(n, b) => {
+                varint(n << 3 | 2, &mut out);
+                varint(b.len() as u64, &mut out);
+                out.extend_from_slice(b);
+            }
+            Pb::Var(n, v) => {
+                varint(n << 3, &mut out);
+                varint(*v, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// Typed client-go writers send NetworkPolicies as protobuf (`k8s\0` + Unknown): the server
+/// decodes them, defaults and validates them as JSON bodies (no 415).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn networkpolicy_protobuf_bodies_are_accepted() {
+    use Pb::{Len, Var};
+    let ts = common::TestServer::start().await;
+    let raw = common::raw::Raw {
+        client: ts.client().await,
+    };
+    let s = |v: &str| v.as_bytes().to_vec();
+    let port = pb(&[Len(1, s("TCP")), Len(2, pb(&[Var(1, 0), Var(2, 8080)]))]);
+    let peer = pb(&[Len(
+        2,
+        pb(&[Len(1, pb(&[Len(1, s("team")), Len(2, s("a"))]))]),
+    )]);
+    let rule = pb(&[Len(1, port), Len(2, peer)]);
+    let spec = pb(&[Len(1, Vec::new()), Len(2, rule)]);
+    let object = pb(&[Len(1, pb(&[Len(1, s("from-protobuf"))])), Len(2, spec)]);
+    let type_meta = pb(&[
+        Len(1, s("networking.k8s.io/v1")),
+        Len(2, s("NetworkPolicy")),
+    ]);
+    let mut body = b"k8s\0".to_vec();
+    body.extend(pb(&[Len(1, type_meta), Len(2, object)]));
+    let reply = raw
+        .send(
+            "POST",
+            "/apis/networking.k8s.io/v1/namespaces/default/networkpolicies",
+            "application/vnd.kubernetes.protobuf",
+            &body,
+        )
+        .await;
+    assert_eq!(reply.code, 201, "{}", reply.body);
+    let spec = &reply.body["spec"];
+    assert_eq!(spec["podSelector"], json!({}), "{spec}");
+    assert_eq!(spec["policyTypes"], json!(["Ingress"]), "defaulted: {spec}");
+    assert_eq!(
+        spec["ingress"][0],
+        json!({"ports": [{"protocol": "TCP", "port": 8080}],
+               "from": [{"namespaceSelector": {"matchLabels": {"team": "a"}}}]})
+    );
+    ts.stop().await;
+}
