@@ -19,20 +19,19 @@
 //! is the caller's (`svcnet node-local-dns`); this module only serves.
 
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::Name;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::task::JoinSet;
 
 use crate::replay::{Kept, ReplayCache};
 use crate::server::forward::is_negative;
-use crate::server::udp::{BATCH, MAX_REQUEST, receive};
+use crate::server::udp::{BATCH, MAX_REQUEST, next_batch};
 use crate::server::{DnsError, ForwardError, Forwarder, ForwarderOptions, Upstream};
 
 /// Upstream's cap for the reverse zones and everything outside the cluster (`cache 30`).
@@ -409,21 +408,11 @@ fn encode(
 async fn serve_udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
     let mut bufs: Box<[[u8; MAX_REQUEST]; BATCH]> = Box::new([[0u8; MAX_REQUEST]; BATCH]);
     let mut received = Vec::with_capacity(BATCH);
-    let fd = socket.as_raw_fd();
     loop {
-        if let Err(error) = socket.readable().await {
-            tracing::warn!(%error, "node-local cache: UDP socket not readable");
+        if let Err(error) = next_batch(&socket, &mut bufs, &mut received).await {
+            tracing::warn!(%error, "node-local cache: UDP receive failed");
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
-        }
-        match socket.try_io(Interest::READABLE, || receive(fd, &mut bufs, &mut received)) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(error) => {
-                tracing::warn!(%error, "node-local cache: UDP receive failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
         }
         for (buf, &(n, peer)) in bufs.iter().zip(&received) {
             shared.requests[0].fetch_add(1, Ordering::Relaxed);

@@ -82,21 +82,11 @@ pub(crate) async fn serve_udp(
     let mut received = Vec::with_capacity(BATCH);
     let mut out = Vec::with_capacity(MAX_REQUEST);
     let mut rng = FastRng::new();
-    let fd = socket.as_raw_fd();
     loop {
-        if let Err(error) = socket.readable().await {
-            debug!(%error, "UDP socket not readable");
+        if let Err(error) = next_batch(&socket, &mut bufs, &mut received).await {
+            debug!(%error, "UDP receive error");
             tokio::time::sleep(Duration::from_millis(1)).await;
             continue;
-        }
-        match socket.try_io(Interest::READABLE, || receive(fd, &mut bufs, &mut received)) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(error) => {
-                debug!(%error, "UDP receive error");
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                continue;
-            }
         }
         for (buf, &(n, src)) in bufs.iter().zip(&received) {
             bump(&counters.received);
@@ -169,8 +159,26 @@ fn observe(
     });
 }
 
+/// Waits until datagrams are queued on `socket` and takes up to [`BATCH`] of them with one
+/// `recvmmsg` into `bufs` (each one's length and sender in `received`); an error other than
+/// "nothing queued after all" is the caller's to report.
+pub(crate) async fn next_batch(
+    socket: &UdpSocket,
+    bufs: &mut [[u8; MAX_REQUEST]; BATCH],
+    received: &mut Vec<(usize, Option<SocketAddr>)>,
+) -> std::io::Result<()> {
+    let fd = socket.as_raw_fd();
+    loop {
+        socket.readable().await?;
+        match socket.try_io(Interest::READABLE, || receive(fd, bufs, received)) {
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
+            other => return other,
+        }
+    }
+}
+
 /// One `recvmmsg` without waiting: the length and sender of each datagram now in `bufs`.
-pub(crate) fn receive(
+fn receive(
     fd: RawFd,
     bufs: &mut [[u8; MAX_REQUEST]; BATCH],
     received: &mut Vec<(usize, Option<SocketAddr>)>,
