@@ -214,15 +214,7 @@ fn http_reason(code: &str) -> &'static str {
 fn gv_title(group: &str, version: &str) -> String {
     let group = group.split('.').next().unwrap_or("");
     let group = if group.is_empty() { "core" } else { group };
-    let mut t = String::new();
-    for part in [group, version] {
-        let mut c = part.chars();
-        if let Some(first) = c.next() {
-            t.extend(first.to_uppercase());
-            t.push_str(c.as_str());
-        }
-    }
-    t
+    capitalized(group) + &capitalized(version)
 }
 
 /// One operation.

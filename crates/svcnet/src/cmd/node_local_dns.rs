@@ -135,8 +135,6 @@ async fn serve(args: &Args) -> anyhow::Result<()> {
 
 /// SIGTERM, Ctrl-C, or (with `--exit-with-stdin`) the end of stdin.
 async fn wait_for_stop(with_stdin: bool) -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("cannot listen for SIGTERM")?;
     let stdin_closed = async {
         if !with_stdin {
             return std::future::pending().await;
@@ -151,8 +149,7 @@ async fn wait_for_stop(with_stdin: bool) -> anyhow::Result<()> {
         let _ = rx.await;
     };
     tokio::select! {
-        res = tokio::signal::ctrl_c() => res.context("cannot wait for Ctrl-C"),
-        _ = term.recv() => Ok(()),
+        res = super::shutdown_signal() => res,
         () = stdin_closed => Ok(()),
     }
 }
