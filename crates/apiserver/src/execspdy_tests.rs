@@ -61,6 +61,29 @@ fn start(command: &[&str]) -> Client {
     Client::new(to_server, from_server)
 }
 
+/// A terminal session (`tty`) of `command` with or without stdin, as kubectl ≤ 1.29 opens
+/// one; the client has not opened its streams yet.
+fn terminal(source: ExecSource, command: &[&str], stdin: bool) -> Client {
+    let (to_server, input) = mpsc::channel(16);
+    let (out, from_server) = mpsc::channel(16);
+    let channels = Channels {
+        stdin,
+        stdout: true,
+        stderr: false,
+        tty: true,
+    };
+    let work = Work::Exec(
+        source,
+        ExecTarget {
+            stdin,
+            tty: true,
+            ..target(command)
+        },
+    );
+    tokio::spawn(Session::new(out, channels).run(input, work));
+    Client::new(to_server, from_server)
+}
+
 async fn open_all(c: &mut Client) {
     for (id, kind) in [(1, "error"), (3, "stdin"), (5, "stdout"), (7, "stderr")] {
         c.open_with(id, &[("streamType", &[kind])]).await;
@@ -128,26 +151,7 @@ async fn a_terminal_starts_on_the_clients_first_size() {
         seen.lock().unwrap().push(t.size);
         inner.start(t)
     });
-    let run = |source: ExecSource| {
-        let (to_server, input) = mpsc::channel(16);
-        let (out, from_server) = mpsc::channel(16);
-        let channels = Channels {
-            stdin: true,
-            stdout: true,
-            stderr: false,
-            tty: true,
-        };
-        let work = Work::Exec(
-            source,
-            ExecTarget {
-                tty: true,
-                ..target(&["cat"])
-            },
-        );
-        tokio::spawn(Session::new(out, channels).run(input, work));
-        Client::new(to_server, from_server)
-    };
-    let mut c = run(source.clone());
+    let mut c = terminal(source.clone(), &["cat"], true);
     for (id, kind) in [(1, "error"), (3, "stdin"), (5, "stdout"), (7, "resize")] {
         c.open_with(id, &[("streamType", &[kind])]).await;
     }
@@ -163,7 +167,7 @@ async fn a_terminal_starts_on_the_clients_first_size() {
     assert_eq!(*started_with.lock().unwrap(), vec![Some((33, 101))]);
 
     // A client that sends no size: the process starts anyway, after the short wait.
-    let mut c = run(source);
+    let mut c = terminal(source, &["cat"], true);
     for (id, kind) in [(1, "error"), (3, "stdin"), (5, "stdout"), (7, "resize")] {
         c.open_with(id, &[("streamType", &[kind])]).await;
     }
@@ -193,24 +197,7 @@ async fn a_terminal_without_stdin_starts_on_the_first_size_or_after_a_wait() {
                 resize: None,
             })
         });
-        let (to_server, input) = mpsc::channel(16);
-        let (out, from_server) = mpsc::channel(16);
-        let channels = Channels {
-            stdin: false,
-            stdout: true,
-            stderr: false,
-            tty: true,
-        };
-        let work = Work::Exec(
-            source,
-            ExecTarget {
-                stdin: false,
-                tty: true,
-                ..target(&["true"])
-            },
-        );
-        tokio::spawn(Session::new(out, channels).run(input, work));
-        let mut c = Client::new(to_server, from_server);
+        let mut c = terminal(source, &["true"], false);
         for (id, kind) in [(1, "error"), (5, "stdout"), (9, "resize")] {
             c.open_with(id, &[("streamType", &[kind])]).await;
         }

@@ -116,6 +116,23 @@ fn doctor(up: &Up, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Doctor finds nothing in `ns` and exits 0.
+fn assert_nothing_found(up: &Up, ns: &str) {
+    let out = doctor(up, &["-n", ns]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stdout).contains("0 error(s), 0 warning(s)"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -177,19 +194,7 @@ fn doctor_finds_each_mistake_and_exits_non_zero() {
         "-f",
         &common::example("mysql-external.yaml"),
     ]);
-    let out = doctor(&up, &["-n", "healthy"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    assert!(
-        text(&out.stdout).contains("0 error(s), 0 warning(s)"),
-        "{}",
-        text(&out.stdout)
-    );
+    assert_nothing_found(&up, "healthy");
     // -A sees every namespace's findings.
     let out = doctor(&up, &["-A", "-o", "json"]);
     let all: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -391,19 +396,7 @@ fn doctor_checks_the_proxies_and_external_names() {
         r"jsonpath={.metadata.annotations.proxy\.svcnet\.io/mode}",
     ]);
     assert_eq!(mode, "userspace");
-    let out = doctor(&up, &["-n", "healthy"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        text(&out.stdout),
-        text(&out.stderr)
-    );
-    assert!(
-        text(&out.stdout).contains("0 error(s), 0 warning(s)"),
-        "{}",
-        text(&out.stdout)
-    );
+    assert_nothing_found(&up, "healthy");
 
     // Frozen: the lease is still fresh, but an endpoint change does not reach the rules.
     let before = slice_rev();
@@ -436,8 +429,7 @@ fn doctor_checks_the_proxies_and_external_names() {
     common::wait_for("the proxy to catch up", || {
         (applied() >= slice_rev()).then(|| "caught up".to_string())
     });
-    let out = doctor(&up, &["-n", "healthy"]);
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert_nothing_found(&up, "healthy");
 
     // Stopped: the lease says so at once.
     signal(pid, "-TERM");
