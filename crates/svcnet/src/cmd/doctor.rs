@@ -87,7 +87,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         node_port_range: first..=last,
     };
     let only_key = only.as_deref().map(|n| (args.namespace.as_str(), n));
-    let snap = snapshot(&client, ns, &args).await?;
+    let mut snap = snapshot(&client, ns).await?;
     if let Some(name) = &only
         && !snap
             .services
@@ -96,11 +96,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     {
         anyhow::bail!("service {}/{name} not found", args.namespace);
     }
+    snap.external_names = resolve_targets(&client, &snap, only.as_deref(), &args).await;
     let mut findings = diagnose(&snap, &cluster, only_key);
-    // A proxy may be a moment behind a change made just now: look again before saying so.
+    // A proxy may be a moment behind a change made just now: look again before saying so
+    // (the objects and the proxies' leases; the names were just looked up).
     if findings.iter().any(stale) {
         tokio::time::sleep(STALE_RECHECK).await;
-        findings = diagnose(&snapshot(&client, ns, &args).await?, &cluster, only_key);
+        let mut again = snapshot(&client, ns).await?;
+        again.external_names = std::mem::take(&mut snap.external_names);
+        findings = diagnose(&again, &cluster, only_key);
     }
     let errors = findings
         .iter()
@@ -137,12 +141,8 @@ fn stale(f: &Finding) -> bool {
     f.check == "proxy-rules-stale"
 }
 
-/// Everything the checks look at, read now.
-async fn snapshot(
-    client: &kube::Client,
-    ns: Option<&str>,
-    args: &Args,
-) -> anyhow::Result<Snapshot> {
+/// The objects and proxy leases the checks look at, read now.
+async fn snapshot(client: &kube::Client, ns: Option<&str>) -> anyhow::Result<Snapshot> {
     let leases: Api<Lease> = Api::namespaced(client.clone(), status::NAMESPACE);
     let proxies = leases
         .list(&ListParams::default().labels(status::NODE_LABEL))
@@ -152,7 +152,7 @@ async fn snapshot(
         .iter()
         .filter_map(ProxyStatus::from_lease)
         .collect();
-    let mut snap = Snapshot {
+    Ok(Snapshot {
         services: list::<Service>(client, ns).await?,
         pods: list::<Pod>(client, ns).await?,
         statefulsets: list::<StatefulSet>(client, ns).await?,
@@ -167,10 +167,20 @@ async fn snapshot(
         proxies,
         now: Some(k8s_openapi::jiff::Timestamp::now()),
         external_names: BTreeMap::new(),
-    };
-    let targets: Vec<String> = snap
+    })
+}
+
+/// What the ExternalName targets of the services in scope (`only`: that one) resolve to.
+async fn resolve_targets(
+    client: &kube::Client,
+    snap: &Snapshot,
+    only: Option<&str>,
+    args: &Args,
+) -> BTreeMap<String, Resolution> {
+    let targets: std::collections::BTreeSet<String> = snap
         .services
         .iter()
+        .filter(|s| only.is_none_or(|n| s.metadata.name.as_deref() == Some(n)))
         .filter_map(|s| s.spec.as_ref())
         .filter(|s| s.type_.as_deref() == Some("ExternalName"))
         .filter_map(|s| s.external_name.clone())
@@ -181,11 +191,12 @@ async fn snapshot(
         None => parse_resolv_conf(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default()),
     };
     let forwarder = Forwarder::new(upstreams, None, Duration::from_secs(2));
+    let mut resolved = BTreeMap::new();
     for target in targets {
         let r = resolve(client, &forwarder, &args.cluster_domain, &target).await;
-        snap.external_names.insert(target, r);
+        resolved.insert(target, r);
     }
-    Ok(snap)
+    resolved
 }
 
 /// What an ExternalName target resolves to, as a pod would find it.
