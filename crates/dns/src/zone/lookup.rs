@@ -152,6 +152,27 @@ impl Zone {
         self.soa_at(self.config.domain.clone())
     }
 
+    /// What a served zone's apex (`owner`) holds for `qtype`: its SOA, its NS
+    /// (`ns.dns.<zone>`) with the address records of that name as glue.
+    fn apex_records(&self, owner: &Name, qtype: RecordType) -> (Vec<Record>, Vec<Record>) {
+        let ttl = self.config.ttl;
+        let mut answers = Vec::new();
+        let mut additionals = Vec::new();
+        if matches!(qtype, RecordType::SOA | RecordType::ANY) {
+            answers.push(self.soa_at(owner.clone()));
+        }
+        if matches!(qtype, RecordType::NS | RecordType::ANY) {
+            let ns = prefixed("ns.dns", &self.config.domain);
+            answers.push(Record::from_rdata(
+                owner.clone(),
+                ttl,
+                RData::NS(NS(ns.clone())),
+            ));
+            additionals.extend(address_records(&ns, &self.dns_ips, RecordType::ANY, ttl));
+        }
+        (answers, additionals)
+    }
+
     pub(super) fn soa_at(&self, owner: Name) -> Record {
         let soa = SOA::new(
             self.soa_names.0.clone(),
@@ -176,20 +197,7 @@ impl Zone {
         let labels: Vec<&str> = labels.iter().rev().map(|l| &**l).collect();
         match labels.as_slice() {
             [] => {
-                let mut answers = Vec::new();
-                let mut additionals = Vec::new();
-                if matches!(qtype, RecordType::SOA | RecordType::ANY) {
-                    answers.push(self.soa_at(owner.clone()));
-                }
-                if matches!(qtype, RecordType::NS | RecordType::ANY) {
-                    let ns = prefixed("ns.dns", &self.config.domain);
-                    answers.push(Record::from_rdata(
-                        owner.clone(),
-                        ttl,
-                        RData::NS(NS(ns.clone())),
-                    ));
-                    additionals.extend(address_records(&ns, &self.dns_ips, RecordType::ANY, ttl));
-                }
+                let (answers, additionals) = self.apex_records(owner, qtype);
                 records(answers, additionals)
             }
             ["dns-version"] => {
@@ -502,24 +510,7 @@ impl Zone {
         let apex = reverse_zone_of(net.addr(), apex_len);
         let mut response = Response::empty(ResponseCode::NoError);
         if net.prefix_len() == apex_len {
-            let ttl = self.config.ttl;
-            if matches!(qtype, RecordType::SOA | RecordType::ANY) {
-                response.answers.push(self.soa_at(name.clone()));
-            }
-            if matches!(qtype, RecordType::NS | RecordType::ANY) {
-                let ns = prefixed("ns.dns", &self.config.domain);
-                response.answers.push(Record::from_rdata(
-                    name.clone(),
-                    ttl,
-                    RData::NS(NS(ns.clone())),
-                ));
-                response.additionals.extend(address_records(
-                    &ns,
-                    &self.dns_ips,
-                    RecordType::ANY,
-                    ttl,
-                ));
-            }
+            (response.answers, response.additionals) = self.apex_records(name, qtype);
             if response.answers.is_empty() {
                 response.authorities.push(self.soa_at(apex));
             }
