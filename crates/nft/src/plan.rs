@@ -19,6 +19,7 @@ use svcnet_proxy::{
 use crate::names::{AFFINITY_RECORD_CHAIN, SERVICES_CHAIN, TABLE};
 use crate::render::{
     AffinityPair, Base, Element, Fragment, Group, base, base_sets, is_dynamic, service_fragment,
+    standing_groups,
 };
 use crate::tx::{BaseChain, Family, Op, SetDef, SetKind, Transaction};
 
@@ -126,9 +127,13 @@ impl Renderer {
         self.applied.len()
     }
 
-    /// The dispatch groups in use.
+    /// The dispatch groups in the table: those in use and the standing ones.
     pub fn groups(&self) -> BTreeSet<Group> {
-        self.groups.keys().copied().collect()
+        self.groups
+            .keys()
+            .copied()
+            .chain(standing_groups())
+            .collect()
     }
 
     /// Plans a full sync of `desired`.
@@ -143,6 +148,7 @@ impl Renderer {
             .values()
             .flat_map(|f| &f.groups)
             .copied()
+            .chain(standing_groups())
             .collect();
         let base: Base = base(self.family, &desired.node, &groups);
         let elements: BTreeMap<ElementId, &Element> = fragments
@@ -294,6 +300,7 @@ impl Renderer {
                 groups.remove(g);
             }
         }
+        groups.extend(standing_groups());
         let old_groups = self.groups();
         let mut tx = Transaction::new(self.family, self.table.clone());
         let group_sets = |gs: &BTreeSet<Group>| -> BTreeMap<String, Group> {

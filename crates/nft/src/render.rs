@@ -143,6 +143,27 @@ impl Group {
     }
 }
 
+/// Endpoint counts whose random-choice groups stay in the table while no service port uses
+/// them (for TCP and UDP service IPs): a service whose endpoint count moves within 1..=this
+/// changes elements only. A group coming into use rewrites the dispatch chain, and a commit
+/// that adds a DNAT rule makes the kernel validate the whole table (about 30 ms at 30k
+/// services); each standing group costs a new connection one more rule to pass (a protocol
+/// compare and a lookup in an empty set, S3).
+pub const STANDING_LEN: usize = 8;
+
+/// The groups kept in use whatever the services: random choice over 1..=[`STANDING_LEN`]
+/// endpoints of TCP and UDP service IPs.
+pub fn standing_groups() -> impl Iterator<Item = Group> {
+    (1..=STANDING_LEN).flat_map(|len| {
+        ["tcp", "udp"].map(|proto| Group::Choice {
+            scope: Scope::Service,
+            slot: Slot::Random,
+            len,
+            proto,
+        })
+    })
+}
+
 /// The verdict map `original frontend → jump <affinity record chain>`.
 pub fn affinity_record_map(node_port: bool) -> &'static str {
     if node_port {

@@ -7,6 +7,7 @@ mod common;
 
 use common::{config, full};
 use expect_test::{Expect, expect};
+use svcnet_nft::render::STANDING_LEN;
 use svcnet_nft::{FakeNft, Family, FullMode, Renderer};
 use svcnet_proxy::fixtures::*;
 use svcnet_proxy::{IpFamily, ProxyState};
@@ -74,7 +75,14 @@ fn full_ruleset_cluster_ip() {
         add map ip svcnet np-sc-aff { type inet_proto . inet_service : verdict ; }
         add map ip svcnet svc-aff { type ipv4_addr . inet_proto . inet_service : verdict ; }
         add map ip svcnet np-aff { type inet_proto . inet_service : verdict ; }
+        add set ip svcnet svc-n1 { typeof ip daddr . meta l4proto . th dport ; }
         add set ip svcnet svc-n2 { typeof ip daddr . meta l4proto . th dport ; }
+        add set ip svcnet svc-n3 { typeof ip daddr . meta l4proto . th dport ; }
+        add set ip svcnet svc-n4 { typeof ip daddr . meta l4proto . th dport ; }
+        add set ip svcnet svc-n5 { typeof ip daddr . meta l4proto . th dport ; }
+        add set ip svcnet svc-n6 { typeof ip daddr . meta l4proto . th dport ; }
+        add set ip svcnet svc-n7 { typeof ip daddr . meta l4proto . th dport ; }
+        add set ip svcnet svc-n8 { typeof ip daddr . meta l4proto . th dport ; }
         add chain ip svcnet masquerading
         add chain ip svcnet services
         add chain ip svcnet affinity-record
@@ -93,7 +101,7 @@ fn full_ruleset_cluster_ip() {
         add chain ip svcnet nat-output { type nat hook output priority -100 ; }
         add chain ip svcnet nat-postrouting { type nat hook postrouting priority 100 ; }
         add chain ip svcnet masquerading { meta mark & 0x4000 == 0 return ; meta mark set meta mark ^ 0x4000 ; masquerade fully-random ; }
-        add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; ip saddr { 10.244.0.0/16 } ip daddr . meta l4proto . th dport vmap @sc-aff ; fib saddr type local ip daddr . meta l4proto . th dport vmap @sc-aff ; ip saddr { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; ip daddr . meta l4proto . th dport vmap @svc-aff ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends-tcp ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-aff ; }
+        add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; ip saddr { 10.244.0.0/16 } ip daddr . meta l4proto . th dport vmap @sc-aff ; fib saddr type local ip daddr . meta l4proto . th dport vmap @sc-aff ; ip saddr { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; ip daddr . meta l4proto . th dport vmap @svc-aff ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n4 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 4 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n4 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 4 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n5 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 5 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n5 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 5 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n6 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 6 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n6 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 6 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n7 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 7 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n7 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 7 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n8 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 8 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n8 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 8 map @backends-udp ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-aff ; }
         add chain ip svcnet firewall-check { ip daddr . meta l4proto . th dport @firewall ip daddr . meta l4proto . th dport . ip saddr != @firewall-allow drop ; }
         add chain ip svcnet endpoints-check { ip daddr . meta l4proto . th dport @no-endpoint-reject reject ; ip daddr . meta l4proto . th dport @no-endpoint-drop drop ; ip daddr . meta l4proto . th dport @local-refuse-reject reject ; ip daddr . meta l4proto . th dport @local-refuse-drop drop ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-no-endpoint-reject reject ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-no-endpoint-drop drop ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-local-refuse-reject reject ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-local-refuse-drop drop ; }
         add chain ip svcnet output-endpoints-check { ip daddr . meta l4proto . th dport @no-endpoint-reject reject ; ip daddr . meta l4proto . th dport @no-endpoint-drop drop ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-no-endpoint-reject reject ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-no-endpoint-drop drop ; }
@@ -178,7 +186,7 @@ fn full_ruleset_every_frontend_kind() {
     }));
     let (_, _, text) = full(&s, None);
     expect![[r#"
-        add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; ip saddr { 10.244.0.0/16 } ip daddr . meta l4proto . th dport vmap @sc-aff ; fib saddr type local ip daddr . meta l4proto . th dport vmap @sc-aff ; ip saddr { 10.244.0.0/16 } meta l4proto tcp ip daddr . meta l4proto . th dport @sc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @sc-backends-tcp ; fib saddr type local meta l4proto tcp ip daddr . meta l4proto . th dport @sc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @sc-backends-tcp ; ip saddr { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; ip saddr { 10.244.0.0/16 } meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-sc-n2 dnat ip to meta l4proto . th dport . numgen random mod 2 map @np-sc-backends-tcp ; fib saddr type local meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-sc-n2 dnat ip to meta l4proto . th dport . numgen random mod 2 map @np-sc-backends-tcp ; ip daddr . meta l4proto . th dport vmap @svc-aff ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends-tcp ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-aff ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-n1 dnat ip to meta l4proto . th dport . numgen random mod 1 map @np-backends-tcp ; }
+        add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; ip saddr { 10.244.0.0/16 } ip daddr . meta l4proto . th dport vmap @sc-aff ; fib saddr type local ip daddr . meta l4proto . th dport vmap @sc-aff ; ip saddr { 10.244.0.0/16 } meta l4proto tcp ip daddr . meta l4proto . th dport @sc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @sc-backends-tcp ; fib saddr type local meta l4proto tcp ip daddr . meta l4proto . th dport @sc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @sc-backends-tcp ; ip saddr { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; ip saddr { 10.244.0.0/16 } meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-sc-n2 dnat ip to meta l4proto . th dport . numgen random mod 2 map @np-sc-backends-tcp ; fib saddr type local meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-sc-n2 dnat ip to meta l4proto . th dport . numgen random mod 2 map @np-sc-backends-tcp ; ip daddr . meta l4proto . th dport vmap @svc-aff ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n1 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 1 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n2 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 2 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n4 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 4 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n4 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 4 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n5 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 5 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n5 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 5 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n6 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 6 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n6 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 6 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n7 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 7 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n7 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 7 map @backends-udp ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n8 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 8 map @backends-tcp ; meta l4proto udp ip daddr . meta l4proto . th dport @svc-n8 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 8 map @backends-udp ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-aff ; meta l4proto tcp fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-n1 dnat ip to meta l4proto . th dport . numgen random mod 1 map @np-backends-tcp ; }
         add chain ip svcnet affinity-record { meta l4proto udp ct state new ct status dnat ct original ip daddr . meta l4proto . ct original proto-dst vmap @aff-record ; }
         add map ip svcnet aff-record { type ipv4_addr . inet_proto . inet_service : verdict ; elements = { 10.96.0.10 . udp . 53 : jump aff-rec-MKS3HLPM-kube-system/dns/udp/dns } ; }
         add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; elements = { 10.96.0.20 . tcp . 443 . 0 : 10.244.1.5 . 8443, 10.96.0.20 . tcp . 443 . 1 : 10.244.2.5 . 8443, 198.51.100.9 . tcp . 443 . 0 : 10.244.1.5 . 8443, 203.0.113.7 . tcp . 443 . 0 : 10.244.1.5 . 8443 } ; }
@@ -224,48 +232,13 @@ fn partial_syncs_touch_only_what_changed() {
         &mut r,
         &mut fake,
         expect![[r#"
-            add map ip svcnet backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
+            delete element ip svcnet svc-n2 { 10.96.0.10 . tcp . 80 }
             add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
-            add map ip svcnet backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
-            add set ip svcnet cluster-ips { type ipv4_addr ; }
-            add set ip svcnet firewall { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet firewall-allow { typeof ip daddr . meta l4proto . th dport . ip saddr ; flags interval ; }
             add set ip svcnet hairpin { typeof ip saddr . ip daddr ; }
-            add set ip svcnet local-refuse-drop { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet local-refuse-reject { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet masq-always { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet masq-local-source { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet masq-off-cluster { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet no-endpoint-drop { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet no-endpoint-reject { typeof ip daddr . meta l4proto . th dport ; }
-            add map ip svcnet np-aff { type inet_proto . inet_service : verdict ; }
-            add map ip svcnet np-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
-            add map ip svcnet np-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
-            add map ip svcnet np-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
-            add set ip svcnet np-local-refuse-drop { typeof meta l4proto . th dport ; }
-            add set ip svcnet np-local-refuse-reject { typeof meta l4proto . th dport ; }
-            add set ip svcnet np-masq-always { typeof meta l4proto . th dport ; }
-            add set ip svcnet np-masq-local-source { typeof meta l4proto . th dport ; }
-            add set ip svcnet np-masq-off-cluster { typeof meta l4proto . th dport ; }
-            add set ip svcnet np-no-endpoint-drop { typeof meta l4proto . th dport ; }
-            add set ip svcnet np-no-endpoint-reject { typeof meta l4proto . th dport ; }
-            add map ip svcnet np-sc-aff { type inet_proto . inet_service : verdict ; }
-            add map ip svcnet np-sc-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
-            add map ip svcnet np-sc-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
-            add map ip svcnet np-sc-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
-            add map ip svcnet sc-aff { type ipv4_addr . inet_proto . inet_service : verdict ; }
-            add map ip svcnet sc-backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
-            add map ip svcnet sc-backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
-            add map ip svcnet sc-backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
-            add map ip svcnet svc-aff { type ipv4_addr . inet_proto . inet_service : verdict ; }
             add set ip svcnet svc-n3 { typeof ip daddr . meta l4proto . th dport ; }
             add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; elements = { 10.96.0.10 . tcp . 80 . 2 : 10.244.3.2 . 8080 } ; }
             add set ip svcnet hairpin { typeof ip saddr . ip daddr ; elements = { 10.244.3.2 . 10.244.3.2 } ; }
             add set ip svcnet svc-n3 { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.10 . tcp . 80 comment "cluster IP of default/web/tcp/http" } ; }
-            flush chain ip svcnet services
-            add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; ip saddr { 10.244.0.0/16 } ip daddr . meta l4proto . th dport vmap @sc-aff ; fib saddr type local ip daddr . meta l4proto . th dport vmap @sc-aff ; ip saddr { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; ip daddr . meta l4proto . th dport vmap @svc-aff ; meta l4proto tcp ip daddr . meta l4proto . th dport @svc-n3 dnat ip to ip daddr . meta l4proto . th dport . numgen random mod 3 map @backends-tcp ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-aff ; }
-            flush chain ip svcnet affinity-record
-            delete set ip svcnet svc-n2
         "#]],
     );
 
@@ -301,45 +274,9 @@ fn partial_syncs_touch_only_what_changed() {
             delete element ip svcnet hairpin { 10.244.2.2 . 10.244.2.2 }
             delete element ip svcnet hairpin { 10.244.3.2 . 10.244.3.2 }
             delete element ip svcnet masq-off-cluster { 10.96.0.10 . tcp . 80 }
-            add map ip svcnet backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
-            add map ip svcnet backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
-            add map ip svcnet backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
-            add set ip svcnet cluster-ips { type ipv4_addr ; }
-            add set ip svcnet firewall { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet firewall-allow { typeof ip daddr . meta l4proto . th dport . ip saddr ; flags interval ; }
-            add set ip svcnet hairpin { typeof ip saddr . ip daddr ; }
-            add set ip svcnet local-refuse-drop { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet local-refuse-reject { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet masq-always { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet masq-local-source { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet masq-off-cluster { typeof ip daddr . meta l4proto . th dport ; }
-            add set ip svcnet no-endpoint-drop { typeof ip daddr . meta l4proto . th dport ; }
+            delete element ip svcnet svc-n3 { 10.96.0.10 . tcp . 80 }
             add set ip svcnet no-endpoint-reject { typeof ip daddr . meta l4proto . th dport ; }
-            add map ip svcnet np-aff { type inet_proto . inet_service : verdict ; }
-            add map ip svcnet np-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
-            add map ip svcnet np-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
-            add map ip svcnet np-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
-            add set ip svcnet np-local-refuse-drop { typeof meta l4proto . th dport ; }
-            add set ip svcnet np-local-refuse-reject { typeof meta l4proto . th dport ; }
-            add set ip svcnet np-masq-always { typeof meta l4proto . th dport ; }
-            add set ip svcnet np-masq-local-source { typeof meta l4proto . th dport ; }
-            add set ip svcnet np-masq-off-cluster { typeof meta l4proto . th dport ; }
-            add set ip svcnet np-no-endpoint-drop { typeof meta l4proto . th dport ; }
-            add set ip svcnet np-no-endpoint-reject { typeof meta l4proto . th dport ; }
-            add map ip svcnet np-sc-aff { type inet_proto . inet_service : verdict ; }
-            add map ip svcnet np-sc-backends-sctp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
-            add map ip svcnet np-sc-backends-tcp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
-            add map ip svcnet np-sc-backends-udp { typeof meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
-            add map ip svcnet sc-aff { type ipv4_addr . inet_proto . inet_service : verdict ; }
-            add map ip svcnet sc-backends-sctp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . sctp dport ; }
-            add map ip svcnet sc-backends-tcp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . tcp dport ; }
-            add map ip svcnet sc-backends-udp { typeof ip daddr . meta l4proto . th dport . numgen random mod 1 : ip daddr . udp dport ; }
-            add map ip svcnet svc-aff { type ipv4_addr . inet_proto . inet_service : verdict ; }
             add set ip svcnet no-endpoint-reject { typeof ip daddr . meta l4proto . th dport ; elements = { 10.96.0.10 . tcp . 80 } ; }
-            flush chain ip svcnet services
-            add chain ip svcnet services { ip daddr . meta l4proto . th dport @masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } ip daddr . meta l4proto . th dport @masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local ip daddr . meta l4proto . th dport @masq-local-source meta mark set meta mark | 0x4000 ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-always meta mark set meta mark | 0x4000 ; ip saddr != { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-off-cluster meta mark set meta mark | 0x4000 ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport @np-masq-local-source meta mark set meta mark | 0x4000 ; ip saddr { 10.244.0.0/16 } ip daddr . meta l4proto . th dport vmap @sc-aff ; fib saddr type local ip daddr . meta l4proto . th dport vmap @sc-aff ; ip saddr { 10.244.0.0/16 } fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; fib saddr type local fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-sc-aff ; ip daddr . meta l4proto . th dport vmap @svc-aff ; fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @np-aff ; }
-            flush chain ip svcnet affinity-record
-            delete set ip svcnet svc-n3
         "#]],
     );
 
@@ -359,6 +296,48 @@ fn partial_syncs_touch_only_what_changed() {
     );
     assert!(fake.elements("cluster-ips").is_empty());
     assert!(!fake.chain_names().iter().any(|c| c.contains("default/")));
+}
+
+/// `web`'s slice with `n` endpoints (10.244.1.2, 10.244.2.2, …).
+fn web_endpoints(state: &mut ProxyState, n: usize) {
+    state.update_slice(&slice("default", "web-1", "web", |s| {
+        s.port("http", "TCP", 8080);
+        for i in 1..=n {
+            s.endpoint(&format!("10.244.{i}.2"), &format!("n{i}"), |_| {});
+        }
+    }));
+}
+
+#[test]
+fn endpoint_counts_within_the_standing_groups_change_elements_only() {
+    let mut state = web_state();
+    state.take_changes();
+    let (mut r, mut fake, _) = full(&state, None);
+    let rewrites = |tx: &svcnet_nft::Transaction| {
+        let text = tx.to_string();
+        text.contains("flush chain ip svcnet services")
+            || text.contains(" rule ")
+            || text.contains(" chain ")
+    };
+    // 2 → 3 … STANDING_LEN: the count's group is in the table already.
+    for n in 3..=STANDING_LEN {
+        web_endpoints(&mut state, n);
+        let tx = common::partial(&mut state, &mut r, &mut fake, None);
+        assert!(!rewrites(&tx), "{n} endpoints: not data-only:\n{tx}");
+        common::assert_converged(&state, &mut r, &mut fake);
+    }
+    // One more: a group no port used comes into use, and the dispatch chain is rewritten.
+    web_endpoints(&mut state, STANDING_LEN + 1);
+    let tx = common::partial(&mut state, &mut r, &mut fake, None);
+    assert!(rewrites(&tx), "a new group must be dispatched:\n{tx}");
+    common::assert_converged(&state, &mut r, &mut fake);
+    // Back within the standing groups: the unused group goes, the standing ones stay.
+    web_endpoints(&mut state, 2);
+    let tx = common::partial(&mut state, &mut r, &mut fake, None);
+    let gone = format!("delete set ip svcnet svc-n{}", STANDING_LEN + 1);
+    assert!(tx.to_string().contains(&gone), "{gone} expected:\n{tx}");
+    common::assert_converged(&state, &mut r, &mut fake);
+    assert!(fake.rules("services").unwrap().iter().any(|r| r.contains("@svc-n3 ")));
 }
 
 #[test]
