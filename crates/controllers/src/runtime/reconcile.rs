@@ -145,6 +145,12 @@ impl Controllers {
         }
     }
 
+    fn resync(&self, kind: Kind, key: Key) {
+        if let Some(q) = self.queues.get(&kind) {
+            q.add_resync(key);
+        }
+    }
+
     fn enqueue_service(&self, key: &Key) {
         self.enqueue(Kind::EndpointSlices, key.clone());
         self.enqueue(Kind::Endpoints, key.clone());
@@ -299,21 +305,24 @@ impl Controllers {
         }
     }
 
+    /// Queues every object for its controllers behind every changed key (see `WorkQueue`).
     pub fn resync_all(&self, inf: &Informers) {
         for s in inf.services.state() {
-            self.enqueue_service(&key_of(s.as_ref()));
+            for kind in [Kind::EndpointSlices, Kind::Endpoints, Kind::Mirroring] {
+                self.resync(kind, key_of(s.as_ref()));
+            }
         }
         for e in inf.endpoints.state() {
-            self.enqueue(Kind::Mirroring, key_of(e.as_ref()));
+            self.resync(Kind::Mirroring, key_of(e.as_ref()));
         }
         for d in inf.deployments.state() {
-            self.enqueue(Kind::Deployments, key_of(d.as_ref()));
+            self.resync(Kind::Deployments, key_of(d.as_ref()));
         }
         for s in inf.statefulsets.state() {
-            self.enqueue(Kind::StatefulSets, key_of(s.as_ref()));
+            self.resync(Kind::StatefulSets, key_of(s.as_ref()));
         }
         for rs in inf.replicasets.state() {
-            self.enqueue(Kind::ReplicaSets, key_of(rs.as_ref()));
+            self.resync(Kind::ReplicaSets, key_of(rs.as_ref()));
         }
         for p in inf.pods.state() {
             if p.spec
@@ -321,7 +330,7 @@ impl Controllers {
                 .and_then(|s| s.node_name.as_deref())
                 .is_none_or(str::is_empty)
             {
-                self.enqueue(Kind::Scheduler, key_of(p.as_ref()));
+                self.resync(Kind::Scheduler, key_of(p.as_ref()));
             }
         }
     }
