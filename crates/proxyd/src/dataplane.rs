@@ -74,7 +74,11 @@ impl Plane {
                 })
                 .await
                 .map_err(|e| ProxyError::Task(e.to_string()))??;
-                tracing::info!(backend = exec.backend().as_str(), "iptables back end");
+                tracing::info!(
+                    backend = exec.backend().as_str(),
+                    why = exec.why().unwrap_or_default(),
+                    "iptables back end"
+                );
                 Ok(Self::Iptables(Syncer::new(IptablesDataplane::new(exec))))
             }
             ProxyMode::Userspace => {
