@@ -47,3 +47,4 @@ fi
 # file is a failure, never a pass).
 uml=(env SVCNET_UML=1 CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$PWD/scripts/uml/cargo-runner")
 "${uml[@]}" cargo test -p svcnet-iptables --test uml
+"${uml[@]}" cargo test -p svcnet-ipvs --test uml
