@@ -172,13 +172,11 @@ mod tests {
 
     #[test]
     fn rejections_and_dump() {
-        let k = ServiceKey {
-            protocol: Protocol::Tcp,
-            addr: "10.96.0.1"
-                .parse()
-                .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into()),
-            port: 443,
-        };
+        let k = ServiceKey::new(
+            Protocol::Tcp,
+            std::net::Ipv4Addr::new(10, 96, 0, 1).into(),
+            443,
+        );
         let d = Dest::masq(std::net::Ipv4Addr::new(10, 244, 1, 2).into(), 6443, 1);
         let mut f = FakeIpvs::new();
         let errno = |r: Result<(), IpvsError>| match r {

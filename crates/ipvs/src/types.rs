@@ -83,22 +83,50 @@ fn endpoint(addr: IpAddr, port: u16) -> String {
 }
 
 /// What identifies a virtual service: protocol, address (its family is the service's) and
-/// port.
+/// port; or, for a firewall-mark service (`fwmark != 0`), the mark and the family (of `addr`,
+/// then unspecified; protocol TCP and port 0, as the kernel reports them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ServiceKey {
     pub protocol: Protocol,
     pub addr: IpAddr,
     pub port: u16,
+    pub fwmark: u32,
+}
+
+impl ServiceKey {
+    pub fn new(protocol: Protocol, addr: IpAddr, port: u16) -> Self {
+        Self {
+            protocol,
+            addr,
+            port,
+            fwmark: 0,
+        }
+    }
+
+    /// The firewall-mark service `mark` of the IPv6 (`v6`) or IPv4 family.
+    pub fn fwmark(v6: bool, mark: u32) -> Self {
+        let addr = if v6 {
+            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
+        } else {
+            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
+        };
+        Self {
+            protocol: Protocol::Tcp,
+            addr,
+            port: 0,
+            fwmark: mark,
+        }
+    }
 }
 
 impl fmt::Display for ServiceKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {}",
-            self.protocol.ipvsadm(),
-            endpoint(self.addr, self.port)
-        )
+        if self.fwmark != 0 {
+            let v6 = if self.addr.is_ipv6() { " -6" } else { "" };
+            return write!(f, "-f {}{v6}", self.fwmark);
+        }
+        let at = endpoint(self.addr, self.port);
+        write!(f, "{} {at}", self.protocol.ipvsadm())
     }
 }
 

@@ -68,6 +68,7 @@ const SVC_AF: u16 = 1;
 const SVC_PROTOCOL: u16 = 2;
 const SVC_ADDR: u16 = 3;
 const SVC_PORT: u16 = 4;
+const SVC_FWMARK: u16 = 5;
 const SVC_SCHED_NAME: u16 = 6;
 const SVC_FLAGS: u16 = 7;
 const SVC_TIMEOUT: u16 = 8;
@@ -142,6 +143,12 @@ fn addr_bytes(addr: IpAddr) -> Vec<u8> {
 }
 
 fn key_attrs(k: &ServiceKey) -> Vec<Attr> {
+    if k.fwmark != 0 {
+        return vec![
+            Attr::U16(SVC_AF, af(k.addr)),
+            Attr::U32(SVC_FWMARK, k.fwmark),
+        ];
+    }
     vec![
         Attr::U16(SVC_AF, af(k.addr)),
         Attr::U16(SVC_PROTOCOL, k.protocol.number()),
@@ -316,7 +323,7 @@ fn addr_of(v: &[u8], family: u16) -> Result<IpAddr, DecodeError> {
 
 /// A service's attributes: its key, and the whole service when the scheduler is present.
 fn parse_service(buf: &[u8]) -> Result<(ServiceKey, Option<Service>), DecodeError> {
-    let (mut family, mut proto, mut addr, mut port) = (None, None, None, None);
+    let (mut family, mut proto, mut addr, mut port, mut mark) = (None, None, None, None, 0);
     let (mut sched, mut flags, mut timeout, mut netmask) = (None, 0, 0, 0);
     for nla in attrs_of(buf)? {
         let v = value(&nla);
@@ -325,6 +332,7 @@ fn parse_service(buf: &[u8]) -> Result<(ServiceKey, Option<Service>), DecodeErro
             SVC_PROTOCOL => proto = Some(u16_of(&v)?),
             SVC_ADDR => addr = Some(v),
             SVC_PORT => port = Some(be16_of(&v)?),
+            SVC_FWMARK => mark = u32_of(&v)?,
             SVC_SCHED_NAME => {
                 let end = v.iter().position(|b| *b == 0).unwrap_or(v.len());
                 sched = Some(String::from_utf8(v[..end].to_vec())?);
@@ -335,6 +343,22 @@ fn parse_service(buf: &[u8]) -> Result<(ServiceKey, Option<Service>), DecodeErro
             _ => {}
         }
     }
+    let key = match (family, mark) {
+        (Some(family), mark) if mark != 0 => Some(ServiceKey::fwmark(family == AF_INET6, mark)),
+        _ => None,
+    };
+    if let Some(key) = key {
+        return Ok((
+            key,
+            sched.map(|scheduler| Service {
+                key,
+                scheduler,
+                flags,
+                timeout,
+                netmask,
+            }),
+        ));
+    }
     let (Some(family), Some(proto), Some(addr), Some(port)) = (family, proto, addr, port) else {
         return Err(
             "service without af, protocol, address and port (fwmark services are not svcnet's)"
@@ -343,11 +367,7 @@ fn parse_service(buf: &[u8]) -> Result<(ServiceKey, Option<Service>), DecodeErro
     };
     let protocol = Protocol::from_number(proto)
         .ok_or_else(|| DecodeError::from(format!("unknown protocol {proto}")))?;
-    let key = ServiceKey {
-        protocol,
-        addr: addr_of(&addr, family)?,
-        port,
-    };
+    let key = ServiceKey::new(protocol, addr_of(&addr, family)?, port);
     let service = sched.map(|scheduler| Service {
         key,
         scheduler,

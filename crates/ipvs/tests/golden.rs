@@ -27,11 +27,7 @@ fn hex(s: &str) -> Vec<u8> {
 }
 
 fn key(proto: Protocol, addr: &str, port: u16) -> ServiceKey {
-    ServiceKey {
-        protocol: proto,
-        addr: addr.parse().unwrap(),
-        port,
-    }
+    ServiceKey::new(proto, addr.parse().unwrap(), port)
 }
 
 fn bytes(op: &Op, seq: u32) -> Vec<u8> {
@@ -217,4 +213,24 @@ fn requests_round_trip() {
         let back = decode(&encode(msg.clone(), FAMILY, i as u32, REQ_ACK)).unwrap();
         assert_eq!(back, Some(msg), "{op}");
     }
+}
+
+#[test]
+fn firewall_mark_services_carry_family_and_mark_only() {
+    let k = ServiceKey::fwmark(false, 0x5300_0001);
+    let op = Op::DelService(k);
+    assert_eq!(op.to_string(), "-D -f 1392508929");
+    let want = hex("
+        28 00 00 00  22 00  05 00  0b 00 00 00  00 00 00 00
+        03 01 00 00                                         # DEL_SERVICE
+        14 00 01 80
+        06 00 01 00  02 00 00 00                            # AF
+        08 00 05 00  01 00 00 53                            # FWMARK 0x53000001
+    ");
+    assert_eq!(bytes(&op, 11), want);
+    let svc = Service::new(k, "rr");
+    let back = decode(&bytes(&Op::AddService(svc.clone()), 12))
+        .unwrap()
+        .unwrap();
+    assert_eq!(back.body, Body::Service(svc));
 }

@@ -12,11 +12,7 @@ use svcnet_netns::NetNs;
 use svcnet_netns::test_support::uml_guest;
 
 fn key(proto: Protocol, addr: &str, port: u16) -> ServiceKey {
-    ServiceKey {
-        protocol: proto,
-        addr: addr.parse().unwrap(),
-        port,
-    }
+    ServiceKey::new(proto, addr.parse().unwrap(), port)
 }
 
 fn errno(r: Result<(), IpvsError>) -> Option<i32> {
@@ -68,6 +64,8 @@ fn script() -> Vec<Op> {
         Op::EditService(Service::new(v4, "wlc")),
         Op::EditService(Service::new(key(Protocol::Tcp, "10.96.0.99", 80), "rr")), // ESRCH
         Op::DelService(key(Protocol::Udp, "10.96.0.10", 80)),                      // ESRCH
+        Op::AddService(Service::new(ServiceKey::fwmark(false, 0x5300_0001), "rr").persistent(60)),
+        Op::AddDest(ServiceKey::fwmark(false, 0x5300_0001), d1.clone()),
         Op::AddService(Service::new(key(Protocol::Sctp, "10.96.0.13", 9), "lblcr")),
         Op::DelService(key(Protocol::Sctp, "10.96.0.13", 9)),
     ]
@@ -103,9 +101,9 @@ fn the_fake_rejects_what_the_kernel_rejects() {
         }
         let (k, f) = (state(&mut kernel), state(&mut fake));
         assert_eq!(k, f);
-        assert_eq!(k.len(), 3);
+        assert_eq!(k.len(), 4);
         assert!(k.iter().all(|(s, _)| s.flags & F_HASHED != 0));
-        let (v6, dests) = &k[2];
+        let (v6, dests) = &k[3];
         assert_eq!(
             (v6.scheduler.as_str(), v6.timeout, v6.netmask),
             ("sh", 10800, 128)
