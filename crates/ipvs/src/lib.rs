@@ -2,13 +2,27 @@
 //! ([`IpvsSocket`]) and an in-memory [`FakeIpvs`] that rejects what the kernel rejects, behind
 //! one [`Ipvs`] trait; the operations are values ([`Op`]) that print as `ipvsadm-restore`
 //! lines. No `ipvsadm` process is run: one netlink socket per node namespace.
+//!
+//! On top, the IPVS dataplane (`--proxy-mode ipvs`, kube-proxy's IPVS proxier): [`render`]
+//! translates the decided graph into virtual servers, dummy-interface addresses, ipset members
+//! and firewall-mark rules; [`rules`] is the companion iptables skeleton; [`plan`] diffs
+//! states into a sync; [`dataplane`] does the I/O behind the dataplane contract; [`trace`]
+//! follows a packet through a rendered state (the shared packet-flow table's tracer).
 
+pub mod dataplane;
 pub mod fake;
+pub mod plan;
+pub mod render;
+pub mod rules;
 pub mod socket;
+pub mod trace;
 pub mod types;
 pub mod wire;
 
+pub use dataplane::{IpvsDataplane, SyncError, cleanup};
 pub use fake::FakeIpvs;
+pub use plan::Plan;
+pub use render::{IpvsCapability, Renderer};
 pub use socket::IpvsSocket;
 pub use types::{Dest, DestKey, Forward, Op, Protocol, Rejected, Service, ServiceKey};
 

@@ -22,3 +22,22 @@ fn opening_without_ipvs_names_the_module() {
         Err(e) => panic!("{e}"),
     }
 }
+
+/// `--proxy-mode ipvs` on a kernel without IPVS fails at start, naming the module.
+#[test]
+fn the_dataplane_does_not_start_without_ipvs() {
+    if !nix::unistd::Uid::effective().is_root() {
+        return;
+    }
+    let ns = svcnet_netns::NetNs::create(&svcnet_netns::unique_name("ipn")).unwrap();
+    match svcnet_ipvs::IpvsDataplane::new(
+        Some(ns.name().to_string()),
+        &[svcnet_proxy::IpFamily::V4],
+    ) {
+        Ok(_) => eprintln!("this kernel has IPVS"),
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(msg.contains("modprobe ip_vs"), "{msg}");
+        }
+    }
+}

@@ -169,3 +169,33 @@ fn bulk_batches_and_partial_rejections() {
     })
     .unwrap();
 }
+
+/// One full sync of the flows world, as the syncer makes the first one.
+fn full_sync(dp: &mut svcnet_ipvs::IpvsDataplane, state: &svcnet_proxy::ProxyState) {
+    use svcnet_proxy::{Dataplane, FullReason};
+    for f in dp.families() {
+        let plan = dp
+            .plan_full(f, &state.desired(f), FullReason::Unknown)
+            .unwrap();
+        dp.apply(f, &plan).unwrap_or_else(|e| panic!("{e}\n{plan}"));
+        dp.commit(f, plan);
+    }
+}
+
+/// The shared packet-flow table with real connections between the lab's namespaces, through
+/// IPVS in the node namespace: every case, with the expectations every dataplane meets.
+#[test]
+fn flow_table_with_real_traffic() {
+    if !uml_guest() {
+        return;
+    }
+    let kl = svcnet_flows::kernel::KernelLab::start();
+    let mut dp = svcnet_ipvs::IpvsDataplane::new(
+        Some(kl.node().name().to_string()),
+        &[svcnet_proxy::IpFamily::V4],
+    )
+    .unwrap();
+    let state = svcnet_flows::world();
+    full_sync(&mut dp, &state);
+    kl.run_table(&svcnet_flows::cases(), true);
+}
