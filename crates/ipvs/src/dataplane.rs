@@ -22,7 +22,7 @@ use svcnet_proxy::{
 
 use crate::plan::{Plan, diff_servers, ipset_text};
 use crate::render::{
-    DUMMY, FWMARK_BASE, FWMARK_MASK, IpvsCapability, Rendered, Renderer, Set, VirtualServer,
+    DUMMY, FWMARK_BASE, FWMARK_MASK, IpvsCapability, Rendered, Renderer, VirtualServer,
 };
 use crate::rules;
 use crate::types::{DestKey, Op, ServiceKey};
@@ -325,6 +325,30 @@ impl IpvsDataplane {
             .or_insert_with(|| Renderer::new(family))
     }
 
+    /// Deletes the conntrack entries of UDP real servers the plan deleted (their flows would
+    /// otherwise keep the old reply tuple: IPVS drops the next datagram of such a flow instead
+    /// of rescheduling it). Best effort: `conntrack` missing or finding nothing is fine.
+    fn clear_udp_conntrack(&self, plan: &Plan) {
+        for op in &plan.ops {
+            let Op::DelDest(k, d) = op else { continue };
+            let udp = plan
+                .rendered
+                .servers
+                .get(k)
+                .is_some_and(|vs| vs.protocol == crate::Protocol::Udp);
+            if !udp {
+                continue;
+            }
+            let mut args = vec!["-D", "-p", "udp"];
+            if d.addr.is_ipv6() {
+                args.extend(["-f", "ipv6"]);
+            }
+            let (ip, port) = (d.addr.to_string(), d.port.to_string());
+            args.extend(["--reply-src", &ip, "--reply-port-src", &port]);
+            let _ = self.tool("conntrack", &args, None, "conntrack");
+        }
+    }
+
     /// Deletes draining real servers whose connections are gone or whose bound passed.
     fn check_drains(&mut self) -> Result<(), SyncError> {
         let mut by_vs: BTreeMap<ServiceKey, Vec<(DestKey, Instant)>> = BTreeMap::new();
@@ -509,6 +533,7 @@ impl Dataplane for IpvsDataplane {
             }
         }
         self.sock.apply(&plan.ops)?;
+        self.clear_udp_conntrack(plan);
         self.drained.clear();
         self.check_drains()?;
         Ok(())
@@ -568,38 +593,46 @@ impl Dataplane for IpvsDataplane {
 }
 
 /// Removes everything the IPVS dataplane installs, in the current or the named namespace (as
-/// `--cleanup` and a switch to another mode do, like kube-proxy's IPVS cleanup): every IPVS
-/// virtual server (when the kernel has IPVS), the companion chains of both iptables back
-/// ends and families, the ipsets and the dummy interface. Missing pieces are skipped.
+/// `--cleanup` and a switch to another mode do): when its dummy interface exists (the IPVS
+/// mode ran here), every IPVS virtual server of the namespace (as kube-proxy's IPVS cleanup)
+/// and the dummy; always the companion chains of both iptables back ends and families and
+/// the ipsets. Missing pieces are skipped; IPVS is never loaded just to clean up.
 pub fn cleanup(netns: Option<&str>, sock: Option<&mut IpvsSocket>) -> Result<(), SyncError> {
-    let mut opened = match sock {
-        Some(_) => None,
-        None => {
-            let open = match netns {
-                Some(name) => NetNs::open(name)
-                    .map_err(|e| SyncError::Netns(e.to_string()))?
-                    .run(IpvsSocket::open)
-                    .map_err(|e| SyncError::Netns(e.to_string()))?,
-                None => IpvsSocket::open(),
-            };
-            match open {
-                Ok(s) => Some(s),
-                Err(IpvsError::NotAvailable) => None,
-                Err(e) => return Err(e.into()),
+    let dummy = run_tool(
+        netns,
+        "ip",
+        &["-o", "link", "show", "dev", DUMMY],
+        None,
+        "iproute2",
+    )
+    .is_ok();
+    if dummy {
+        let mut opened = match sock {
+            Some(_) => None,
+            None => {
+                let open = match netns {
+                    Some(name) => NetNs::open(name)
+                        .map_err(|e| SyncError::Netns(e.to_string()))?
+                        .run(IpvsSocket::open)
+                        .map_err(|e| SyncError::Netns(e.to_string()))?,
+                    None => IpvsSocket::open(),
+                };
+                match open {
+                    Ok(s) => Some(s),
+                    Err(IpvsError::NotAvailable) => None,
+                    Err(e) => return Err(e.into()),
+                }
             }
+        };
+        if let Some(sock) = sock.or(opened.as_mut()) {
+            sock.apply(&[Op::Flush])?;
         }
-    };
-    let sock = sock.or(opened.as_mut());
-    if let Some(sock) = sock {
-        sock.apply(&[Op::Flush])?;
     }
     for backend in svcnet_iptables::Backend::ALL {
         let exec = IptablesExecutor::new(netns.map(str::to_string), backend);
         for family in Family::ALL {
-            let save = match exec.save(family) {
-                Ok(s) => s,
-                Err(svcnet_iptables::ApplyError::NotInstalled { .. }) => continue,
-                Err(_) => continue,
+            let Ok(save) = exec.save(family) else {
+                continue;
             };
             if let Some(text) = rules::cleanup_text(&save) {
                 run_tool(
@@ -612,35 +645,20 @@ pub fn cleanup(netns: Option<&str>, sock: Option<&mut IpvsSocket>) -> Result<(),
             }
         }
     }
-    let mut destroy = String::new();
-    for family in IpFamily::ALL {
-        for set in Set::ALL {
-            destroy.push_str(&format!("destroy {}\n", set.name(family)));
+    // No ipset, or a kernel without ip_set: no sets of ours either.
+    if let Ok(names) = run_tool(netns, "ipset", &["list", "-n"], None, "ipset") {
+        let destroy: String = names
+            .lines()
+            .map(str::trim)
+            .filter(|n| rules::is_ours(n))
+            .map(|n| format!("destroy {n}\n"))
+            .collect();
+        if !destroy.is_empty() {
+            run_tool(netns, "ipset", &["restore"], Some(&destroy), "ipset")?;
         }
     }
-    match run_tool(
-        netns,
-        "ipset",
-        &["-exist", "restore"],
-        Some(&destroy),
-        "ipset",
-    ) {
-        Ok(_) | Err(SyncError::NotInstalled { .. }) => {}
-        // Sets that do not exist: destroy them one by one, ignoring the missing ones.
-        Err(_) => {
-            for family in IpFamily::ALL {
-                for set in Set::ALL {
-                    let _ = run_tool(
-                        netns,
-                        "ipset",
-                        &["destroy", &set.name(family)],
-                        None,
-                        "ipset",
-                    );
-                }
-            }
-        }
+    if dummy {
+        run_tool(netns, "ip", &["link", "del", DUMMY], None, "iproute2")?;
     }
-    let _ = run_tool(netns, "ip", &["link", "del", DUMMY], None, "iproute2");
     Ok(())
 }

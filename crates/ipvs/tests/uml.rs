@@ -199,3 +199,151 @@ fn flow_table_with_real_traffic() {
     full_sync(&mut dp, &state);
     kl.run_table(&svcnet_flows::cases(), true);
 }
+
+/// One IPv4 sync as the syncer makes it after the first: a partial plan of the changes, or a
+/// full one for `full`. Returns the plan's IPVS operations as text.
+fn sync(
+    dp: &mut svcnet_ipvs::IpvsDataplane,
+    state: &mut svcnet_proxy::ProxyState,
+    full: Option<svcnet_proxy::FullReason>,
+) -> Vec<String> {
+    use svcnet_proxy::{Dataplane, IpFamily};
+    let changes = state.take_changes();
+    let f = IpFamily::V4;
+    let plan = match full {
+        Some(why) => dp.plan_full(f, &state.desired(f), why).unwrap(),
+        None => dp
+            .plan_partial(
+                f,
+                &state.node_state(f),
+                &state.desired_for(f, changes.services.keys()),
+            )
+            .unwrap(),
+    };
+    let ops = plan.ops.iter().map(ToString::to_string).collect();
+    dp.apply(f, &plan).unwrap_or_else(|e| panic!("{e}\n{plan}"));
+    dp.commit(f, plan);
+    ops
+}
+
+/// Partial syncs touch only the changed service; a removed TCP endpoint drains at weight 0
+/// (its established connection keeps working, new ones go elsewhere) and is deleted once the
+/// drain bound passes; a removed UDP endpoint goes at once and the next datagram from the same
+/// client port reaches the remaining one (no black hole); a virtual server deleted by hand
+/// comes back with the periodic full sync.
+#[test]
+fn partial_syncs_graceful_termination_and_drift_repair() {
+    use std::net::SocketAddr;
+    use std::time::Duration;
+    use svcnet_flows::{NODE, TCP_PORT, UDP_PORT, pod_ip};
+    use svcnet_netns::test_support::{Session, udp_ask_with};
+    use svcnet_proxy::fixtures::slice;
+    if !uml_guest() {
+        return;
+    }
+    let kl = svcnet_flows::kernel::KernelLab::start();
+    let mut dp = svcnet_ipvs::IpvsDataplane::new(
+        Some(kl.node().name().to_string()),
+        &[svcnet_proxy::IpFamily::V4],
+    )
+    .unwrap();
+    dp.set_drain_bound(Duration::from_secs(2));
+    let mut state = svcnet_flows::world();
+    state.take_changes();
+    full_sync(&mut dp, &state);
+    let client = kl.client_ns(svcnet_flows::Client::Pod(svcnet_flows::CLIENT_POD));
+    // A held connection to web (rr over p1..p3).
+    let web: SocketAddr = "10.96.0.10:80".parse().unwrap();
+    let (mut held, first) = client
+        .run(|| {
+            let mut s = Session::connect(web, Duration::from_secs(2)).unwrap();
+            let r = s.ask().unwrap();
+            (s, r.identity)
+        })
+        .unwrap();
+    let gone: usize = first.trim_start_matches('p').parse().unwrap();
+    let keep: Vec<usize> = (1..=3).filter(|i| *i != gone).collect();
+    state.update_slice(&slice("default", "web-1", "web", |b| {
+        b.port("http", "TCP", TCP_PORT as i32);
+        for i in &keep {
+            b.endpoint(
+                &pod_ip(*i).to_string(),
+                if *i == 1 { NODE } else { "n2" },
+                |_| {},
+            );
+        }
+    }));
+    let ops = sync(&mut dp, &mut state, None);
+    assert_eq!(
+        ops,
+        [format!(
+            "-e -t 10.96.0.10:80 -r {}:{TCP_PORT} -m -w 0",
+            pod_ip(gone)
+        )],
+        "only web's draining endpoint changes"
+    );
+    assert_eq!(dp.draining().len(), 1);
+    // The held connection still answers from the draining endpoint; new ones avoid it.
+    let again = client.run(|| held.ask().unwrap().identity).unwrap();
+    assert_eq!(again, first);
+    let news = kl.asks(svcnet_flows::Client::Pod(svcnet_flows::CLIENT_POD), web, 6);
+    assert!(
+        news.iter().all(|id| *id != first),
+        "{news:?} after draining {first}"
+    );
+    drop(held);
+    // After the bound, the next sync deletes it (its connection sits in TIME_WAIT, which
+    // IPVS counts as inactive for two minutes).
+    std::thread::sleep(Duration::from_millis(2100));
+    let ops = sync(&mut dp, &mut state, None);
+    assert!(ops.is_empty(), "{ops:?}");
+    assert!(dp.draining().is_empty());
+    let key = svcnet_ipvs::ServiceKey::new(Protocol::Tcp, "10.96.0.10".parse().unwrap(), 80);
+    let dests = dp.socket().dests(&key).unwrap();
+    assert_eq!(dests.len(), 2, "{dests:?}");
+
+    // UDP: the DNS service loses the endpoint a client port is talking to.
+    let dns: SocketAddr = "10.96.0.20:53".parse().unwrap();
+    let sock = client
+        .run(|| std::net::UdpSocket::bind("0.0.0.0:0").unwrap())
+        .unwrap();
+    let t = Duration::from_secs(2);
+    let before = udp_ask_with(&sock, dns, t).unwrap().identity;
+    let left: usize = if before == "p1" { 2 } else { 1 };
+    state.update_slice(&slice("kube-system", "dns-1", "dns", |b| {
+        b.port("dns", "UDP", UDP_PORT as i32).endpoint(
+            &pod_ip(left).to_string(),
+            if left == 1 { NODE } else { "n2" },
+            |_| {},
+        );
+    }));
+    let ops = sync(&mut dp, &mut state, None);
+    assert_eq!(ops.len(), 1, "{ops:?}");
+    assert!(ops[0].starts_with("-d -u 10.96.0.20:53"), "{ops:?}");
+    let after = udp_ask_with(&sock, dns, t).unwrap().identity;
+    assert_eq!(after, format!("p{left}"), "same client port, no black hole");
+
+    // Drift: a virtual server deleted by hand is back after the periodic full sync.
+    let np = svcnet_ipvs::ServiceKey::new(Protocol::Tcp, "10.96.0.12".parse().unwrap(), 80);
+    dp.socket().apply(&[Op::DelService(np)]).unwrap();
+    let ops = sync(
+        &mut dp,
+        &mut state,
+        Some(svcnet_proxy::FullReason::Periodic),
+    );
+    assert!(
+        ops.iter().any(|o| o == "-A -t 10.96.0.12:80 -s rr"),
+        "{ops:?}"
+    );
+    assert_eq!(
+        ops.len(),
+        3,
+        "the server and its two real servers only: {ops:?}"
+    );
+    let ids = kl.asks(
+        svcnet_flows::Client::Pod(svcnet_flows::CLIENT_POD),
+        "10.96.0.12:80".parse().unwrap(),
+        4,
+    );
+    assert_eq!(ids.len(), 4);
+}

@@ -90,6 +90,7 @@ fn mode_rules(lab: &Lab, mode: ProxyMode) -> String {
             .node
             .exec(&["nft", "list", "table", "ip", "svcnet-userspace"])
             .unwrap_or_default(),
+        ProxyMode::Ipvs => lab.node.exec(&["ipvsadm", "-Ln"]).unwrap_or_default(),
     }
 }
 
@@ -101,7 +102,7 @@ fn names_vip(mode: ProxyMode, rules: &str) -> bool {
             rules.contains("10.96.0.50 . tcp . 80 comment \"cluster IP of default/web/")
         }
         ProxyMode::Iptables => rules.contains("-d 10.96.0.50/32"),
-        ProxyMode::Userspace => rules.contains("10.96.0.50"),
+        ProxyMode::Userspace | ProxyMode::Ipvs => rules.contains("10.96.0.50"),
     }
 }
 
