@@ -347,3 +347,125 @@ fn partial_syncs_graceful_termination_and_drift_repair() {
     );
     assert_eq!(ids.len(), 4);
 }
+
+/// The schedulers as traffic sees them, and IPv6 virtual servers: rr hands out endpoints in
+/// a fixed rotation; sh keeps each client on one endpoint; lc sends new connections away from
+/// endpoints holding connections; an IPv6 cluster IP spreads over IPv6 endpoints with the
+/// client address kept.
+#[test]
+fn schedulers_and_ipv6_with_real_traffic() {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::net::SocketAddr;
+    use std::time::Duration;
+    use svcnet_flows::{CLIENT_POD, Client, NODE, TCP_PORT, pod_ip};
+    use svcnet_netns::test_support::{Session, tcp_ask};
+    use svcnet_proxy::fixtures::{service, slice};
+    use svcnet_proxy::{Dataplane, FullReason, IpFamily};
+    if !uml_guest() {
+        return;
+    }
+    let kl = svcnet_flows::kernel::KernelLab::start();
+    let mut state = svcnet_flows::world();
+    let mut lc = service("default", "lc", |b| {
+        b.cluster_ip(&["10.96.0.24"]).port("", "TCP", 80);
+    });
+    lc.metadata.annotations = Some(
+        [(
+            svcnet_proxy::algorithm::ANNOTATION.to_string(),
+            "lc".to_string(),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    state.update_service(&lc).unwrap();
+    state
+        .update_service(&service("default", "v6", |b| {
+            b.cluster_ip(&["10.96.0.40", "fd00:10:96::40"])
+                .port("", "TCP", 80);
+        }))
+        .unwrap();
+    state.update_slice(&slice("default", "lc-1", "lc", |b| {
+        b.port("", "TCP", TCP_PORT as i32);
+        for i in 1..=3 {
+            b.endpoint(
+                &pod_ip(i).to_string(),
+                if i == 1 { NODE } else { "n2" },
+                |_| {},
+            );
+        }
+    }));
+    let v6 = |i: usize| format!("fd00:244:{i}::2");
+    state.update_slice(&slice("default", "v6-1", "v6", |b| {
+        b.ipv6()
+            .port("", "TCP", TCP_PORT as i32)
+            .endpoint(&v6(1), NODE, |_| {})
+            .endpoint(&v6(2), "n2", |_| {});
+    }));
+    let mut dp =
+        svcnet_ipvs::IpvsDataplane::new(Some(kl.node().name().to_string()), &IpFamily::ALL)
+            .unwrap();
+    for f in IpFamily::ALL {
+        let plan = dp
+            .plan_full(f, &state.desired(f), FullReason::Unknown)
+            .unwrap();
+        dp.apply(f, &plan).unwrap_or_else(|e| panic!("{e}\n{plan}"));
+        dp.commit(f, plan);
+    }
+    let pod = Client::Pod(CLIENT_POD);
+
+    // rr: every turn of three hands out all three endpoints, in the same order.
+    let ids = kl.asks(pod, "10.96.0.21:80".parse().unwrap(), 12);
+    for turn in ids.chunks(3) {
+        assert_eq!(turn.iter().collect::<BTreeSet<_>>().len(), 3, "{ids:?}");
+    }
+    assert_eq!(ids[3..], ids[..9], "{ids:?}");
+
+    // sh: one endpoint per client address.
+    for client in [pod, Client::External] {
+        let ids = kl.asks(client, "10.96.0.22:80".parse().unwrap(), 8);
+        assert!(ids.iter().all(|i| *i == ids[0]), "{client:?}: {ids:?}");
+    }
+
+    // lc: two held connections land on two endpoints; new ones go to the third.
+    let addr: SocketAddr = "10.96.0.24:80".parse().unwrap();
+    let client = kl.client_ns(pod);
+    let (held, busy) = client
+        .run(|| {
+            let mut held = Vec::new();
+            let mut busy = BTreeSet::new();
+            for _ in 0..2 {
+                let mut s = Session::connect(addr, Duration::from_secs(2)).unwrap();
+                busy.insert(s.ask().unwrap().identity);
+                held.push(s);
+            }
+            (held, busy)
+        })
+        .unwrap();
+    assert_eq!(busy.len(), 2, "{busy:?}");
+    let fresh = kl.asks(pod, addr, 3);
+    assert!(
+        fresh.iter().all(|i| !busy.contains(i)),
+        "busy {busy:?}, new {fresh:?}"
+    );
+    drop(held);
+
+    // IPv6: the IPv6 cluster IP spreads over both IPv6 endpoints, client address kept.
+    let addr6: SocketAddr = "[fd00:10:96::40]:80".parse().unwrap();
+    let replies: Vec<_> = client
+        .run(|| {
+            (0..12)
+                .map(|_| tcp_ask(addr6, Duration::from_secs(2)).unwrap())
+                .collect()
+        })
+        .unwrap();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for r in replies {
+        assert_eq!(r.client.to_string(), v6(CLIENT_POD));
+        *seen.entry(r.identity).or_default() += 1;
+    }
+    assert_eq!(
+        seen.values().copied().collect::<Vec<_>>(),
+        [6, 6],
+        "rr: {seen:?}"
+    );
+}
