@@ -236,8 +236,19 @@ impl IpvsDataplane {
         Ok((dummy, node))
     }
 
-    /// The upstream sysctls in the node's namespace and the dummy interface.
+    /// The upstream sysctls in the node's namespace and the dummy interface. A pod reaching a
+    /// pod on its own node's bridge through a service needs the bridge to pass its frames
+    /// through iptables (br_netfilter), or the reply is bridged straight back and IPVS never
+    /// undoes its NAT: the module is loaded when missing (best effort, with a warning).
     fn prepare_node(&self) -> Result<(), SyncError> {
+        if !std::path::Path::new("/proc/sys/net/bridge").exists()
+            && let Err(e) = run_tool(None, "modprobe", &["br_netfilter"], None, "kmod")
+        {
+            tracing::warn!(
+                "br_netfilter is not loaded and could not be ({e}): a pod reaching a pod on its \
+                 own node's bridge through a service will not get replies"
+            );
+        }
         let settings = [
             ("/proc/sys/net/ipv4/vs/conntrack", "1"),
             ("/proc/sys/net/ipv4/vs/expire_nodest_conn", "1"),
