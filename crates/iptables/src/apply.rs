@@ -5,8 +5,7 @@
 //! in this crate.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::names::{CANARY, PREFIX};
 use crate::payload::{Family, Hook, Payload, Table, split_args};
@@ -292,27 +291,13 @@ impl IptablesExecutor {
     }
 
     fn command(&self, program: &str) -> Command {
-        match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, program]);
-                c
-            }
-            None => Command::new(program),
-        }
+        svcnet_netns::command(self.netns.as_deref(), program)
     }
 
     fn run(&self, program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, ApplyError> {
         let mut cmd = self.command(program);
-        cmd.args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| match e.kind() {
+        cmd.args(args);
+        let out = svcnet_netns::output_with_input(&mut cmd, stdin).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => {
                 let (program, package) = if self.netns.is_some() {
                     ("ip".to_string(), "iproute2")
@@ -325,17 +310,6 @@ impl IptablesExecutor {
                 program: program.to_string(),
                 source: e,
             },
-        })?;
-        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(text.as_bytes())
-                .map_err(|e| ApplyError::Io {
-                    program: program.to_string(),
-                    source: e,
-                })?;
-        }
-        let out = child.wait_with_output().map_err(|e| ApplyError::Io {
-            program: program.to_string(),
-            source: e,
         })?;
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();

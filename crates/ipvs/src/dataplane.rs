@@ -7,9 +7,7 @@
 //! are touched. Real servers drain at weight 0 (see [`crate::plan`]).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::net::IpAddr;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use svcnet_iptables::{Family, IptablesExecutor};
@@ -90,15 +88,8 @@ fn run_tool(
     package: &'static str,
 ) -> Result<String, SyncError> {
     let mut cmd = svcnet_netns::command(netns, program);
-    cmd.args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| match e.kind() {
+    cmd.args(args);
+    let out = svcnet_netns::output_with_input(&mut cmd, stdin).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => SyncError::NotInstalled {
             program: program.to_string(),
             package,
@@ -107,17 +98,6 @@ fn run_tool(
             program: program.to_string(),
             stderr: e.to_string(),
         },
-    })?;
-    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(text.as_bytes())
-            .map_err(|e| SyncError::Tool {
-                program: program.to_string(),
-                stderr: e.to_string(),
-            })?;
-    }
-    let out = child.wait_with_output().map_err(|e| SyncError::Tool {
-        program: program.to_string(),
-        stderr: e.to_string(),
     })?;
     let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
     if !out.status.success() {

@@ -126,16 +126,7 @@ impl Set {
 
 /// `ip,proto:port`, an ipset member of a `hash:ip,port` set.
 pub fn ip_port(ip: IpAddr, proto: Protocol, port: u16) -> String {
-    format!("{ip},{}:{port}", proto_name(proto))
-}
-
-/// The protocol as ipset and iptables spell it.
-pub fn proto_name(p: Protocol) -> &'static str {
-    match p {
-        Protocol::Tcp => "tcp",
-        Protocol::Udp => "udp",
-        Protocol::Sctp => "sctp",
-    }
+    format!("{ip},{}:{port}", proto.as_str())
 }
 
 /// Which sources a mark rule takes.
@@ -244,14 +235,6 @@ pub fn scheduler(a: Algorithm) -> (&'static str, u32) {
         Algorithm::SourceHash => ("sh", F_SCHED1),
         Algorithm::DestinationHash => ("dh", 0),
         Algorithm::Maglev => ("mh", F_SCHED1 | F_SCHED2),
-    }
-}
-
-fn protocol(p: svcnet_proxy::Protocol) -> Protocol {
-    match p {
-        svcnet_proxy::Protocol::Tcp => Protocol::Tcp,
-        svcnet_proxy::Protocol::Udp => Protocol::Udp,
-        svcnet_proxy::Protocol::Sctp => Protocol::Sctp,
     }
 }
 
@@ -400,7 +383,7 @@ impl Renderer {
     /// Renders one service port from its decided graph.
     pub fn render_port(&mut self, d: &DesiredServicePort, node: &DesiredNode) -> PortRender {
         let g = lower(d, node, &IpvsCapability);
-        let proto = protocol(d.protocol);
+        let proto = d.protocol;
         let (sched, sched_flags) = scheduler(g.algorithm);
         let mut out = PortRender {
             fallback: g.fallback.clone(),
@@ -431,7 +414,7 @@ impl Renderer {
         for e in g.endpoints() {
             out.members.push((
                 Set::LoopBack,
-                format!("{},{}:{},{}", e.ip, proto_name(proto), e.port, e.ip),
+                format!("{},{}:{},{}", e.ip, proto.as_str(), e.port, e.ip),
             ));
         }
         // Firewall-mark servers: the port's affinity (shared by all of its frontends) and the

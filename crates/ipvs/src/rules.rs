@@ -49,11 +49,7 @@ fn cat(parts: &[Vec<String>]) -> Vec<String> {
 
 /// The arguments of one mark rule.
 pub fn mark_args(m: &MarkRule, family: IpFamily) -> Vec<String> {
-    let proto = match m.protocol {
-        crate::Protocol::Tcp => "tcp",
-        crate::Protocol::Udp => "udp",
-        crate::Protocol::Sctp => "sctp",
-    };
+    let proto = m.protocol.as_str();
     let dst = match m.dst {
         Dst::Addr(ip) => s(&["-d", &ip.to_string()]),
         Dst::NodeIps => set(Set::NodeIps, family, "dst"),
@@ -110,7 +106,7 @@ pub fn marks_payload(r: &Rendered, family: IpFamily) -> Payload {
     let nat = p.table(Table::Nat);
     nat.chains.push(PORTS.into());
     for d in &r.port_dnats {
-        let proto = crate::render::proto_name(d.protocol);
+        let proto = d.protocol.as_str();
         nat.rules.push(Rule::new(
             PORTS,
             s(&[
@@ -203,40 +199,25 @@ pub fn payload(r: &Rendered, family: IpFamily) -> Payload {
             "RETURN",
         ]),
     );
-    rule(
-        FILTER,
-        cat(&[
-            s(&["-m", "conntrack", "--ctstate", "NEW"]),
+    let drop = s(&["-j", "DROP"]);
+    let refuse = s(&["-j", "REJECT", "--reject-with", reject]);
+    for parts in [
+        vec![
             set(Set::LbFirewall, family, "dst,dst"),
             not_set(Set::LbAllow, family, "dst,dst,src"),
-            s(&["-j", "DROP"]),
-        ]),
-    );
-    rule(
-        FILTER,
-        cat(&[
-            s(&["-m", "conntrack", "--ctstate", "NEW"]),
-            set(Set::Reject, family, "dst,dst"),
-            s(&["-j", "REJECT", "--reject-with", reject]),
-        ]),
-    );
-    rule(
-        FILTER,
-        cat(&[
-            s(&["-m", "conntrack", "--ctstate", "NEW"]),
-            set(Set::Drop, family, "dst,dst"),
-            s(&["-j", "DROP"]),
-        ]),
-    );
-    rule(
-        FILTER,
-        cat(&[
-            s(&["-m", "conntrack", "--ctstate", "NEW"]),
+            drop.clone(),
+        ],
+        vec![set(Set::Reject, family, "dst,dst"), refuse.clone()],
+        vec![set(Set::Drop, family, "dst,dst"), drop],
+        vec![
             set(Set::Vips, family, "dst"),
             not_set(Set::Frontends, family, "dst,dst"),
-            s(&["-j", "REJECT", "--reject-with", reject]),
-        ]),
-    );
+            refuse,
+        ],
+    ] {
+        let new = s(&["-m", "conntrack", "--ctstate", "NEW"]);
+        rule(FILTER, cat(&[vec![new], parts].concat()));
+    }
     for net in &r.service_cidrs {
         let net = net.to_string();
         rule(FORWARD, s(&["-d", &net, "-j", "DROP"]));

@@ -6,9 +6,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use crate::render::{
-    Dst, FWMARK_BASE, FWMARK_MASK, MarkRule, Rendered, Set, Source, ip_port, proto_name,
-};
+use crate::render::{Dst, FWMARK_BASE, FWMARK_MASK, MarkRule, Rendered, Set, Source, ip_port};
 use crate::types::{F_PERSISTENT, Protocol, ServiceKey};
 
 /// The first packet of a connection.
@@ -93,7 +91,7 @@ fn masquerade(r: &Rendered, p: &Packet, to: SocketAddr) -> bool {
     let hairpin = format!(
         "{},{}:{},{}",
         to.ip(),
-        proto_name(p.protocol),
+        p.protocol.as_str(),
         to.port(),
         p.src
     );

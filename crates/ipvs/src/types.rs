@@ -27,50 +27,34 @@ pub const SCHEDULERS: [&str; 13] = [
 /// The longest scheduler name the kernel takes (`IP_VS_SCHEDNAME_MAXLEN - 1`).
 pub const SCHED_NAME_MAX: usize = 15;
 
-/// Transport protocol of a virtual service.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
+/// Transport protocol of a virtual service: the proxy core's.
+pub use svcnet_proxy::Protocol;
 
-impl Protocol {
-    /// The IP protocol number.
-    pub fn number(self) -> u16 {
-        match self {
-            Self::Tcp => 6,
-            Self::Udp => 17,
-            Self::Sctp => 132,
-        }
-    }
-
-    pub fn from_number(n: u16) -> Option<Self> {
-        match n {
-            6 => Some(Self::Tcp),
-            17 => Some(Self::Udp),
-            132 => Some(Self::Sctp),
-            _ => None,
-        }
-    }
-
-    /// ipvsadm's option for it (`-t`, `-u`, `--sctp-service`).
-    fn ipvsadm(self) -> &'static str {
-        match self {
-            Self::Tcp => "-t",
-            Self::Udp => "-u",
-            Self::Sctp => "--sctp-service",
-        }
+/// The IP protocol number.
+pub fn protocol_number(p: Protocol) -> u16 {
+    match p {
+        Protocol::Tcp => 6,
+        Protocol::Udp => 17,
+        Protocol::Sctp => 132,
     }
 }
 
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Tcp => "TCP",
-            Self::Udp => "UDP",
-            Self::Sctp => "SCTP",
-        })
+/// The protocol of an IP protocol number IPVS takes.
+pub fn protocol_of(n: u16) -> Option<Protocol> {
+    match n {
+        6 => Some(Protocol::Tcp),
+        17 => Some(Protocol::Udp),
+        132 => Some(Protocol::Sctp),
+        _ => None,
+    }
+}
+
+/// ipvsadm's option for a protocol (`-t`, `-u`, `--sctp-service`).
+fn ipvsadm_flag(p: Protocol) -> &'static str {
+    match p {
+        Protocol::Tcp => "-t",
+        Protocol::Udp => "-u",
+        Protocol::Sctp => "--sctp-service",
     }
 }
 
@@ -126,7 +110,7 @@ impl fmt::Display for ServiceKey {
             return write!(f, "-f {}{v6}", self.fwmark);
         }
         let at = endpoint(self.addr, self.port);
-        write!(f, "{} {at}", self.protocol.ipvsadm())
+        write!(f, "{} {at}", ipvsadm_flag(self.protocol))
     }
 }
 

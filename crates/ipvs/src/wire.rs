@@ -16,7 +16,7 @@ use netlink_packet_core::{
 };
 use netlink_packet_generic::{GenlFamily, GenlHeader};
 
-use crate::types::{Dest, Forward, Protocol, Service, ServiceKey};
+use crate::types::{Dest, Forward, Service, ServiceKey};
 
 /// The family's name, resolved to its id through the generic-netlink controller.
 pub const FAMILY_NAME: &str = "IPVS";
@@ -151,7 +151,7 @@ fn key_attrs(k: &ServiceKey) -> Vec<Attr> {
     }
     vec![
         Attr::U16(SVC_AF, af(k.addr)),
-        Attr::U16(SVC_PROTOCOL, k.protocol.number()),
+        Attr::U16(SVC_PROTOCOL, crate::types::protocol_number(k.protocol)),
         Attr::Bytes(SVC_ADDR, addr_bytes(k.addr)),
         Attr::Be16(SVC_PORT, k.port),
     ]
@@ -365,7 +365,7 @@ fn parse_service(buf: &[u8]) -> Result<(ServiceKey, Option<Service>), DecodeErro
                 .into(),
         );
     };
-    let protocol = Protocol::from_number(proto)
+    let protocol = crate::types::protocol_of(proto)
         .ok_or_else(|| DecodeError::from(format!("unknown protocol {proto}")))?;
     let key = ServiceKey::new(protocol, addr_of(&addr, family)?, port);
     let service = sched.map(|scheduler| Service {

@@ -359,8 +359,8 @@ fn schedulers_and_ipv6_with_real_traffic() {
     use std::time::Duration;
     use svcnet_flows::{CLIENT_POD, Client, NODE, TCP_PORT, pod_ip};
     use svcnet_netns::test_support::{Session, tcp_ask};
+    use svcnet_proxy::IpFamily;
     use svcnet_proxy::fixtures::{service, slice};
-    use svcnet_proxy::{Dataplane, FullReason, IpFamily};
     if !uml_guest() {
         return;
     }
@@ -404,13 +404,7 @@ fn schedulers_and_ipv6_with_real_traffic() {
     let mut dp =
         svcnet_ipvs::IpvsDataplane::new(Some(kl.node().name().to_string()), &IpFamily::ALL)
             .unwrap();
-    for f in IpFamily::ALL {
-        let plan = dp
-            .plan_full(f, &state.desired(f), FullReason::Unknown)
-            .unwrap();
-        dp.apply(f, &plan).unwrap_or_else(|e| panic!("{e}\n{plan}"));
-        dp.commit(f, plan);
-    }
+    full_sync(&mut dp, &state);
     let pod = Client::Pod(CLIENT_POD);
 
     // rr: every turn of three hands out all three endpoints, in the same order.
