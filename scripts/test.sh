@@ -48,3 +48,4 @@ fi
 uml=(env SVCNET_UML=1 CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$PWD/scripts/uml/cargo-runner")
 "${uml[@]}" cargo test -p svcnet-iptables --test uml
 "${uml[@]}" cargo test -p svcnet-ipvs --test uml
+"${uml[@]}" cargo test -p svcnet-proxyd --test e2e ipvs_

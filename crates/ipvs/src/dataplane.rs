@@ -341,17 +341,24 @@ impl IpvsDataplane {
     }
 
     /// Deletes draining real servers whose connections are gone or whose bound passed.
-    fn check_drains(&mut self) -> Result<(), SyncError> {
+    fn check_drains(&mut self, family: IpFamily) -> Result<(), SyncError> {
+        let v6 = family == IpFamily::V6;
         let mut by_vs: BTreeMap<ServiceKey, Vec<(DestKey, Instant)>> = BTreeMap::new();
         for ((k, d), since) in &self.draining {
-            by_vs.entry(*k).or_default().push((*d, *since));
+            if k.addr.is_ipv6() == v6 {
+                by_vs.entry(*k).or_default().push((*d, *since));
+            }
         }
         let mut ops = Vec::new();
         for (k, dests) in by_vs {
             let now = self.sock.dests(&k)?;
             for (d, since) in dests {
                 let done = match now.iter().find(|x| x.key() == d) {
-                    None => true,
+                    // Gone already (its virtual server was deleted, or by hand).
+                    None => {
+                        self.drained.push((k, d));
+                        continue;
+                    }
                     Some(x) if x.weight != 0 => continue,
                     Some(x) => {
                         x.active_conns + x.inactive_conns == 0
@@ -366,9 +373,9 @@ impl IpvsDataplane {
         }
         if !ops.is_empty() {
             tracing::debug!(n = ops.len(), "drained real servers deleted");
-            // A real server already gone is fine.
+            // A real server or virtual server gone meanwhile is fine.
             match self.sock.apply(&ops) {
-                Err(IpvsError::Rejected(r)) if r.errno == libc::ENOENT => {}
+                Err(IpvsError::Rejected(r)) if [libc::ENOENT, libc::ESRCH].contains(&r.errno) => {}
                 other => other?,
             }
         }
@@ -526,7 +533,7 @@ impl Dataplane for IpvsDataplane {
         self.sock.apply(&plan.ops)?;
         self.clear_udp_conntrack(plan);
         self.drained.clear();
-        self.check_drains()?;
+        self.check_drains(family)?;
         Ok(())
     }
 
