@@ -4,11 +4,11 @@
 //! dataplane. The plan is also applied to the fake IPVS table, which must accept it.
 #![allow(clippy::unwrap_used)]
 
-use std::net::{IpAddr, SocketAddr};
+mod common;
 
-use svcnet_flows::{
-    Client, Distribution, Outcome, Packet, Proto, Tracer, cases, node_addrs, world,
-};
+use std::net::SocketAddr;
+
+use svcnet_flows::{Client, Distribution, Outcome, Packet, Proto, Tracer, cases, world};
 use svcnet_ipvs::render::{Rendered, Renderer};
 use svcnet_ipvs::trace::{self, Verdict};
 use svcnet_ipvs::{FakeIpvs, Ipvs, Op, Protocol};
@@ -66,12 +66,7 @@ impl Tracer for IpvsTracer {
 
 fn rendered() -> (Renderer, Rendered) {
     let state = world();
-    let mut r = Renderer::new(IpFamily::V4);
-    let ips: Vec<IpAddr> = node_addrs()
-        .into_iter()
-        .filter(|a| !a.is_loopback())
-        .collect();
-    r.set_node_ips(ips);
+    let mut r = common::renderer();
     let rendered = r.render_all(&state.desired(IpFamily::V4));
     (r, rendered)
 }

@@ -3,30 +3,19 @@
 //! changed service, idempotence, and the algorithm fallback IPVS reports (random → rr).
 #![allow(clippy::unwrap_used)]
 
-use std::net::IpAddr;
+mod common;
 
-use svcnet_flows::{NODE, TCP_PORT, UDP_PORT, node_addrs, pod_ip, world};
+use svcnet_flows::{NODE, TCP_PORT, UDP_PORT, pod_ip, world};
 use svcnet_ipvs::plan::diff_servers;
-use svcnet_ipvs::render::Renderer;
 use svcnet_ipvs::{FakeIpvs, Ipvs};
 use svcnet_proxy::fixtures::{service, slice};
 use svcnet_proxy::{Algorithm, IpFamily};
-
-fn renderer() -> Renderer {
-    let mut r = Renderer::new(IpFamily::V4);
-    let ips: Vec<IpAddr> = node_addrs()
-        .into_iter()
-        .filter(|a| !a.is_loopback())
-        .collect();
-    r.set_node_ips(ips);
-    r
-}
 
 #[test]
 fn removed_endpoints_drain_over_tcp_and_go_at_once_over_udp() {
     let mut state = world();
     state.take_changes();
-    let mut r = renderer();
+    let mut r = common::renderer();
     let first = r.render_all(&state.desired(IpFamily::V4));
     let (ops, applied, _) = diff_servers(&Default::default(), &first.servers);
     let mut fake = FakeIpvs::new();
@@ -110,7 +99,7 @@ fn random_falls_back_to_rr_with_the_report_and_maglev_is_mh() {
                 .endpoint(&pod_ip(1).to_string(), NODE, |_| {});
         }));
     }
-    let mut r = renderer();
+    let mut r = common::renderer();
     let rendered = r.render_all(&state.desired(IpFamily::V4));
     let fallbacks = r.fallbacks(None);
     assert_eq!(fallbacks.len(), 1, "{fallbacks:?}");

@@ -170,6 +170,15 @@ fn bulk_batches_and_partial_rejections() {
     .unwrap();
 }
 
+/// The flows lab and an IPVS dataplane for its node namespace.
+fn lab(
+    families: &[svcnet_proxy::IpFamily],
+) -> (svcnet_flows::kernel::KernelLab, svcnet_ipvs::IpvsDataplane) {
+    let kl = svcnet_flows::kernel::KernelLab::start();
+    let dp = svcnet_ipvs::IpvsDataplane::new(Some(kl.node().name().to_string()), families).unwrap();
+    (kl, dp)
+}
+
 /// One full sync of the flows world, as the syncer makes the first one.
 fn full_sync(dp: &mut svcnet_ipvs::IpvsDataplane, state: &svcnet_proxy::ProxyState) {
     use svcnet_proxy::{Dataplane, FullReason};
@@ -189,12 +198,7 @@ fn flow_table_with_real_traffic() {
     if !uml_guest() {
         return;
     }
-    let kl = svcnet_flows::kernel::KernelLab::start();
-    let mut dp = svcnet_ipvs::IpvsDataplane::new(
-        Some(kl.node().name().to_string()),
-        &[svcnet_proxy::IpFamily::V4],
-    )
-    .unwrap();
+    let (kl, mut dp) = lab(&[svcnet_proxy::IpFamily::V4]);
     let state = svcnet_flows::world();
     full_sync(&mut dp, &state);
     kl.run_table(&svcnet_flows::cases(), true);
@@ -241,12 +245,7 @@ fn partial_syncs_graceful_termination_and_drift_repair() {
     if !uml_guest() {
         return;
     }
-    let kl = svcnet_flows::kernel::KernelLab::start();
-    let mut dp = svcnet_ipvs::IpvsDataplane::new(
-        Some(kl.node().name().to_string()),
-        &[svcnet_proxy::IpFamily::V4],
-    )
-    .unwrap();
+    let (kl, mut dp) = lab(&[svcnet_proxy::IpFamily::V4]);
     dp.set_drain_bound(Duration::from_secs(2));
     let mut state = svcnet_flows::world();
     state.take_changes();
@@ -364,7 +363,7 @@ fn schedulers_and_ipv6_with_real_traffic() {
     if !uml_guest() {
         return;
     }
-    let kl = svcnet_flows::kernel::KernelLab::start();
+    let (kl, mut dp) = lab(&IpFamily::ALL);
     let mut state = svcnet_flows::world();
     let mut lc = service("default", "lc", |b| {
         b.cluster_ip(&["10.96.0.24"]).port("", "TCP", 80);
@@ -401,9 +400,6 @@ fn schedulers_and_ipv6_with_real_traffic() {
             .endpoint(&v6(1), NODE, |_| {})
             .endpoint(&v6(2), "n2", |_| {});
     }));
-    let mut dp =
-        svcnet_ipvs::IpvsDataplane::new(Some(kl.node().name().to_string()), &IpFamily::ALL)
-            .unwrap();
     full_sync(&mut dp, &state);
     let pod = Client::Pod(CLIENT_POD);
 
