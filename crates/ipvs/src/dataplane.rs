@@ -592,8 +592,8 @@ impl Dataplane for IpvsDataplane {
 
 /// Removes everything the IPVS dataplane installs, in the current or the named namespace (as
 /// `--cleanup` and a switch to another mode do): when its dummy interface exists (the IPVS
-/// mode ran here), every IPVS virtual server of the namespace (as kube-proxy's IPVS cleanup)
-/// and the dummy; always the companion chains of both iptables back ends and families and
+/// mode ran here), its virtual servers (on the dummy's or the node's addresses, or its
+/// firewall marks; other software's stay) and the dummy; always the companion chains of both iptables back ends and families and
 /// the ipsets. Missing pieces are skipped; IPVS is never loaded just to clean up.
 pub fn cleanup(netns: Option<&str>, sock: Option<&mut IpvsSocket>) -> Result<(), SyncError> {
     let dummy = run_tool(
@@ -623,7 +623,24 @@ pub fn cleanup(netns: Option<&str>, sock: Option<&mut IpvsSocket>) -> Result<(),
             }
         };
         if let Some(sock) = sock.or(opened.as_mut()) {
-            sock.apply(&[Op::Flush])?;
+            // Its own virtual servers only: on the dummy's or the node's addresses (node
+            // ports), or firewall marks in its range.
+            let text = run_tool(netns, "ip", &["-o", "addr", "show"], None, "iproute2")?;
+            let ours: BTreeSet<IpAddr> =
+                parse_addresses(&text).into_iter().map(|(_, a)| a).collect();
+            let dels: Vec<Op> = sock
+                .services()?
+                .into_iter()
+                .filter(|s| {
+                    if s.key.fwmark != 0 {
+                        s.key.fwmark & FWMARK_MASK == FWMARK_BASE
+                    } else {
+                        ours.contains(&s.key.addr)
+                    }
+                })
+                .map(|s| Op::DelService(s.key))
+                .collect();
+            sock.apply(&dels)?;
         }
     }
     for backend in svcnet_iptables::Backend::ALL {
