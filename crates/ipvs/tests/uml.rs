@@ -192,7 +192,8 @@ fn full_sync(dp: &mut svcnet_ipvs::IpvsDataplane, state: &svcnet_proxy::ProxySta
 }
 
 /// The shared packet-flow table with real connections between the lab's namespaces, through
-/// IPVS in the node namespace: every case, with the expectations every dataplane meets.
+/// IPVS in the node namespace: every case, with the expectations every dataplane meets; and
+/// host ports do not answer on service IPs.
 #[test]
 fn flow_table_with_real_traffic() {
     if !uml_guest() {
@@ -202,6 +203,26 @@ fn flow_table_with_real_traffic() {
     let state = svcnet_flows::world();
     full_sync(&mut dp, &state);
     kl.run_table(&svcnet_flows::cases(), true);
+    // A port the node itself listens on does not answer on service IPs, which are local
+    // addresses on the dummy (k/k#72236): the listener answers on the node IP, a service IP
+    // refuses.
+    let _host = svcnet_netns::test_support::serve_tcp(kl.node(), 2222, "host").unwrap();
+    let pod = svcnet_flows::Client::Pod(svcnet_flows::CLIENT_POD);
+    let ids = kl.asks(pod, "192.168.50.1:2222".parse().unwrap(), 1);
+    assert_eq!(ids, ["host"]);
+    let refused = kl
+        .client_ns(pod)
+        .run(|| {
+            std::net::TcpStream::connect_timeout(
+                &"10.96.0.10:2222".parse().unwrap(),
+                std::time::Duration::from_secs(2),
+            )
+        })
+        .unwrap();
+    assert_eq!(
+        refused.unwrap_err().kind(),
+        std::io::ErrorKind::ConnectionRefused
+    );
 }
 
 /// One IPv4 sync as the syncer makes it after the first: a partial plan of the changes, or a
