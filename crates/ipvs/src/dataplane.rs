@@ -70,6 +70,8 @@ pub struct IpvsDataplane {
     drain_bound: Duration,
     /// The node settings each family was last fully synced with.
     nodes: BTreeMap<IpFamily, DesiredNode>,
+    /// Whether loading br_netfilter was tried already.
+    br_netfilter_tried: bool,
 }
 
 impl std::fmt::Debug for IpvsDataplane {
@@ -163,6 +165,7 @@ impl IpvsDataplane {
             drained: Vec::new(),
             drain_bound: DRAIN_BOUND,
             nodes: BTreeMap::new(),
+            br_netfilter_tried: false,
         })
     }
 
@@ -220,8 +223,11 @@ impl IpvsDataplane {
     /// pod on its own node's bridge through a service needs the bridge to pass its frames
     /// through iptables (br_netfilter), or the reply is bridged straight back and IPVS never
     /// undoes its NAT: the module is loaded when missing (best effort, with a warning).
-    fn prepare_node(&self) -> Result<(), SyncError> {
-        if !std::path::Path::new("/proc/sys/net/bridge").exists()
+    fn prepare_node(&mut self) -> Result<(), SyncError> {
+        // Once per dataplane: a host that cannot load it warns once, not every resync.
+        let first = !std::mem::replace(&mut self.br_netfilter_tried, true);
+        if first
+            && !std::path::Path::new("/proc/sys/net/bridge").exists()
             && let Err(e) = run_tool(None, "modprobe", &["br_netfilter"], None, "kmod")
         {
             tracing::warn!(
