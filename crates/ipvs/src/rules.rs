@@ -47,6 +47,16 @@ fn cat(parts: &[Vec<String>]) -> Vec<String> {
     parts.concat()
 }
 
+/// Matches packets carrying one of svcnet's firewall marks.
+fn marked() -> Vec<String> {
+    s(&[
+        "-m",
+        "mark",
+        "--mark",
+        &format!("{FWMARK_BASE:#x}/{FWMARK_MASK:#x}"),
+    ])
+}
+
 /// The arguments of one mark rule.
 pub fn mark_args(m: &MarkRule, family: IpFamily) -> Vec<String> {
     let proto = m.protocol.as_str();
@@ -161,17 +171,7 @@ pub fn payload(r: &Rendered, family: IpFamily) -> Payload {
         ]),
     );
     // After the masquerade decisions (made on the frontend), persistent mark servers' ports.
-    rule(
-        SERVICES,
-        s(&[
-            "-m",
-            "mark",
-            "--mark",
-            &format!("{FWMARK_BASE:#x}/{FWMARK_MASK:#x}"),
-            "-j",
-            PORTS,
-        ]),
-    );
+    rule(SERVICES, cat(&[marked(), s(&["-j", PORTS])]));
     rule(
         POSTROUTING,
         cat(&[
@@ -188,17 +188,7 @@ pub fn payload(r: &Rendered, family: IpFamily) -> Payload {
         .chains
         .extend([FILTER, FORWARD, OUTPUT].map(String::from));
     let mut rule = |chain: &str, args: Vec<String>| filter.rules.push(Rule::new(chain, args));
-    rule(
-        FILTER,
-        s(&[
-            "-m",
-            "mark",
-            "--mark",
-            &format!("{FWMARK_BASE:#x}/{FWMARK_MASK:#x}"),
-            "-j",
-            "RETURN",
-        ]),
-    );
+    rule(FILTER, cat(&[marked(), s(&["-j", "RETURN"])]));
     let drop = s(&["-j", "DROP"]);
     let refuse = s(&["-j", "REJECT", "--reject-with", reject]);
     for parts in [
