@@ -119,3 +119,34 @@ fn random_falls_back_to_rr_with_the_report_and_maglev_is_mh() {
         "-t 10.96.0.51:80 -s mh -b mh-fallback,mh-port"
     );
 }
+
+/// The companion rules and the ipset text of the flows world, as applied (the kernel tier
+/// runs them; this pins their shape on any host).
+#[test]
+fn companion_rules_and_ipsets() {
+    let mut r = common::renderer();
+    let rendered = r.render_all(&world().desired(IpFamily::V4));
+    let rules = svcnet_ipvs::rules::payload(&rendered, IpFamily::V4).to_string();
+    for line in [
+        "-A SVCIPVS-MARK-MASQ -j CONNMARK --set-xmark 0x4000/0x4000",
+        "-A SVCIPVS-SERVICES -m set --match-set SVCIPVS-MASQ-OFF-CLUSTER dst,dst -m set ! --match-set SVCIPVS-CLUSTER-CIDRS src -j SVCIPVS-MARK-MASQ",
+        "-A SVCIPVS-POSTROUTING -m set --match-set SVCIPVS-LOOP-BACK dst,dst,src -j MASQUERADE",
+        "-A SVCIPVS-FILTER -m conntrack --ctstate NEW -m set --match-set SVCIPVS-VIPS dst -m set ! --match-set SVCIPVS-FRONTENDS dst,dst -j REJECT --reject-with icmp-port-unreachable",
+        "-A SVCIPVS-FORWARD -d 10.96.0.0/12 -j DROP",
+        // The affinity port's frontends share one mark; its persistent server's port is set.
+        "-A SVCIPVS-MARK -m conntrack --ctstate NEW -d 10.96.0.19 -p tcp -m tcp --dport 80 -j MARK --set-mark 0x53000002",
+        "-A SVCIPVS-PORTS -p tcp -m mark --mark 0x53000002 -j DNAT --to-destination :8080",
+    ] {
+        assert!(rules.lines().any(|l| l == line), "{line}\nnot in\n{rules}");
+    }
+    let sets = svcnet_ipvs::plan::ipset_text(IpFamily::V4, None, &rendered);
+    for line in [
+        "create SVCIPVS-VIPS hash:ip family inet -exist",
+        "add SVCIPVS-LOOP-BACK-T 10.244.1.2,tcp:8080,10.244.1.2 -exist",
+        "add SVCIPVS-DROP-T 192.168.50.1,tcp:30082 -exist",
+        "add SVCIPVS-LB-ALLOW-T 203.0.113.7,tcp:80,192.168.50.0/24 -exist",
+        "swap SVCIPVS-VIPS SVCIPVS-VIPS-T",
+    ] {
+        assert!(sets.lines().any(|l| l == line), "{line}\nnot in\n{sets}");
+    }
+}
