@@ -163,8 +163,9 @@ impl IpvsSocket {
                         pending.remove(&seq);
                     }
                     NetlinkPayload::Error(e) => {
-                        pending.remove(&seq);
-                        if e.code.is_some() && first_err.is_none() {
+                        // Only answers to this batch's requests count (not a late one).
+                        let ours = pending.remove(&seq);
+                        if ours && e.code.is_some() && first_err.is_none() {
                             first_err = Some((seq, -e.raw_code()));
                         }
                     }
