@@ -96,6 +96,13 @@ fn add_check_del_with_real_traffic_and_persistent_ipam() {
     assert!(node.pod_cidr.contains(&ip_a) && ip_a != node.gateway);
     let lo = pod_a.exec(&["ip", "-br", "link", "show", "lo"]).unwrap();
     assert!(lo.contains("UP") || lo.contains("UNKNOWN"), "{lo}");
+    // The pod's bridge port hairpins (a pod reaching itself through a service).
+    let port = svcnet_netns::command(Some(&node.netns), "ip")
+        .args(["-d", "link", "show", &cni::host_veth_name("ctr-a", "eth0")])
+        .output()
+        .unwrap();
+    let port = String::from_utf8_lossy(&port.stdout);
+    assert!(port.contains("hairpin on"), "{port}");
 
     let (b, code) = call("ADD", "ctr-b", pod_b.name(), &conf);
     assert_eq!(code, 0, "{b}");

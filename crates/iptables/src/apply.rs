@@ -5,8 +5,7 @@
 //! in this crate.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::names::{CANARY, PREFIX};
 use crate::payload::{Family, Hook, Payload, Table, split_args};
@@ -196,19 +195,33 @@ pub fn with_hooks(payload: &mut Payload, missing: &[Hook]) {
     }
 }
 
+/// The restore text of the nf_tables probe: declares and deletes a chain, which needs the
+/// family's nf_tables table (`TABLE_ADD`) and leaves nothing of svcnet behind.
+pub const NFT_PROBE: &str = "*filter\n:SVCNET-NFT-PROBE - [0:0]\n-X SVCNET-NFT-PROBE\nCOMMIT\n";
+
 /// Runs the iptables tools of one back end, in the current or a named network namespace.
 #[derive(Clone, Debug)]
 pub struct IptablesExecutor {
     netns: Option<String>,
     backend: Backend,
+    /// Why [`IptablesExecutor::detect`] chose the back end (`None`: given by the caller).
+    why: Option<String>,
 }
 
 impl IptablesExecutor {
     pub fn new(netns: Option<String>, backend: Backend) -> Self {
-        Self { netns, backend }
+        Self {
+            netns,
+            backend,
+            why: None,
+        }
     }
 
-    /// An executor on the back end the host (or namespace) already uses.
+    /// An executor on the back end the host (or namespace) already uses, as kube-proxy's
+    /// image picks it ([`choose_backend`]), except that nft is only chosen where the kernel
+    /// has nf_tables for both families: a kernel without it (no `NF_TABLES_IPV4`/`IPV6`, as
+    /// Debian's user-mode Linux) gets legacy, whatever the rule counts say. [`Self::why`]
+    /// says which rule decided.
     pub fn detect(netns: Option<String>) -> Result<Self, ApplyError> {
         let probe = Self::new(netns.clone(), Backend::Nft);
         let save = |backend: Backend| {
@@ -223,8 +236,50 @@ impl IptablesExecutor {
         };
         // Both tool sets must be runnable to compare; a missing nft one means legacy only.
         probe.run(&Backend::Nft.program(Family::V4, ""), &["--version"], None)?;
-        let backend = choose_backend(&save(Backend::Legacy), &save(Backend::Nft));
-        Ok(Self::new(netns, backend))
+        let (legacy, nft) = (save(Backend::Legacy), save(Backend::Nft));
+        let backend = choose_backend(&legacy, &nft);
+        let why = match backend {
+            Backend::Legacy => "the legacy back end holds the host's rules".to_string(),
+            Backend::Nft => match probe.nft_missing() {
+                None => "the kernel has nf_tables and the host's rules are not in legacy".into(),
+                Some(why) => {
+                    return Ok(Self {
+                        netns,
+                        backend: Backend::Legacy,
+                        why: Some(why),
+                    });
+                }
+            },
+        };
+        Ok(Self {
+            netns,
+            backend,
+            why: Some(why),
+        })
+    }
+
+    /// Why the kernel cannot take the nft back end (`None`: it can): a family whose
+    /// nf_tables table cannot be created ([`NFT_PROBE`]).
+    fn nft_missing(&self) -> Option<String> {
+        Family::ALL.iter().find_map(|f| {
+            let program = Backend::Nft.program(*f, "-restore");
+            match self.run(&program, &["-w", "5", "--noflush"], Some(NFT_PROBE)) {
+                Ok(_) => None,
+                Err(e) => Some(format!(
+                    "the kernel has no nf_tables for {} ({program}: {})",
+                    match f {
+                        Family::V4 => "ip",
+                        Family::V6 => "ip6",
+                    },
+                    one_line(&e.to_string())
+                )),
+            }
+        })
+    }
+
+    /// Why [`Self::detect`] chose [`Self::backend`] (`None` when the caller chose it).
+    pub fn why(&self) -> Option<&str> {
+        self.why.as_deref()
     }
 
     pub fn netns(&self) -> Option<&str> {
@@ -236,27 +291,13 @@ impl IptablesExecutor {
     }
 
     fn command(&self, program: &str) -> Command {
-        match &self.netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, program]);
-                c
-            }
-            None => Command::new(program),
-        }
+        svcnet_netns::command(self.netns.as_deref(), program)
     }
 
     fn run(&self, program: &str, args: &[&str], stdin: Option<&str>) -> Result<String, ApplyError> {
         let mut cmd = self.command(program);
-        cmd.args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|e| match e.kind() {
+        cmd.args(args);
+        let out = svcnet_netns::output_with_input(&mut cmd, stdin).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => {
                 let (program, package) = if self.netns.is_some() {
                     ("ip".to_string(), "iproute2")
@@ -269,17 +310,6 @@ impl IptablesExecutor {
                 program: program.to_string(),
                 source: e,
             },
-        })?;
-        if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(text.as_bytes())
-                .map_err(|e| ApplyError::Io {
-                    program: program.to_string(),
-                    source: e,
-                })?;
-        }
-        let out = child.wait_with_output().map_err(|e| ApplyError::Io {
-            program: program.to_string(),
-            source: e,
         })?;
         if !out.status.success() {
             let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
@@ -419,6 +449,15 @@ impl IptablesExecutor {
             None => Ok(false),
         }
     }
+}
+
+/// A tool's multi-line message on one line.
+fn one_line(text: &str) -> String {
+    text.split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Removes svcnet's iptables rules from both back ends and both families (as `svcnet proxy

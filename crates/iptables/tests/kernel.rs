@@ -356,6 +356,11 @@ fn backend_detection() {
     let ns = NetNs::create(&svcnet_netns::unique_name("sbd")).unwrap();
     let exec = IptablesExecutor::detect(Some(ns.name().to_string())).unwrap();
     assert_eq!(exec.backend(), Backend::Nft);
+    assert!(
+        exec.why().unwrap().contains("has nf_tables"),
+        "{:?}",
+        exec.why()
+    );
     for i in 0..3 {
         ns.exec(&[
             "iptables-legacy",
@@ -370,6 +375,7 @@ fn backend_detection() {
     }
     let exec = IptablesExecutor::detect(Some(ns.name().to_string())).unwrap();
     assert_eq!(exec.backend(), Backend::Legacy);
+    assert!(exec.why().unwrap().contains("legacy"), "{:?}", exec.why());
 }
 
 /// Hooks are installed once: a second ensure finds them all (no duplicates), in both families.

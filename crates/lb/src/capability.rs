@@ -20,6 +20,8 @@ pub enum Dataplane {
     Nftables,
     Iptables,
     Userspace,
+    /// Linux IPVS (its schedulers).
+    Ipvs,
 }
 
 impl Dataplane {
@@ -28,15 +30,26 @@ impl Dataplane {
             Self::Nftables => "nftables",
             Self::Iptables => "iptables",
             Self::Userspace => "userspace",
+            Self::Ipvs => "ipvs",
         }
     }
 
     /// The algorithm used when neither the service nor `--scheduler` names one: random for the
-    /// kernel dataplanes (as kube-proxy), round robin for userspace (as the seeds describe it).
+    /// nftables and iptables dataplanes (as kube-proxy), round robin for userspace (as the seeds
+    /// describe it) and IPVS (kube-proxy's `--ipvs-scheduler` default).
     pub fn default_algorithm(self) -> Algorithm {
         match self {
             Self::Nftables | Self::Iptables => Algorithm::Random,
-            Self::Userspace => Algorithm::RoundRobin,
+            Self::Userspace | Self::Ipvs => Algorithm::RoundRobin,
+        }
+    }
+
+    /// The algorithm used instead of one the dataplane cannot express: random, except in
+    /// IPVS, which has no random scheduler (round robin there).
+    pub fn fallback_algorithm(self) -> Algorithm {
+        match self {
+            Self::Ipvs => Algorithm::RoundRobin,
+            _ => Algorithm::Random,
         }
     }
 }
@@ -101,6 +114,33 @@ pub fn support(algorithm: Algorithm, dataplane: Dataplane) -> Support {
         (Dataplane::Iptables, DestinationHash | Maglev) => Support::Unsupported {
             why: "iptables has no match that hashes the destination or looks a hash up in a table",
         },
+        (Dataplane::Ipvs, Random) => Support::Unsupported {
+            why: "IPVS has no random scheduler",
+        },
+        (Dataplane::Ipvs, RoundRobin) => Support::Native {
+            how: "IPVS scheduler rr",
+        },
+        (Dataplane::Ipvs, WeightedRoundRobin) => Support::Native {
+            how: "IPVS scheduler wrr",
+        },
+        (Dataplane::Ipvs, LeastConnection) => Support::Native {
+            how: "IPVS scheduler lc",
+        },
+        (Dataplane::Ipvs, ShortestExpectedDelay) => Support::Native {
+            how: "IPVS scheduler sed",
+        },
+        (Dataplane::Ipvs, NeverQueue) => Support::Native {
+            how: "IPVS scheduler nq",
+        },
+        (Dataplane::Ipvs, SourceHash) => Support::Native {
+            how: "IPVS scheduler sh",
+        },
+        (Dataplane::Ipvs, DestinationHash) => Support::Native {
+            how: "IPVS scheduler dh",
+        },
+        (Dataplane::Ipvs, Maglev) => Support::Native {
+            how: "IPVS scheduler mh (Maglev hashing of the source address and port)",
+        },
     }
 }
 
@@ -137,8 +177,8 @@ pub struct Resolution {
 }
 
 /// Resolves a service's requested algorithm (annotation, else `--scheduler`, else `None`) for
-/// a dataplane: `None` gives the dataplane's default; an unsupported one gives `random` plus a
-/// [`Fallback`] to report.
+/// a dataplane: `None` gives the dataplane's default; an unsupported one gives the dataplane's
+/// [`Dataplane::fallback_algorithm`] plus a [`Fallback`] to report.
 pub fn resolve(requested: Option<Algorithm>, dataplane: Dataplane) -> Resolution {
     let Some(requested) = requested else {
         return Resolution {
@@ -152,10 +192,10 @@ pub fn resolve(requested: Option<Algorithm>, dataplane: Dataplane) -> Resolution
             fallback: None,
         },
         Support::Unsupported { why } => Resolution {
-            algorithm: Algorithm::Random,
+            algorithm: dataplane.fallback_algorithm(),
             fallback: Some(Fallback {
                 requested,
-                used: Algorithm::Random,
+                used: dataplane.fallback_algorithm(),
                 dataplane,
                 why,
             }),
@@ -186,6 +226,25 @@ mod tests {
             ));
             assert!(resolve(None, d).fallback.is_none());
         }
+    }
+
+    #[test]
+    fn ipvs_has_every_scheduler_but_random_and_falls_back_to_rr() {
+        for a in Algorithm::ALL {
+            let native = matches!(support(a, Dataplane::Ipvs), Support::Native { .. });
+            assert_eq!(native, a != Algorithm::Random, "{a}");
+        }
+        assert_eq!(
+            resolve(None, Dataplane::Ipvs).algorithm,
+            Algorithm::RoundRobin
+        );
+        let r = resolve(Some(Algorithm::Random), Dataplane::Ipvs);
+        assert_eq!(r.algorithm, Algorithm::RoundRobin);
+        assert_eq!(
+            r.fallback.unwrap().to_string(),
+            "load-balancing algorithm random (random) cannot be expressed by the ipvs dataplane: \
+             IPVS has no random scheduler; using rr instead"
+        );
     }
 
     #[test]

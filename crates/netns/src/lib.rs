@@ -309,6 +309,29 @@ pub fn command(netns: Option<&str>, program: &str) -> Command {
     }
 }
 
+/// Runs `cmd` with `stdin` written to its standard input (none: `/dev/null`) and collects
+/// its status, stdout and stderr. A program that cannot be started is an error of kind
+/// `NotFound` (missing) or the spawn's own.
+pub fn output_with_input(
+    cmd: &mut Command,
+    stdin: Option<&str>,
+) -> std::io::Result<std::process::Output> {
+    use std::io::Write;
+    use std::process::Stdio;
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn()?;
+    if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(text.as_bytes())?;
+    }
+    child.wait_with_output()
+}
+
 /// A name unique to this process and call: `<prefix><pid hex><counter hex>`, short enough to
 /// derive link names of ≤ 15 characters from.
 pub fn unique_name(prefix: &str) -> String {

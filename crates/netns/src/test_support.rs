@@ -461,3 +461,25 @@ pub fn udp_ask_with(
     let (n, _) = sock.recv_from(&mut buf)?;
     parse_reply(&String::from_utf8_lossy(&buf[..n]))
 }
+
+/// Whether this test runs inside the kernel-matrix tier (user-mode Linux, booted by
+/// `scripts/uml/cargo-runner`, which sets `UML_GUEST`). Tests of that tier run only there: on
+/// the host they are skipped, unless `SVCNET_UML=1` says the tier was asked for, in which case
+/// running outside UML (the runner was not used) is a failure, never a silent pass.
+///
+/// # Panics
+/// When `SVCNET_UML=1` and the test is not inside UML.
+pub fn uml_guest() -> bool {
+    if std::env::var_os("UML_GUEST").is_some() {
+        return true;
+    }
+    assert!(
+        std::env::var("SVCNET_UML").as_deref() != Ok("1"),
+        "SVCNET_UML=1 but this test is not running inside user-mode Linux: set \
+         CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER=scripts/uml/cargo-runner"
+    );
+    eprintln!(
+        "skipped: kernel-matrix test (runs inside user-mode Linux via scripts/uml/cargo-runner)"
+    );
+    false
+}

@@ -1,14 +1,16 @@
-//! The three dataplanes, each behind the dataplane contract ([`svcnet_proxy::Dataplane`]) and
+//! The four dataplanes, each behind the dataplane contract ([`svcnet_proxy::Dataplane`]) and
 //! driven by the one generic [`Syncer`] (the full-or-partial decision, retries with a full
 //! sync, fallbacks): nftables ([`NftDataplane`]), iptables ([`IptablesDataplane`], whose
-//! canary asks for a full sync after a flush) and userspace ([`UserspaceDataplane`], a
-//! privileged or unprivileged [`UserspaceProxy`]). Each sync returns an [`Outcome`]. Also the
-//! cleanup of the other modes' leftovers when a mode starts, and `--cleanup` of all three.
+//! canary asks for a full sync after a flush), userspace ([`UserspaceDataplane`], a
+//! privileged or unprivileged [`UserspaceProxy`]) and IPVS ([`IpvsDataplane`]). Each sync
+//! returns an [`Outcome`]. Also the cleanup of the other modes' leftovers when a mode starts,
+//! and `--cleanup` of all four.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use svcnet_iptables::IptablesDataplane;
+use svcnet_ipvs::IpvsDataplane;
 use svcnet_lb::Fallback;
 use svcnet_nft::{Family, NftDataplane, NftExecutor};
 use svcnet_proxy::{ChangeSet, NamespacedName, ProxyState, ServicePortName};
@@ -52,6 +54,7 @@ pub enum Plane {
     Iptables(Syncer<IptablesDataplane>),
     /// The proxy is also kept apart, for its metrics.
     Userspace(Syncer<UserspaceDataplane>, Arc<UserspaceProxy>),
+    Ipvs(Syncer<IpvsDataplane>),
 }
 
 impl Plane {
@@ -74,8 +77,23 @@ impl Plane {
                 })
                 .await
                 .map_err(|e| ProxyError::Task(e.to_string()))??;
-                tracing::info!(backend = exec.backend().as_str(), "iptables back end");
+                tracing::info!(
+                    backend = exec.backend().as_str(),
+                    why = exec.why().unwrap_or_default(),
+                    "iptables back end"
+                );
                 Ok(Self::Iptables(Syncer::new(IptablesDataplane::new(exec))))
+            }
+            ProxyMode::Ipvs => {
+                // Opening it resolves IPVS in the node's namespace: a kernel without ip_vs
+                // fails here, at start, naming the module.
+                let netns = cfg.netns.clone();
+                let dp = tokio::task::spawn_blocking(move || {
+                    IpvsDataplane::new(netns, &svcnet_proxy::IpFamily::ALL)
+                })
+                .await
+                .map_err(|e| ProxyError::Task(e.to_string()))??;
+                Ok(Self::Ipvs(Syncer::new(dp)))
             }
             ProxyMode::Userspace => {
                 let mode = if cfg.unprivileged {
@@ -129,6 +147,7 @@ impl Plane {
             Self::Nft(s) => s.sync(state, changes, periodic_full).await,
             Self::Iptables(s) => s.sync(state, changes, periodic_full).await,
             Self::Userspace(s, _) => s.sync(state, changes, periodic_full).await,
+            Self::Ipvs(s) => s.sync(state, changes, periodic_full).await,
         }
     }
 
@@ -165,6 +184,8 @@ pub struct Cleaned {
     pub iptables: usize,
     /// Whether the userspace proxy's tables were removed (absent ones count as done).
     pub userspace: bool,
+    /// Whether the IPVS dataplane's state was removed (absent pieces count as done).
+    pub ipvs: bool,
 }
 
 fn cleanup_nft(netns: Option<&str>, table: &str) -> Result<usize, ProxyError> {
@@ -178,7 +199,7 @@ fn cleanup_nft(netns: Option<&str>, table: &str) -> Result<usize, ProxyError> {
     Ok(removed)
 }
 
-/// Removes the rules of every mode but `keep` (`None`: all three, as `--cleanup`), in the
+/// Removes the rules of every mode but `keep` (`None`: all four, as `--cleanup`), in the
 /// current or the named network namespace. Blocking (runs the tools). With `strict` the first
 /// error is returned; otherwise (a mode starting) errors are logged and the other modes are
 /// still cleaned: a host whose kernel lacks, say, the legacy x_tables modules must still be
@@ -212,6 +233,12 @@ pub fn cleanup_modes(
     if keep != Some(ProxyMode::Userspace) {
         svcnet_userspace::cleanup(netns);
         cleaned.userspace = true;
+    }
+    if keep != Some(ProxyMode::Ipvs) {
+        let r = svcnet_ipvs::cleanup(netns, None)
+            .map(|()| cleaned.ipvs = true)
+            .map_err(ProxyError::from);
+        check("ipvs", r)?;
     }
     Ok(cleaned)
 }

@@ -55,6 +55,8 @@ pub enum ProxyMode {
     Nftables,
     Iptables,
     Userspace,
+    /// Linux IPVS (kube-proxy's IPVS mode): needs a kernel with `ip_vs`.
+    Ipvs,
 }
 
 impl ProxyMode {
@@ -64,6 +66,7 @@ impl ProxyMode {
             Self::Nftables => "nftables",
             Self::Iptables => "iptables",
             Self::Userspace => "userspace",
+            Self::Ipvs => "ipvs",
         }
     }
 }
@@ -75,8 +78,9 @@ impl std::str::FromStr for ProxyMode {
             "nftables" => Ok(Self::Nftables),
             "iptables" => Ok(Self::Iptables),
             "userspace" => Ok(Self::Userspace),
+            "ipvs" => Ok(Self::Ipvs),
             other => Err(format!(
-                "unknown proxy mode {other:?} (nftables, iptables, userspace)"
+                "unknown proxy mode {other:?} (nftables, iptables, userspace, ipvs)"
             )),
         }
     }
@@ -165,6 +169,8 @@ pub enum ProxyError {
     Iptables(#[from] svcnet_iptables::ApplyError),
     #[error("the userspace dataplane cannot run: {0}")]
     Userspace(#[from] svcnet_userspace::UserspaceError),
+    #[error("the ipvs dataplane cannot run: {0}")]
+    Ipvs(#[from] svcnet_ipvs::SyncError),
     #[error("a proxy setup task failed: {0}")]
     Task(String),
     #[error("binding {what} on {addr}: {source}")]

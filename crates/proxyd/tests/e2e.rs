@@ -1,5 +1,6 @@
 //! End to end: svcnet's real API server, the proxy runtime programming a test namespace, and
-//! real traffic, in each of the three modes (nftables, iptables, userspace). A Service and an
+//! real traffic, in each of the four modes (nftables, iptables, userspace; ipvs in the
+//! kernel-matrix tier). A Service and an
 //! EndpointSlice created through kube-rs make rules appear and traffic flow; changing the
 //! endpoints moves the traffic; deleting the service removes its rules. Switching modes
 //! removes the previous mode's rules once the new mode's are in (`mode_switch.rs` does it under
@@ -90,6 +91,7 @@ fn mode_rules(lab: &Lab, mode: ProxyMode) -> String {
             .node
             .exec(&["nft", "list", "table", "ip", "svcnet-userspace"])
             .unwrap_or_default(),
+        ProxyMode::Ipvs => lab.node.exec(&["ipvsadm", "-Ln"]).unwrap_or_default(),
     }
 }
 
@@ -101,7 +103,7 @@ fn names_vip(mode: ProxyMode, rules: &str) -> bool {
             rules.contains("10.96.0.50 . tcp . 80 comment \"cluster IP of default/web/")
         }
         ProxyMode::Iptables => rules.contains("-d 10.96.0.50/32"),
-        ProxyMode::Userspace => rules.contains("10.96.0.50"),
+        ProxyMode::Userspace | ProxyMode::Ipvs => rules.contains("10.96.0.50"),
     }
 }
 
@@ -271,6 +273,22 @@ async fn services_and_slices_become_rules_and_traffic(mode: ProxyMode) {
         );
     }
     proxy.shutdown().await;
+    if mode == ProxyMode::Ipvs {
+        // In user-mode Linux, whose kernel has no nf_tables for ip: the IPVS mode's cleanup
+        // (the whole --cleanup would fail on the nftables mode's part there).
+        let ns = e.lab.node.name().to_string();
+        svcnet_ipvs::cleanup(Some(&ns), None).unwrap();
+        assert!(!iptables_rules(&e.lab).contains("SVCIPVS-"));
+        assert!(
+            e.lab
+                .node
+                .exec(&["ip", "link", "show", "svcnet-ipvs0"])
+                .is_err()
+        );
+        assert_eq!(e.lab.node.exec(&["ipvsadm", "-Sn"]).unwrap(), "");
+        e.server.shutdown().await.unwrap();
+        return;
+    }
     // --cleanup removes every mode's rules.
     let cleaned = svcnet_proxyd::cleanup(Some(e.lab.node.name()), "svcnet").unwrap();
     if mode == ProxyMode::Nftables {
@@ -298,6 +316,17 @@ async fn iptables_services_and_slices_become_rules_and_traffic() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn userspace_services_and_slices_become_rules_and_traffic() {
     services_and_slices_become_rules_and_traffic(ProxyMode::Userspace).await;
+}
+
+/// The IPVS mode, in the kernel-matrix tier only (user-mode Linux, through
+/// `scripts/uml/cargo-runner` with the filter `ipvs_`; skipped on the host, whose kernel has
+/// no IPVS): the same service lifecycle through the syncer, the API server and real traffic.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipvs_services_and_slices_become_rules_and_traffic() {
+    if !svcnet_netns::test_support::uml_guest() {
+        return;
+    }
+    services_and_slices_become_rules_and_traffic(ProxyMode::Ipvs).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

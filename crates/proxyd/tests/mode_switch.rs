@@ -186,6 +186,10 @@ fn has_rules(lab: &Lab, mode: ProxyMode) -> bool {
         ProxyMode::Nftables => nft_table(lab, "svcnet"),
         ProxyMode::Iptables => iptables_chains(lab),
         ProxyMode::Userspace => nft_table(lab, svcnet_userspace::rules::TABLE),
+        ProxyMode::Ipvs => lab
+            .node
+            .exec(&["ip", "link", "show", svcnet_ipvs::render::DUMMY])
+            .is_ok(),
     }
 }
 

@@ -135,6 +135,21 @@ fn setup(conf: &NetConf, inv: &Invocation, addr: Ipv4Addr) -> Result<CniResult, 
         ],
     )?;
     run_ip(node, &["link", "set", &veth, "master", &conf.bridge, "up"])?;
+    // Hairpin mode (the bridge plugin's `hairpinMode`, kubelet's hairpin-veth): a pod reaching
+    // itself through a service gets its masqueraded packets back out of its own port, which
+    // a bridge otherwise never does when br_netfilter sends bridged traffic through iptables.
+    run_ip(
+        node,
+        &[
+            "link",
+            "set",
+            &veth,
+            "type",
+            "bridge_slave",
+            "hairpin",
+            "on",
+        ],
+    )?;
     let cidr = format!("{addr}/{}", conf.ipam.subnet.prefix_len());
     let gw = conf.ipam.gateway.to_string();
     run_ip(pod, &["link", "set", "lo", "up"])?;

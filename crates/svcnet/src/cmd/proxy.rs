@@ -18,14 +18,16 @@ pub struct Args {
     #[arg(long, env = "NODE_NAME")]
     pub node_name: Option<String>,
     /// Dataplane: nftables (verdict maps), iptables (SVCNET- chains via iptables-restore on the
-    /// host's back end) or userspace (the proxy relays each connection, retrying endpoints).
-    /// Starting in one mode removes the other modes' rules.
+    /// host's back end), userspace (the proxy relays each connection, retrying endpoints) or
+    /// ipvs (IPVS virtual servers over generic netlink, with ipsets and iptables companion
+    /// rules; needs a kernel with ip_vs). Starting in one mode removes the other modes' rules.
     #[arg(long, default_value = "nftables")]
     pub mode: ProxyMode,
     /// Load-balancing algorithm for services without a `svcnet.io/lb-algorithm` annotation
     /// (like kube-proxy's --ipvs-scheduler): rr, wrr, random, lc, sed, nq, sh, dh, maglev.
-    /// Default: random in the kernel modes, rr in userspace. An algorithm the dataplane cannot
-    /// express (lc/sed/nq in nftables) falls back to random with a warning and a Service Event.
+    /// Default: random in nftables and iptables, rr in userspace and ipvs. An algorithm the
+    /// dataplane cannot express (lc/sed/nq in nftables) falls back to random (ipvs: random
+    /// falls back to rr) with a warning and a Service Event.
     #[arg(long)]
     pub scheduler: Option<svcnet_proxyd::Algorithm>,
     /// With `--mode userspace`: bind every frontend directly instead of redirecting with kernel

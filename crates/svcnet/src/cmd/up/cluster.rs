@@ -29,6 +29,8 @@ pub struct Needs {
     /// The `nft` command (the node-local DNS cache's table).
     pub nft: bool,
     pub iptables: bool,
+    /// The IPVS proxy: a kernel with `ip_vs`, and `ipset`.
+    pub ipvs: bool,
 }
 
 /// Fails with what is missing and how to install it, before anything is created.
@@ -46,6 +48,9 @@ pub fn check_prerequisites(needs: Needs) -> anyhow::Result<()> {
     if needs.iptables {
         tools.push(("iptables-restore", "iptables"));
     }
+    if needs.ipvs {
+        tools.push(("ipset", "ipset"));
+    }
     for (tool, package) in tools {
         let found = Command::new(tool).arg("-V").output().is_ok();
         if !found {
@@ -54,6 +59,12 @@ pub fn check_prerequisites(needs: Needs) -> anyhow::Result<()> {
     }
     if needs.libnftables && svcnet_libnft::available().is_err() {
         missing.push((svcnet_libnft::SONAME, "libnftables1"));
+    }
+    if needs.ipvs {
+        // Resolving IPVS loads ip_vs where the kernel has it; fail before anything is created.
+        if let Err(e) = svcnet_ipvs::IpvsSocket::open() {
+            anyhow::bail!("--proxy-mode ipvs: {e}");
+        }
     }
     if !missing.is_empty() {
         let tools: Vec<&str> = missing.iter().map(|(t, _)| *t).collect();

@@ -159,10 +159,19 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     }
     if with_agent {
         cluster::check_prerequisites(cluster::Needs {
-            libnftables: with_proxy && args.proxy_mode != svcnet_proxyd::ProxyMode::Iptables,
+            libnftables: with_proxy
+                && !matches!(
+                    args.proxy_mode,
+                    svcnet_proxyd::ProxyMode::Iptables | svcnet_proxyd::ProxyMode::Ipvs
+                ),
             // The node-local DNS cache installs its notrack table with the `nft` command.
             nft: args.node_local.node_local_dns,
-            iptables: with_proxy && args.proxy_mode == svcnet_proxyd::ProxyMode::Iptables,
+            iptables: with_proxy
+                && matches!(
+                    args.proxy_mode,
+                    svcnet_proxyd::ProxyMode::Iptables | svcnet_proxyd::ProxyMode::Ipvs
+                ),
+            ipvs: with_proxy && args.proxy_mode == svcnet_proxyd::ProxyMode::Ipvs,
         })?;
     }
     std::fs::create_dir_all(&args.data_dir)
