@@ -337,7 +337,12 @@ fn endpoint_counts_within_the_standing_groups_change_elements_only() {
     let gone = format!("delete set ip svcnet svc-n{}", STANDING_LEN + 1);
     assert!(tx.to_string().contains(&gone), "{gone} expected:\n{tx}");
     common::assert_converged(&state, &mut r, &mut fake);
-    assert!(fake.rules("services").unwrap().iter().any(|r| r.contains("@svc-n3 ")));
+    assert!(
+        fake.rules("services")
+            .unwrap()
+            .iter()
+            .any(|r| r.contains("@svc-n3 "))
+    );
 }
 
 #[test]
