@@ -163,8 +163,11 @@ impl Controllers {
         self.enqueue_service(&key_of(svc));
     }
 
-    pub fn on_pod(&self, inf: &Informers, pod: &Pod) {
+    /// `present`: the event left the pod in place (not a deletion).
+    pub fn on_pod(&self, inf: &Informers, pod: &Pod, present: bool) {
         let key = key_of(pod);
+        inf.pods_by_namespace
+            .record(Key::new(key.namespace.clone(), ""), &key.name, present);
         let now: Vec<Key> = inf
             .services
             .state()
@@ -178,9 +181,8 @@ impl Controllers {
             .collect();
         let before = {
             let mut map = self.pod_services.lock().unwrap_or_else(|e| e.into_inner());
-            // The reflector has already applied the event: a pod missing from the store was
-            // deleted, and its entry goes with it.
-            if get(&inf.pods, &key).is_some() {
+            // A deleted pod's entry goes with it.
+            if present {
                 map.insert(key.clone(), now.clone()).unwrap_or_default()
             } else {
                 map.remove(&key).unwrap_or_default()
@@ -253,12 +255,15 @@ impl Controllers {
         }
     }
 
-    pub fn on_slice(&self, _inf: &Informers, slice: &EndpointSlice) {
+    /// `present`: the event left the slice in place (not a deletion).
+    pub fn on_slice(&self, inf: &Informers, slice: &EndpointSlice, present: bool) {
         let labels = slice.labels();
         let Some(svc) = labels.get(LABEL_SERVICE_NAME) else {
             return;
         };
         let key = Key::new(slice.namespace().unwrap_or_default(), svc.clone());
+        inf.slices_by_service
+            .record(key.clone(), &slice.name_any(), present);
         match labels.get(LABEL_MANAGED_BY).map(String::as_str) {
             Some(ENDPOINTSLICE_CONTROLLER_NAME) => self.enqueue(Kind::EndpointSlices, key),
             Some(MIRRORING_CONTROLLER_NAME) => self.enqueue(Kind::Mirroring, key),
@@ -343,6 +348,9 @@ impl Controllers {
         };
         debug!(?kind, "worker started");
         loop {
+            // One key at a time gives the runtime back: a resync backlog must not hold a
+            // thread the API server and the node proxies share.
+            tokio::task::yield_now().await;
             let key = queue.next().await;
             let result = match kind {
                 Kind::EndpointSlices => self.sync_endpointslices(&key, &inf).await,
@@ -372,18 +380,18 @@ impl Controllers {
     }
 
     fn pods_in(inf: &Informers, ns: &str) -> Vec<Arc<Pod>> {
-        inf.pods
-            .state()
+        inf.pods_by_namespace
+            .names(&Key::new(ns, ""))
             .into_iter()
-            .filter(|p| p.metadata.namespace.as_deref() == Some(ns))
+            .filter_map(|name| get(&inf.pods, &Key::new(ns, name)))
             .collect()
     }
 
     fn slices_of(inf: &Informers, key: &Key, managed_by: &str) -> Vec<Arc<EndpointSlice>> {
-        inf.slices
-            .state()
+        inf.slices_by_service
+            .names(key)
             .into_iter()
-            .filter(|s| s.metadata.namespace.as_deref() == Some(key.namespace.as_str()))
+            .filter_map(|name| get(&inf.slices, &Key::new(key.namespace.clone(), name)))
             .filter(|s| {
                 let l = s.labels();
                 l.get(LABEL_SERVICE_NAME) == Some(&key.name)
