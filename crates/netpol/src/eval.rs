@@ -225,15 +225,23 @@ impl Cluster {
                 (Endpoint::Ip(ip) | Endpoint::Node { ip, .. }, None) => b.contains(*ip),
                 (Endpoint::Pod { .. }, None) => false,
             },
+            Peer::Pods { .. } => peer_pod.is_some_and(|pod| self.peer_selects(policy, p, pod)),
+        }
+    }
+
+    /// Whether a selector peer (`podSelector` and/or `namespaceSelector`) of `policy`
+    /// selects `pod`; an `ipBlock` peer selects no pod by label (it matches addresses). The
+    /// dataplane fills its per-selector address sets with this, so a set holds exactly the
+    /// pods the evaluator would match.
+    pub fn peer_selects(&self, policy: &Policy, peer: &Peer, pod: &Pod) -> bool {
+        match peer {
+            Peer::Block(_) => false,
             // Both absent is refused by validation; match nothing rather than everything.
             Peer::Pods {
                 pods: None,
                 namespaces: None,
             } => false,
             Peer::Pods { pods, namespaces } => {
-                let Some(pod) = peer_pod else {
-                    return false;
-                };
                 let ns_ok = match namespaces {
                     Some(sel) => sel.matches(self.namespace_labels(&pod.namespace)),
                     None => pod.namespace == policy.namespace,
@@ -254,9 +262,8 @@ fn port_allows(rule: &Rule, dst: Option<&Pod>, conn: &Connection) -> bool {
                     PortMatch::Any => true,
                     PortMatch::Range(lo, hi) => (*lo..=*hi).contains(&conn.port),
                     PortMatch::Named(name) => dst.is_some_and(|pod| {
-                        pod.ports.iter().any(|cp| {
-                            &cp.name == name && cp.protocol == conn.protocol && cp.port == conn.port
-                        })
+                        pod.named_ports(name, conn.protocol)
+                            .any(|port| port == conn.port)
                     }),
                 }
         })

@@ -80,6 +80,21 @@ pub struct Pod {
     pub node: Option<String>,
 }
 
+impl Pod {
+    /// The numbers a named port resolves to on this pod: its container ports of that name
+    /// and protocol (a named port never matches a non-pod destination).
+    pub fn named_ports<'a>(
+        &'a self,
+        name: &'a str,
+        protocol: Protocol,
+    ) -> impl Iterator<Item = u16> + 'a {
+        self.ports
+            .iter()
+            .filter(move |cp| cp.name == name && cp.protocol == protocol)
+            .map(|cp| cp.port)
+    }
+}
+
 /// Which end of a connection a peer list describes, and which policies isolate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Direction {
