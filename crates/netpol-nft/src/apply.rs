@@ -36,6 +36,11 @@ impl Enforcer {
         }
     }
 
+    /// The executor (its namespace's context), for readers of the kernel's table.
+    pub fn executor(&self) -> &NftExecutor {
+        &self.exec
+    }
+
     /// What was last applied successfully.
     pub fn applied(&self) -> Option<&Ruleset> {
         self.applied.as_ref()

@@ -11,9 +11,11 @@
 //!
 //! Anatomy as every dataplane: [`render`] (pure: model → [`render::Ruleset`]), [`names`],
 //! [`plan`] (pure: last applied + next → transaction), [`apply`] (the only I/O, through
-//! `svcnet-libnft`'s executor).
+//! `svcnet-libnft`'s executor); [`conntrack`] the option that also cuts existing flows a
+//! change denies.
 
 pub mod apply;
+pub mod conntrack;
 pub mod names;
 pub mod plan;
 pub mod render;

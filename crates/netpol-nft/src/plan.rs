@@ -3,6 +3,8 @@
 //! selector is one `add element`; a changed policy flushes and refills its own chain).
 //! Either way one atomic batch: the kernel never holds half a change.
 
+use std::collections::BTreeSet;
+
 use svcnet_libnft::{Op, SetDef, SetKind, Transaction};
 
 use crate::names;
@@ -93,10 +95,52 @@ pub fn plan(prev: Option<&Ruleset>, next: &Ruleset) -> Transaction {
     if retyped || rebased {
         return plan_full(next);
     }
+    let changed: Vec<(&String, &ChainSpec)> = next
+        .chains
+        .iter()
+        .filter(|(name, c)| prev.chains.get(*name).is_none_or(|p| p.rules != c.rules))
+        .collect();
+    let removed: Vec<&String> = prev
+        .chains
+        .keys()
+        .filter(|name| !next.chains.contains_key(*name))
+        .collect();
+    // nft compiles a chain block without loading its cache of the table, so every set the
+    // written rules use is declared in the batch (idempotent for an existing set); so is
+    // every set receiving elements, which then go in declaration form.
+    let referenced: BTreeSet<&str> = changed
+        .iter()
+        .flat_map(|(_, c)| c.rules.iter())
+        .flat_map(|r| r.split_whitespace())
+        .filter_map(|w| w.strip_prefix('@'))
+        .collect();
     let mut tx = Transaction::new(names::FAMILY, names::TABLE);
     for (name, s) in &next.sets {
-        if !prev.sets.contains_key(name) {
+        if let Some(old) = prev.sets.get(name) {
+            for e in old.elements.difference(&s.elements) {
+                tx.push(Op::DeleteElement {
+                    set: name.clone(),
+                    key: e.clone(),
+                });
+            }
+        }
+    }
+    for (name, s) in &next.sets {
+        let Some(old) = prev.sets.get(name) else {
             add_set(&mut tx, name, s);
+            continue;
+        };
+        let added: Vec<&String> = s.elements.difference(&old.elements).collect();
+        if added.is_empty() && !referenced.contains(name.as_str()) {
+            continue;
+        }
+        tx.push(Op::AddSet(set_def(name, s)));
+        for e in added {
+            tx.push(Op::AddElement {
+                set: name.clone(),
+                key: e.clone(),
+                value: None,
+            });
         }
     }
     for (name, c) in &next.chains {
@@ -107,46 +151,13 @@ pub fn plan(prev: Option<&Ruleset>, next: &Ruleset) -> Transaction {
             });
         }
     }
-    for (name, s) in &next.sets {
-        let Some(old) = prev.sets.get(name) else {
-            continue;
-        };
-        for e in old.elements.difference(&s.elements) {
-            tx.push(Op::DeleteElement {
-                set: name.clone(),
-                key: e.clone(),
-            });
-        }
-        for e in s.elements.difference(&old.elements) {
-            tx.push(Op::AddElement {
-                set: name.clone(),
-                key: e.clone(),
-                value: None,
-            });
-        }
-    }
-    let changed: Vec<(&String, &ChainSpec)> = next
-        .chains
-        .iter()
-        .filter(|(name, c)| prev.chains.get(*name).is_some_and(|p| p.rules != c.rules))
-        .collect();
-    let removed: Vec<&String> = prev
-        .chains
-        .keys()
-        .filter(|name| !next.chains.contains_key(*name))
-        .collect();
     // Rules that jump to a removed chain or use a removed set go before those are deleted.
-    for name in changed
+    let rewritten = changed
         .iter()
-        .map(|(n, _)| *n)
-        .chain(removed.iter().copied())
-    {
+        .filter(|(n, _)| prev.chains.contains_key(*n))
+        .map(|(n, _)| *n);
+    for name in rewritten.chain(removed.iter().copied()) {
         tx.push(Op::FlushChain(name.clone()));
-    }
-    for (name, c) in &next.chains {
-        if !prev.chains.contains_key(name) {
-            add_rules(&mut tx, name, c);
-        }
     }
     for (name, c) in changed {
         add_rules(&mut tx, name, c);

@@ -37,7 +37,7 @@ use crate::names;
 /// What a denied new connection gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum DenyAction {
-    /// A TCP reset, or ICMP "administratively prohibited": the client fails at once.
+    /// ICMP "administratively prohibited": the client fails at once (`EHOSTUNREACH`).
     #[default]
     Reject,
     /// Silently dropped: the client times out.
@@ -108,10 +108,10 @@ pub fn render(cluster: &Cluster, node: &str, opts: &Options) -> Ruleset {
         );
     }
     let deny: Vec<String> = match opts.deny {
-        DenyAction::Reject => vec![
-            "meta l4proto tcp reject with tcp reset".into(),
-            "reject with icmp type admin-prohibited".into(),
-        ],
+        // ICMP for TCP too: a reset made after the proxy's DNAT leaves with the pod's
+        // address, not the Service's, and the client never matches it (measured: the
+        // connection timed out), while the ICMP error is translated with its conntrack entry.
+        DenyAction::Reject => vec!["reject with icmp type admin-prohibited".into()],
         DenyAction::Drop => vec!["drop".into()],
     };
     let mut policies: Vec<&Policy> = cluster.policies.iter().collect();

@@ -80,7 +80,6 @@ fn the_table_of_a_node() {
         }
         chain egress-policies {
           ip saddr @pods-adce33ceda67 jump out-043841dc574e comment "y/deny-egress"
-          meta l4proto tcp reject with tcp reset
           reject with icmp type admin-prohibited
         }
         chain in-3688f9951893 {
@@ -95,7 +94,6 @@ fn the_table_of_a_node() {
         }
         chain ingress-policies {
           ip daddr @pods-0096132d46ea jump in-3688f9951893 comment "x/allow-y-b"
-          meta l4proto tcp reject with tcp reset
           reject with icmp type admin-prohibited
         }
         chain out-043841dc574e {
@@ -132,10 +130,10 @@ fn the_first_sync_recreates_the_table_in_one_batch() {
         add chain ip svcnet-netpol ingress-policies
         add chain ip svcnet-netpol egress-forward { ct state established,related accept ; ip saddr @egress-isolated jump egress-policies ; }
         add chain ip svcnet-netpol egress-input { ct state established,related accept ; ip saddr @egress-isolated jump egress-policies ; }
-        add chain ip svcnet-netpol egress-policies { meta l4proto tcp reject with tcp reset ; reject with icmp type admin-prohibited ; }
+        add chain ip svcnet-netpol egress-policies { reject with icmp type admin-prohibited ; }
         add chain ip svcnet-netpol in-3688f9951893 { ip saddr @pods-486b6c67b6ae meta l4proto . th dport { tcp . 80-81 } accept ; ip saddr @pods-486b6c67b6ae meta l4proto udp ip daddr . meta l4proto . th dport @port-88d35c05f8ac accept ; ip saddr @block-0cac71f0acbb meta l4proto . th dport { tcp . 80-81 } accept ; ip saddr @block-0cac71f0acbb meta l4proto udp ip daddr . meta l4proto . th dport @port-88d35c05f8ac accept ; }
         add chain ip svcnet-netpol ingress-forward { ct state established,related accept ; ip daddr @ingress-isolated jump ingress-policies ; }
-        add chain ip svcnet-netpol ingress-policies { ip daddr @pods-0096132d46ea jump in-3688f9951893 comment "x/allow-y-b" ; meta l4proto tcp reject with tcp reset ; reject with icmp type admin-prohibited ; }
+        add chain ip svcnet-netpol ingress-policies { ip daddr @pods-0096132d46ea jump in-3688f9951893 comment "x/allow-y-b" ; reject with icmp type admin-prohibited ; }
     "#]]
     .assert_eq(&tx.to_string());
 }
@@ -156,14 +154,17 @@ fn a_pod_joining_a_selector_is_an_element_change_only() {
         Some(&render(&before, "node1", &opts)),
         &render(&after, "node1", &opts),
     );
+    // Elements, and the set's (idempotent) declaration they are written in; no rule moves.
     assert!(
-        tx.ops
-            .iter()
-            .all(|op| matches!(op, Op::AddElement { .. } | Op::DeleteElement { .. })),
+        tx.ops.iter().all(|op| matches!(
+            op,
+            Op::AddElement { .. } | Op::DeleteElement { .. } | Op::AddSet(_)
+        )),
         "{tx}"
     );
     expect![[r#"
-        add element ip svcnet-netpol pods-486b6c67b6ae { 10.244.1.12 }
+        add set ip svcnet-netpol pods-486b6c67b6ae { type ipv4_addr ; comment "namespaces ns=y, pods pod=b" ; }
+        add set ip svcnet-netpol pods-486b6c67b6ae { type ipv4_addr ; comment "namespaces ns=y, pods pod=b" ; elements = { 10.244.1.12 } ; }
     "#]]
     .assert_eq(&tx.to_string());
 }
@@ -182,9 +183,12 @@ fn a_new_pod_under_a_policy_is_isolated_by_an_element() {
         &render(&after, "node1", &opts),
     );
     expect![[r#"
-        add element ip svcnet-netpol ingress-isolated { 10.244.0.13 }
-        add element ip svcnet-netpol pods-0096132d46ea { 10.244.0.13 }
-        add element ip svcnet-netpol port-88d35c05f8ac { 10.244.0.13 . udp . 80 }
+        add set ip svcnet-netpol ingress-isolated { type ipv4_addr ; comment "this node's pods isolated for ingress" ; }
+        add set ip svcnet-netpol ingress-isolated { type ipv4_addr ; comment "this node's pods isolated for ingress" ; elements = { 10.244.0.13 } ; }
+        add set ip svcnet-netpol pods-0096132d46ea { type ipv4_addr ; comment "namespace x, pods pod=a" ; }
+        add set ip svcnet-netpol pods-0096132d46ea { type ipv4_addr ; comment "namespace x, pods pod=a" ; elements = { 10.244.0.13 } ; }
+        add set ip svcnet-netpol port-88d35c05f8ac { type ipv4_addr . inet_proto . inet_service ; comment "port serve-80-udp" ; }
+        add set ip svcnet-netpol port-88d35c05f8ac { type ipv4_addr . inet_proto . inet_service ; comment "port serve-80-udp" ; elements = { 10.244.0.13 . udp . 80 } ; }
     "#]]
     .assert_eq(&tx.to_string());
 }
@@ -205,6 +209,7 @@ fn adding_and_deleting_a_policy_touch_its_own_objects() {
     );
     // z's pods are on node2: nothing is isolated here, but the policy is rendered.
     expect![[r#"
+        add set ip svcnet-netpol pods-0096132d46ea { type ipv4_addr ; comment "namespace x, pods pod=a" ; }
         add set ip svcnet-netpol pods-0ef830bf6a42 { type ipv4_addr ; comment "namespaces ns=x, all pods" ; }
         add set ip svcnet-netpol pods-0ef830bf6a42 { type ipv4_addr ; comment "namespaces ns=x, all pods" ; elements = { 10.244.0.10, 10.244.0.11, 10.244.0.12 } ; }
         add set ip svcnet-netpol pods-efb39b116110 { type ipv4_addr ; comment "namespace z, pods {}" ; }
@@ -212,13 +217,14 @@ fn adding_and_deleting_a_policy_touch_its_own_objects() {
         add chain ip svcnet-netpol in-a6fea09e42be
         flush chain ip svcnet-netpol ingress-policies
         add chain ip svcnet-netpol in-a6fea09e42be { ip saddr @pods-0ef830bf6a42 accept ; }
-        add chain ip svcnet-netpol ingress-policies { ip daddr @pods-0096132d46ea jump in-3688f9951893 comment "x/allow-y-b" ; ip daddr @pods-efb39b116110 jump in-a6fea09e42be comment "z/allow-from-x" ; meta l4proto tcp reject with tcp reset ; reject with icmp type admin-prohibited ; }
+        add chain ip svcnet-netpol ingress-policies { ip daddr @pods-0096132d46ea jump in-3688f9951893 comment "x/allow-y-b" ; ip daddr @pods-efb39b116110 jump in-a6fea09e42be comment "z/allow-from-x" ; reject with icmp type admin-prohibited ; }
     "#]]
     .assert_eq(&plan(Some(&a), &b).to_string());
     expect![[r#"
+        add set ip svcnet-netpol pods-0096132d46ea { type ipv4_addr ; comment "namespace x, pods pod=a" ; }
         flush chain ip svcnet-netpol ingress-policies
         flush chain ip svcnet-netpol in-a6fea09e42be
-        add chain ip svcnet-netpol ingress-policies { ip daddr @pods-0096132d46ea jump in-3688f9951893 comment "x/allow-y-b" ; meta l4proto tcp reject with tcp reset ; reject with icmp type admin-prohibited ; }
+        add chain ip svcnet-netpol ingress-policies { ip daddr @pods-0096132d46ea jump in-3688f9951893 comment "x/allow-y-b" ; reject with icmp type admin-prohibited ; }
         delete chain ip svcnet-netpol in-a6fea09e42be
         delete set ip svcnet-netpol pods-0ef830bf6a42
         delete set ip svcnet-netpol pods-efb39b116110

@@ -10,6 +10,8 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use serde_json::{Value, json};
 use svcnet_netpol::{Cluster, NamedPort, Namespace, Pod, Policy, Protocol};
 
+pub mod lab;
+
 pub const NAMESPACES: [&str; 3] = ["x", "y", "z"];
 pub const PODS: [&str; 3] = ["a", "b", "c"];
 /// The probed (protocol, port) pairs.
