@@ -240,27 +240,41 @@ impl Ruleset {
         if ports.is_empty() {
             return vec![String::new()];
         }
-        let mut numbered = Vec::new();
+        let mut numbered: BTreeMap<Protocol, Vec<(u16, u16)>> = BTreeMap::new();
         let mut out = Vec::new();
         for p in ports {
-            let proto = proto_word(p.protocol);
             match &p.port {
-                PortMatch::Any => numbered.push(format!("{proto} . 0-65535")),
-                PortMatch::Range(lo, hi) if lo == hi => numbered.push(format!("{proto} . {lo}")),
-                PortMatch::Range(lo, hi) => numbered.push(format!("{proto} . {lo}-{hi}")),
+                PortMatch::Any => numbered.entry(p.protocol).or_default().push((0, 65535)),
+                PortMatch::Range(lo, hi) => {
+                    numbered.entry(p.protocol).or_default().push((*lo, *hi))
+                }
                 PortMatch::Named(name) => {
                     let set = self.port_set(cluster, name);
                     out.push(format!(
-                        "meta l4proto {proto} ip daddr . meta l4proto . th dport @{set}"
+                        "meta l4proto {} ip daddr . meta l4proto . th dport @{set}",
+                        proto_word(p.protocol)
                     ));
                 }
             }
         }
-        if !numbered.is_empty() {
-            numbered.dedup();
+        // An interval set refuses overlapping elements: ranges are merged per protocol.
+        let elements: Vec<String> = numbered
+            .into_iter()
+            .flat_map(|(proto, ranges)| {
+                merge(ranges).into_iter().map(move |(lo, hi)| {
+                    let proto = proto_word(proto);
+                    if lo == hi {
+                        format!("{proto} . {lo}")
+                    } else {
+                        format!("{proto} . {lo}-{hi}")
+                    }
+                })
+            })
+            .collect();
+        if !elements.is_empty() {
             out.insert(
                 0,
-                format!("meta l4proto . th dport {{ {} }}", numbered.join(", ")),
+                format!("meta l4proto . th dport {{ {} }}", elements.join(", ")),
             );
         }
         out
@@ -401,6 +415,19 @@ pub fn ranges(b: &IpBlock) -> Vec<(Ipv4Addr, Ipv4Addr)> {
     out.into_iter()
         .map(|(a, b)| (Ipv4Addr::from(a), Ipv4Addr::from(b)))
         .collect()
+}
+
+/// Overlapping or adjacent ranges joined, in order.
+fn merge(mut ranges: Vec<(u16, u16)>) -> Vec<(u16, u16)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u16, u16)> = Vec::new();
+    for (lo, hi) in ranges {
+        match out.last_mut() {
+            Some(last) if u32::from(lo) <= u32::from(last.1) + 1 => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
 }
 
 fn v4(ips: &[IpAddr]) -> impl Iterator<Item = Ipv4Addr> + '_ {

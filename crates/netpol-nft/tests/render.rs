@@ -261,3 +261,28 @@ fn ip_block_ranges_leave_out_every_except() {
     );
     assert_eq!(show(&block("fd00::/8", &[])), "");
 }
+
+#[test]
+fn overlapping_port_ranges_are_merged_per_protocol() {
+    let mut c = model(fixed);
+    c.policies = vec![policy(
+        "x",
+        "ports",
+        json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"ports": [
+            {"port": 80, "endPort": 81}, {"port": 81}, {"port": 79}, {"protocol": "UDP"}, {"protocol": "UDP", "port": 53},
+        ]}]}),
+    )];
+    let r = render(&c, "node1", &Options::default());
+    let rules: Vec<&String> = r
+        .chains
+        .iter()
+        .filter(|(n, _)| n.starts_with("in-"))
+        .flat_map(|(_, c)| &c.rules)
+        .collect();
+    expect![[r#"
+        [
+            "meta l4proto . th dport { tcp . 79-81, udp . 0-65535 } accept",
+        ]
+    "#]]
+    .assert_debug_eq(&rules);
+}
