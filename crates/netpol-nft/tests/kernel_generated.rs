@@ -24,7 +24,7 @@ fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
 }
 
 fn pod_selector(rng: &mut StdRng) -> Selector {
-    let one = |v: &str| vec![v.to_string()];
+    let one = |v: &&str| vec![v.to_string()];
     match rng.random_range(0..6) {
         0 => Selector::everything(),
         1 => Selector::labels([("pod", *pick(rng, &PODS))]),
@@ -37,7 +37,7 @@ fn pod_selector(rng: &mut StdRng) -> Selector {
             ..Selector::default()
         },
         4 => Selector {
-            exprs: vec![("pod".into(), Op::NotIn(one(*pick(rng, &PODS))))],
+            exprs: vec![("pod".into(), Op::NotIn(one(pick(rng, &PODS))))],
             ..Selector::default()
         },
         _ => Selector {
