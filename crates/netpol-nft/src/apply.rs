@@ -77,3 +77,34 @@ impl Enforcer {
         self.exec.delete_table(names::FAMILY, names::TABLE)
     }
 }
+
+/// Makes bridged traffic visible to the table: pods on one node talk across its bridge
+/// without the node's routing, and only br_netfilter (`net.bridge.bridge-nf-call-iptables`,
+/// per network namespace) hands those packets to the forward hook. Loads the module when
+/// the setting does not exist (a kernel where it is a module, not built in).
+pub fn bridge_netfilter(netns: Option<&str>) -> Result<(), String> {
+    let set = || {
+        svcnet_netns::command(netns, "sysctl")
+            .args(["-qw", "net.bridge.bridge-nf-call-iptables=1"])
+            .output()
+            .map_err(|e| format!("running sysctl: {e}"))
+    };
+    let out = set()?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let loaded = std::process::Command::new("modprobe")
+        .arg("br_netfilter")
+        .output()
+        .map_err(|e| format!("running modprobe br_netfilter: {e}"))?;
+    let out = set()?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "cannot turn on net.bridge.bridge-nf-call-iptables ({}; modprobe br_netfilter: {}): \
+         traffic between pods on one node is not filtered",
+        String::from_utf8_lossy(&out.stderr).trim(),
+        String::from_utf8_lossy(&loaded.stderr).trim()
+    ))
+}

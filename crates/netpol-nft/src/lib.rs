@@ -20,6 +20,6 @@ pub mod names;
 pub mod plan;
 pub mod render;
 
-pub use apply::{Enforcer, SyncReport};
+pub use apply::{Enforcer, SyncReport, bridge_netfilter};
 pub use plan::{plan, plan_full};
 pub use render::{DenyAction, Options, Ruleset, render};

@@ -123,6 +123,7 @@ impl Lab {
         exec.command(&svc).unwrap();
         // Pods on one bridge talk without the node's routing: only br_netfilter shows
         // their packets to the forward hook (and un-NATs a Service reply on the bridge).
+        svcnet_netpol_nft::bridge_netfilter(Some(&node.netns)).unwrap();
         let sysctl = node_ns
             .exec(&["sysctl", "-n", "net.bridge.bridge-nf-call-iptables"])
             .unwrap();
