@@ -61,7 +61,17 @@ fn pod_a_from(peer: Value) -> Value {
 
 #[test]
 fn upstream_cases_in_the_kernel_match_the_evaluator() {
-    let mut lab = Lab::new();
+    upstream_cases(Lab::new());
+}
+
+/// The same across two nodes (host-gw routes): a pair on two nodes is judged by the source's
+/// node for its egress and by the destination's for its ingress.
+#[test]
+fn upstream_cases_across_two_nodes_match_the_evaluator() {
+    upstream_cases(Lab::with_nodes(2));
+}
+
+fn upstream_cases(mut lab: Lab) {
     assert!(lab.sync().full);
     lab.check("no policies", Via::PodIp);
     let ns_y = json!({"namespaceSelector": {"matchLabels": {"ns": "y"}}});

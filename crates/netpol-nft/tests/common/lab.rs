@@ -1,4 +1,4 @@
-//! The 3×3 model for real: one node namespace of the agent's topology (its `cni0` bridge),
+//! The 3×3 model for real: node namespaces of the agent's topology (each with its `cni0` bridge),
 //! nine pods attached by the agent's CNI plugin, each serving TCP and UDP on 80 and 81, a
 //! "Service" per pod (a DNAT rule of the test's own, in the node's prerouting, as a proxy
 //! would), the enforcer programming the node, and probes of every ordered pair compared
@@ -45,8 +45,11 @@ pub enum Via {
 pub struct Lab {
     servers: Vec<Server>,
     pub pods: Vec<LabPod>,
+    /// The first node and its enforcer.
     pub enforcer: Enforcer,
     pub node: NodeTopology,
+    /// The other nodes.
+    pub more: Vec<(NodeTopology, Enforcer)>,
     pub model: Cluster,
     /// After each sync: `Some(true)` cuts the existing flows the change denies (the
     /// enforcer's option), `Some(false)` none; `None` (the default) empties the node's
@@ -61,30 +64,42 @@ pub struct Lab {
 
 impl Lab {
     pub fn new() -> Lab {
+        Lab::with_nodes(1)
+    }
+
+    /// The model on `n` nodes, pods placed round robin in upstream's order (with two nodes
+    /// x/a, x/c, y/b, z/a, z/c on the first): same-node and cross-node pairs.
+    pub fn with_nodes(n: usize) -> Lab {
         let slot = Slot::acquire().unwrap();
         let data = tempfile::tempdir().unwrap();
-        let config = slot.config(1, data.path().to_path_buf());
+        let config = slot.config(n, data.path().to_path_buf());
         let prefix = config.prefix.clone();
         let service_net = config.service_cidrs[0];
         let topology = Topology::create(config).unwrap();
-        let node = topology.nodes()[0].clone();
-        let conf: NetConf = serde_json::from_value(json!({
-            "cniVersion": "1.0.0",
-            "name": "svcnet",
-            "type": "svcnet-bridge",
-            "bridge": "cni0",
-            "nodeNetns": node.netns,
-            "dataDir": PathBuf::from(data.path()),
-            "ipam": {"type": "svcnet-host-local", "subnet": node.pod_cidr, "gateway": node.gateway},
-        }))
-        .unwrap();
+        let nodes = topology.nodes().to_vec();
+        let confs: Vec<NetConf> = nodes
+            .iter()
+            .map(|node| {
+                serde_json::from_value(json!({
+                    "cniVersion": "1.0.0",
+                    "name": "svcnet",
+                    "type": "svcnet-bridge",
+                    "bridge": "cni0",
+                    "nodeNetns": node.netns,
+                    "dataDir": PathBuf::from(data.path()).join(&node.name),
+                    "ipam": {"type": "svcnet-host-local", "subnet": node.pod_cidr, "gateway": node.gateway},
+                }))
+                .unwrap()
+            })
+            .collect();
         let mut pods = Vec::new();
         let mut servers = Vec::new();
+        let mut placed = Vec::new();
         for (i, (ns, pod)) in all_pods().into_iter().enumerate() {
             let id = format!("{ns}/{pod}");
             let netns = NetNs::create(&format!("{prefix}-pod-{ns}{pod}")).unwrap();
             let result = cni::add(
-                &conf,
+                &confs[i % n],
                 &Invocation::new(&format!("ctr-{ns}{pod}"), netns.name()),
             )
             .unwrap();
@@ -100,6 +115,7 @@ impl Lab {
                 servers.push(serve_udp(&netns, port, &id).unwrap());
             }
             let service_ip = Ipv4Addr::from(u32::from(service_net.network()) + 10 + i as u32);
+            placed.push((id.clone(), ip, nodes[i % n].name.clone()));
             pods.push(LabPod {
                 id,
                 netns,
@@ -107,8 +123,7 @@ impl Lab {
                 service_ip,
             });
         }
-        let node_ns = NetNs::open(&node.netns).unwrap();
-        // The "proxy": each Service IP DNATed to its pod, ports unchanged.
+        // The "proxy", on every node: each Service IP DNATed to its pod, ports unchanged.
         let map: Vec<String> = pods
             .iter()
             .map(|p| format!("{} : {}", p.service_ip, p.ip))
@@ -119,43 +134,50 @@ impl Lab {
              add rule ip netpol-test-svc pre dnat to ip daddr map {{ {} }}\n",
             map.join(", ")
         );
-        let exec = NftExecutor::new(Some(node.netns.clone()));
-        exec.command(&svc).unwrap();
-        // Pods on one bridge talk without the node's routing: only br_netfilter shows
-        // their packets to the forward hook (and un-NATs a Service reply on the bridge).
-        svcnet_netpol_nft::bridge_netfilter(Some(&node.netns)).unwrap();
-        let sysctl = node_ns
-            .exec(&["sysctl", "-n", "net.bridge.bridge-nf-call-iptables"])
-            .unwrap();
-        assert_eq!(
-            sysctl.trim(),
-            "1",
-            "br_netfilter is off in the node namespace"
-        );
-        // A rejected probe learns of it from an ICMP error; the node's default ICMP rate
-        // limits (per client, and 1000/s with a burst of 50 per namespace) would turn many
-        // into timeouts.
-        node_ns
-            .exec(&[
-                "sysctl",
-                "-qw",
-                "net.ipv4.icmp_ratelimit=0",
-                "net.ipv4.icmp_msgs_per_sec=1000000",
-                "net.ipv4.icmp_msgs_burst=1000000",
-            ])
-            .unwrap();
-        let ips: Vec<(String, Ipv4Addr)> = pods.iter().map(|p| (p.id.clone(), p.ip)).collect();
-        let node_name = node.name.clone();
+        let mut enforcers = Vec::new();
+        for node in &nodes {
+            let node_ns = NetNs::open(&node.netns).unwrap();
+            let exec = NftExecutor::new(Some(node.netns.clone()));
+            exec.command(&svc).unwrap();
+            // Pods on one bridge talk without the node's routing: only br_netfilter shows
+            // their packets to the forward hook (and un-NATs a Service reply on the bridge).
+            svcnet_netpol_nft::bridge_netfilter(Some(&node.netns)).unwrap();
+            let sysctl = node_ns
+                .exec(&["sysctl", "-n", "net.bridge.bridge-nf-call-iptables"])
+                .unwrap();
+            assert_eq!(
+                sysctl.trim(),
+                "1",
+                "br_netfilter is off in the node namespace"
+            );
+            // A rejected probe learns of it from an ICMP error; the node's default ICMP
+            // rate limits (per client, and 1000/s with a burst of 50 per namespace) would
+            // turn many into timeouts.
+            node_ns
+                .exec(&[
+                    "sysctl",
+                    "-qw",
+                    "net.ipv4.icmp_ratelimit=0",
+                    "net.ipv4.icmp_msgs_per_sec=1000000",
+                    "net.ipv4.icmp_msgs_burst=1000000",
+                ])
+                .unwrap();
+            enforcers.push(Enforcer::new(exec));
+        }
         let model = model(|ns, pod| {
             let id = format!("{ns}/{pod}");
-            let ip = ips.iter().find(|(i, _)| *i == id).unwrap().1;
-            (IpAddr::V4(ip), node_name.clone())
+            let (_, ip, node) = placed.iter().find(|(i, _, _)| *i == id).unwrap();
+            (IpAddr::V4(*ip), node.clone())
         });
+        let mut enforcers = enforcers.into_iter();
+        let enforcer = enforcers.next().unwrap();
+        let more = nodes[1..].iter().cloned().zip(enforcers).collect();
         Lab {
             servers,
             pods,
-            enforcer: Enforcer::new(exec),
-            node,
+            enforcer,
+            node: nodes[0].clone(),
+            more,
             model,
             cut_denied: None,
             _topology: topology,
@@ -164,26 +186,35 @@ impl Lab {
         }
     }
 
-    /// Renders the model for the node and applies it (incrementally after the first time).
+    /// Renders the model for every node and applies it (incrementally after the first time);
+    /// the report is the first node's.
     pub fn sync(&mut self) -> svcnet_netpol_nft::SyncReport {
-        let r = render(&self.model, &self.node.name, &Options::default());
-        let report = self.enforcer.sync(r).unwrap();
-        let netns = Some(self.node.netns.as_str());
-        match self.cut_denied {
-            Some(true) => {
-                let flows = conntrack::list(netns).unwrap();
-                let denied = conntrack::denied(&self.model, &self.node.name, &[], &flows);
-                conntrack::delete(netns, &denied).unwrap();
+        let model = &self.model;
+        let cut = self.cut_denied;
+        let sync = |node: &NodeTopology, enforcer: &mut Enforcer| {
+            let r = render(model, &node.name, &Options::default());
+            let report = enforcer.sync(r).unwrap();
+            let netns = Some(node.netns.as_str());
+            match cut {
+                Some(true) => {
+                    let flows = conntrack::list(netns).unwrap();
+                    let denied = conntrack::denied(model, &node.name, &[], &flows);
+                    conntrack::delete(netns, &denied).unwrap();
+                }
+                Some(false) => {}
+                None => {
+                    NetNs::open(&node.netns)
+                        .unwrap()
+                        .exec(&["conntrack", "-F"])
+                        .unwrap();
+                }
             }
-            Some(false) => {}
-            None => {
-                svcnet_netns::NetNs::open(&self.node.netns)
-                    .unwrap()
-                    .exec(&["conntrack", "-F"])
-                    .unwrap();
-            }
+            report
+        };
+        for (node, enforcer) in &mut self.more {
+            sync(node, enforcer);
         }
-        report
+        sync(&self.node, &mut self.enforcer)
     }
 
     pub fn pod(&self, id: &str) -> &LabPod {
