@@ -83,29 +83,18 @@ pub fn denied<'a>(
     nodes: &[(String, IpAddr)],
     flows: &'a [Flow],
 ) -> Vec<&'a Flow> {
-    let endpoint = |ip: Ipv4Addr| -> (Endpoint, bool) {
-        let ip = IpAddr::V4(ip);
-        if let Some(pod) = cluster.pods.iter().find(|p| p.ips.contains(&ip)) {
-            let local = pod.node.as_deref() == Some(node);
-            return (Endpoint::pod(&pod.namespace, &pod.name), local);
-        }
-        match nodes.iter().find(|(_, a)| *a == ip) {
-            Some((name, _)) => (
-                Endpoint::Node {
-                    name: name.clone(),
-                    ip,
-                },
-                false,
-            ),
-            None => (Endpoint::Ip(ip), false),
-        }
+    let local = |e: &Endpoint| match e {
+        Endpoint::Pod { namespace, name } => cluster
+            .pod(namespace, name)
+            .is_some_and(|p| p.node.as_deref() == Some(node)),
+        _ => false,
     };
     flows
         .iter()
         .filter(|f| {
-            let (src, src_local) = endpoint(f.src);
-            let (dst, dst_local) = endpoint(f.to);
-            (src_local || dst_local)
+            let src = cluster.endpoint(IpAddr::V4(f.src), nodes);
+            let dst = cluster.endpoint(IpAddr::V4(f.to), nodes);
+            (local(&src) || local(&dst))
                 && !cluster.allowed(&Connection {
                     src,
                     dst,

@@ -108,6 +108,40 @@ pub struct Cluster {
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 impl Cluster {
+    /// The model of API objects, with the policies that cannot be converted (they bypassed
+    /// admission) left out and returned beside it.
+    pub fn from_k8s(
+        policies: &[k8s_openapi::api::networking::v1::NetworkPolicy],
+        pods: &[k8s_openapi::api::core::v1::Pod],
+        namespaces: &[k8s_openapi::api::core::v1::Namespace],
+    ) -> (Cluster, Vec<crate::ModelError>) {
+        let mut errors = Vec::new();
+        let cluster = Cluster {
+            namespaces: namespaces.iter().map(Namespace::from_k8s).collect(),
+            pods: pods.iter().filter_map(Pod::from_k8s).collect(),
+            policies: policies
+                .iter()
+                .filter_map(|p| Policy::from_k8s(p).map_err(|e| errors.push(e)).ok())
+                .collect(),
+        };
+        (cluster, errors)
+    }
+
+    /// The endpoint an address stands for: the pod holding it, else a node of `nodes`
+    /// (name, address), else the bare address.
+    pub fn endpoint(&self, ip: IpAddr, nodes: &[(String, IpAddr)]) -> Endpoint {
+        if let Some(pod) = self.pods.iter().find(|p| p.ips.contains(&ip)) {
+            return Endpoint::pod(&pod.namespace, &pod.name);
+        }
+        match nodes.iter().find(|(_, a)| *a == ip) {
+            Some((name, _)) => Endpoint::Node {
+                name: name.clone(),
+                ip,
+            },
+            None => Endpoint::Ip(ip),
+        }
+    }
+
     pub fn pod(&self, namespace: &str, name: &str) -> Option<&Pod> {
         self.pods
             .iter()

@@ -142,6 +142,34 @@ fn a_policy_lets_one_client_in_and_keeps_another_out_also_through_the_service() 
     let (other, client) = (reaches(&up, "other", &url2), reaches(&up, "client", &url2));
     assert!(!other && client, "server2: other {other}, client {client}");
 
+    // svcnet trace names the policy that let the client in and the one that keeps the
+    // other out, for the Service's endpoint.
+    let trace = |from: &str| {
+        let ip = up.ok(&["get", "pod", from, "-o", "jsonpath={.status.podIP}"]);
+        let out = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+            .args(["trace", "--data-dir"])
+            .arg(up.data_dir.path())
+            .args([ip.as_str(), &format!("{svc_ip}:8080")])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let allowed = trace("client");
+    assert!(
+        allowed.contains("network policy: allowed (egress: not isolated; ingress: allowed by default/server-from-client rule 0)"),
+        "{allowed}"
+    );
+    let denied = trace("other");
+    assert!(
+        denied.contains("network policy: denied (egress: not isolated; ingress: denied (isolated by default/server-from-client))"),
+        "{denied}"
+    );
+
     up.ok(&["delete", "networkpolicy", "server-from-client"]);
     wait_for(
         "both clients reach the server once the policy is deleted",
