@@ -93,18 +93,14 @@ pub fn render(cluster: &Cluster, node: &str, opts: &Options) -> Ruleset {
     ] {
         let isolated = local
             .iter()
-            .filter(|p| cluster.isolating(p, dir).next().is_some())
-            .flat_map(|p| v4(&p.ips))
-            .map(|ip| ip.to_string())
-            .collect();
+            .copied()
+            .filter(|p| cluster.isolating(p, dir).next().is_some());
         r.sets.insert(
             name.to_string(),
-            SetSpec {
-                type_: ADDR,
-                interval: false,
-                comment: format!("this node's pods isolated for {}", dir_word(dir)),
-                elements: isolated,
-            },
+            addresses(
+                format!("this node's pods isolated for {}", dir_word(dir)),
+                isolated,
+            ),
         );
     }
     let deny: Vec<String> = match opts.deny {
@@ -298,22 +294,11 @@ impl Ruleset {
         );
         let name = names::pods_set(&key);
         if !self.sets.contains_key(&name) {
-            let elements = cluster
+            let selected = cluster
                 .pods
                 .iter()
-                .filter(|pod| cluster.peer_selects(policy, peer, pod))
-                .flat_map(|pod| v4(&pod.ips))
-                .map(|ip| ip.to_string())
-                .collect();
-            self.sets.insert(
-                name.clone(),
-                SetSpec {
-                    type_: ADDR,
-                    interval: false,
-                    comment: key,
-                    elements,
-                },
-            );
+                .filter(|pod| cluster.peer_selects(policy, peer, pod));
+            self.sets.insert(name.clone(), addresses(key, selected));
         }
         name
     }
@@ -428,6 +413,19 @@ fn merge(mut ranges: Vec<(u16, u16)>) -> Vec<(u16, u16)> {
         }
     }
     out
+}
+
+/// An address set of pods' IPv4 addresses.
+fn addresses<'a>(comment: String, pods: impl Iterator<Item = &'a Pod>) -> SetSpec {
+    SetSpec {
+        type_: ADDR,
+        interval: false,
+        comment,
+        elements: pods
+            .flat_map(|p| v4(&p.ips))
+            .map(|ip| ip.to_string())
+            .collect(),
+    }
 }
 
 fn v4(ips: &[IpAddr]) -> impl Iterator<Item = Ipv4Addr> + '_ {

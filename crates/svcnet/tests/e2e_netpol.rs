@@ -62,21 +62,9 @@ fn reaches(up: &Up, pod: &str, url: &str) -> bool {
 }
 
 fn apply(up: &Up, manifest: &str) {
-    let mut child = Command::new("kubectl")
-        .args(["--kubeconfig"])
-        .arg(up.kubeconfig())
-        .args(["apply", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(manifest.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "kubectl apply failed");
+    let path = up.data_dir.path().join("netpol-test.yaml");
+    std::fs::write(&path, manifest).unwrap();
+    up.ok(&["apply", "-f", path.to_str().unwrap()]);
 }
 
 #[test]
