@@ -69,18 +69,39 @@ fn apply(up: &Up, manifest: &str) {
 
 #[test]
 fn a_policy_lets_one_client_in_and_keeps_another_out_also_through_the_service() {
+    scenario(
+        &Net {
+            prefix: "e2enp",
+            underlay: "172.29.29.0/24",
+            pods: "10.138.0.0/16",
+            services: "10.139.0.0/16",
+            lb: "10.137.0.0/24",
+        },
+        "nftables",
+    );
+}
+
+/// The same with the iptables proxy: its DNAT (nat PREROUTING) also comes before the policy.
+#[test]
+fn the_same_with_the_iptables_proxy() {
+    scenario(
+        &Net {
+            prefix: "e2enpi",
+            underlay: "172.29.30.0/24",
+            pods: "10.136.0.0/16",
+            services: "10.135.0.0/16",
+            lb: "10.134.0.0/24",
+        },
+        "iptables",
+    );
+}
+
+fn scenario(net: &Net, mode: &str) {
     if !is_root() {
         eprintln!("skipped: needs root (CI runs as root)");
         return;
     }
-    let net = Net {
-        prefix: "e2enp",
-        underlay: "172.29.29.0/24",
-        pods: "10.138.0.0/16",
-        services: "10.139.0.0/16",
-        lb: "10.137.0.0/24",
-    };
-    let mut up = net.up("1", free_udp_port());
+    let mut up = net.up_with("1", free_udp_port(), &["--proxy-mode", mode]);
     apply(&up, PODS);
     up.ok(&[
         "wait",
