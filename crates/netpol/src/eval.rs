@@ -275,12 +275,14 @@ impl Cluster {
                 pods: None,
                 namespaces: None,
             } => false,
+            // Cheapest test first (a dataplane asks this for every pod and selector): the
+            // namespace's name, the pod's labels, then the namespace's labels.
             Peer::Pods { pods, namespaces } => {
-                let ns_ok = match namespaces {
-                    Some(sel) => sel.matches(self.namespace_labels(&pod.namespace)),
-                    None => pod.namespace == policy.namespace,
-                };
-                ns_ok && pods.as_ref().is_none_or(|s| s.matches(&pod.labels))
+                (namespaces.is_some() || pod.namespace == policy.namespace)
+                    && pods.as_ref().is_none_or(|s| s.matches(&pod.labels))
+                    && namespaces
+                        .as_ref()
+                        .is_none_or(|sel| sel.matches(self.namespace_labels(&pod.namespace)))
             }
         }
     }
