@@ -15,7 +15,7 @@ use svcnet_netns::{NetNs, unique_name};
 use svcnet_netpol::{
     Cluster, NamedPort, Namespace, Peer, Pod, Policy, Port, PortMatch, Protocol, Rule, Selector,
 };
-use svcnet_netpol_nft::{Enforcer, Options, render};
+use svcnet_netpol_nft::{Enforcer, Options, Renderer};
 
 const NAMESPACES: usize = 100;
 const PODS_PER_NS: usize = 100;
@@ -112,8 +112,9 @@ fn main() {
     let mut enforcer = Enforcer::new(NftExecutor::new(Some(ns.name().to_string())));
     let mut c = cluster();
     let opts = Options::default();
+    let mut renderer = Renderer::new(NODE, opts);
     let t = Instant::now();
-    let r = render(&c, NODE, &opts);
+    let r = renderer.render(&c);
     let render_full = t.elapsed();
     let (sets, chains) = (r.sets.len(), r.chains.len());
     let report = enforcer.sync(r).unwrap();
@@ -127,6 +128,7 @@ fn main() {
     );
     let (mut total, mut rendering, mut applying) = (Vec::new(), Vec::new(), Vec::new());
     let mut ops = Vec::new();
+    let (mut pod_changes, mut policy_changes) = (Vec::new(), Vec::new());
     for i in 0..changes {
         let t = Instant::now();
         if i % 2 == 0 {
@@ -140,13 +142,18 @@ fn main() {
             let n = i * 13 % c.policies.len();
             c.policies[n].ingress[0].ports[0].port = PortMatch::Range(80, 80 + (i % 7) as u16);
         }
-        let r = render(&c, NODE, &opts);
+        let r = renderer.render(&c);
         let rendered = t.elapsed();
         ops.push(enforcer.sync(r).unwrap().ops);
         let done = t.elapsed();
         total.push(done);
         rendering.push(rendered);
         applying.push(done - rendered);
+        if i % 2 == 0 {
+            pod_changes.push(done);
+        } else {
+            policy_changes.push(done);
+        }
     }
     ops.sort_unstable();
     println!(
@@ -159,5 +166,12 @@ fn main() {
         pct(applying, 99.0),
         ops[ops.len() / 2],
         ops[ops.len() - 1],
+    );
+    println!(
+        "change→live by kind: pod label p50 {:?} p99 {:?}; policy p50 {:?} p99 {:?}",
+        pct(pod_changes.clone(), 50.0),
+        pct(pod_changes, 99.0),
+        pct(policy_changes.clone(), 50.0),
+        pct(policy_changes, 99.0),
     );
 }

@@ -22,4 +22,4 @@ pub mod render;
 
 pub use apply::{Enforcer, SyncReport, bridge_netfilter};
 pub use plan::{plan, plan_full};
-pub use render::{DenyAction, Options, Ruleset, render};
+pub use render::{DenyAction, Options, Renderer, Ruleset, render};

@@ -81,27 +81,68 @@ const ADDR_PROTO_PORT: &str = "ipv4_addr . inet_proto . inet_service";
 /// pod here: a pod arriving on this node, or a label that brings a pod under a policy, is
 /// then a set element change, never a new chain.
 pub fn render(cluster: &Cluster, node: &str, opts: &Options) -> Ruleset {
+    render_with(cluster, node, opts, None)
+}
+
+/// What an incremental render may reuse: the previous ruleset, rendered for the same node
+/// from a cluster with the same namespaces whose pods differ only in `old` (gone or
+/// changed) and `new` (added or changed).
+struct Reuse<'a> {
+    prev: &'a Ruleset,
+    old: Vec<&'a Pod>,
+    new: Vec<&'a Pod>,
+    policies_same: bool,
+}
+
+impl Reuse<'_> {
+    /// A previous set's elements with the changed pods' old contributions taken out and
+    /// their new ones put in (`None`: the set is new).
+    fn patch(
+        &self,
+        name: &str,
+        contribution: impl Fn(&Pod) -> Vec<String>,
+        counts: impl Fn(&Pod) -> bool,
+    ) -> Option<BTreeSet<String>> {
+        let mut elements = self.prev.sets.get(name)?.elements.clone();
+        for p in &self.old {
+            for e in contribution(p) {
+                elements.remove(&e);
+            }
+        }
+        for p in self.new.iter().filter(|p| counts(p)) {
+            elements.extend(contribution(p));
+        }
+        Some(elements)
+    }
+}
+
+fn render_with(
+    cluster: &Cluster,
+    node: &str,
+    opts: &Options,
+    reuse: Option<&Reuse<'_>>,
+) -> Ruleset {
     let mut r = Ruleset::default();
-    let local: Vec<&Pod> = cluster
-        .pods
-        .iter()
-        .filter(|p| p.node.as_deref() == Some(node))
-        .collect();
+    let is_local = |p: &Pod| p.node.as_deref() == Some(node);
     for (name, dir) in [
         (names::INGRESS_ISOLATED, Direction::Ingress),
         (names::EGRESS_ISOLATED, Direction::Egress),
     ] {
-        let isolated = local
-            .iter()
-            .copied()
-            .filter(|p| cluster.isolating(p, dir).next().is_some());
-        r.sets.insert(
-            name.to_string(),
-            addresses(
-                format!("this node's pods isolated for {}", dir_word(dir)),
-                isolated,
-            ),
-        );
+        let comment = format!("this node's pods isolated for {}", dir_word(dir));
+        let isolated = |p: &Pod| is_local(p) && cluster.isolating(p, dir).next().is_some();
+        let patched = reuse
+            .filter(|u| u.policies_same)
+            .and_then(|u| u.patch(name, ip_strings, isolated));
+        let set = match patched {
+            Some(elements) => SetSpec {
+                type_: ADDR,
+                interval: false,
+                comment,
+                elements,
+            },
+            None => addresses(comment, cluster.pods.iter().filter(|p| isolated(p))),
+        };
+        r.sets.insert(name.to_string(), set);
     }
     let deny: Vec<String> = match opts.deny {
         // ICMP for TCP too: a reset made after the proxy's DNAT leaves with the pod's
@@ -121,12 +162,12 @@ pub fn render(cluster: &Cluster, node: &str, opts: &Options) -> Ruleset {
                 pods: Some(policy.pod_selector.clone()),
                 namespaces: None,
             };
-            let targets = r.pods_set(cluster, policy, &target);
+            let targets = r.pods_set(cluster, policy, &target, reuse);
             dispatch.push(format!(
                 "ip {} @{targets} jump {chain} comment \"{id}\"",
                 own_addr(dir)
             ));
-            let rules = r.policy_rules(cluster, policy, dir);
+            let rules = r.policy_rules(cluster, policy, dir, reuse);
             r.chains.insert(chain, ChainSpec { base: None, rules });
         }
         dispatch.extend(deny.iter().cloned());
@@ -180,7 +221,13 @@ pub fn render(cluster: &Cluster, node: &str, opts: &Options) -> Ruleset {
 
 impl Ruleset {
     /// The rules of one policy's chain for `dir`: each (rule, peer, port kind) an `accept`.
-    fn policy_rules(&mut self, cluster: &Cluster, policy: &Policy, dir: Direction) -> Vec<String> {
+    fn policy_rules(
+        &mut self,
+        cluster: &Cluster,
+        policy: &Policy,
+        dir: Direction,
+        reuse: Option<&Reuse<'_>>,
+    ) -> Vec<String> {
         let mut out = Vec::new();
         for rule in policy.rules(dir) {
             let peers: Vec<String> = if rule.peers.is_empty() {
@@ -188,10 +235,10 @@ impl Ruleset {
             } else {
                 rule.peers
                     .iter()
-                    .filter_map(|peer| self.peer_match(cluster, policy, peer, dir))
+                    .filter_map(|peer| self.peer_match(cluster, policy, peer, dir, reuse))
                     .collect()
             };
-            let ports = self.port_matches(cluster, &rule.ports);
+            let ports = self.port_matches(cluster, &rule.ports, reuse);
             for peer in &peers {
                 for port in &ports {
                     let parts: Vec<&str> = [peer.as_str(), port.as_str(), "accept"]
@@ -213,6 +260,7 @@ impl Ruleset {
         policy: &Policy,
         peer: &Peer,
         dir: Direction,
+        reuse: Option<&Reuse<'_>>,
     ) -> Option<String> {
         let addr = match dir {
             Direction::Ingress => "saddr",
@@ -223,7 +271,7 @@ impl Ruleset {
                 pods: None,
                 namespaces: None,
             } => return None,
-            Peer::Pods { .. } => self.pods_set(cluster, policy, peer),
+            Peer::Pods { .. } => self.pods_set(cluster, policy, peer, reuse),
             Peer::Block(b) => self.block_set(b)?,
         };
         Some(format!("ip {addr} @{set}"))
@@ -232,7 +280,12 @@ impl Ruleset {
     /// The port matches of a rule, each alternative one entry (`""`: any port): numbered and
     /// protocol-only entries in one anonymous set, each named port on its own (it resolves
     /// per destination pod, through that name's set).
-    fn port_matches(&mut self, cluster: &Cluster, ports: &[svcnet_netpol::Port]) -> Vec<String> {
+    fn port_matches(
+        &mut self,
+        cluster: &Cluster,
+        ports: &[svcnet_netpol::Port],
+        reuse: Option<&Reuse<'_>>,
+    ) -> Vec<String> {
         if ports.is_empty() {
             return vec![String::new()];
         }
@@ -245,7 +298,7 @@ impl Ruleset {
                     numbered.entry(p.protocol).or_default().push((*lo, *hi))
                 }
                 PortMatch::Named(name) => {
-                    let set = self.port_set(cluster, name);
+                    let set = self.port_set(cluster, name, reuse);
                     out.push(format!(
                         "meta l4proto {} ip daddr . meta l4proto . th dport @{set}",
                         proto_word(p.protocol)
@@ -277,7 +330,13 @@ impl Ruleset {
     }
 
     /// The set of the pods a selector peer of `policy` selects (created on first use).
-    fn pods_set(&mut self, cluster: &Cluster, policy: &Policy, peer: &Peer) -> String {
+    fn pods_set(
+        &mut self,
+        cluster: &Cluster,
+        policy: &Policy,
+        peer: &Peer,
+        reuse: Option<&Reuse<'_>>,
+    ) -> String {
         let Peer::Pods { pods, namespaces } = peer else {
             return String::new();
         };
@@ -294,11 +353,17 @@ impl Ruleset {
         );
         let name = names::pods_set(&key);
         if !self.sets.contains_key(&name) {
-            let selected = cluster
-                .pods
-                .iter()
-                .filter(|pod| cluster.peer_selects(policy, peer, pod));
-            self.sets.insert(name.clone(), addresses(key, selected));
+            let selects = |pod: &Pod| cluster.peer_selects(policy, peer, pod);
+            let set = match reuse.and_then(|u| u.patch(&name, ip_strings, selects)) {
+                Some(elements) => SetSpec {
+                    type_: ADDR,
+                    interval: false,
+                    comment: key,
+                    elements,
+                },
+                None => addresses(key, cluster.pods.iter().filter(|p| selects(p))),
+            };
+            self.sets.insert(name.clone(), set);
         }
         name
     }
@@ -340,19 +405,24 @@ impl Ruleset {
     }
 
     /// The set `pod address . protocol . port` of every pod's container port called `port`.
-    fn port_set(&mut self, cluster: &Cluster, port: &str) -> String {
+    fn port_set(&mut self, cluster: &Cluster, port: &str, reuse: Option<&Reuse<'_>>) -> String {
         let name = names::port_set(port);
         if !self.sets.contains_key(&name) {
-            let mut elements = BTreeSet::new();
-            for pod in &cluster.pods {
+            let entries = |pod: &Pod| {
+                let mut out = Vec::new();
                 for protocol in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
                     for number in pod.named_ports(port, protocol) {
                         for ip in v4(&pod.ips) {
-                            elements.insert(format!("{ip} . {} . {number}", proto_word(protocol)));
+                            out.push(format!("{ip} . {} . {number}", proto_word(protocol)));
                         }
                     }
                 }
-            }
+                out
+            };
+            let elements = match reuse.and_then(|u| u.patch(&name, entries, |_| true)) {
+                Some(elements) => elements,
+                None => cluster.pods.iter().flat_map(entries).collect(),
+            };
             self.sets.insert(
                 name.clone(),
                 SetSpec {
@@ -413,6 +483,74 @@ fn merge(mut ranges: Vec<(u16, u16)>) -> Vec<(u16, u16)> {
         }
     }
     out
+}
+
+fn ip_strings(p: &Pod) -> Vec<String> {
+    v4(&p.ips).map(|ip| ip.to_string()).collect()
+}
+
+/// Renders one node's table again and again, reusing the previous render: when only pods
+/// changed (the common case: a pod created, deleted, relabelled), each set keeps its elements
+/// and only the changed pods are asked about, instead of every pod for every selector. The
+/// result is always what [`render`] gives (tested against it).
+#[derive(Debug)]
+pub struct Renderer {
+    node: String,
+    opts: Options,
+    prev: Option<(Cluster, Ruleset)>,
+}
+
+impl Renderer {
+    pub fn new(node: &str, opts: Options) -> Self {
+        Self {
+            node: node.to_string(),
+            opts,
+            prev: None,
+        }
+    }
+
+    /// The table for `cluster`.
+    pub fn render(&mut self, cluster: &Cluster) -> Ruleset {
+        let next = match &self.prev {
+            Some((c, r)) if c.namespaces == cluster.namespaces => {
+                let before: std::collections::HashMap<(&str, &str), &Pod> = c
+                    .pods
+                    .iter()
+                    .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
+                    .collect();
+                let mut old = Vec::new();
+                let mut new = Vec::new();
+                let mut kept = std::collections::HashSet::new();
+                for p in &cluster.pods {
+                    let key = (p.namespace.as_str(), p.name.as_str());
+                    match before.get(&key) {
+                        Some(b) if *b == p => {}
+                        Some(b) => {
+                            old.push(*b);
+                            new.push(p);
+                        }
+                        None => new.push(p),
+                    }
+                    kept.insert(key);
+                }
+                old.extend(
+                    c.pods
+                        .iter()
+                        .filter(|p| !kept.contains(&(p.namespace.as_str(), p.name.as_str()))),
+                );
+                let reuse = Reuse {
+                    prev: r,
+                    old,
+                    new,
+                    policies_same: c.policies == cluster.policies,
+                };
+                render_with(cluster, &self.node, &self.opts, Some(&reuse))
+            }
+            _ => render(cluster, &self.node, &self.opts),
+        };
+        self.prev = Some((cluster.clone(), next.clone()));
+        next
+    }
 }
 
 /// An address set of pods' IPv4 addresses.

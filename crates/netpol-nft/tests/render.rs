@@ -286,3 +286,53 @@ fn overlapping_port_ranges_are_merged_per_protocol() {
     "#]]
     .assert_debug_eq(&rules);
 }
+
+/// The incremental renderer gives what a full render gives, over a seeded sequence of pod
+/// additions, deletions, label and address changes, namespace label changes and policy
+/// changes.
+#[test]
+fn incremental_renders_equal_full_ones() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use svcnet_netpol_nft::Renderer;
+    let mut rng = StdRng::seed_from_u64(12);
+    let mut c = cluster();
+    let opts = Options::default();
+    let mut renderer = Renderer::new("node1", opts);
+    assert_eq!(renderer.render(&c), render(&c, "node1", &opts));
+    for step in 0..300 {
+        let n = rng.random_range(0..c.pods.len());
+        match rng.random_range(0..7) {
+            0 => {
+                let v = ["a", "b", "c", "d"][rng.random_range(0..4)];
+                c.pods[n].labels.insert("pod".into(), v.into());
+            }
+            1 => {
+                let mut p = c.pods[n].clone();
+                p.name = format!("new-{step}");
+                p.ips = vec![format!("10.244.9.{}", step % 250).parse().unwrap()];
+                p.node = Some(["node1", "node2"][rng.random_range(0..2)].into());
+                c.pods.push(p);
+            }
+            2 if c.pods.len() > 3 => {
+                c.pods.remove(n);
+            }
+            3 => c.pods[n].ips = vec![format!("10.244.8.{}", step % 250).parse().unwrap()],
+            4 => {
+                let ns = &mut c.namespaces[rng.random_range(0..3)];
+                let v = ["x", "y", "z"][rng.random_range(0..3)];
+                ns.labels.insert("ns".into(), v.into());
+            }
+            5 => c.policies.reverse(),
+            _ => {
+                let v = ["a", "b"][rng.random_range(0..2)];
+                c.policies[0].pod_selector = svcnet_netpol::Selector::labels([("pod", v)]);
+            }
+        }
+        assert_eq!(
+            renderer.render(&c),
+            render(&c, "node1", &opts),
+            "step {step}"
+        );
+    }
+}

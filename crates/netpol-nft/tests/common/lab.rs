@@ -17,7 +17,7 @@ use svcnet_libnft::NftExecutor;
 use svcnet_netns::NetNs;
 use svcnet_netns::test_support::{Server, serve_tcp, serve_udp, tcp_ask};
 use svcnet_netpol::{Cluster, Connection, Endpoint, Protocol};
-use svcnet_netpol_nft::{Enforcer, Options, conntrack, render};
+use svcnet_netpol_nft::{Enforcer, Options, Renderer, conntrack, render};
 
 use super::{NAMESPACES, PODS, PROBES, all_pods, model};
 
@@ -50,6 +50,8 @@ pub struct Lab {
     pub node: NodeTopology,
     /// The other nodes.
     pub more: Vec<(NodeTopology, Enforcer)>,
+    /// One incremental renderer per node (first node first).
+    renderers: Vec<Renderer>,
     pub model: Cluster,
     /// After each sync: `Some(true)` cuts the existing flows the change denies (the
     /// enforcer's option), `Some(false)` none; `None` (the default) empties the node's
@@ -172,9 +174,14 @@ impl Lab {
         let mut enforcers = enforcers.into_iter();
         let enforcer = enforcers.next().unwrap();
         let more = nodes[1..].iter().cloned().zip(enforcers).collect();
+        let renderers = nodes
+            .iter()
+            .map(|n| Renderer::new(&n.name, Options::default()))
+            .collect();
         Lab {
             servers,
             pods,
+            renderers,
             enforcer,
             node: nodes[0].clone(),
             more,
@@ -191,8 +198,11 @@ impl Lab {
     pub fn sync(&mut self) -> svcnet_netpol_nft::SyncReport {
         let model = &self.model;
         let cut = self.cut_denied;
-        let sync = |node: &NodeTopology, enforcer: &mut Enforcer| {
-            let r = render(model, &node.name, &Options::default());
+        let mut renderers = self.renderers.iter_mut();
+        let mut sync = |node: &NodeTopology, enforcer: &mut Enforcer| {
+            // The node loop's incremental renderer, checked against a full render.
+            let r = renderers.next().unwrap().render(model);
+            assert_eq!(r, render(model, &node.name, &Options::default()));
             let report = enforcer.sync(r).unwrap();
             let netns = Some(node.netns.as_str());
             match cut {
@@ -211,10 +221,11 @@ impl Lab {
             }
             report
         };
+        let first = sync(&self.node, &mut self.enforcer);
         for (node, enforcer) in &mut self.more {
             sync(node, enforcer);
         }
-        sync(&self.node, &mut self.enforcer)
+        first
     }
 
     pub fn pod(&self, id: &str) -> &LabPod {

@@ -22,7 +22,7 @@ use kube::{Api, Client};
 use svcnet_agent::BeforeStart;
 use svcnet_libnft::NftExecutor;
 use svcnet_netpol::Cluster;
-use svcnet_netpol_nft::{Enforcer, Options, conntrack, render};
+use svcnet_netpol_nft::{Enforcer, Options, Renderer, conntrack};
 use tokio::sync::{Notify, watch};
 
 /// How long a pod waits for its isolation before starting anyway (enforcement is broken:
@@ -131,10 +131,11 @@ pub async fn run(
     let enforcer = Arc::new(Mutex::new(Enforcer::new(NftExecutor::new(Some(
         np.netns.clone(),
     )))));
+    let mut renderer = Renderer::new(&np.node, Options::default());
     loop {
         let generation = np.wanted.load(Ordering::SeqCst);
         let cluster = model(&policies, &pods, &namespaces, &np);
-        let ruleset = render(&cluster, &np.node, &Options::default());
+        let ruleset = renderer.render(&cluster);
         let (e, netns, node, cut) = (
             enforcer.clone(),
             np.netns.clone(),
