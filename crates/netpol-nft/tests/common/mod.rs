@@ -8,19 +8,11 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use serde_json::{Value, json};
-use svcnet_netpol::{Cluster, NamedPort, Namespace, Pod, Policy, Protocol};
+use svcnet_netpol::{Cluster, Policy};
 
 pub mod lab;
 
-pub const NAMESPACES: [&str; 3] = ["x", "y", "z"];
-pub const PODS: [&str; 3] = ["a", "b", "c"];
-/// The probed (protocol, port) pairs.
-pub const PROBES: [(Protocol, u16); 4] = [
-    (Protocol::Tcp, 80),
-    (Protocol::Tcp, 81),
-    (Protocol::Udp, 80),
-    (Protocol::Udp, 81),
-];
+pub use svcnet_netpol::upstream::{NAMESPACES, PODS, PROBES};
 
 /// `x/a`, ... in upstream's order.
 pub fn all_pods() -> Vec<(String, String)> {
@@ -39,40 +31,10 @@ pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 /// The model with no policies; `place` gives each pod its address and node.
 pub fn model(place: impl Fn(&str, &str) -> (IpAddr, String)) -> Cluster {
-    let mut c = Cluster::default();
-    for ns in NAMESPACES {
-        c.namespaces.push(Namespace {
-            name: ns.into(),
-            labels: labels(&[("ns", ns), ("kubernetes.io/metadata.name", ns)]),
-        });
-    }
-    for (ns, pod) in all_pods() {
-        let ports = PROBES
-            .iter()
-            .map(|(protocol, port)| NamedPort {
-                name: format!(
-                    "serve-{port}-{}",
-                    if *protocol == Protocol::Tcp {
-                        "tcp"
-                    } else {
-                        "udp"
-                    }
-                ),
-                port: *port,
-                protocol: *protocol,
-            })
-            .collect();
-        let (ip, node) = place(&ns, &pod);
-        c.pods.push(Pod {
-            namespace: ns.clone(),
-            name: pod.clone(),
-            labels: labels(&[("pod", &pod)]),
-            ips: vec![ip],
-            ports,
-            node: Some(node),
-        });
-    }
-    c
+    svcnet_netpol::upstream::model(|ns, pod| {
+        let (ip, node) = place(ns, pod);
+        (ip, Some(node))
+    })
 }
 
 /// The snapshot tests' placement: 10.244.<ns index>.<pod index + 10>, all on `node1`.
