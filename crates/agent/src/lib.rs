@@ -27,5 +27,5 @@ pub mod test_support;
 pub mod testserver;
 pub mod topology;
 
-pub use runtime::{AgentConfig, AgentError, run};
+pub use runtime::{AgentConfig, AgentError, BeforeStart, run};
 pub use topology::{NodeTopology, Topology, TopologyConfig, TopologyError};

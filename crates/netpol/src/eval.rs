@@ -108,6 +108,40 @@ pub struct Cluster {
 static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 impl Cluster {
+    /// The model of API objects, with the policies that cannot be converted (they bypassed
+    /// admission) left out and returned beside it.
+    pub fn from_k8s(
+        policies: &[k8s_openapi::api::networking::v1::NetworkPolicy],
+        pods: &[k8s_openapi::api::core::v1::Pod],
+        namespaces: &[k8s_openapi::api::core::v1::Namespace],
+    ) -> (Cluster, Vec<crate::ModelError>) {
+        let mut errors = Vec::new();
+        let cluster = Cluster {
+            namespaces: namespaces.iter().map(Namespace::from_k8s).collect(),
+            pods: pods.iter().filter_map(Pod::from_k8s).collect(),
+            policies: policies
+                .iter()
+                .filter_map(|p| Policy::from_k8s(p).map_err(|e| errors.push(e)).ok())
+                .collect(),
+        };
+        (cluster, errors)
+    }
+
+    /// The endpoint an address stands for: the pod holding it, else a node of `nodes`
+    /// (name, address), else the bare address.
+    pub fn endpoint(&self, ip: IpAddr, nodes: &[(String, IpAddr)]) -> Endpoint {
+        if let Some(pod) = self.pods.iter().find(|p| p.ips.contains(&ip)) {
+            return Endpoint::pod(&pod.namespace, &pod.name);
+        }
+        match nodes.iter().find(|(_, a)| *a == ip) {
+            Some((name, _)) => Endpoint::Node {
+                name: name.clone(),
+                ip,
+            },
+            None => Endpoint::Ip(ip),
+        }
+    }
+
     pub fn pod(&self, namespace: &str, name: &str) -> Option<&Pod> {
         self.pods
             .iter()
@@ -225,20 +259,30 @@ impl Cluster {
                 (Endpoint::Ip(ip) | Endpoint::Node { ip, .. }, None) => b.contains(*ip),
                 (Endpoint::Pod { .. }, None) => false,
             },
+            Peer::Pods { .. } => peer_pod.is_some_and(|pod| self.peer_selects(policy, p, pod)),
+        }
+    }
+
+    /// Whether a selector peer (`podSelector` and/or `namespaceSelector`) of `policy`
+    /// selects `pod`; an `ipBlock` peer selects no pod by label (it matches addresses). The
+    /// dataplane fills its per-selector address sets with this, so a set holds exactly the
+    /// pods the evaluator would match.
+    pub fn peer_selects(&self, policy: &Policy, peer: &Peer, pod: &Pod) -> bool {
+        match peer {
+            Peer::Block(_) => false,
             // Both absent is refused by validation; match nothing rather than everything.
             Peer::Pods {
                 pods: None,
                 namespaces: None,
             } => false,
+            // Cheapest test first (a dataplane asks this for every pod and selector): the
+            // namespace's name, the pod's labels, then the namespace's labels.
             Peer::Pods { pods, namespaces } => {
-                let Some(pod) = peer_pod else {
-                    return false;
-                };
-                let ns_ok = match namespaces {
-                    Some(sel) => sel.matches(self.namespace_labels(&pod.namespace)),
-                    None => pod.namespace == policy.namespace,
-                };
-                ns_ok && pods.as_ref().is_none_or(|s| s.matches(&pod.labels))
+                (namespaces.is_some() || pod.namespace == policy.namespace)
+                    && pods.as_ref().is_none_or(|s| s.matches(&pod.labels))
+                    && namespaces
+                        .as_ref()
+                        .is_none_or(|sel| sel.matches(self.namespace_labels(&pod.namespace)))
             }
         }
     }
@@ -254,9 +298,8 @@ fn port_allows(rule: &Rule, dst: Option<&Pod>, conn: &Connection) -> bool {
                     PortMatch::Any => true,
                     PortMatch::Range(lo, hi) => (*lo..=*hi).contains(&conn.port),
                     PortMatch::Named(name) => dst.is_some_and(|pod| {
-                        pod.ports.iter().any(|cp| {
-                            &cp.name == name && cp.protocol == conn.protocol && cp.port == conn.port
-                        })
+                        pod.named_ports(name, conn.protocol)
+                            .any(|port| port == conn.port)
                     }),
                 }
         })

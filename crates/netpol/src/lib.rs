@@ -15,6 +15,7 @@
 mod eval;
 mod model;
 mod selector;
+pub mod upstream;
 
 pub use eval::{Cluster, Connection, Endpoint, SideVerdict, UnknownPod, Verdict};
 pub use model::{

@@ -80,6 +80,82 @@ pub struct Pod {
     pub node: Option<String>,
 }
 
+impl Namespace {
+    /// The model of a namespace object: its name and labels.
+    pub fn from_k8s(ns: &k8s_openapi::api::core::v1::Namespace) -> Namespace {
+        Namespace {
+            name: ns.metadata.name.clone().unwrap_or_default(),
+            labels: ns.metadata.labels.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl Pod {
+    /// The model of a pod object; `None` for what policies never select: host-network pods
+    /// (their traffic is the node's, as most implementations treat it) and finished pods
+    /// (their address may already be another pod's). A pod without an address yet has no
+    /// `ips`.
+    pub fn from_k8s(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Pod> {
+        let spec = pod.spec.as_ref();
+        if spec.and_then(|s| s.host_network).unwrap_or(false) {
+            return None;
+        }
+        let status = pod.status.as_ref();
+        if matches!(
+            status.and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        ) {
+            return None;
+        }
+        let mut ips: Vec<IpAddr> = status
+            .and_then(|s| s.pod_ips.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.ip.parse().ok())
+            .collect();
+        if ips.is_empty()
+            && let Some(ip) = status
+                .and_then(|s| s.pod_ip.as_deref())
+                .and_then(|ip| ip.parse().ok())
+        {
+            ips.push(ip);
+        }
+        let ports = spec
+            .into_iter()
+            .flat_map(|s| s.containers.iter())
+            .flat_map(|c| c.ports.iter().flatten())
+            .filter_map(|p| {
+                Some(NamedPort {
+                    name: p.name.clone()?,
+                    port: u16::try_from(p.container_port).ok()?,
+                    protocol: Protocol::parse(p.protocol.as_deref().unwrap_or("TCP"))?,
+                })
+            })
+            .collect();
+        Some(Pod {
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            ips,
+            ports,
+            node: spec.and_then(|s| s.node_name.clone()),
+        })
+    }
+
+    /// The numbers a named port resolves to on this pod: its container ports of that name
+    /// and protocol (a named port never matches a non-pod destination).
+    pub fn named_ports<'a>(
+        &'a self,
+        name: &'a str,
+        protocol: Protocol,
+    ) -> impl Iterator<Item = u16> + 'a {
+        self.ports
+            .iter()
+            .filter(move |cp| cp.name == name && cp.protocol == protocol)
+            .map(|cp| cp.port)
+    }
+}
+
 /// Which end of a connection a peer list describes, and which policies isolate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Direction {

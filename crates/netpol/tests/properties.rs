@@ -205,3 +205,54 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn pods_and_namespaces_convert_from_api_objects() {
+    use k8s_openapi::api::core::v1::{Namespace as K8sNamespace, Pod as K8sPod};
+    use svcnet_netpol::{NamedPort, Namespace, Pod};
+    let pod: K8sPod = serde_json::from_value(serde_json::json!({
+        "metadata": {"namespace": "x", "name": "a", "labels": {"pod": "a"}},
+        "spec": {"nodeName": "node1", "containers": [{"name": "c", "ports": [
+            {"name": "serve-80-udp", "containerPort": 80, "protocol": "UDP"},
+            {"containerPort": 81},
+            {"name": "serve-81-tcp", "containerPort": 81},
+        ]}]},
+        "status": {"phase": "Running", "podIP": "10.244.1.5", "podIPs": [{"ip": "10.244.1.5"}]},
+    }))
+    .unwrap();
+    let m = Pod::from_k8s(&pod).unwrap();
+    assert_eq!(
+        m.ips,
+        vec!["10.244.1.5".parse::<std::net::IpAddr>().unwrap()]
+    );
+    assert_eq!(m.node.as_deref(), Some("node1"));
+    assert_eq!(
+        m.ports,
+        vec![
+            NamedPort {
+                name: "serve-80-udp".into(),
+                port: 80,
+                protocol: Protocol::Udp
+            },
+            NamedPort {
+                name: "serve-81-tcp".into(),
+                port: 81,
+                protocol: Protocol::Tcp
+            },
+        ]
+    );
+    let mut host = pod.clone();
+    host.spec.as_mut().unwrap().host_network = Some(true);
+    assert_eq!(Pod::from_k8s(&host), None);
+    let mut done = pod;
+    done.status.as_mut().unwrap().phase = Some("Succeeded".into());
+    assert_eq!(Pod::from_k8s(&done), None);
+    let ns: K8sNamespace = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "y", "labels": {"kubernetes.io/metadata.name": "y"}},
+    }))
+    .unwrap();
+    assert_eq!(
+        Namespace::from_k8s(&ns).labels["kubernetes.io/metadata.name"],
+        "y"
+    );
+}

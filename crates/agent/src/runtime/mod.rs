@@ -56,6 +56,19 @@ pub struct AgentConfig {
     /// First restart back-off (the kubelet's 10 s), doubled per restart up to `max_backoff`.
     pub backoff: Duration,
     pub max_backoff: Duration,
+    /// Called once a pod has its address and before any of its containers starts (the
+    /// node's NetworkPolicy enforcement isolates it there, so it is never open).
+    pub before_start: Option<Arc<dyn BeforeStart>>,
+}
+
+/// A step between a pod's sandbox (its address) and its first container.
+pub trait BeforeStart: Send + Sync + std::fmt::Debug {
+    /// Returns when the pod may start; `ip` is its address on the pod network.
+    fn before_start<'a>(
+        &'a self,
+        pod: &'a Pod,
+        ip: Ipv4Addr,
+    ) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 }
 
 impl AgentConfig {
@@ -75,6 +88,7 @@ impl AgentConfig {
                 .unwrap_or_else(|_| PathBuf::from("/proc/self/exe")),
             backoff: Duration::from_secs(10),
             max_backoff: Duration::from_secs(300),
+            before_start: None,
         }
     }
 

@@ -304,6 +304,9 @@ impl PodWorker {
             .map_err(|e| format!("write resolv.conf: {e}"))?;
         std::fs::write(&self.sandbox.hosts, hosts).map_err(|e| format!("write hosts: {e}"))?;
         self.write_record();
+        if let Some(hook) = &self.cfg.before_start {
+            hook.before_start(&self.pod, pod_ip).await;
+        }
         tracing::info!(pod = %format!("{}/{}", self.ns, self.name), ip = %pod_ip, netns = %self.sandbox.netns, "sandbox ready");
         Ok(())
     }

@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use serde_json::{Value, json};
-use svcnet_netpol::{Cluster, Connection, Endpoint, NamedPort, Namespace, Pod, Policy, Protocol};
+use svcnet_netpol::{Cluster, Connection, Endpoint, Policy, Protocol};
 
 pub const NAMESPACES: [&str; 3] = ["x", "y", "z"];
 pub const PODS: [&str; 3] = ["a", "b", "c"];
@@ -37,37 +37,7 @@ pub fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 /// The model with no policies.
 pub fn model() -> Cluster {
-    let mut c = Cluster::default();
-    for ns in NAMESPACES {
-        c.namespaces.push(Namespace {
-            name: ns.into(),
-            labels: labels(&[("ns", ns), ("kubernetes.io/metadata.name", ns)]),
-        });
-    }
-    for (ns, pod) in all_pods() {
-        let ports = [
-            (80, Protocol::Tcp, "tcp"),
-            (81, Protocol::Tcp, "tcp"),
-            (80, Protocol::Udp, "udp"),
-            (81, Protocol::Udp, "udp"),
-        ]
-        .into_iter()
-        .map(|(port, protocol, p)| NamedPort {
-            name: format!("serve-{port}-{p}"),
-            port,
-            protocol,
-        })
-        .collect();
-        c.pods.push(Pod {
-            namespace: ns.clone(),
-            name: pod.clone(),
-            labels: labels(&[("pod", &pod)]),
-            ips: vec![pod_ip(&ns, &pod)],
-            ports,
-            node: None,
-        });
-    }
-    c
+    svcnet_netpol::upstream::model(|ns, pod| (pod_ip(ns, pod), None))
 }
 
 /// A policy `name` in `ns` from its spec, through the API type (so the conversion with its

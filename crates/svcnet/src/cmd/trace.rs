@@ -5,7 +5,10 @@
 //! proxy's redirect table, whose trace ends at its listener), walks them with the
 //! dataplane's own tracer (`svcnet_nft::trace`, `svcnet_iptables::trace`) and prints the hook
 //! and chain path, the frontend that matched, each endpoint that can be chosen with its share,
-//! whether and why the packet is masqueraded, and the verdict when nothing takes it. Nodes of
+//! whether and why the packet is masqueraded, the verdict when nothing takes it, and, when
+//! NetworkPolicies exist, the evaluator's verdict for each destination after DNAT (which
+//! policies isolate each end, which rule let it in; the objects are read from the API with
+//! the data dir's kubeconfig). Nodes of
 //! `svcnet up` are found in the data dir's topology (`<prefix>-node<i>` namespaces); `--netns`
 //! names any other namespace (`""`: the current one). Needs root (it enters namespaces and
 //! reads the rules).
@@ -295,7 +298,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     let (src, dst, dport, proto) = parse_packet(&args)?;
     let (node, netns) = namespace(&args)?;
     let ns = netns.clone();
-    let (traced, pkt) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+    let (traced, pkt, local) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
         let local = local_addrs(ns.as_deref())?;
         let pkt = Packet {
             src,
@@ -304,10 +307,15 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
             proto,
             local_origin: local.contains(&src),
         };
-        Ok((trace_kernel(ns.as_deref(), &pkt, local)?, pkt))
+        Ok((
+            trace_kernel(ns.as_deref(), &pkt, local.clone())?,
+            pkt,
+            local,
+        ))
     })
     .await
     .context("trace task")??;
+    let policy = policy_verdicts(&args, &node, &local, &pkt, &traced).await;
     let ping = (args.explain_ping || pkt.proto.is_none()).then_some(PING);
     let report = Report {
         node: &node,
@@ -315,6 +323,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         traced: &traced,
         pkt: &pkt,
         ping,
+        policy,
     };
     if args.output == "json" {
         println!("{}", serde_json::to_string_pretty(&report.json())?);
@@ -330,6 +339,96 @@ struct Report<'a> {
     traced: &'a Traced,
     pkt: &'a Packet,
     ping: Option<&'static str>,
+    /// NetworkPolicy's verdict per destination (`ip:port` after DNAT), when policies exist.
+    policy: BTreeMap<String, String>,
+}
+
+/// Where the packet goes after the proxy: each endpoint, or the destination itself when no
+/// service rule took it.
+fn destinations(traced: &Traced, pkt: &Packet) -> Vec<SocketAddr> {
+    let mut out: Vec<SocketAddr> = traced
+        .branches
+        .iter()
+        .filter_map(|b| match &b.outcome {
+            Outcome::Endpoint { to, .. } => Some(*to),
+            Outcome::Pass => Some(SocketAddr::new(pkt.dst, pkt.dport)),
+            _ => None,
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// NetworkPolicy's verdict for each destination, from the API's objects through the
+/// evaluator (the decision the node's table is compiled from): which policies isolate each
+/// end and which rule allowed it. Empty without a kubeconfig in the data dir, without
+/// policies, or for ICMP (policies are defined for TCP, UDP and SCTP).
+async fn policy_verdicts(
+    args: &Args,
+    node: &str,
+    local: &[IpAddr],
+    pkt: &Packet,
+    traced: &Traced,
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let protocol = match pkt.proto {
+        Some(Protocol::Tcp) => svcnet_netpol::Protocol::Tcp,
+        Some(Protocol::Udp) => svcnet_netpol::Protocol::Udp,
+        Some(Protocol::Sctp) => svcnet_netpol::Protocol::Sctp,
+        None => return out,
+    };
+    let kubeconfig = args.data_dir.join("kubeconfig");
+    if !kubeconfig.exists() {
+        return out;
+    }
+    let listed = async {
+        let client = crate::cmd::kubeconfig::client_from_kubeconfig(&kubeconfig).await?;
+        let lp = kube::api::ListParams::default();
+        let policies =
+            kube::Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::all(client.clone())
+                .list(&lp)
+                .await?
+                .items;
+        if policies.is_empty() {
+            return Ok(None);
+        }
+        let pods = kube::Api::<k8s_openapi::api::core::v1::Pod>::all(client.clone())
+            .list(&lp)
+            .await?
+            .items;
+        let namespaces = kube::Api::<k8s_openapi::api::core::v1::Namespace>::all(client)
+            .list(&lp)
+            .await?
+            .items;
+        anyhow::Ok(Some(
+            svcnet_netpol::Cluster::from_k8s(&policies, &pods, &namespaces).0,
+        ))
+    };
+    let cluster = match listed.await {
+        Ok(Some(c)) => c,
+        Ok(None) => return out,
+        Err(e) => {
+            tracing::warn!("NetworkPolicy verdicts left out: {e:#}");
+            return out;
+        }
+    };
+    let nodes: Vec<(String, IpAddr)> = local.iter().map(|ip| (node.to_string(), *ip)).collect();
+    for to in destinations(traced, pkt) {
+        let conn = svcnet_netpol::Connection {
+            src: cluster.endpoint(pkt.src, &nodes),
+            dst: cluster.endpoint(to.ip(), &[]),
+            protocol,
+            port: to.port(),
+        };
+        let text = match cluster.check(&conn) {
+            Ok(v) if v.allowed() => format!("allowed ({v})"),
+            Ok(v) => format!("denied ({v})"),
+            Err(e) => format!("unknown ({e})"),
+        };
+        out.insert(to.to_string(), text);
+    }
+    out
 }
 
 fn percent(share: f64) -> String {
@@ -448,6 +547,9 @@ impl Report<'_> {
                         "not masqueraded: the endpoint sees the client's address".into()
                     };
                     let _ = writeln!(out, "  {:>6}  {to}{via}\n          {masq}", percent(*share));
+                    if let Some(p) = self.policy.get(&to.to_string()) {
+                        let _ = writeln!(out, "          network policy: {p}");
+                    }
                     if sticky(b) {
                         let _ = writeln!(
                             out,
@@ -466,6 +568,10 @@ impl Report<'_> {
                     let _ = writeln!(out, "verdict ({}): {}", percent(*share), e.verdict);
                     if let Some((chain, rule)) = &b.ended_by {
                         let _ = writeln!(out, "  by `{rule}` in chain {chain}");
+                    }
+                    let dst = SocketAddr::new(self.pkt.dst, self.pkt.dport).to_string();
+                    if let (Outcome::Pass, Some(p)) = (o, self.policy.get(&dst)) {
+                        let _ = writeln!(out, "  network policy: {p}");
                     }
                 }
             }
@@ -527,6 +633,7 @@ impl Report<'_> {
             },
             "branches": branches,
             "explainPing": self.ping,
+            "networkPolicy": self.policy,
         })
     }
 }

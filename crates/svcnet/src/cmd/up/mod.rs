@@ -10,6 +10,7 @@
 
 mod cluster;
 mod lease;
+mod netpol;
 mod node_local;
 mod objects;
 mod streams;
@@ -37,6 +38,8 @@ pub enum Component {
     Dns,
     /// The node agent that runs pods in network namespaces.
     Agent,
+    /// NetworkPolicy enforcement on every node (nftables, table `ip svcnet-netpol`).
+    NetworkPolicy,
 }
 
 /// An inclusive port range written `FIRST-LAST`, as kube-apiserver's `--service-node-port-range`.
@@ -137,6 +140,11 @@ pub struct Args {
     /// The node-local DNS cache (NodeLocal DNSCache).
     #[command(flatten)]
     pub node_local: node_local::NodeLocalDnsOptions,
+    /// When a NetworkPolicy change denies connections that are already open, cut them too
+    /// (their conntrack entries are deleted); by default a change applies to new connections
+    /// only, as upstream intends.
+    #[arg(long)]
+    pub network_policy_cut_existing: bool,
     /// Components not to start (comma-separated).
     #[arg(long, value_delimiter = ',', value_enum)]
     pub disable: Vec<Component>,
@@ -287,13 +295,29 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                         .with_context(|| format!("proxy on {name}"))
                 });
             }
-            let cfg = cluster::agent_config(
+            let mut cfg = cluster::agent_config(
                 topology,
                 node,
                 &args.data_dir,
                 dns_service_ip,
                 &args.cluster_domain,
             );
+            if !disabled.contains(&Component::NetworkPolicy) {
+                let np = netpol::NodeNetpol::new(
+                    &node.name,
+                    &node.netns,
+                    args.network_policy_cut_existing,
+                );
+                cfg.before_start = Some(np.clone());
+                let client = client.clone();
+                let stop = stopped(stop_rx.clone());
+                let name = node.name.clone();
+                tasks.spawn(async move {
+                    netpol::run(client, np, stop)
+                        .await
+                        .with_context(|| format!("network policies on {name}"))
+                });
+            }
             let client = client.clone();
             let stop = stopped(stop_rx.clone());
             let name = node.name.clone();

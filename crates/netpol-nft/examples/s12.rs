@@ -1,0 +1,177 @@
+//! S12 (control path): 1k policies over 10k fake pods (100 namespaces, 10 nodes), the time
+//! from a pod label change or a policy change to the rules being live on one node: render
+//! (model → ruleset), plan (diff → transaction) and apply (one libnftables transaction),
+//! p50/p99 nearest-rank, inside a fresh network namespace (removed afterwards).
+//!
+//! Usage (root): `cargo run [--release] -p svcnet-netpol-nft --example s12 -- [CHANGES]`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark binary, not library code
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use svcnet_libnft::NftExecutor;
+use svcnet_netns::{NetNs, unique_name};
+use svcnet_netpol::{
+    Cluster, NamedPort, Namespace, Peer, Pod, Policy, Port, PortMatch, Protocol, Rule, Selector,
+};
+use svcnet_netpol_nft::{Enforcer, Options, Renderer};
+
+const NAMESPACES: usize = 100;
+const PODS_PER_NS: usize = 100;
+const POLICIES_PER_NS: usize = 10;
+const NODES: usize = 10;
+const NODE: &str = "node-0";
+
+fn labels(pairs: &[(&str, String)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+}
+
+fn cluster() -> Cluster {
+    let mut c = Cluster::default();
+    for n in 0..NAMESPACES {
+        let name = format!("ns-{n}");
+        c.namespaces.push(Namespace {
+            labels: labels(&[
+                ("kubernetes.io/metadata.name", name.clone()),
+                ("team", format!("team-{}", n % 10)),
+            ]),
+            name,
+        });
+        for p in 0..PODS_PER_NS {
+            let i = n * PODS_PER_NS + p;
+            c.pods.push(Pod {
+                namespace: format!("ns-{n}"),
+                name: format!("pod-{p}"),
+                labels: labels(&[("app", format!("app-{}", p % 10))]),
+                ips: vec![IpAddr::V4(Ipv4Addr::new(
+                    10,
+                    100 + (i / 65536) as u8,
+                    (i / 256 % 256) as u8,
+                    (i % 256) as u8,
+                ))],
+                ports: vec![NamedPort {
+                    name: "http".into(),
+                    port: 8080,
+                    protocol: Protocol::Tcp,
+                }],
+                node: Some(format!("node-{}", i % NODES)),
+            });
+        }
+        for k in 0..POLICIES_PER_NS {
+            c.policies.push(Policy {
+                namespace: format!("ns-{n}"),
+                name: format!("allow-{k}"),
+                pod_selector: Selector::labels([("app", format!("app-{k}").as_str())]),
+                isolates_ingress: true,
+                isolates_egress: false,
+                ingress: vec![Rule {
+                    peers: vec![Peer::Pods {
+                        pods: Some(Selector::labels([(
+                            "app",
+                            format!("app-{}", (k + 1) % 10).as_str(),
+                        )])),
+                        namespaces: Some(Selector::labels([(
+                            "team",
+                            format!("team-{}", n % 10).as_str(),
+                        )])),
+                    }],
+                    ports: vec![
+                        Port {
+                            protocol: Protocol::Tcp,
+                            port: PortMatch::Range(80, 80),
+                        },
+                        Port {
+                            protocol: Protocol::Tcp,
+                            port: PortMatch::Named("http".into()),
+                        },
+                    ],
+                }],
+                egress: vec![],
+            });
+        }
+    }
+    c
+}
+
+fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
+    v.sort();
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+fn main() {
+    let changes: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(100);
+    let ns = NetNs::create(&unique_name("s12")).expect("create a network namespace (root)");
+    let mut enforcer = Enforcer::new(NftExecutor::new(Some(ns.name().to_string())));
+    let mut c = cluster();
+    let opts = Options::default();
+    let mut renderer = Renderer::new(NODE, opts);
+    let t = Instant::now();
+    let r = renderer.render(&c);
+    let render_full = t.elapsed();
+    let (sets, chains) = (r.sets.len(), r.chains.len());
+    let report = enforcer.sync(r).unwrap();
+    println!(
+        "S12: {} policies, {} pods ({} on {NODE}), {sets} sets, {chains} chains; full sync: render {render_full:?}, apply {:?} ({} ops)",
+        c.policies.len(),
+        c.pods.len(),
+        c.pods.len() / NODES,
+        report.took,
+        report.ops
+    );
+    let (mut total, mut rendering, mut applying) = (Vec::new(), Vec::new(), Vec::new());
+    let mut ops = Vec::new();
+    let (mut pod_changes, mut policy_changes) = (Vec::new(), Vec::new());
+    for i in 0..changes {
+        let t = Instant::now();
+        if i % 2 == 0 {
+            // A local pod's label moves it under another policy and into another peer set.
+            let local = c.pods.len() / NODES;
+            let pod = &mut c.pods[(i * 37 % local) * NODES];
+            let app = format!("app-{}", (i / 2) % 10);
+            pod.labels.insert("app".into(), app);
+        } else {
+            // A policy's port changes: its own chain is rewritten.
+            let n = i * 13 % c.policies.len();
+            c.policies[n].ingress[0].ports[0].port = PortMatch::Range(80, 80 + (i % 7) as u16);
+        }
+        let r = renderer.render(&c);
+        let rendered = t.elapsed();
+        ops.push(enforcer.sync(r).unwrap().ops);
+        let done = t.elapsed();
+        total.push(done);
+        rendering.push(rendered);
+        applying.push(done - rendered);
+        if i % 2 == 0 {
+            pod_changes.push(done);
+        } else {
+            policy_changes.push(done);
+        }
+    }
+    ops.sort_unstable();
+    println!(
+        "{changes} changes (pod label / policy port, alternating): change→live p50 {:?} p99 {:?}; render p50 {:?} p99 {:?}; plan+apply p50 {:?} p99 {:?}; ops per change p50 {} max {}",
+        pct(total.clone(), 50.0),
+        pct(total, 99.0),
+        pct(rendering.clone(), 50.0),
+        pct(rendering, 99.0),
+        pct(applying.clone(), 50.0),
+        pct(applying, 99.0),
+        ops[ops.len() / 2],
+        ops[ops.len() - 1],
+    );
+    println!(
+        "change→live by kind: pod label p50 {:?} p99 {:?}; policy p50 {:?} p99 {:?}",
+        pct(pod_changes.clone(), 50.0),
+        pct(pod_changes, 99.0),
+        pct(policy_changes.clone(), 50.0),
+        pct(policy_changes, 99.0),
+    );
+}

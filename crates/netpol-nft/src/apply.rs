@@ -1,0 +1,110 @@
+//! The only I/O of this crate: applying plans through a long-lived libnftables context in
+//! the node's network namespace, remembering what the kernel holds.
+
+use std::time::{Duration, Instant};
+
+use svcnet_libnft::{ApplyError, NftExecutor};
+
+use crate::names;
+use crate::plan::plan;
+use crate::render::Ruleset;
+
+/// What one sync did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncReport {
+    /// Operations in the transaction (0: nothing changed, nothing was sent).
+    pub ops: usize,
+    /// Whether the whole table was (re)created.
+    pub full: bool,
+    pub took: Duration,
+}
+
+/// Enforces one node's rendered policies: applies the difference to what it applied last, as
+/// one transaction; after a failure, the next sync recreates the whole table.
+#[derive(Debug)]
+pub struct Enforcer {
+    exec: NftExecutor,
+    applied: Option<Ruleset>,
+}
+
+impl Enforcer {
+    /// An enforcer for the named network namespace (`None`: this process's).
+    pub fn new(exec: NftExecutor) -> Self {
+        Self {
+            exec,
+            applied: None,
+        }
+    }
+
+    /// The executor (its namespace's context), for readers of the kernel's table.
+    pub fn executor(&self) -> &NftExecutor {
+        &self.exec
+    }
+
+    /// What was last applied successfully.
+    pub fn applied(&self) -> Option<&Ruleset> {
+        self.applied.as_ref()
+    }
+
+    /// Makes the kernel hold `next`.
+    pub fn sync(&mut self, next: Ruleset) -> Result<SyncReport, ApplyError> {
+        let start = Instant::now();
+        let full = self.applied.is_none();
+        let tx = plan(self.applied.as_ref(), &next);
+        let ops = tx.len();
+        if let Err(e) = self.exec.apply(&tx) {
+            self.applied = None;
+            self.exec.reset();
+            return Err(e);
+        }
+        self.applied = Some(next);
+        Ok(SyncReport {
+            ops,
+            full,
+            took: start.elapsed(),
+        })
+    }
+
+    /// Forgets what was applied: the next sync recreates the table (a periodic resync that
+    /// repairs changes made behind svcnet's back).
+    pub fn invalidate(&mut self) {
+        self.applied = None;
+    }
+
+    /// Removes the table; `Ok(false)` when it was not there.
+    pub fn cleanup(&mut self) -> Result<bool, ApplyError> {
+        self.applied = None;
+        self.exec.delete_table(names::FAMILY, names::TABLE)
+    }
+}
+
+/// Makes bridged traffic visible to the table: pods on one node talk across its bridge
+/// without the node's routing, and only br_netfilter (`net.bridge.bridge-nf-call-iptables`,
+/// per network namespace) hands those packets to the forward hook. Loads the module when
+/// the setting does not exist (a kernel where it is a module, not built in).
+pub fn bridge_netfilter(netns: Option<&str>) -> Result<(), String> {
+    let set = || {
+        svcnet_netns::command(netns, "sysctl")
+            .args(["-qw", "net.bridge.bridge-nf-call-iptables=1"])
+            .output()
+            .map_err(|e| format!("running sysctl: {e}"))
+    };
+    let out = set()?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let loaded = std::process::Command::new("modprobe")
+        .arg("br_netfilter")
+        .output()
+        .map_err(|e| format!("running modprobe br_netfilter: {e}"))?;
+    let out = set()?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "cannot turn on net.bridge.bridge-nf-call-iptables ({}; modprobe br_netfilter: {}): \
+         traffic between pods on one node is not filtered",
+        String::from_utf8_lossy(&out.stderr).trim(),
+        String::from_utf8_lossy(&loaded.stderr).trim()
+    ))
+}

@@ -1,0 +1,192 @@
+//! The option that also cuts existing connections a change now denies (off by default, as
+//! upstream intends: the table judges new connections, and `ct state established` lets an
+//! accepted one live on). The conntrack table is read with `conntrack -L`, each flow judged
+//! by the evaluator (source, destination after DNAT, protocol, destination port after DNAT),
+//! and the denied ones deleted with `conntrack -D`: their next packet is a new connection,
+//! which the table then refuses.
+//!
+//! [`parse`] and [`denied`] are pure; [`list`] and [`delete`] run the CLI.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::process::Stdio;
+
+use svcnet_netpol::{Cluster, Connection, Endpoint, Protocol};
+
+/// One conntrack entry: its original tuple and where DNAT sent it (the reply's source).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Flow {
+    pub protocol: Protocol,
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub sport: u16,
+    pub dport: u16,
+    /// The destination after DNAT (the reply's source address and port).
+    pub to: Ipv4Addr,
+    pub to_port: u16,
+}
+
+/// Why listing or deleting failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConntrackError {
+    #[error("conntrack not found; install it (Debian/Ubuntu: `apt-get install conntrack`)")]
+    NotInstalled,
+    #[error("`conntrack {args}` failed: {stderr}")]
+    Failed { args: String, stderr: String },
+    #[error("running conntrack: {0}")]
+    Io(std::io::Error),
+}
+
+/// A line of `conntrack -L` (`tcp 6 431999 ESTABLISHED src=… dst=… sport=… dport=… src=…
+/// dst=… sport=… dport=… [ASSURED] …`); `None` for other protocols or lines.
+pub fn parse(line: &str) -> Option<Flow> {
+    let mut words = line.split_whitespace();
+    let protocol = match words.next()? {
+        "tcp" => Protocol::Tcp,
+        "udp" => Protocol::Udp,
+        "sctp" => Protocol::Sctp,
+        _ => return None,
+    };
+    let mut src = Vec::new();
+    let mut dst = Vec::new();
+    let mut sport = Vec::new();
+    let mut dport = Vec::new();
+    for w in words {
+        if let Some((k, v)) = w.split_once('=') {
+            match k {
+                "src" => src.push(v.parse::<Ipv4Addr>().ok()?),
+                "dst" => dst.push(v.parse::<Ipv4Addr>().ok()?),
+                "sport" => sport.push(v.parse::<u16>().ok()?),
+                "dport" => dport.push(v.parse::<u16>().ok()?),
+                _ => {}
+            }
+        }
+    }
+    if src.len() < 2 || dst.is_empty() || sport.len() < 2 || dport.is_empty() {
+        return None;
+    }
+    Some(Flow {
+        protocol,
+        src: src[0],
+        dst: dst[0],
+        sport: sport[0],
+        dport: dport[0],
+        to: src[1],
+        to_port: sport[1],
+    })
+}
+
+/// The flows touching a pod of `node` that the policies of `cluster` deny. `nodes` names the
+/// nodes' addresses (traffic from a pod's own node is always allowed).
+pub fn denied<'a>(
+    cluster: &Cluster,
+    node: &str,
+    nodes: &[(String, IpAddr)],
+    flows: &'a [Flow],
+) -> Vec<&'a Flow> {
+    let local = |e: &Endpoint| match e {
+        Endpoint::Pod { namespace, name } => cluster
+            .pod(namespace, name)
+            .is_some_and(|p| p.node.as_deref() == Some(node)),
+        _ => false,
+    };
+    flows
+        .iter()
+        .filter(|f| {
+            let src = cluster.endpoint(IpAddr::V4(f.src), nodes);
+            let dst = cluster.endpoint(IpAddr::V4(f.to), nodes);
+            (local(&src) || local(&dst))
+                && !cluster.allowed(&Connection {
+                    src,
+                    dst,
+                    protocol: f.protocol,
+                    port: f.to_port,
+                })
+        })
+        .collect()
+}
+
+fn run(netns: Option<&str>, args: &[String]) -> Result<String, ConntrackError> {
+    let out = svcnet_netns::command(netns, "conntrack")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => ConntrackError::NotInstalled,
+            _ => ConntrackError::Io(e),
+        })?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // `-D` with nothing left to delete (the flow ended meanwhile) exits 1: not an error.
+    if !out.status.success() && !stderr.contains("0 flow entries") {
+        return Err(ConntrackError::Failed {
+            args: args.join(" "),
+            stderr: stderr.trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The IPv4 TCP, UDP and SCTP flows of the namespace.
+pub fn list(netns: Option<&str>) -> Result<Vec<Flow>, ConntrackError> {
+    let out = run(netns, &["-L".into(), "-f".into(), "ipv4".into()])?;
+    Ok(out.lines().filter_map(parse).collect())
+}
+
+/// Deletes the flows by their original tuple; returns how many were asked for.
+pub fn delete(netns: Option<&str>, flows: &[&Flow]) -> Result<usize, ConntrackError> {
+    for f in flows {
+        let proto = match f.protocol {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        };
+        let args: Vec<String> = [
+            "-D",
+            "-p",
+            proto,
+            "-s",
+            &f.src.to_string(),
+            "-d",
+            &f.dst.to_string(),
+            "--sport",
+            &f.sport.to_string(),
+            "--dport",
+            &f.dport.to_string(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        run(netns, &args)?;
+    }
+    Ok(flows.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dnat_flow_is_judged_by_where_it_went() {
+        let line = "tcp      6 431999 ESTABLISHED src=10.0.1.5 dst=10.96.0.10 sport=40000 dport=80 \
+                    src=10.0.1.7 dst=10.0.1.5 sport=8080 dport=40000 [ASSURED] mark=0 use=1";
+        assert_eq!(
+            parse(line),
+            Some(Flow {
+                protocol: Protocol::Tcp,
+                src: Ipv4Addr::new(10, 0, 1, 5),
+                dst: Ipv4Addr::new(10, 96, 0, 10),
+                sport: 40000,
+                dport: 80,
+                to: Ipv4Addr::new(10, 0, 1, 7),
+                to_port: 8080,
+            })
+        );
+        assert_eq!(
+            parse("icmp 1 29 src=1.1.1.1 dst=2.2.2.2 type=8 code=0 id=1"),
+            None
+        );
+        assert_eq!(
+            parse("conntrack v1.4.7 (conntrack-tools): 0 flow entries"),
+            None
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! From the last applied [`Ruleset`] and the next one to one transaction: the whole table
+//! when nothing is known to be applied, otherwise only what changed (a pod joining a
+//! selector is one `add element`; a changed policy flushes and refills its own chain).
+//! Either way one atomic batch: the kernel never holds half a change.
+
+use std::collections::BTreeSet;
+
+use svcnet_libnft::{Op, SetDef, SetKind, Transaction};
+
+use crate::names;
+use crate::render::{ChainSpec, Ruleset, SetSpec};
+
+/// nft keeps at most 128 bytes of a comment.
+const COMMENT_MAX: usize = 120;
+
+fn set_def(name: &str, s: &SetSpec) -> SetDef {
+    let comment: String = s
+        .comment
+        .chars()
+        .filter(|c| c.is_ascii() && *c != '"')
+        .take(COMMENT_MAX)
+        .collect();
+    SetDef {
+        name: name.to_string(),
+        kind: SetKind::Set,
+        type_: s.type_.to_string(),
+        flags: if s.interval { vec!["interval"] } else { vec![] },
+        timeout_seconds: None,
+        size: None,
+        comment: Some(comment),
+    }
+}
+
+fn add_set(tx: &mut Transaction, name: &str, s: &SetSpec) {
+    tx.push(Op::AddSet(set_def(name, s)));
+    for e in &s.elements {
+        tx.push(Op::AddElement {
+            set: name.to_string(),
+            key: e.clone(),
+            value: None,
+        });
+    }
+}
+
+fn add_rules(tx: &mut Transaction, name: &str, c: &ChainSpec) {
+    for rule in &c.rules {
+        tx.push(Op::AddRule {
+            chain: name.to_string(),
+            rule: rule.clone(),
+        });
+    }
+}
+
+/// The whole table, recreated: whatever was there (a crashed agent's leftovers, a table
+/// changed behind svcnet's back) is replaced in the same batch.
+pub fn plan_full(next: &Ruleset) -> Transaction {
+    let mut tx = Transaction::new(names::FAMILY, names::TABLE);
+    let comment = Some("svcnet NetworkPolicy enforcement".to_string());
+    tx.push(Op::AddTable {
+        comment: comment.clone(),
+    });
+    tx.push(Op::DeleteTable);
+    tx.push(Op::AddTable { comment });
+    for (name, s) in &next.sets {
+        add_set(&mut tx, name, s);
+    }
+    // Every chain exists before any rule jumps to it.
+    for (name, c) in &next.chains {
+        tx.push(Op::AddChain {
+            name: name.clone(),
+            base: c.base.clone(),
+        });
+    }
+    for (name, c) in &next.chains {
+        add_rules(&mut tx, name, c);
+    }
+    tx
+}
+
+/// What turns `prev` (applied) into `next`; [`plan_full`] when `prev` is unknown.
+pub fn plan(prev: Option<&Ruleset>, next: &Ruleset) -> Transaction {
+    let Some(prev) = prev else {
+        return plan_full(next);
+    };
+    // A set's name fixes its type; a differing one means a renderer change: start over.
+    let retyped = next.sets.iter().any(|(name, s)| {
+        prev.sets
+            .get(name)
+            .is_some_and(|p| (p.type_, p.interval) != (s.type_, s.interval))
+    });
+    let rebased = next
+        .chains
+        .iter()
+        .any(|(name, c)| prev.chains.get(name).is_some_and(|p| p.base != c.base));
+    if retyped || rebased {
+        return plan_full(next);
+    }
+    let changed: Vec<(&String, &ChainSpec)> = next
+        .chains
+        .iter()
+        .filter(|(name, c)| prev.chains.get(*name).is_none_or(|p| p.rules != c.rules))
+        .collect();
+    let removed: Vec<&String> = prev
+        .chains
+        .keys()
+        .filter(|name| !next.chains.contains_key(*name))
+        .collect();
+    // nft compiles a chain block without loading its cache of the table, so every set the
+    // written rules use is declared in the batch (idempotent for an existing set); so is
+    // every set receiving elements, which then go in declaration form.
+    let referenced: BTreeSet<&str> = changed
+        .iter()
+        .flat_map(|(_, c)| c.rules.iter())
+        .flat_map(|r| r.split_whitespace())
+        .filter_map(|w| w.strip_prefix('@'))
+        .collect();
+    let mut tx = Transaction::new(names::FAMILY, names::TABLE);
+    for (name, s) in &next.sets {
+        if let Some(old) = prev.sets.get(name) {
+            for e in old.elements.difference(&s.elements) {
+                tx.push(Op::DeleteElement {
+                    set: name.clone(),
+                    key: e.clone(),
+                });
+            }
+        }
+    }
+    for (name, s) in &next.sets {
+        let Some(old) = prev.sets.get(name) else {
+            add_set(&mut tx, name, s);
+            continue;
+        };
+        let added: Vec<&String> = s.elements.difference(&old.elements).collect();
+        if added.is_empty() && !referenced.contains(name.as_str()) {
+            continue;
+        }
+        tx.push(Op::AddSet(set_def(name, s)));
+        for e in added {
+            tx.push(Op::AddElement {
+                set: name.clone(),
+                key: e.clone(),
+                value: None,
+            });
+        }
+    }
+    for (name, c) in &next.chains {
+        if !prev.chains.contains_key(name) {
+            tx.push(Op::AddChain {
+                name: name.clone(),
+                base: c.base.clone(),
+            });
+        }
+    }
+    // Rules that jump to a removed chain or use a removed set go before those are deleted.
+    let rewritten = changed
+        .iter()
+        .filter(|(n, _)| prev.chains.contains_key(*n))
+        .map(|(n, _)| *n);
+    for name in rewritten.chain(removed.iter().copied()) {
+        tx.push(Op::FlushChain(name.clone()));
+    }
+    for (name, c) in changed {
+        add_rules(&mut tx, name, c);
+    }
+    for name in removed {
+        tx.push(Op::DeleteChain(name.clone()));
+    }
+    for name in prev.sets.keys() {
+        if !next.sets.contains_key(name) {
+            tx.push(Op::DeleteSet {
+                name: name.clone(),
+                kind: SetKind::Set,
+            });
+        }
+    }
+    tx
+}

@@ -1,0 +1,561 @@
+//! The enforcer against the real kernel, judged by the evaluator: upstream's 3×3 model in
+//! network namespaces (pods on the agent's bridge), every ordered pair probed on TCP and UDP
+//! 80/81, by pod IP and through a Service IP (DNAT before the policy), after each of
+//! upstream's e2e cases (`network_policy.go`), with the "update" cases applied as
+//! incremental changes.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use common::lab::{Lab, Via};
+use common::policy;
+use serde_json::{Value, json};
+use svcnet_netns::test_support::{Session, tcp_ask};
+use svcnet_netpol::Policy;
+use svcnet_netpol_nft::names;
+
+fn p(ns: &str, name: &str, spec: Value) -> Policy {
+    policy(ns, name, spec)
+}
+
+/// Sets the policies, syncs incrementally, and checks the whole matrix both ways.
+fn case(lab: &mut Lab, name: &str, policies: Vec<Policy>) {
+    lab.model.policies = policies;
+    check(lab, name);
+}
+
+fn check(lab: &mut Lab, name: &str) {
+    let report = lab.sync();
+    assert!(!report.full, "{name}: a change must not recreate the table");
+    lab.check(name, Via::PodIp);
+    lab.check(name, Via::ServiceIp);
+}
+
+/// A listing's sets and chains in name order (nft lists chains in creation order).
+fn blocks(listing: &str) -> Vec<String> {
+    let mut b: Vec<String> = listing
+        .split("\n\n")
+        .map(|s| s.trim().to_string())
+        .collect();
+    b.sort();
+    b
+}
+
+fn label_pod(lab: &mut Lab, id: &str, key: &str, value: &str) {
+    let (ns, name) = id.split_once('/').unwrap();
+    let pod = lab
+        .model
+        .pods
+        .iter_mut()
+        .find(|p| p.namespace == ns && p.name == name)
+        .unwrap();
+    pod.labels.insert(key.into(), value.into());
+}
+
+fn pod_a_from(peer: Value) -> Value {
+    json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"from": [peer]}]})
+}
+
+#[test]
+fn upstream_cases_in_the_kernel_match_the_evaluator() {
+    upstream_cases(Lab::new());
+}
+
+/// The same across two nodes (host-gw routes): a pair on two nodes is judged by the source's
+/// node for its egress and by the destination's for its ingress.
+#[test]
+fn upstream_cases_across_two_nodes_match_the_evaluator() {
+    upstream_cases(Lab::with_nodes(2));
+}
+
+fn upstream_cases(mut lab: Lab) {
+    assert!(lab.sync().full);
+    lab.check("no policies", Via::PodIp);
+    let ns_y = json!({"namespaceSelector": {"matchLabels": {"ns": "y"}}});
+    let not_x = json!({"matchExpressions": [{"key": "ns", "operator": "NotIn", "values": ["x"]}]});
+    let deny_all_x = || {
+        p(
+            "x",
+            "deny-all",
+            json!({"podSelector": {}, "policyTypes": ["Ingress", "Egress"]}),
+        )
+    };
+    let cases: Vec<(&str, Vec<Policy>)> = vec![
+        (
+            "default-deny-ingress",
+            vec![p("x", "deny-ingress", json!({"podSelector": {}}))],
+        ),
+        ("default-deny-all", vec![deny_all_x()]),
+        (
+            "allow from pods in server namespace by podSelector",
+            vec![p(
+                "x",
+                "a-from-b",
+                pod_a_from(json!({"podSelector": {"matchLabels": {"pod": "b"}}})),
+            )],
+        ),
+        (
+            "allow ingress for a target",
+            vec![
+                p("x", "deny-ingress", json!({"podSelector": {}})),
+                p(
+                    "x",
+                    "target",
+                    json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"ports": [{"port": 80}]}]}),
+                ),
+            ],
+        ),
+        (
+            "allow ingress from pods in all namespaces",
+            vec![p(
+                "x",
+                "all-ns",
+                json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {}}]}]}),
+            )],
+        ),
+        (
+            "only from a different namespace by namespaceSelector",
+            vec![p(
+                "x",
+                "from-y",
+                json!({"podSelector": {}, "ingress": [{"from": [ns_y.clone()]}]}),
+            )],
+        ),
+        (
+            "podSelector with matchExpressions",
+            vec![p(
+                "x",
+                "a-from-b",
+                pod_a_from(
+                    json!({"podSelector": {"matchExpressions": [{"key": "pod", "operator": "In", "values": ["b"]}]}}),
+                ),
+            )],
+        ),
+        (
+            "namespaceSelector with matchExpressions",
+            vec![p(
+                "x",
+                "from-y",
+                json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchExpressions": [{"key": "ns", "operator": "In", "values": ["y"]}]}}]}]}),
+            )],
+        ),
+        (
+            "podSelector or namespaceSelector",
+            vec![p(
+                "x",
+                "or",
+                json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"from": [
+                {"namespaceSelector": not_x.clone()}, {"podSelector": {"matchLabels": {"pod": "b"}}}]}]}),
+            )],
+        ),
+        (
+            "podSelector and namespaceSelector",
+            vec![p(
+                "x",
+                "and",
+                pod_a_from(
+                    json!({"namespaceSelector": not_x.clone(), "podSelector": {"matchLabels": {"pod": "b"}}}),
+                ),
+            )],
+        ),
+        (
+            "multiple podSelectors and namespaceSelectors",
+            vec![p(
+                "x",
+                "multi",
+                pod_a_from(json!({"namespaceSelector": not_x.clone(),
+                "podSelector": {"matchExpressions": [{"key": "pod", "operator": "In", "values": ["b", "c"]}]}})),
+            )],
+        ),
+        (
+            "any podSelectors",
+            vec![p(
+                "x",
+                "b-or-c",
+                json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"from": [
+                {"podSelector": {"matchLabels": {"pod": "b"}}}, {"podSelector": {"matchLabels": {"pod": "c"}}}]}]}),
+            )],
+        ),
+        (
+            "only from a pod in a different namespace",
+            vec![p(
+                "x",
+                "y-a",
+                pod_a_from(
+                    json!({"namespaceSelector": {"matchLabels": {"ns": "y"}}, "podSelector": {"matchLabels": {"pod": "a"}}}),
+                ),
+            )],
+        ),
+        (
+            "ports",
+            vec![p(
+                "x",
+                "port-81",
+                json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"from": [ns_y.clone()], "ports": [{"port": 81}]}]}),
+            )],
+        ),
+        (
+            "multiple stacked policies with overlapping podSelectors",
+            vec![
+                p(
+                    "x",
+                    "port-80",
+                    json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"from": [ns_y.clone()], "ports": [{"port": 80}]}]}),
+                ),
+                p(
+                    "x",
+                    "port-81",
+                    json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"from": [ns_y.clone()], "ports": [{"port": 81}]}]}),
+                ),
+            ],
+        ),
+        (
+            "allow-all",
+            vec![p(
+                "x",
+                "allow-all",
+                json!({"podSelector": {}, "ingress": [{}]}),
+            )],
+        ),
+        (
+            "ingress on one named port",
+            vec![p(
+                "x",
+                "named",
+                json!({"podSelector": {}, "ingress": [{"ports": [{"port": "serve-81-tcp"}]}]}),
+            )],
+        ),
+        (
+            "ingress from namespace on one named port",
+            vec![p(
+                "x",
+                "named-y",
+                json!({"podSelector": {}, "ingress": [{"from": [ns_y.clone()], "ports": [{"port": "serve-80-tcp"}]}]}),
+            )],
+        ),
+        (
+            "egress on one named port",
+            vec![p(
+                "x",
+                "egress-named",
+                json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"ports": [{"port": "serve-80-tcp"}]}]}),
+            )],
+        ),
+        (
+            "deny ingress from pods in other namespaces",
+            vec![p(
+                "x",
+                "same-ns",
+                json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}),
+            )],
+        ),
+        (
+            "deny egress by podSelector",
+            vec![p(
+                "x",
+                "deny-egress-a",
+                json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Egress"]}),
+            )],
+        ),
+        (
+            "deny egress from all pods in a namespace",
+            vec![p(
+                "x",
+                "deny-egress",
+                json!({"podSelector": {}, "policyTypes": ["Egress"]}),
+            )],
+        ),
+        (
+            "ingress and egress together",
+            vec![p(
+                "x",
+                "both",
+                json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}],
+                "egress": [{"ports": [{"protocol": "UDP", "port": 53}]}]}),
+            )],
+        ),
+        (
+            "deny egress on the client even if the server allows",
+            vec![
+                p(
+                    "x",
+                    "deny-egress-a",
+                    json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Egress"]}),
+                ),
+                p(
+                    "y",
+                    "allow-all",
+                    json!({"podSelector": {}, "ingress": [{}]}),
+                ),
+            ],
+        ),
+        (
+            "egress to a server in another namespace by pod and namespace",
+            vec![p(
+                "x",
+                "to-y-a",
+                json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Egress"],
+                "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}, "podSelector": {"matchLabels": {"pod": "a"}}}]}]}),
+            )],
+        ),
+        (
+            "any port on a specific protocol",
+            vec![p(
+                "x",
+                "tcp-only",
+                json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"ports": [{"protocol": "TCP"}]}]}),
+            )],
+        ),
+        (
+            "multiple ingress policies with allow-all taking precedence",
+            vec![
+                p(
+                    "x",
+                    "port-80",
+                    json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"ports": [{"port": 80}]}]}),
+                ),
+                p(
+                    "x",
+                    "allow-all",
+                    json!({"podSelector": {}, "ingress": [{}]}),
+                ),
+            ],
+        ),
+        (
+            "multiple egress policies with allow-all taking precedence",
+            vec![
+                p(
+                    "x",
+                    "port-80",
+                    json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Egress"], "egress": [{"ports": [{"port": 80}]}]}),
+                ),
+                p(
+                    "x",
+                    "allow-all",
+                    json!({"podSelector": {}, "policyTypes": ["Egress"], "egress": [{}]}),
+                ),
+            ],
+        ),
+        (
+            "ingress and egress controlled independently",
+            vec![p(
+                "x",
+                "not-to-b",
+                json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Egress"],
+                "egress": [{"to": [{"podSelector": {"matchExpressions": [{"key": "pod", "operator": "NotIn", "values": ["b"]}]}}]}]}),
+            )],
+        ),
+        (
+            "SCTP is not treated as TCP",
+            vec![p(
+                "x",
+                "sctp-only",
+                json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"ports": [{"protocol": "SCTP", "port": 80}]}]}),
+            )],
+        ),
+        (
+            "UDP-only policy does not allow TCP",
+            vec![p(
+                "x",
+                "udp-81",
+                json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"ports": [{"protocol": "UDP", "port": 81}]}]}),
+            )],
+        ),
+        (
+            "namespaceSelector matchLabels on the default namespace label",
+            vec![p(
+                "x",
+                "by-name",
+                json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "y"}}}]}]}),
+            )],
+        ),
+        (
+            "namespaceSelector matchExpressions on the default namespace label",
+            vec![p(
+                "x",
+                "by-name-expr",
+                json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Egress"],
+                "egress": [{"to": [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["y"]}]}}]}]}),
+            )],
+        ),
+        (
+            "UDP ports",
+            vec![p(
+                "x",
+                "udp-81-from-y",
+                json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"from": [ns_y.clone()], "ports": [{"protocol": "UDP", "port": 81}]}]}),
+            )],
+        ),
+        (
+            "endPort",
+            vec![p(
+                "x",
+                "80-81",
+                json!({"podSelector": {}, "ingress": [{"ports": [{"port": 80, "endPort": 81}, {"protocol": "UDP", "port": 79, "endPort": 80}]}]}),
+            )],
+        ),
+    ];
+    for (name, policies) in cases {
+        case(&mut lab, name, policies);
+    }
+
+    // ipBlock cases, with the pods' real addresses.
+    let xb = lab.pod("x/b").ip;
+    let node_cidr = lab.node.pod_cidr.to_string();
+    let to_xb = || {
+        p(
+            "x",
+            "to-x-b",
+            json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Egress"],
+            "egress": [{"to": [{"ipBlock": {"cidr": format!("{xb}/32")}}]}]}),
+        )
+    };
+    let except_xb = p(
+        "x",
+        "except-x-b",
+        json!({"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Egress"],
+        "egress": [{"to": [{"ipBlock": {"cidr": node_cidr, "except": [format!("{xb}/32")]}}]}]}),
+    );
+    case(&mut lab, "egress to a CIDR block", vec![to_xb()]);
+    case(&mut lab, "except clause", vec![except_xb.clone()]);
+    case(
+        &mut lab,
+        "IP in both CIDR and except is allowed by a second policy",
+        vec![except_xb, to_xb()],
+    );
+    case(
+        &mut lab,
+        "ingress from a CIDR block",
+        vec![p(
+            "y",
+            "from-x-b",
+            json!({"podSelector": {}, "ingress": [{"from": [{"ipBlock": {"cidr": format!("{xb}/32")}}], "ports": [{"port": 80, "endPort": 81}]}]}),
+        )],
+    );
+
+    // The update cases: one object changes, the kernel follows incrementally.
+    case(
+        &mut lab,
+        "policy before update",
+        vec![p(
+            "x",
+            "mutate",
+            json!({"podSelector": {}, "ingress": [{}]}),
+        )],
+    );
+    case(
+        &mut lab,
+        "enforce updated policy",
+        vec![p("x", "mutate", json!({"podSelector": {}, "ingress": []}))],
+    );
+    case(
+        &mut lab,
+        "before namespace label",
+        vec![p(
+            "x",
+            "ns2",
+            pod_a_from(json!({"namespaceSelector": {"matchLabels": {"ns2": "updated"}}})),
+        )],
+    );
+    let y = lab
+        .model
+        .namespaces
+        .iter_mut()
+        .find(|n| n.name == "y")
+        .unwrap();
+    y.labels.insert("ns2".into(), "updated".into());
+    check(&mut lab, "ingress from updated namespace");
+    case(
+        &mut lab,
+        "before pod label",
+        vec![p(
+            "x",
+            "pod2",
+            pod_a_from(json!({"podSelector": {"matchLabels": {"pod2": "updated"}}})),
+        )],
+    );
+    label_pod(&mut lab, "x/b", "pod2", "updated");
+    check(&mut lab, "ingress from updated pod");
+    case(
+        &mut lab,
+        "before target label",
+        vec![p(
+            "x",
+            "isolate",
+            json!({"podSelector": {"matchLabels": {"target": "isolated"}}, "policyTypes": ["Ingress"]}),
+        )],
+    );
+    label_pod(&mut lab, "x/a", "target", "isolated");
+    check(&mut lab, "deny ingress to updated pod");
+    case(&mut lab, "before delete", vec![deny_all_x()]);
+    case(&mut lab, "stop enforcing after delete", vec![]);
+
+    // What the incremental changes left equals what one full sync makes.
+    let exec = lab.enforcer.executor().clone();
+    case(
+        &mut lab,
+        "final",
+        vec![
+            deny_all_x(),
+            p(
+                "y",
+                "from-x",
+                json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "x"}}}]}]}),
+            ),
+        ],
+    );
+    let incremental = exec
+        .list_table(names::FAMILY, names::TABLE)
+        .unwrap()
+        .unwrap();
+    lab.enforcer.invalidate();
+    assert!(lab.sync().full);
+    let full = exec
+        .list_table(names::FAMILY, names::TABLE)
+        .unwrap()
+        .unwrap();
+    assert_eq!(blocks(&incremental), blocks(&full));
+    assert!(lab.enforcer.cleanup().unwrap());
+    assert!(!lab.enforcer.cleanup().unwrap());
+}
+
+#[test]
+fn established_connections_survive_a_new_deny_new_ones_do_not() {
+    let mut lab = Lab::new();
+    lab.cut_denied = Some(false);
+    lab.sync();
+    let server = SocketAddr::new(IpAddr::V4(lab.pod("x/a").ip), 80);
+    let client = svcnet_netns::NetNs::open(lab.pod("y/b").netns.name()).unwrap();
+    // A session opened before the policy, kept open on a thread inside the client.
+    let (ask, answers) = std::sync::mpsc::channel::<()>();
+    let (tell, replies) = std::sync::mpsc::channel::<bool>();
+    let t = std::time::Duration::from_secs(2);
+    let session = client
+        .spawn(move || {
+            let mut s = Session::connect(server, t).unwrap();
+            while answers.recv().is_ok() {
+                let _ = tell.send(s.ask().is_ok());
+            }
+        })
+        .unwrap();
+    ask.send(()).unwrap();
+    assert!(replies.recv().unwrap());
+    lab.model.policies = vec![p("x", "deny-ingress", json!({"podSelector": {}}))];
+    lab.sync();
+    ask.send(()).unwrap();
+    assert!(
+        replies.recv_timeout(Duration::from_secs(5)).unwrap(),
+        "the established session was cut"
+    );
+    let fresh = client.run(move || tcp_ask(server, t)).unwrap();
+    assert!(
+        fresh.is_err(),
+        "a new connection passed the deny: {fresh:?}"
+    );
+    drop(ask);
+    session.join().unwrap();
+}

@@ -1,0 +1,338 @@
+//! The rendered table and each change's transaction, as snapshots (`UPDATE_EXPECT=1` to
+//! refresh): what the kernel is given is reviewed as text. Incremental changes are checked to
+//! touch only what they are about.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{fixed, labels, model, policy};
+use expect_test::expect;
+use serde_json::json;
+use svcnet_libnft::Op;
+use svcnet_netpol::{Cluster, IpBlock};
+use svcnet_netpol_nft::render::ranges;
+use svcnet_netpol_nft::{Options, plan, plan_full, render};
+
+fn cluster() -> Cluster {
+    let mut c = model(fixed);
+    // z lives on another node: its pods are in selector sets, never in this node's
+    // isolation sets.
+    for p in c.pods.iter_mut().filter(|p| p.namespace == "z") {
+        p.node = Some("node2".into());
+    }
+    c.policies = vec![
+        policy(
+            "x",
+            "allow-y-b",
+            json!({
+                "podSelector": {"matchLabels": {"pod": "a"}},
+                "ingress": [{
+                    "from": [
+                        {"namespaceSelector": {"matchLabels": {"ns": "y"}},
+                         "podSelector": {"matchLabels": {"pod": "b"}}},
+                        {"ipBlock": {"cidr": "10.244.0.0/16", "except": ["10.244.1.0/24"]}},
+                    ],
+                    "ports": [{"port": 80, "endPort": 81}, {"protocol": "UDP", "port": "serve-80-udp"}],
+                }],
+            }),
+        ),
+        policy(
+            "y",
+            "deny-egress",
+            json!({"podSelector": {}, "policyTypes": ["Egress"]}),
+        ),
+    ];
+    c
+}
+
+#[test]
+fn the_table_of_a_node() {
+    let r = render(&cluster(), "node1", &Options::default());
+    expect![[r#"
+        set block-0cac71f0acbb { type ipv4_addr ; flags interval ; # 10.244.0.0/16 except 10.244.1.0/24
+          { 10.244.0.0-10.244.0.255, 10.244.2.0-10.244.255.255 }
+        }
+        set egress-isolated { type ipv4_addr ; # this node's pods isolated for egress
+          { 10.244.1.10, 10.244.1.11, 10.244.1.12 }
+        }
+        set ingress-isolated { type ipv4_addr ; # this node's pods isolated for ingress
+          { 10.244.0.10 }
+        }
+        set pods-0096132d46ea { type ipv4_addr ; # namespace x, pods pod=a
+          { 10.244.0.10 }
+        }
+        set pods-486b6c67b6ae { type ipv4_addr ; # namespaces ns=y, pods pod=b
+          { 10.244.1.11 }
+        }
+        set pods-adce33ceda67 { type ipv4_addr ; # namespace y, pods {}
+          { 10.244.1.10, 10.244.1.11, 10.244.1.12 }
+        }
+        set port-88d35c05f8ac { type ipv4_addr . inet_proto . inet_service ; # port serve-80-udp
+          { 10.244.0.10 . udp . 80, 10.244.0.11 . udp . 80, 10.244.0.12 . udp . 80, 10.244.1.10 . udp . 80, 10.244.1.11 . udp . 80, 10.244.1.12 . udp . 80, 10.244.2.10 . udp . 80, 10.244.2.11 . udp . 80, 10.244.2.12 . udp . 80 }
+        }
+        chain egress-forward { type filter hook forward priority 0 ;
+          ct state established,related accept
+          ip saddr @egress-isolated jump egress-policies
+        }
+        chain egress-input { type filter hook input priority 0 ;
+          ct state established,related accept
+          ip saddr @egress-isolated jump egress-policies
+        }
+        chain egress-policies {
+          ip saddr @pods-adce33ceda67 jump out-043841dc574e comment "y/deny-egress"
+          reject with icmp type admin-prohibited
+        }
+        chain in-3688f9951893 {
+          ip saddr @pods-486b6c67b6ae meta l4proto . th dport { tcp . 80-81 } accept
+          ip saddr @pods-486b6c67b6ae meta l4proto udp ip daddr . meta l4proto . th dport @port-88d35c05f8ac accept
+          ip saddr @block-0cac71f0acbb meta l4proto . th dport { tcp . 80-81 } accept
+          ip saddr @block-0cac71f0acbb meta l4proto udp ip daddr . meta l4proto . th dport @port-88d35c05f8ac accept
+        }
+        chain ingress-forward { type filter hook forward priority 1 ;
+          ct state established,related accept
+          ip daddr @ingress-isolated jump ingress-policies
+        }
+        chain ingress-policies {
+          ip daddr @pods-0096132d46ea jump in-3688f9951893 comment "x/allow-y-b"
+          reject with icmp type admin-prohibited
+        }
+        chain out-043841dc574e {
+        }
+    "#]]
+    .assert_eq(&r.to_string());
+}
+
+#[test]
+fn the_first_sync_recreates_the_table_in_one_batch() {
+    let mut c = cluster();
+    c.policies.truncate(1);
+    let tx = plan_full(&render(&c, "node1", &Options::default()));
+    expect![[r#"
+        add table ip svcnet-netpol { comment "svcnet NetworkPolicy enforcement" ; }
+        delete table ip svcnet-netpol
+        add table ip svcnet-netpol { comment "svcnet NetworkPolicy enforcement" ; }
+        add set ip svcnet-netpol block-0cac71f0acbb { type ipv4_addr ; flags interval ; comment "10.244.0.0/16 except 10.244.1.0/24" ; }
+        add set ip svcnet-netpol block-0cac71f0acbb { type ipv4_addr ; flags interval ; comment "10.244.0.0/16 except 10.244.1.0/24" ; elements = { 10.244.0.0-10.244.0.255, 10.244.2.0-10.244.255.255 } ; }
+        add set ip svcnet-netpol egress-isolated { type ipv4_addr ; comment "this node's pods isolated for egress" ; }
+        add set ip svcnet-netpol ingress-isolated { type ipv4_addr ; comment "this node's pods isolated for ingress" ; }
+        add set ip svcnet-netpol ingress-isolated { type ipv4_addr ; comment "this node's pods isolated for ingress" ; elements = { 10.244.0.10 } ; }
+        add set ip svcnet-netpol pods-0096132d46ea { type ipv4_addr ; comment "namespace x, pods pod=a" ; }
+        add set ip svcnet-netpol pods-0096132d46ea { type ipv4_addr ; comment "namespace x, pods pod=a" ; elements = { 10.244.0.10 } ; }
+        add set ip svcnet-netpol pods-486b6c67b6ae { type ipv4_addr ; comment "namespaces ns=y, pods pod=b" ; }
+        add set ip svcnet-netpol pods-486b6c67b6ae { type ipv4_addr ; comment "namespaces ns=y, pods pod=b" ; elements = { 10.244.1.11 } ; }
+        add set ip svcnet-netpol port-88d35c05f8ac { type ipv4_addr . inet_proto . inet_service ; comment "port serve-80-udp" ; }
+        add set ip svcnet-netpol port-88d35c05f8ac { type ipv4_addr . inet_proto . inet_service ; comment "port serve-80-udp" ; elements = { 10.244.0.10 . udp . 80, 10.244.0.11 . udp . 80, 10.244.0.12 . udp . 80, 10.244.1.10 . udp . 80, 10.244.1.11 . udp . 80, 10.244.1.12 . udp . 80, 10.244.2.10 . udp . 80, 10.244.2.11 . udp . 80, 10.244.2.12 . udp . 80 } ; }
+        add chain ip svcnet-netpol egress-forward { type filter hook forward priority 0 ; }
+        add chain ip svcnet-netpol egress-input { type filter hook input priority 0 ; }
+        add chain ip svcnet-netpol egress-policies
+        add chain ip svcnet-netpol in-3688f9951893
+        add chain ip svcnet-netpol ingress-forward { type filter hook forward priority 1 ; }
+        add chain ip svcnet-netpol ingress-policies
+        add chain ip svcnet-netpol egress-forward { ct state established,related accept ; ip saddr @egress-isolated jump egress-policies ; }
+        add chain ip svcnet-netpol egress-input { ct state established,related accept ; ip saddr @egress-isolated jump egress-policies ; }
+        add chain ip svcnet-netpol egress-policies { reject with icmp type admin-prohibited ; }
+        add chain ip svcnet-netpol in-3688f9951893 { ip saddr @pods-486b6c67b6ae meta l4proto . th dport { tcp . 80-81 } accept ; ip saddr @pods-486b6c67b6ae meta l4proto udp ip daddr . meta l4proto . th dport @port-88d35c05f8ac accept ; ip saddr @block-0cac71f0acbb meta l4proto . th dport { tcp . 80-81 } accept ; ip saddr @block-0cac71f0acbb meta l4proto udp ip daddr . meta l4proto . th dport @port-88d35c05f8ac accept ; }
+        add chain ip svcnet-netpol ingress-forward { ct state established,related accept ; ip daddr @ingress-isolated jump ingress-policies ; }
+        add chain ip svcnet-netpol ingress-policies { ip daddr @pods-0096132d46ea jump in-3688f9951893 comment "x/allow-y-b" ; reject with icmp type admin-prohibited ; }
+    "#]]
+    .assert_eq(&tx.to_string());
+}
+
+#[test]
+fn a_pod_joining_a_selector_is_an_element_change_only() {
+    let before = cluster();
+    let mut after = before.clone();
+    // y/c gets pod=b: it joins the peer set and the block still excludes namespace y.
+    let yc = after
+        .pods
+        .iter_mut()
+        .find(|p| p.namespace == "y" && p.name == "c")
+        .unwrap();
+    yc.labels = labels(&[("pod", "b")]);
+    let opts = Options::default();
+    let tx = plan(
+        Some(&render(&before, "node1", &opts)),
+        &render(&after, "node1", &opts),
+    );
+    // Elements, and the set's (idempotent) declaration they are written in; no rule moves.
+    assert!(
+        tx.ops.iter().all(|op| matches!(
+            op,
+            Op::AddElement { .. } | Op::DeleteElement { .. } | Op::AddSet(_)
+        )),
+        "{tx}"
+    );
+    expect![[r#"
+        add set ip svcnet-netpol pods-486b6c67b6ae { type ipv4_addr ; comment "namespaces ns=y, pods pod=b" ; }
+        add set ip svcnet-netpol pods-486b6c67b6ae { type ipv4_addr ; comment "namespaces ns=y, pods pod=b" ; elements = { 10.244.1.12 } ; }
+    "#]]
+    .assert_eq(&tx.to_string());
+}
+
+#[test]
+fn a_new_pod_under_a_policy_is_isolated_by_an_element() {
+    let before = cluster();
+    let mut after = before.clone();
+    let mut pod = after.pods[0].clone();
+    pod.name = "d".into();
+    pod.ips = vec!["10.244.0.13".parse().unwrap()];
+    after.pods.push(pod);
+    let opts = Options::default();
+    let tx = plan(
+        Some(&render(&before, "node1", &opts)),
+        &render(&after, "node1", &opts),
+    );
+    expect![[r#"
+        add set ip svcnet-netpol ingress-isolated { type ipv4_addr ; comment "this node's pods isolated for ingress" ; }
+        add set ip svcnet-netpol ingress-isolated { type ipv4_addr ; comment "this node's pods isolated for ingress" ; elements = { 10.244.0.13 } ; }
+        add set ip svcnet-netpol pods-0096132d46ea { type ipv4_addr ; comment "namespace x, pods pod=a" ; }
+        add set ip svcnet-netpol pods-0096132d46ea { type ipv4_addr ; comment "namespace x, pods pod=a" ; elements = { 10.244.0.13 } ; }
+        add set ip svcnet-netpol port-88d35c05f8ac { type ipv4_addr . inet_proto . inet_service ; comment "port serve-80-udp" ; }
+        add set ip svcnet-netpol port-88d35c05f8ac { type ipv4_addr . inet_proto . inet_service ; comment "port serve-80-udp" ; elements = { 10.244.0.13 . udp . 80 } ; }
+    "#]]
+    .assert_eq(&tx.to_string());
+}
+
+#[test]
+fn adding_and_deleting_a_policy_touch_its_own_objects() {
+    let before = cluster();
+    let mut after = before.clone();
+    after.policies.push(policy(
+        "z",
+        "allow-from-x",
+        json!({"podSelector": {}, "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "x"}}}]}]}),
+    ));
+    let opts = Options::default();
+    let (a, b) = (
+        render(&before, "node1", &opts),
+        render(&after, "node1", &opts),
+    );
+    // z's pods are on node2: nothing is isolated here, but the policy is rendered.
+    expect![[r#"
+        add set ip svcnet-netpol pods-0096132d46ea { type ipv4_addr ; comment "namespace x, pods pod=a" ; }
+        add set ip svcnet-netpol pods-0ef830bf6a42 { type ipv4_addr ; comment "namespaces ns=x, all pods" ; }
+        add set ip svcnet-netpol pods-0ef830bf6a42 { type ipv4_addr ; comment "namespaces ns=x, all pods" ; elements = { 10.244.0.10, 10.244.0.11, 10.244.0.12 } ; }
+        add set ip svcnet-netpol pods-efb39b116110 { type ipv4_addr ; comment "namespace z, pods {}" ; }
+        add set ip svcnet-netpol pods-efb39b116110 { type ipv4_addr ; comment "namespace z, pods {}" ; elements = { 10.244.2.10, 10.244.2.11, 10.244.2.12 } ; }
+        add chain ip svcnet-netpol in-a6fea09e42be
+        flush chain ip svcnet-netpol ingress-policies
+        add chain ip svcnet-netpol in-a6fea09e42be { ip saddr @pods-0ef830bf6a42 accept ; }
+        add chain ip svcnet-netpol ingress-policies { ip daddr @pods-0096132d46ea jump in-3688f9951893 comment "x/allow-y-b" ; ip daddr @pods-efb39b116110 jump in-a6fea09e42be comment "z/allow-from-x" ; reject with icmp type admin-prohibited ; }
+    "#]]
+    .assert_eq(&plan(Some(&a), &b).to_string());
+    expect![[r#"
+        add set ip svcnet-netpol pods-0096132d46ea { type ipv4_addr ; comment "namespace x, pods pod=a" ; }
+        flush chain ip svcnet-netpol ingress-policies
+        flush chain ip svcnet-netpol in-a6fea09e42be
+        add chain ip svcnet-netpol ingress-policies { ip daddr @pods-0096132d46ea jump in-3688f9951893 comment "x/allow-y-b" ; reject with icmp type admin-prohibited ; }
+        delete chain ip svcnet-netpol in-a6fea09e42be
+        delete set ip svcnet-netpol pods-0ef830bf6a42
+        delete set ip svcnet-netpol pods-efb39b116110
+    "#]]
+    .assert_eq(&plan(Some(&b), &a).to_string());
+    assert!(plan(Some(&a), &a).is_empty());
+}
+
+#[test]
+fn ip_block_ranges_leave_out_every_except() {
+    let block = |cidr: &str, except: &[&str]| IpBlock {
+        cidr: cidr.parse().unwrap(),
+        except: except.iter().map(|e| e.parse().unwrap()).collect(),
+    };
+    let show = |b: &IpBlock| {
+        ranges(b)
+            .iter()
+            .map(|(a, b)| format!("{a}-{b}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(show(&block("10.0.0.0/8", &[])), "10.0.0.0-10.255.255.255");
+    assert_eq!(
+        show(&block(
+            "10.0.0.0/8",
+            &["10.1.0.0/16", "10.0.0.0/24", "10.1.2.0/24"]
+        )),
+        "10.0.1.0-10.0.255.255 10.2.0.0-10.255.255.255"
+    );
+    assert_eq!(show(&block("10.0.0.7/32", &["10.0.0.7/32"])), "");
+    assert_eq!(
+        show(&block("0.0.0.0/0", &["255.255.255.255/32"])),
+        "0.0.0.0-255.255.255.254"
+    );
+    assert_eq!(show(&block("fd00::/8", &[])), "");
+}
+
+#[test]
+fn overlapping_port_ranges_are_merged_per_protocol() {
+    let mut c = model(fixed);
+    c.policies = vec![policy(
+        "x",
+        "ports",
+        json!({"podSelector": {"matchLabels": {"pod": "a"}}, "ingress": [{"ports": [
+            {"port": 80, "endPort": 81}, {"port": 81}, {"port": 79}, {"protocol": "UDP"}, {"protocol": "UDP", "port": 53},
+        ]}]}),
+    )];
+    let r = render(&c, "node1", &Options::default());
+    let rules: Vec<&String> = r
+        .chains
+        .iter()
+        .filter(|(n, _)| n.starts_with("in-"))
+        .flat_map(|(_, c)| &c.rules)
+        .collect();
+    expect![[r#"
+        [
+            "meta l4proto . th dport { tcp . 79-81, udp . 0-65535 } accept",
+        ]
+    "#]]
+    .assert_debug_eq(&rules);
+}
+
+/// The incremental renderer gives what a full render gives, over a seeded sequence of pod
+/// additions, deletions, label and address changes, namespace label changes and policy
+/// changes.
+#[test]
+fn incremental_renders_equal_full_ones() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use svcnet_netpol_nft::Renderer;
+    let mut rng = StdRng::seed_from_u64(12);
+    let mut c = cluster();
+    let opts = Options::default();
+    let mut renderer = Renderer::new("node1", opts);
+    assert_eq!(renderer.render(&c), render(&c, "node1", &opts));
+    for step in 0..300 {
+        let n = rng.random_range(0..c.pods.len());
+        match rng.random_range(0..7) {
+            0 => {
+                let v = ["a", "b", "c", "d"][rng.random_range(0..4)];
+                c.pods[n].labels.insert("pod".into(), v.into());
+            }
+            1 => {
+                let mut p = c.pods[n].clone();
+                p.name = format!("new-{step}");
+                p.ips = vec![format!("10.244.9.{}", step % 250).parse().unwrap()];
+                p.node = Some(["node1", "node2"][rng.random_range(0..2)].into());
+                c.pods.push(p);
+            }
+            2 if c.pods.len() > 3 => {
+                c.pods.remove(n);
+            }
+            3 => c.pods[n].ips = vec![format!("10.244.8.{}", step % 250).parse().unwrap()],
+            4 => {
+                let ns = &mut c.namespaces[rng.random_range(0..3)];
+                let v = ["x", "y", "z"][rng.random_range(0..3)];
+                ns.labels.insert("ns".into(), v.into());
+            }
+            5 => c.policies.reverse(),
+            _ => {
+                let v = ["a", "b"][rng.random_range(0..2)];
+                c.policies[0].pod_selector = svcnet_netpol::Selector::labels([("pod", v)]);
+            }
+        }
+        assert_eq!(
+            renderer.render(&c),
+            render(&c, "node1", &opts),
+            "step {step}"
+        );
+    }
+}

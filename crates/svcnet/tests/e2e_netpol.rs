@@ -1,0 +1,188 @@
+//! End to end: NetworkPolicy enforced by `svcnet up`'s node, driven by the real `kubectl`:
+//! a policy lets one client in and keeps another out, by pod IP and through the Service IP
+//! (judged after the proxy's DNAT); deleting it opens the server again.
+#![allow(clippy::unwrap_used)] // test helpers: a failure here is a test failure
+
+mod common;
+
+use std::process::Command;
+
+use common::{Net, Up, free_udp_port, is_root, wait_for};
+
+const PODS: &str = r#"
+apiVersion: v1
+kind: Pod
+metadata: {name: server, labels: {app: server}}
+spec:
+  containers:
+  - name: web
+    image: test-server
+    ports: [{name: http, containerPort: 80}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: server}
+spec:
+  selector: {app: server}
+  ports: [{port: 8080, targetPort: http}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client, labels: {app: client}}
+spec:
+  containers: [{name: c, image: test-server}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: other, labels: {app: other}}
+spec:
+  containers: [{name: c, image: test-server}]
+"#;
+
+const POLICY: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: server-from-client}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: client}}}]
+    ports: [{port: http}]
+"#;
+
+/// Whether `pod` gets an answer from `url` (curl inside the pod's network namespace).
+fn reaches(up: &Up, pod: &str, url: &str) -> bool {
+    let out = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+        .args(["exec", "--data-dir"])
+        .arg(up.data_dir.path())
+        .args([pod, "--", "curl", "-s", "-m", "2", url])
+        .output()
+        .unwrap();
+    out.status.success() && String::from_utf8_lossy(&out.stdout).contains("pod=server")
+}
+
+fn apply(up: &Up, manifest: &str) {
+    let path = up.data_dir.path().join("netpol-test.yaml");
+    std::fs::write(&path, manifest).unwrap();
+    up.ok(&["apply", "-f", path.to_str().unwrap()]);
+}
+
+#[test]
+fn a_policy_lets_one_client_in_and_keeps_another_out_also_through_the_service() {
+    scenario(
+        &Net {
+            prefix: "e2enp",
+            underlay: "172.29.29.0/24",
+            pods: "10.138.0.0/16",
+            services: "10.139.0.0/16",
+            lb: "10.137.0.0/24",
+        },
+        "nftables",
+    );
+}
+
+/// The same with the iptables proxy: its DNAT (nat PREROUTING) also comes before the policy.
+#[test]
+fn the_same_with_the_iptables_proxy() {
+    scenario(
+        &Net {
+            prefix: "e2enpi",
+            underlay: "172.29.30.0/24",
+            pods: "10.136.0.0/16",
+            services: "10.135.0.0/16",
+            lb: "10.134.0.0/24",
+        },
+        "iptables",
+    );
+}
+
+fn scenario(net: &Net, mode: &str) {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let mut up = net.up_with("1", free_udp_port(), &["--proxy-mode", mode]);
+    apply(&up, PODS);
+    up.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/server",
+        "pod/client",
+        "pod/other",
+        "--timeout=60s",
+    ]);
+    let pod_ip = up.ok(&["get", "pod", "server", "-o", "jsonpath={.status.podIP}"]);
+    let svc_ip = up.ok(&["get", "svc", "server", "-o", "jsonpath={.spec.clusterIP}"]);
+    let direct = format!("http://{pod_ip}/");
+    let service = format!("http://{svc_ip}:8080/");
+    let all_reach = |up: &Up, expected: [bool; 4]| {
+        [
+            reaches(up, "client", &direct),
+            reaches(up, "client", &service),
+            reaches(up, "other", &direct),
+            reaches(up, "other", &service),
+        ] == expected
+    };
+    wait_for("both clients reach the server before any policy", || {
+        all_reach(&up, [true; 4]).then_some(String::new())
+    });
+
+    apply(&up, POLICY);
+    wait_for(
+        "only the client reaches the server under the policy",
+        || all_reach(&up, [true, true, false, false]).then_some(String::new()),
+    );
+    // It stays so: the deny is the table's, not a transient.
+    assert!(all_reach(&up, [true, true, false, false]));
+    // A new pod the policy selects is isolated before it starts: from its first probe on.
+    apply(
+        &up,
+        "{apiVersion: v1, kind: Pod, metadata: {name: server2, labels: {app: server}}, \
+         spec: {containers: [{name: web, image: test-server, ports: [{name: http, containerPort: 80}]}]}}",
+    );
+    up.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/server2",
+        "--timeout=60s",
+    ]);
+    let ip2 = up.ok(&["get", "pod", "server2", "-o", "jsonpath={.status.podIP}"]);
+    let url2 = format!("http://{ip2}/");
+    let (other, client) = (reaches(&up, "other", &url2), reaches(&up, "client", &url2));
+    assert!(!other && client, "server2: other {other}, client {client}");
+
+    // svcnet trace names the policy that let the client in and the one that keeps the
+    // other out, for the Service's endpoint.
+    let trace = |from: &str| {
+        let ip = up.ok(&["get", "pod", from, "-o", "jsonpath={.status.podIP}"]);
+        let out = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+            .args(["trace", "--data-dir"])
+            .arg(up.data_dir.path())
+            .args([ip.as_str(), &format!("{svc_ip}:8080")])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let allowed = trace("client");
+    assert!(
+        allowed.contains("network policy: allowed (egress: not isolated; ingress: allowed by default/server-from-client rule 0)"),
+        "{allowed}"
+    );
+    let denied = trace("other");
+    assert!(
+        denied.contains("network policy: denied (egress: not isolated; ingress: denied (isolated by default/server-from-client))"),
+        "{denied}"
+    );
+
+    up.ok(&["delete", "networkpolicy", "server-from-client"]);
+    wait_for(
+        "both clients reach the server once the policy is deleted",
+        || all_reach(&up, [true; 4]).then_some(String::new()),
+    );
+    net.stop(&mut up);
+}
