@@ -180,13 +180,21 @@ fn shapes(text: &str) -> Vec<String> {
 /// A directory laid out like a fresh clone for what the walkthrough touches: `scripts/`,
 /// `examples/` and `target/release/svcnet` (this test's binary).
 fn fresh_checkout(repo: &Path) -> tempfile::TempDir {
+    fn copy_tree(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy_tree(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
     let dir = tempfile::tempdir().unwrap();
     for sub in ["scripts", "examples"] {
-        std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-        for entry in std::fs::read_dir(repo.join(sub)).unwrap() {
-            let entry = entry.unwrap();
-            std::fs::copy(entry.path(), dir.path().join(sub).join(entry.file_name())).unwrap();
-        }
+        copy_tree(&repo.join(sub), &dir.path().join(sub));
     }
     let release = dir.path().join("target/release");
     std::fs::create_dir_all(&release).unwrap();
