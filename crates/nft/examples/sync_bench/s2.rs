@@ -6,7 +6,9 @@
 //! * service added (a new service with the row's endpoint count);
 //! * service deleted;
 //! * endpoint count changed (one endpoint more);
-//! * affinity changed (ClientIP affinity switched on).
+//! * affinity changed (ClientIP affinity switched on);
+//! * affinity endpoint replaced (an endpoint of a service with affinity swapped: its record
+//!   chain names the endpoints).
 //!
 //! svcnet-nft: `plan_partial` + `NftExecutor::apply` (through the long-lived libnftables
 //! context; it returns once the kernel has committed the batch) + `commit`. kube-proxy:
@@ -27,12 +29,13 @@ use svcnet_proxy::{IpFamily, NamespacedName, ProxyState};
 use crate::kube_proxy::{self, ServicePort};
 use crate::{CLUSTER_CIDR, NAMESPACE, SERVICE_CIDR, ep_ip, kp_services, ms, nft_f, pct, svc_ip};
 
-const KINDS: [&str; 5] = [
+const KINDS: [&str; 6] = [
     "endpoint_replaced",
     "service_added",
     "service_deleted",
     "endpoint_count_changed",
     "affinity_changed",
+    "affinity_endpoint_replaced",
 ];
 
 /// One service's endpoints in svcnet's state.
@@ -106,13 +109,19 @@ pub fn run(st: &mut ProxyState, n: usize, eps: usize, runs: usize, kube: bool, c
         let (mut a, mut b, mut p) = (Vec::new(), Vec::new(), Vec::new());
         let mut kube_texts = Vec::new();
         for round in 0..runs {
-            // A different existing service per round and kind.
-            let i = (round * 7919 + k * 1543 + 17) % n;
+            // A different existing service per round and kind (for an affinity service's
+            // endpoint, one the previous kind switched affinity on for).
+            let pick = if *kind == "affinity_endpoint_replaced" {
+                k - 1
+            } else {
+                k
+            };
+            let i = (round * 7919 + pick * 1543 + 17) % n;
             let name = format!("svc{i}");
             let mut ips: Vec<String> = (0..eps).map(|j| ep_ip(i, j, eps)).collect();
             let mut kube_text = String::new();
             match *kind {
-                "endpoint_replaced" => {
+                "endpoint_replaced" | "affinity_endpoint_replaced" => {
                     ips[eps - 1] = format!("10.250.{}.{}", k * 50 + round / 250, round % 250 + 1);
                     set_endpoints(st, &name, &ips);
                     let old = kp[i].clone();
@@ -150,11 +159,12 @@ pub fn run(st: &mut ProxyState, n: usize, eps: usize, runs: usize, kube: bool, c
                     kp[i].endpoints.push((ips[eps].clone(), 8080));
                     kube_proxy::service_text(&mut kube_text, &kp[i], CLUSTER_CIDR);
                 }
-                _ => {
+                "affinity_changed" => {
                     put_service(st, &name, &svc_ip(i), true);
                     kp[i].affinity = true;
                     kube_proxy::service_text(&mut kube_text, &kp[i], CLUSTER_CIDR);
                 }
+                other => unreachable!("no change kind {other}"),
             }
             let (whole, planned) = sync(st, &mut r);
             a.push(whole);
