@@ -76,9 +76,9 @@ pub fn container_of(pod: &Value, requested: Option<&str>) -> Result<String, ApiE
     }
 }
 
-/// Where the last `lines` lines of `file` start (a final line without a newline counts).
-pub fn tail_offset(file: &mut (impl Read + Seek), lines: u64) -> std::io::Result<u64> {
-    let size = file.seek(SeekFrom::End(0))?;
+/// Where the last `lines` lines of the file's first `size` bytes start (what it held when it
+/// was opened; a writer may append meanwhile). A final line without a newline counts.
+pub fn tail_offset(file: &mut (impl Read + Seek), size: u64, lines: u64) -> std::io::Result<u64> {
     if lines == 0 {
         return Ok(size);
     }
@@ -119,6 +119,11 @@ fn bad(msg: impl Into<String>) -> ApiError {
 struct Located {
     path: PathBuf,
     file: tokio::fs::File,
+    /// Where reading starts (after `tailLines`).
+    offset: u64,
+    /// The file's length when it was opened: without `follow`, the log as it was then (lines
+    /// written meanwhile would make `--tail 2` answer three).
+    end: u64,
 }
 
 async fn locate(
@@ -151,13 +156,14 @@ async fn locate(
 
 async fn open_at(path: &Path, tail: Option<u64>) -> std::io::Result<Located> {
     let p = path.to_path_buf();
-    let (file, offset) = tokio::task::spawn_blocking(move || {
+    let (file, offset, end) = tokio::task::spawn_blocking(move || {
         let mut f = std::fs::File::open(&p)?;
+        let end = f.metadata()?.len();
         let offset = match tail {
-            Some(n) => tail_offset(&mut f, n)?,
+            Some(n) => tail_offset(&mut f, end, n)?,
             None => 0,
         };
-        Ok::<_, std::io::Error>((f, offset))
+        Ok::<_, std::io::Error>((f, offset, end))
     })
     .await
     .map_err(std::io::Error::other)??;
@@ -166,6 +172,8 @@ async fn open_at(path: &Path, tail: Option<u64>) -> std::io::Result<Located> {
     Ok(Located {
         path: path.to_path_buf(),
         file,
+        offset,
+        end,
     })
 }
 
@@ -267,8 +275,17 @@ pub async fn serve(state: SharedState, req: ResourceRequest) -> Result<Response,
             }
             limit.is_none_or(|l| sent < l)
         };
+        let mut pos = located.offset;
         loop {
-            let n = match file.read(&mut buf).await {
+            // Without follow, the log as it was when the request came.
+            let room = if follow {
+                buf.len()
+            } else {
+                usize::try_from(located.end.saturating_sub(pos))
+                    .unwrap_or(usize::MAX)
+                    .min(buf.len())
+            };
+            let n = match file.read(&mut buf[..room]).await {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::debug!("reading {}: {e}", located.path.display());
@@ -276,6 +293,7 @@ pub async fn serve(state: SharedState, req: ResourceRequest) -> Result<Response,
                 }
             };
             if n > 0 {
+                pos += n as u64;
                 if !emit(reader.feed(&buf[..n])).await {
                     return;
                 }
@@ -338,7 +356,7 @@ mod tests {
     #[test]
     fn tail_offsets() {
         let tail = |text: &str, n: u64| {
-            let off = tail_offset(&mut Cursor::new(text.as_bytes()), n).unwrap();
+            let off = tail_offset(&mut Cursor::new(text.as_bytes()), text.len() as u64, n).unwrap();
             text[usize::try_from(off).unwrap()..].to_string()
         };
         assert_eq!(tail("a\nb\nc\n", 2), "b\nc\n");
@@ -347,6 +365,10 @@ mod tests {
         assert_eq!(tail("a\nb\nc\n", 0), "");
         assert_eq!(tail("", 3), "");
         assert_eq!(tail("\n\n", 1), "\n");
+        // Lines appended after the file was measured are not counted.
+        let grown = "a\nb\nc\nd\n";
+        let off = tail_offset(&mut Cursor::new(grown.as_bytes()), 6, 2).unwrap();
+        assert_eq!(&grown[usize::try_from(off).unwrap()..6], "b\nc\n");
         // Across chunk boundaries.
         let long: String = (0..20_000).map(|i| format!("line {i}\n")).collect();
         assert_eq!(tail(&long, 3), "line 19997\nline 19998\nline 19999\n");
