@@ -86,7 +86,7 @@ fn a_policy_lets_one_client_in_and_keeps_another_out_also_through_the_service() 
 fn the_same_with_the_iptables_proxy() {
     scenario(
         &Net {
-            prefix: "e2enpi",
+            prefix: "e2eip",
             underlay: "172.29.30.0/24",
             pods: "10.136.0.0/16",
             services: "10.135.0.0/16",
