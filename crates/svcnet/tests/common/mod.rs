@@ -154,9 +154,16 @@ pub fn free_port() -> std::net::SocketAddr {
     listener.local_addr().unwrap()
 }
 
+/// A loopback port free for UDP and for TCP at once (DNS listens on both: a UDP port whose
+/// number a TCP connection was using made `svcnet up` fail to start its DNS).
 pub fn free_udp_port() -> std::net::SocketAddr {
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    socket.local_addr().unwrap()
+    loop {
+        let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = socket.local_addr().unwrap();
+        if std::net::TcpListener::bind(addr).is_ok() {
+            return addr;
+        }
+    }
 }
 
 pub fn example(name: &str) -> String {
