@@ -43,7 +43,7 @@ fn nested(out: &mut Vec<u8>, kind: u16, inner: impl FnOnce(&mut Vec<u8>)) {
     attr(out, kind | NLA_F_NESTED, &body);
 }
 
-/// The request for `key` in `family`'s table `table`, set `set`.
+/// The request for `key` in set `set` of the IPv4 table `table`.
 fn request(table: &str, set: &str, key: &[u8], seq: u32) -> Vec<u8> {
     let mut body = vec![NFPROTO_IPV4, 0, 0, 0]; // nfgenmsg: family, version 0, res_id 0
     attr(
