@@ -40,12 +40,14 @@ pub mod healthcheck;
 pub mod report;
 pub mod serve;
 pub mod status;
+pub mod pacing;
 mod sync;
 pub mod syncer;
 pub mod usmetrics;
 pub mod watchers;
 
 pub use dataplane::Cleaned;
+pub use pacing::MinSyncPeriod;
 pub use svcnet_lb::Algorithm;
 
 /// Which dataplane programs the node.
@@ -94,8 +96,8 @@ pub struct ProxyConfig {
     pub mode: ProxyMode,
     /// Program this named network namespace instead of the current one.
     pub netns: Option<String>,
-    /// Changes are batched: at most one sync per `min_sync_period`.
-    pub min_sync_period: Duration,
+    /// How long changes are batched after a sync (see [`pacing`]).
+    pub min_sync_period: MinSyncPeriod,
     /// A full re-assert of the ruleset every `sync_period` repairs drift.
     pub sync_period: Duration,
     pub masquerade_all: bool,
@@ -125,7 +127,7 @@ impl Default for ProxyConfig {
             node_name: String::new(),
             mode: ProxyMode::Nftables,
             netns: None,
-            min_sync_period: Duration::from_secs(1),
+            min_sync_period: MinSyncPeriod::Auto,
             sync_period: Duration::from_secs(30),
             masquerade_all: false,
             cluster_cidrs: Vec::new(),

@@ -1,6 +1,6 @@
 //! The sync loop: applies watch inputs to the pure [`ProxyState`], and syncs the dataplane
-//! ([`Plane`]) rate-limited by `min_sync_period`, batching every change that arrived
-//! meanwhile (the full-or-partial decision is the [`crate::syncer::Syncer`]'s). A failure
+//! ([`Plane`]) paced by `min_sync_period` ([`crate::pacing`]), batching every change that
+//! arrived meanwhile (the full-or-partial decision is the [`crate::syncer::Syncer`]'s). A failure
 //! that retrying may fix is retried soon, in full; one that cannot (a missing `nft`) is
 //! reported and retried only with the next change or resync. The first sync and the sync
 //! after any failure are full; a timer re-asserts the
@@ -20,6 +20,7 @@ use tokio::time::sleep_until;
 
 use crate::dataplane::Plane;
 use crate::healthcheck::HealthCheck;
+use crate::pacing::Pacer;
 use crate::report::{Notice, Notices};
 use crate::serve::Shared;
 use crate::watchers::{Change, Input};
@@ -43,6 +44,7 @@ pub(crate) struct SyncLoop {
     plane: Plane,
     synced_kinds: BTreeSet<&'static str>,
     last_sync: Option<Instant>,
+    pacer: Pacer,
     next_full: Instant,
     /// Receives the health-check node ports after every sync (see `healthcheck`).
     health_checks: Option<watch::Sender<Vec<HealthCheck>>>,
@@ -66,6 +68,7 @@ impl SyncLoop {
     ) -> Self {
         let state = ProxyState::new(cfg.core());
         let next_full = Instant::now() + cfg.sync_period;
+        let pacer = Pacer::new(cfg.min_sync_period, Instant::now());
         Self {
             cfg,
             state,
@@ -74,6 +77,7 @@ impl SyncLoop {
             plane,
             synced_kinds: BTreeSet::new(),
             last_sync: None,
+            pacer,
             next_full,
             health_checks: None,
             notices: Notices::default(),
@@ -214,7 +218,7 @@ impl SyncLoop {
         let mut retry = false;
         loop {
             let now = Instant::now();
-            let earliest = self.last_sync.map_or(now, |t| t + self.cfg.min_sync_period);
+            let earliest = self.pacer.earliest(now);
             let due = if !self.ready() {
                 None
             } else if pending || retry || self.last_sync.is_none() {
@@ -296,7 +300,9 @@ impl SyncLoop {
         }
         m.service_changes_pending.set(0);
         m.endpoint_changes_pending.set(0);
-        self.last_sync = Some(Instant::now());
+        let ended = Instant::now();
+        self.pacer.record(started, ended, periodic_full);
+        self.last_sync = Some(ended);
         if periodic_full || any_full {
             self.next_full = Instant::now() + self.cfg.sync_period;
         }

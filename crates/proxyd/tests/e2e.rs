@@ -142,7 +142,7 @@ async fn start(e: &Env, mode: ProxyMode) -> RunningProxy {
             node_name: "n1".into(),
             mode,
             netns: Some(e.lab.node.name().to_string()),
-            min_sync_period: Duration::from_millis(100),
+            min_sync_period: svcnet_proxyd::MinSyncPeriod::Fixed(Duration::from_millis(100)),
             cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
             healthz_bind: Some("127.0.0.1:0".parse().unwrap()),
             metrics_bind: Some("127.0.0.1:0".parse().unwrap()),

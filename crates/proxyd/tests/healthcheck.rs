@@ -235,7 +235,7 @@ async fn local_load_balancer_health_check_through_the_api() {
         svcnet_proxyd::ProxyConfig {
             node_name: "n1".into(),
             netns: Some(lab.node.name().to_string()),
-            min_sync_period: Duration::from_millis(100),
+            min_sync_period: svcnet_proxyd::MinSyncPeriod::Fixed(Duration::from_millis(100)),
             cluster_cidrs: vec!["10.244.0.0/16".parse().unwrap()],
             ..Default::default()
         },

@@ -169,6 +169,16 @@ fn is_age(s: &str) -> bool {
     any_unit && !digits
 }
 
+/// The sum of a block's `uniq -c` counts (lines that start with blanks and a number): shapes
+/// turn each count into `N`, so this is what says that all 30 requests of the README's
+/// load-balancing step were answered, not only that each pod answered some.
+fn tally(text: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(' '))
+        .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 /// The shapes of a block's lines, sorted: tables and `sort`ed output may order rows by names
 /// that vary from run to run, so rows are compared as a multiset.
 fn shapes(text: &str) -> Vec<String> {
@@ -346,6 +356,12 @@ fn the_readme_worked_example_runs_as_written() {
             step.commands,
             log().lines().rev().take(30).collect::<Vec<_>>().join("\n")
         );
+        assert_eq!(
+            tally(got),
+            tally(want),
+            "step {i}: the counts add up to something else than the README's (requests without an answer?).\ncommands:\n{}\nprinted:\n{got}",
+            step.commands
+        );
     }
     // The default data dir, relative, under the directory up.sh ran from.
     assert!(root.join("svcnet-data/kubeconfig").exists());
@@ -390,6 +406,12 @@ fn shapes_keep_what_must_not_vary() {
         "myapp-loadbalance LoadBalancer 10.96.1.1 10.200.0.1 8765:30086/TCP N"
     );
     assert_eq!(shape("     11 pod=web-0"), "N pod=web-0");
+    assert_eq!(tally("     11 pod=a\n      9 pod=b\n     10 pod=c\n"), 30);
+    assert_eq!(
+        tally("      8 pod=a\n     11 pod=b\n      5 pod=c\nNAME   READY\n"),
+        24,
+        "six requests without an answer must not look like the README's 30"
+    );
     assert_eq!(
         shape("MYAPP_SERVICE_HOST=10.96.1.0"),
         "MYAPP_SERVICE_HOST=10.96.1.0"

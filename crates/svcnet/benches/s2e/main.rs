@@ -9,8 +9,9 @@
 //! agent runs (so nothing but the status patch moves them), turning Ready one after another;
 //! an endpoint is live on a node when its hairpin pair is an element of the node's `ip svcnet`
 //! table (added in the same transaction as its backend), polled every 100 µs with a one-key
-//! netlink lookup from each node's namespace ([`probe`]). Once with `--min-sync-period 0s`, then, after a restart on the
-//! same data, with the default `1s` (`S2E_PERIODS`, comma-separated).
+//! netlink lookup from each node's namespace ([`probe`]). Once with `--min-sync-period 0s`, then,
+//! each after a restart on the same data, with the default `auto` and with kube-proxy's `1s`
+//! (`S2E_PERIODS`, comma-separated).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failure is the bench failing
 
 #[path = "../../tests/common/mod.rs"]
@@ -254,7 +255,7 @@ fn main() {
     let services = env_usize("S2E_SERVICES", 10_000);
     let changes = env_usize("S2E_CHANGES", 200).min(1000);
     let periods: Vec<String> = std::env::var("S2E_PERIODS")
-        .unwrap_or_else(|_| "0s,1s".into())
+        .unwrap_or_else(|_| "0s,auto,1s".into())
         .split(',')
         .map(str::to_string)
         .collect();

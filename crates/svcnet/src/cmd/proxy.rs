@@ -37,9 +37,12 @@ pub struct Args {
     /// Program this named network namespace instead of the current one.
     #[arg(long)]
     pub netns: Option<String>,
-    /// Minimum time between syncs; changes in between are batched (e.g. 1s, 500ms).
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
-    pub min_sync_period: Duration,
+    /// How long changes are batched after a sync. `auto`: nine times the last sync's duration,
+    /// at most 1s (syncs take at most a tenth of a core; a millisecond sync holds the next
+    /// change 9ms). A duration (1s, 500ms, 0s): kube-proxy's fixed minimum between syncs, with
+    /// its burst of two.
+    #[arg(long, default_value = "auto")]
+    pub min_sync_period: svcnet_proxyd::MinSyncPeriod,
     /// Period of the full resync that repairs drift.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub sync_period: Duration,
@@ -85,23 +88,7 @@ fn parse_bind(s: &str) -> Result<BindAddress, String> {
         .map_err(|_| format!("{s:?} is not an address:port"))
 }
 
-/// Parses `1500ms`, `1s`, `2m`, `1h` (or plain seconds).
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let bad = || format!("{s:?} is not a duration (like 500ms, 1s, 2m)");
-    let (num, unit) = s.split_at(
-        s.find(|c: char| !c.is_ascii_digit() && c != '.')
-            .unwrap_or(s.len()),
-    );
-    let n: f64 = num.parse().map_err(|_| bad())?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(bad()),
-    };
-    Duration::try_from_secs_f64(secs).map_err(|_| bad())
-}
+pub use svcnet_proxyd::pacing::parse_duration;
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.cleanup {

@@ -109,10 +109,11 @@ pub struct Args {
     /// (rr, wrr, random, lc, sed, nq, sh, dh, maglev); default: the dataplane's own.
     #[arg(long)]
     pub scheduler: Option<svcnet_proxyd::Algorithm>,
-    /// The node proxies' minimum time between syncs; changes in between are batched
-    /// (kube-proxy's `--min-sync-period`; `0s` syncs every change at once).
-    #[arg(long, default_value = "1s", value_parser = super::proxy::parse_duration)]
-    pub min_sync_period: std::time::Duration,
+    /// How long the node proxies batch changes after a sync (`svcnet proxy`'s): `auto` (nine
+    /// times the last sync's duration, at most 1s), or kube-proxy's fixed minimum (`1s`; `0s`
+    /// syncs every change at once).
+    #[arg(long, default_value = "auto")]
+    pub min_sync_period: svcnet_proxyd::MinSyncPeriod,
     /// The node proxies' full resync period, which repairs drift.
     #[arg(long, default_value = "30s", value_parser = super::proxy::parse_duration)]
     pub sync_period: std::time::Duration,
@@ -449,15 +450,19 @@ mod tests {
     }
 
     /// The proxies' sync periods are `svcnet up`'s flags too, with `svcnet proxy`'s defaults and
-    /// parsing (`0s` syncs every change at once), and bad values name the problem.
+    /// parsing (`auto` by default, `0s` syncs every change at once), and bad values name the
+    /// problem.
     #[test]
     fn sync_periods_are_flags_of_up() {
         let up = Up::try_parse_from(["up"]).unwrap();
-        assert_eq!(up.args.min_sync_period, std::time::Duration::from_secs(1));
+        assert_eq!(up.args.min_sync_period, svcnet_proxyd::MinSyncPeriod::Auto);
         assert_eq!(up.args.sync_period, std::time::Duration::from_secs(30));
         let up =
             Up::try_parse_from(["up", "--min-sync-period", "0s", "--sync-period", "2m"]).unwrap();
-        assert_eq!(up.args.min_sync_period, std::time::Duration::ZERO);
+        assert_eq!(
+            up.args.min_sync_period,
+            svcnet_proxyd::MinSyncPeriod::Fixed(std::time::Duration::ZERO)
+        );
         assert_eq!(up.args.sync_period, std::time::Duration::from_secs(120));
         let err = Up::try_parse_from(["up", "--min-sync-period", "soon"])
             .unwrap_err()
