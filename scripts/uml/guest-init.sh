@@ -12,7 +12,9 @@ chmod 1777 /run/tmp
 ln -s "${UML_MODULES:-/usr/lib/uml/modules}/$(uname -r)" /run/modroot/lib/modules/
 # The host has no /lib/modules for this kernel: modprobe (explicit and the kernel's autoload)
 # reads the UML package's modules.
-printf '#!/bin/sh\nexec /usr/sbin/modprobe -d /run/modroot "$@"\n' > /run/bin/modprobe
+# The kernel runs it with an empty environment: GLIBC_TUNABLES (see scripts/uml/run) is
+# carried in.
+printf '#!/bin/sh\nexport GLIBC_TUNABLES="%s"\nexec /usr/sbin/modprobe -d /run/modroot "$@"\n' "${GLIBC_TUNABLES:-}" > /run/bin/modprobe
 chmod +x /run/bin/modprobe
 echo /run/bin/modprobe > /proc/sys/kernel/modprobe
 export PATH=/run/bin:$PATH TMPDIR=/run/tmp UML_GUEST=1 HOME=/run/tmp

@@ -72,6 +72,19 @@ pub struct IpvsDataplane {
     nodes: BTreeMap<IpFamily, DesiredNode>,
     /// Whether loading br_netfilter was tried already.
     br_netfilter_tried: bool,
+    options: NodeOptions,
+}
+
+/// kube-proxy's node-wide IPVS settings (`--ipvs-tcp-timeout`, `--ipvs-tcpfin-timeout`,
+/// `--ipvs-udp-timeout`, `--ipvs-strict-arp`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeOptions {
+    /// Connection timeouts, set once when the dataplane opens (as kube-proxy); zeros leave the
+    /// kernel's (15 min, 2 min, 5 min).
+    pub timeouts: crate::Timeouts,
+    /// `arp_ignore=1`, `arp_announce=2` for every interface of the node, so the node does not
+    /// answer ARP for the service addresses on its dummy interface (MetalLB's L2 mode needs it).
+    pub strict_arp: bool,
 }
 
 impl std::fmt::Debug for IpvsDataplane {
@@ -166,7 +179,18 @@ impl IpvsDataplane {
             drain_bound: DRAIN_BOUND,
             nodes: BTreeMap::new(),
             br_netfilter_tried: false,
+            options: NodeOptions::default(),
         })
+    }
+
+    /// Applies kube-proxy's node-wide IPVS settings: the timeouts now (a value the kernel
+    /// refuses fails here, at start), strict ARP with every node preparation (each full sync).
+    pub fn with_options(mut self, options: NodeOptions) -> Result<Self, SyncError> {
+        if options.timeouts != crate::Timeouts::default() {
+            self.sock.set_timeouts(options.timeouts)?;
+        }
+        self.options = options;
+        Ok(self)
     }
 
     /// Overrides how long a removed TCP real server may drain ([`DRAIN_BOUND`]).
@@ -235,6 +259,14 @@ impl IpvsDataplane {
                  own node's bridge through a service will not get replies"
             );
         }
+        let strict_arp: &[(&str, &str)] = if self.options.strict_arp {
+            &[
+                ("/proc/sys/net/ipv4/conf/all/arp_ignore", "1"),
+                ("/proc/sys/net/ipv4/conf/all/arp_announce", "2"),
+            ]
+        } else {
+            &[]
+        };
         let settings = [
             ("/proc/sys/net/ipv4/vs/conntrack", "1"),
             ("/proc/sys/net/ipv4/vs/expire_nodest_conn", "1"),
@@ -245,7 +277,7 @@ impl IpvsDataplane {
             ("/proc/sys/net/bridge/bridge-nf-call-ip6tables", "1"),
         ];
         let write = || -> Result<(), String> {
-            for (path, value) in settings {
+            for &(path, value) in settings.iter().chain(strict_arp) {
                 let p = std::path::Path::new(path);
                 if path.contains("/bridge/") && !p.exists() {
                     continue;

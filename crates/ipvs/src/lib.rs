@@ -19,12 +19,12 @@ pub mod trace;
 pub mod types;
 pub mod wire;
 
-pub use dataplane::{IpvsDataplane, SyncError, cleanup};
+pub use dataplane::{IpvsDataplane, NodeOptions, SyncError, cleanup};
 pub use fake::FakeIpvs;
 pub use plan::Plan;
 pub use render::{IpvsCapability, Renderer};
 pub use socket::IpvsSocket;
-pub use types::{Dest, DestKey, Forward, Op, Protocol, Rejected, Service, ServiceKey};
+pub use types::{Dest, DestKey, Forward, Op, Protocol, Rejected, Service, ServiceKey, Timeouts};
 
 /// An IPVS table: the kernel's (through [`IpvsSocket`]) or a fake one.
 pub trait Ipvs {

@@ -12,7 +12,7 @@ use netlink_packet_generic::ctrl::nlas::GenlCtrlAttrs;
 use netlink_packet_generic::ctrl::{GenlCtrl, GenlCtrlCmd};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_GENERIC};
 
-use crate::types::{Dest, Op, Rejected, Service, ServiceKey};
+use crate::types::{Dest, Op, Rejected, Service, ServiceKey, Timeouts};
 use crate::wire::{Body, Cmd, IpvsMsg};
 use crate::{Ipvs, IpvsError};
 
@@ -174,6 +174,52 @@ impl IpvsSocket {
             }
         }
         Ok((out, first_err))
+    }
+
+    /// Sets the connection timeouts (ipvsadm `--set`, kube-proxy's `--ipvs-tcp-timeout`,
+    /// `--ipvs-tcpfin-timeout`, `--ipvs-udp-timeout`): whole seconds, 0 leaves one as it is.
+    pub fn set_timeouts(&mut self, t: Timeouts) -> Result<(), IpvsError> {
+        let (seq, buf) = self.message(
+            IpvsMsg::new(Cmd::SetConfig, Body::Timeouts(t.tcp, t.tcp_fin, t.udp)),
+            NLM_F_REQUEST | NLM_F_ACK,
+        );
+        self.sock
+            .send(&buf, 0)
+            .map_err(io("sending the IPVS timeouts"))?;
+        let mut pending = [seq].into_iter().collect();
+        match self.collect(&mut pending, false)? {
+            (_, Some((_, errno))) => Err(IpvsError::Rejected(Rejected {
+                op: format!("--set {} {} {}", t.tcp, t.tcp_fin, t.udp),
+                errno,
+            })),
+            _ => Ok(()),
+        }
+    }
+
+    /// The connection timeouts in force (ipvsadm `-L --timeout`).
+    pub fn timeouts(&mut self) -> Result<Timeouts, IpvsError> {
+        let (seq, buf) = self.message(
+            IpvsMsg::new(Cmd::GetConfig, Body::Empty),
+            NLM_F_REQUEST | NLM_F_ACK,
+        );
+        self.sock
+            .send(&buf, 0)
+            .map_err(io("asking for the IPVS timeouts"))?;
+        let mut pending = [seq].into_iter().collect();
+        let (replies, err) = self.collect(&mut pending, false)?;
+        if let Some((_, errno)) = err {
+            return Err(IpvsError::Io {
+                what: "reading the IPVS timeouts",
+                source: std::io::Error::from_raw_os_error(errno),
+            });
+        }
+        replies
+            .into_iter()
+            .find_map(|m| match m.body {
+                Body::Timeouts(tcp, tcp_fin, udp) => Some(Timeouts { tcp, tcp_fin, udp }),
+                _ => None,
+            })
+            .ok_or_else(|| IpvsError::Decode("the timeouts reply carried no timeouts".into()))
     }
 
     fn dump(&mut self, msg: IpvsMsg) -> Result<Vec<IpvsMsg>, IpvsError> {

@@ -346,3 +346,12 @@ pub fn describe(errno: i32) -> String {
     };
     format!("{what} (errno {errno})")
 }
+
+/// IPVS's connection timeouts in whole seconds (0 in a request: leave that one as it is):
+/// established TCP, TCP after a FIN, UDP.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timeouts {
+    pub tcp: u32,
+    pub tcp_fin: u32,
+    pub udp: u32,
+}

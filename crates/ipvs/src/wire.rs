@@ -36,6 +36,7 @@ pub enum Cmd {
     DelDest = 7,
     GetDest = 8,
     SetConfig = 12,
+    GetConfig = 13,
     Flush = 17,
 }
 
@@ -51,6 +52,7 @@ impl Cmd {
             7 => Self::DelDest,
             8 => Self::GetDest,
             12 => Self::SetConfig,
+            13 => Self::GetConfig,
             17 => Self::Flush,
             other => return Err(format!("unknown IPVS command {other}").into()),
         })

@@ -480,3 +480,156 @@ fn schedulers_and_ipv6_with_real_traffic() {
         "rr: {seen:?}"
     );
 }
+
+/// kube-proxy's node-wide IPVS options, then two behaviours that need short UDP timeouts to be
+/// observed: the timeouts are set through netlink when the dataplane opens and read back, strict
+/// ARP sets `arp_ignore`/`arp_announce` in the node namespace; ClientIP affinity is
+/// persistence that ends with its timeout (a client stays on one endpoint, and once the
+/// persistence template has expired the next flow is scheduled afresh, by rr to the other
+/// endpoint); maglev (`mh` with the source port) keeps most flows on their endpoint when a real
+/// server is added, where a fresh scheduling would move most of them.
+#[test]
+fn options_persistence_timeout_and_maglev_stability() {
+    use std::collections::BTreeMap;
+    use std::net::{SocketAddr, UdpSocket};
+    use std::time::Duration;
+    use svcnet_flows::{CLIENT_POD, Client, NODE, UDP_PORT, pod_ip};
+    use svcnet_netns::test_support::{serve_udp, udp_ask, udp_ask_with};
+    use svcnet_proxy::IpFamily;
+    use svcnet_proxy::fixtures::{service, slice};
+    if !uml_guest() {
+        return;
+    }
+    let kl = svcnet_flows::kernel::KernelLab::start();
+    let options = svcnet_ipvs::NodeOptions {
+        timeouts: svcnet_ipvs::Timeouts {
+            tcp: 900,
+            tcp_fin: 30,
+            udp: 1,
+        },
+        strict_arp: true,
+    };
+    let mut dp =
+        svcnet_ipvs::IpvsDataplane::new(Some(kl.node().name().to_string()), &[IpFamily::V4])
+            .unwrap()
+            .with_options(options)
+            .unwrap();
+    assert_eq!(
+        dp.socket().timeouts().unwrap(),
+        svcnet_ipvs::Timeouts {
+            tcp: 900,
+            tcp_fin: 30,
+            udp: 1
+        }
+    );
+    let mut state = svcnet_flows::world();
+    state
+        .update_service(&service("default", "sticky-udp", |b| {
+            b.cluster_ip(&["10.96.0.30"])
+                .port("", "UDP", 53)
+                .affinity(Some(2));
+        }))
+        .unwrap();
+    let mut mh = service("default", "mh-udp", |b| {
+        b.cluster_ip(&["10.96.0.31"]).port("", "UDP", 53);
+    });
+    mh.metadata.annotations = Some(
+        [(
+            svcnet_proxy::algorithm::ANNOTATION.to_string(),
+            "maglev".to_string(),
+        )]
+        .into_iter()
+        .collect(),
+    );
+    state.update_service(&mh).unwrap();
+    let backends = |name: &str, svc: &str, pods: &[usize]| {
+        slice("default", name, svc, |b| {
+            b.port("", "UDP", UDP_PORT as i32);
+            for i in pods {
+                b.endpoint(
+                    &pod_ip(*i).to_string(),
+                    if *i == 1 { NODE } else { "n2" },
+                    |_| {},
+                );
+            }
+        })
+    };
+    state.update_slice(&backends("sticky-udp-1", "sticky-udp", &[1, 2]));
+    state.update_slice(&backends("mh-udp-1", "mh-udp", &[1, 2]));
+    state.take_changes();
+    full_sync(&mut dp, &state);
+    let sysctl = |name: &str| {
+        kl.node()
+            .run(|| std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/all/{name}")))
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(
+        (sysctl("arp_ignore").trim(), sysctl("arp_announce").trim()),
+        ("1", "2")
+    );
+
+    let client = kl.client_ns(Client::Pod(CLIENT_POD));
+    let wait = Duration::from_secs(2);
+    // Persistence: every flow (a fresh source port each) of this client goes to one endpoint.
+    let sticky: SocketAddr = "10.96.0.30:53".parse().unwrap();
+    let ask = |n: usize| -> Vec<String> {
+        client
+            .run(|| {
+                (0..n)
+                    .map(|_| udp_ask(sticky, wait).unwrap().identity)
+                    .collect()
+            })
+            .unwrap()
+    };
+    let first = ask(6);
+    assert!(first.iter().all(|i| *i == first[0]), "{first:?}");
+    // The flows expire after the 1 s UDP timeout, the template 2 s after its last use: then
+    // the client is scheduled afresh, and rr hands out the other endpoint.
+    std::thread::sleep(Duration::from_secs(6));
+    let after = ask(4);
+    assert!(after.iter().all(|i| *i == after[0]), "{after:?}");
+    assert_ne!(after[0], first[0], "the persistence did not end");
+
+    // Maglev: 30 flows, each from its own fixed source port, before and after a third real
+    // server is added.
+    let _p3 = serve_udp(kl.client_ns(Client::Pod(3)), UDP_PORT, "p3").unwrap();
+    let mh_addr: SocketAddr = "10.96.0.31:53".parse().unwrap();
+    let flows = |round: &str| -> BTreeMap<u16, String> {
+        client
+            .run(|| {
+                (41000..41030)
+                    .map(|port| {
+                        let sock = UdpSocket::bind(("0.0.0.0", port)).unwrap();
+                        let r = udp_ask_with(&sock, mh_addr, wait)
+                            .unwrap_or_else(|e| panic!("{round}: flow from port {port}: {e}"));
+                        (port, r.identity)
+                    })
+                    .collect()
+            })
+            .unwrap()
+    };
+    let before = flows("two real servers");
+    state.update_slice(&backends("mh-udp-1", "mh-udp", &[1, 2, 3]));
+    let ops = sync(&mut dp, &mut state, None);
+    let add = format!("-a -u 10.96.0.31:53 -r {}:{UDP_PORT} -m -w 1", pod_ip(3));
+    assert!(ops.contains(&add), "{ops:?}");
+    // Let the flows' IPVS entries expire (1 s) and forget their conntrack entries, so every
+    // flow is scheduled again through the new table.
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = kl
+        .node()
+        .exec(&["conntrack", "-D", "-p", "udp", "--orig-dst", "10.96.0.31"]);
+    let after = flows("three real servers");
+    let stayed = before.iter().filter(|(p, id)| after[*p] == **id).count();
+    let to_new = after.values().filter(|id| *id == "p3").count();
+    let between_old = before
+        .iter()
+        .filter(|(p, id)| after[*p] != **id && after[*p] != "p3")
+        .count();
+    assert!(
+        stayed >= 14 && to_new >= 1 && between_old <= 3,
+        "maglev moved too much: {stayed} of 30 stayed, {to_new} went to the new server, \
+         {between_old} moved between the old ones\nbefore {before:?}\nafter {after:?}"
+    );
+}

@@ -87,9 +87,9 @@ impl Plane {
             ProxyMode::Ipvs => {
                 // Opening it resolves IPVS in the node's namespace: a kernel without ip_vs
                 // fails here, at start, naming the module.
-                let netns = cfg.netns.clone();
+                let (netns, options) = (cfg.netns.clone(), cfg.ipvs.clone());
                 let dp = tokio::task::spawn_blocking(move || {
-                    IpvsDataplane::new(netns, &svcnet_proxy::IpFamily::ALL)
+                    IpvsDataplane::new(netns, &svcnet_proxy::IpFamily::ALL)?.with_options(options)
                 })
                 .await
                 .map_err(|e| ProxyError::Task(e.to_string()))??;

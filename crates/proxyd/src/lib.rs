@@ -37,10 +37,10 @@ use tokio::task::JoinSet;
 pub mod dataplane;
 pub mod foreign;
 pub mod healthcheck;
+pub mod pacing;
 pub mod report;
 pub mod serve;
 pub mod status;
-pub mod pacing;
 mod sync;
 pub mod syncer;
 pub mod usmetrics;
@@ -118,6 +118,8 @@ pub struct ProxyConfig {
     /// rules, so no root is needed (service CIDR on loopback, e.g. 127.96.0.0/16; node ports on
     /// `nodeport_addresses`, default 127.0.0.1). Ports below 1024 still need the capability.
     pub unprivileged: bool,
+    /// IPVS mode only: kube-proxy's node-wide IPVS settings (timeouts, strict ARP).
+    pub ipvs: svcnet_ipvs::NodeOptions,
 }
 
 impl Default for ProxyConfig {
@@ -138,6 +140,7 @@ impl Default for ProxyConfig {
             table: svcnet_nft::names::TABLE.to_string(),
             scheduler: None,
             unprivileged: false,
+            ipvs: svcnet_ipvs::NodeOptions::default(),
         }
     }
 }

@@ -153,9 +153,15 @@ mod tests {
             Ok(MinSyncPeriod::Fixed(Duration::from_millis(250)))
         );
         assert_eq!("0s".parse(), Ok(MinSyncPeriod::Fixed(Duration::ZERO)));
-        assert_eq!("2".parse(), Ok(MinSyncPeriod::Fixed(Duration::from_secs(2))));
+        assert_eq!(
+            "2".parse(),
+            Ok(MinSyncPeriod::Fixed(Duration::from_secs(2)))
+        );
         let err = "soon".parse::<MinSyncPeriod>().unwrap_err();
-        assert!(err.contains("\"soon\" is not a duration") && err.ends_with("or auto"), "{err}");
+        assert!(
+            err.contains("\"soon\" is not a duration") && err.ends_with("or auto"),
+            "{err}"
+        );
         assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("1d").is_err());
     }

@@ -37,6 +37,8 @@ pub struct Args {
     /// Program this named network namespace instead of the current one.
     #[arg(long)]
     pub netns: Option<String>,
+    #[command(flatten)]
+    pub ipvs: IpvsFlags,
     /// How long changes are batched after a sync. `auto`: nine times the last sync's duration,
     /// at most 1s (syncs take at most a tenth of a core; a millisecond sync holds the next
     /// change 9ms). A duration (1s, 500ms, 0s): kube-proxy's fixed minimum between syncs, with
@@ -90,6 +92,46 @@ fn parse_bind(s: &str) -> Result<BindAddress, String> {
 
 pub use svcnet_proxyd::pacing::parse_duration;
 
+/// kube-proxy's IPVS flags (used with `--mode ipvs`), shared by `svcnet proxy` and `svcnet up`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct IpvsFlags {
+    /// IPVS timeout of idle established TCP connections, whole seconds (`0s`: the kernel's, 15m).
+    #[arg(long, default_value = "0s", value_parser = parse_seconds)]
+    pub ipvs_tcp_timeout: u32,
+    /// IPVS timeout of TCP connections after a FIN, whole seconds (`0s`: the kernel's, 2m).
+    #[arg(long, default_value = "0s", value_parser = parse_seconds)]
+    pub ipvs_tcpfin_timeout: u32,
+    /// IPVS timeout of UDP flows, whole seconds (`0s`: the kernel's, 5m).
+    #[arg(long, default_value = "0s", value_parser = parse_seconds)]
+    pub ipvs_udp_timeout: u32,
+    /// Strict ARP (`arp_ignore=1`, `arp_announce=2`): the node does not answer ARP for the
+    /// service addresses on its IPVS dummy interface.
+    #[arg(long)]
+    pub ipvs_strict_arp: bool,
+}
+
+impl IpvsFlags {
+    pub fn options(&self) -> svcnet_ipvs::NodeOptions {
+        svcnet_ipvs::NodeOptions {
+            timeouts: svcnet_ipvs::Timeouts {
+                tcp: self.ipvs_tcp_timeout,
+                tcp_fin: self.ipvs_tcpfin_timeout,
+                udp: self.ipvs_udp_timeout,
+            },
+            strict_arp: self.ipvs_strict_arp,
+        }
+    }
+}
+
+/// A duration in whole seconds (IPVS counts its timeouts in seconds).
+pub fn parse_seconds(s: &str) -> Result<u32, String> {
+    let d = parse_duration(s)?;
+    if d.subsec_nanos() != 0 {
+        return Err(format!("{s:?}: IPVS timeouts are whole seconds"));
+    }
+    u32::try_from(d.as_secs()).map_err(|_| format!("{s:?} is too long"))
+}
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     if args.cleanup {
         let c = svcnet_proxyd::cleanup(args.netns.as_deref(), svcnet_nft::names::TABLE)?;
@@ -122,6 +164,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics_bind: args.metrics_bind_address.0,
         scheduler: args.scheduler,
         unprivileged: args.unprivileged,
+        ipvs: args.ipvs.options(),
         ..Default::default()
     };
     let shutdown = async {

@@ -117,6 +117,9 @@ pub struct Args {
     /// The node proxies' full resync period, which repairs drift.
     #[arg(long, default_value = "30s", value_parser = super::proxy::parse_duration)]
     pub sync_period: std::time::Duration,
+    /// kube-proxy's IPVS settings for every node proxy (with `--proxy-mode ipvs`).
+    #[command(flatten)]
+    pub ipvs: super::proxy::IpvsFlags,
     /// Name of the Node this machine registers as when the agent is disabled.
     #[arg(long)]
     pub node_name: Option<String>,
@@ -287,6 +290,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                 cfg.scheduler = args.scheduler;
                 cfg.min_sync_period = args.min_sync_period;
                 cfg.sync_period = args.sync_period;
+                cfg.ipvs = args.ipvs.options();
                 let client = client.clone();
                 let stop = stopped(stop_rx.clone());
                 let name = node.name.clone();
@@ -468,5 +472,39 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("\"soon\" is not a duration"), "{err}");
+    }
+
+    /// kube-proxy's IPVS flags reach every node proxy's options; timeouts are whole seconds.
+    #[test]
+    fn ipvs_flags_are_kube_proxys() {
+        let up = Up::try_parse_from(["up"]).unwrap();
+        assert_eq!(up.args.ipvs.options(), svcnet_ipvs::NodeOptions::default());
+        let up = Up::try_parse_from([
+            "up",
+            "--proxy-mode",
+            "ipvs",
+            "--ipvs-tcp-timeout",
+            "15m",
+            "--ipvs-tcpfin-timeout",
+            "30s",
+            "--ipvs-udp-timeout",
+            "5",
+            "--ipvs-strict-arp",
+        ])
+        .unwrap();
+        let o = up.args.ipvs.options();
+        assert_eq!(
+            (
+                o.timeouts.tcp,
+                o.timeouts.tcp_fin,
+                o.timeouts.udp,
+                o.strict_arp
+            ),
+            (900, 30, 5, true)
+        );
+        let err = Up::try_parse_from(["up", "--ipvs-udp-timeout", "1500ms"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("whole seconds"), "{err}");
     }
 }
