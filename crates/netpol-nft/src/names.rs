@@ -6,9 +6,10 @@
 
 use svcnet_libnft::Family;
 
-/// The table, in the `ip` family: svcnet's pod network is IPv4.
+/// The table, in the `ip` family (svcnet's pod network is IPv4) and, for pods with IPv6
+/// addresses, in the `ip6` family beside it.
 pub const TABLE: &str = "svcnet-netpol";
-/// The table's family.
+/// The IPv4 table's family.
 pub const FAMILY: Family = Family::Ip;
 
 /// Local pods isolated for ingress (some policy selects them with `Ingress`).

@@ -288,21 +288,45 @@ fn overlapping_port_ranges_are_merged_per_protocol() {
 }
 
 /// The incremental renderer gives what a full render gives, over a seeded sequence of pod
-/// additions, deletions, label and address changes, namespace label changes and policy
-/// changes.
+/// additions, deletions, label, address, port and node changes, namespace label changes and
+/// policy creations, deletions and changes; and its recorded changes are complete: planning
+/// only them gives the transaction a comparison of the whole tables gives.
 #[test]
 fn incremental_renders_equal_full_ones() {
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
-    use svcnet_netpol_nft::Renderer;
+    use svcnet_netpol::{NamedPort, PortMatch, Protocol};
+    use svcnet_netpol_nft::{Renderer, plan_changes};
     let mut rng = StdRng::seed_from_u64(12);
     let mut c = cluster();
     let opts = Options::default();
     let mut renderer = Renderer::new("node1", opts);
-    assert_eq!(renderer.render(&c), render(&c, "node1", &opts));
-    for step in 0..300 {
+    renderer.update(&c);
+    renderer.take_changes();
+    assert_eq!(renderer.ruleset(), &render(&c, "node1", &opts));
+    let spare = [
+        policy(
+            "y",
+            "from-x",
+            json!({
+                "podSelector": {"matchExpressions": [{"key": "pod", "operator": "In", "values": ["a", "b"]}]},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{"from": [{"namespaceSelector": {"matchLabels": {"ns": "x"}}}],
+                             "ports": [{"port": "serve-81-tcp"}]}],
+                "egress": [{"to": [{"podSelector": {"matchLabels": {"pod": "c"}}},
+                                   {"ipBlock": {"cidr": "10.244.0.0/24"}}]}],
+            }),
+        ),
+        policy(
+            "z",
+            "all-in-ns",
+            json!({"podSelector": {}, "ingress": [{"from": [{"podSelector": {}}]}]}),
+        ),
+    ];
+    for step in 0..600 {
+        let before = renderer.ruleset().clone();
         let n = rng.random_range(0..c.pods.len());
-        match rng.random_range(0..7) {
+        match rng.random_range(0..12) {
             0 => {
                 let v = ["a", "b", "c", "d"][rng.random_range(0..4)];
                 c.pods[n].labels.insert("pod".into(), v.into());
@@ -310,29 +334,72 @@ fn incremental_renders_equal_full_ones() {
             1 => {
                 let mut p = c.pods[n].clone();
                 p.name = format!("new-{step}");
-                p.ips = vec![format!("10.244.9.{}", step % 250).parse().unwrap()];
+                // Addresses repeat: a pod may share one with another for a while.
+                p.ips = vec![format!("10.244.9.{}", step % 50).parse().unwrap()];
                 p.node = Some(["node1", "node2"][rng.random_range(0..2)].into());
                 c.pods.push(p);
             }
             2 if c.pods.len() > 3 => {
                 c.pods.remove(n);
             }
-            3 => c.pods[n].ips = vec![format!("10.244.8.{}", step % 250).parse().unwrap()],
+            3 => c.pods[n].ips = vec![format!("10.244.8.{}", step % 50).parse().unwrap()],
             4 => {
                 let ns = &mut c.namespaces[rng.random_range(0..3)];
                 let v = ["x", "y", "z"][rng.random_range(0..3)];
                 ns.labels.insert("ns".into(), v.into());
             }
             5 => c.policies.reverse(),
-            _ => {
+            6 => {
                 let v = ["a", "b"][rng.random_range(0..2)];
-                c.policies[0].pod_selector = svcnet_netpol::Selector::labels([("pod", v)]);
+                if let Some(p) = c.policies.first_mut() {
+                    p.pod_selector = svcnet_netpol::Selector::labels([("pod", v)]);
+                }
+            }
+            7 => {
+                let p = &spare[rng.random_range(0..spare.len())];
+                match c.policies.iter().position(|q| q.name == p.name) {
+                    Some(i) => {
+                        c.policies.remove(i);
+                    }
+                    None => c.policies.push(p.clone()),
+                }
+            }
+            8 => {
+                let i = rng.random_range(0..c.policies.len());
+                let p = &mut c.policies[i];
+                p.isolates_egress = !p.isolates_egress;
+            }
+            9 => {
+                let i = rng.random_range(0..c.policies.len());
+                let hi = rng.random_range(80..83);
+                if let Some(rule) = c.policies[i].ingress.first_mut() {
+                    rule.ports = vec![svcnet_netpol::Port {
+                        protocol: Protocol::Tcp,
+                        port: PortMatch::Range(80, hi),
+                    }];
+                }
+            }
+            10 => {
+                let port = rng.random_range(80..82);
+                c.pods[n].ports = vec![NamedPort {
+                    name: "serve-81-tcp".into(),
+                    port,
+                    protocol: Protocol::Tcp,
+                }];
+            }
+            _ => {
+                c.pods[n].node = Some(["node1", "node2"][rng.random_range(0..2)].into());
             }
         }
+        renderer.update(&c);
+        let changes = renderer.take_changes();
+        let next = renderer.ruleset();
+        assert_eq!(next, &render(&c, "node1", &opts), "step {step}");
         assert_eq!(
-            renderer.render(&c),
-            render(&c, "node1", &opts),
-            "step {step}"
+            plan_changes(&before, next, &changes),
+            plan(Some(&before), next),
+            "step {step}: the recorded changes {changes:?} miss something"
         );
     }
+    assert_eq!(renderer.render(&c), render(&c, "node1", &opts));
 }
