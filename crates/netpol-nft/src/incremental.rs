@@ -23,8 +23,8 @@ use svcnet_netpol::{Cluster, Direction, Namespace, Peer, Pod, Policy};
 
 use crate::names;
 use crate::render::{
-    ChainSpec, Options, Ruleset, Want, candidates, contribution, dispatch_chain, dispatch_name,
-    isolated_name, jump_rule, policy_chain, render,
+    ChainSpec, Options, Ruleset, Want, candidates, contribution, dispatch_chain, isolated_name,
+    isolation_elements, jump_rule, policy_chain, render,
 };
 
 /// The names of the sets and chains changed since they were last taken: what a plan has to
@@ -277,15 +277,13 @@ impl Renderer {
 
     /// What `pod` puts in set `name` as the model stands.
     fn contribution(&self, name: &str, pod: &Pod) -> Vec<String> {
-        for dir in [Direction::Ingress, Direction::Egress] {
-            if name == isolated_name(dir) {
-                return match self.isolated(pod, dir) {
-                    true => (candidates(None, pod, self.opts.family).into_iter())
-                        .map(|(_, e)| e)
-                        .collect(),
-                    false => Vec::new(),
-                };
-            }
+        if let Some(dir) = isolation_map(name) {
+            return match self.isolated(pod, dir) {
+                true => (isolation_elements(pod, dir, self.opts.family).into_iter())
+                    .map(|(_, e)| e)
+                    .collect(),
+                false => Vec::new(),
+            };
         }
         match self.sets.get(name).and_then(|u| u.fill.want()) {
             Some(want) => contribution(&want, pod, self.opts.family, |ns| self.ns_labels(ns)),
@@ -295,10 +293,12 @@ impl Renderer {
 
     /// The elements `pod` could put in set `name`, whether or not it does.
     fn candidates(&self, name: &str, pod: &Pod) -> Vec<(IpAddr, String)> {
-        match self.sets.get(name).map(|u| u.fill.want()) {
-            Some(Some(want)) => candidates(Some(&want), pod, self.opts.family),
-            Some(None) => Vec::new(),
-            None => candidates(None, pod, self.opts.family),
+        if let Some(dir) = isolation_map(name) {
+            return isolation_elements(pod, dir, self.opts.family);
+        }
+        match self.sets.get(name).and_then(|u| u.fill.want()) {
+            Some(want) => candidates(&want, pod, self.opts.family),
+            None => Vec::new(),
         }
     }
 
@@ -537,15 +537,18 @@ impl Renderer {
             self.release_set(&name);
         }
         for dir in &moved {
-            let jumps: Vec<String> = (self.policies.values())
-                .filter(|(p, _)| p.isolates(*dir))
-                .map(|(p, _)| jump_rule(p, *dir, self.opts.family))
+            let jumps: Vec<String> = (self.policies_in(&key.0))
+                .filter(|p| p.isolates(*dir))
+                .map(|p| jump_rule(p, *dir, self.opts.family))
                 .collect();
-            let name = dispatch_name(*dir);
-            self.ruleset
-                .chains
-                .insert(name.to_string(), dispatch_chain(jumps, &self.opts));
-            self.changes.chains.insert(name.to_string());
+            let name = names::namespace_chain(*dir == Direction::Ingress, &key.0);
+            if jumps.is_empty() {
+                self.ruleset.chains.remove(&name);
+            } else {
+                let chain = dispatch_chain(jumps, &self.opts);
+                self.ruleset.chains.insert(name.clone(), chain);
+            }
+            self.changes.chains.insert(name);
         }
         if !moved.is_empty() {
             let mut work = Vec::new();
@@ -555,7 +558,7 @@ impl Renderer {
                 {
                     for dir in [Direction::Ingress, Direction::Egress] {
                         let name = isolated_name(dir);
-                        work.push((name, candidates(None, pod, self.opts.family)));
+                        work.push((name, isolation_elements(pod, dir, self.opts.family)));
                     }
                 }
             }
@@ -564,6 +567,13 @@ impl Renderer {
             }
         }
     }
+}
+
+/// The direction of an isolation map's name.
+fn isolation_map(name: &str) -> Option<Direction> {
+    [Direction::Ingress, Direction::Egress]
+        .into_iter()
+        .find(|d| name == isolated_name(*d))
 }
 
 impl Fill {

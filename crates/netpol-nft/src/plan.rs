@@ -14,6 +14,32 @@ use crate::render::{ChainSpec, Ruleset, SetSpec};
 /// nft keeps at most 128 bytes of a comment.
 const COMMENT_MAX: usize = 120;
 
+/// A verdict map (the isolation maps) or a plain set, by its type.
+fn kind(s: &SetSpec) -> SetKind {
+    if s.type_.contains(" : ") {
+        SetKind::Map
+    } else {
+        SetKind::Set
+    }
+}
+
+/// An element's key and value (`10.0.0.1 : jump in-ns-…` in a map).
+fn key_value(e: &str) -> (String, Option<String>) {
+    match e.split_once(" : ") {
+        Some((k, v)) => (k.to_string(), Some(v.to_string())),
+        None => (e.to_string(), None),
+    }
+}
+
+fn add_element(tx: &mut Transaction, set: &str, e: &str) {
+    let (key, value) = key_value(e);
+    tx.push(Op::AddElement {
+        set: set.to_string(),
+        key,
+        value,
+    });
+}
+
 fn set_def(name: &str, s: &SetSpec) -> SetDef {
     let comment: String = s
         .comment
@@ -23,7 +49,7 @@ fn set_def(name: &str, s: &SetSpec) -> SetDef {
         .collect();
     SetDef {
         name: name.to_string(),
-        kind: SetKind::Set,
+        kind: kind(s),
         type_: s.type_.to_string(),
         flags: if s.interval { vec!["interval"] } else { vec![] },
         timeout_seconds: None,
@@ -35,11 +61,7 @@ fn set_def(name: &str, s: &SetSpec) -> SetDef {
 fn add_set(tx: &mut Transaction, name: &str, s: &SetSpec) {
     tx.push(Op::AddSet(set_def(name, s)));
     for e in &s.elements {
-        tx.push(Op::AddElement {
-            set: name.to_string(),
-            key: e.clone(),
-            value: None,
-        });
+        add_element(tx, name, e);
     }
 }
 
@@ -62,15 +84,15 @@ pub fn plan_full(next: &Ruleset) -> Transaction {
     });
     tx.push(Op::DeleteTable);
     tx.push(Op::AddTable { comment });
-    for (name, s) in &next.sets {
-        add_set(&mut tx, name, s);
-    }
-    // Every chain exists before any rule jumps to it.
+    // Every chain exists before any rule or map element jumps to it.
     for (name, c) in &next.chains {
         tx.push(Op::AddChain {
             name: name.clone(),
             base: c.base.clone(),
         });
+    }
+    for (name, s) in &next.sets {
+        add_set(&mut tx, name, s);
     }
     for (name, c) in &next.chains {
         add_rules(&mut tx, name, c);
@@ -145,12 +167,21 @@ fn plan_between(
         .filter_map(|w| w.strip_prefix('@'))
         .collect();
     let mut tx = Transaction::new(next.family, names::TABLE);
+    // New chains first (empty): map elements and rules may jump to them.
+    for (name, c) in &changed {
+        if !prev.chains.contains_key(*name) {
+            tx.push(Op::AddChain {
+                name: name.to_string(),
+                base: c.base.clone(),
+            });
+        }
+    }
     for name in sets {
         if let (Some(old), Some(s)) = (prev.sets.get(*name), next.sets.get(*name)) {
             for e in old.elements.difference(&s.elements) {
                 tx.push(Op::DeleteElement {
                     set: name.to_string(),
-                    key: e.clone(),
+                    key: key_value(e).0,
                 });
             }
         }
@@ -172,19 +203,7 @@ fn plan_between(
         }
         tx.push(Op::AddSet(set_def(name, s)));
         for e in added {
-            tx.push(Op::AddElement {
-                set: name.to_string(),
-                key: e.clone(),
-                value: None,
-            });
-        }
-    }
-    for (name, c) in &changed {
-        if !prev.chains.contains_key(*name) {
-            tx.push(Op::AddChain {
-                name: name.to_string(),
-                base: c.base.clone(),
-            });
+            add_element(&mut tx, name, e);
         }
     }
     // Rules that jump to a removed chain or use a removed set go before those are deleted.
@@ -202,10 +221,10 @@ fn plan_between(
         tx.push(Op::DeleteChain(name.to_string()));
     }
     for name in sets {
-        if prev.sets.contains_key(*name) && !next.sets.contains_key(*name) {
+        if let (Some(old), None) = (prev.sets.get(*name), next.sets.get(*name)) {
             tx.push(Op::DeleteSet {
                 name: name.to_string(),
-                kind: SetKind::Set,
+                kind: kind(old),
             });
         }
     }

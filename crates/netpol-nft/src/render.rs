@@ -191,7 +191,8 @@ pub fn render(cluster: &Cluster, node: &str, opts: &Options) -> Ruleset {
             .filter(|p| {
                 p.node.as_deref() == Some(node) && cluster.isolating(p, dir).next().is_some()
             })
-            .flat_map(|p| ip_strings(p, f))
+            .flat_map(|p| isolation_elements(p, dir, f))
+            .map(|(_, e)| e)
             .collect();
         r.sets.insert(isolated_name(dir).to_string(), set);
     }
@@ -212,16 +213,16 @@ pub fn render(cluster: &Cluster, node: &str, opts: &Options) -> Ruleset {
     };
     let mut chains = BTreeMap::new();
     for dir in [Direction::Egress, Direction::Ingress] {
-        let mut dispatch = Vec::new();
+        let mut dispatch: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for policy in policies.iter().filter(|p| p.isolates(dir)) {
             let (jump, chain, rules) = policy_chain(policy, dir, f, &mut need);
-            dispatch.push(jump);
+            dispatch.entry(&policy.namespace).or_default().push(jump);
             chains.insert(chain, ChainSpec { base: None, rules });
         }
-        chains.insert(
-            dispatch_name(dir).to_string(),
-            dispatch_chain(dispatch, opts),
-        );
+        for (ns, jumps) in dispatch {
+            let name = names::namespace_chain(dir == Direction::Ingress, ns);
+            chains.insert(name, dispatch_chain(jumps, opts));
+        }
     }
     r.chains = chains;
     base_chains(&mut r);
@@ -237,21 +238,26 @@ pub(crate) fn isolated_name(dir: Direction) -> &'static str {
 
 pub(crate) fn isolated_set(dir: Direction, f: Family) -> SetSpec {
     SetSpec {
-        type_: addr_type(f),
+        type_: match f {
+            Family::Ip => "ipv4_addr : verdict",
+            Family::Ip6 => "ipv6_addr : verdict",
+        },
         interval: false,
         comment: format!("this node's pods isolated for {}", dir_word(dir)),
         elements: BTreeSet::new(),
     }
 }
 
-pub(crate) fn dispatch_name(dir: Direction) -> &'static str {
-    match dir {
-        Direction::Egress => names::EGRESS_POLICIES,
-        Direction::Ingress => names::INGRESS_POLICIES,
-    }
+/// The elements a local pod isolated for `dir` puts in that direction's verdict map, each
+/// with its address: the address to a jump to its namespace's dispatch chain.
+pub(crate) fn isolation_elements(pod: &Pod, dir: Direction, f: Family) -> Vec<(IpAddr, String)> {
+    let chain = names::namespace_chain(dir == Direction::Ingress, &pod.namespace);
+    addrs(&pod.ips, f)
+        .map(|ip| (ip, format!("{ip} : jump {chain}")))
+        .collect()
 }
 
-/// A dispatch chain: the policies' jumps, then the deny.
+/// A namespace's dispatch chain: the policies' jumps, then the deny.
 pub(crate) fn dispatch_chain(mut rules: Vec<String>, opts: &Options) -> ChainSpec {
     rules.push(match opts.deny {
         // ICMP for TCP too: a reset made after the proxy's DNAT leaves with the pod's
@@ -272,7 +278,7 @@ pub(crate) fn dispatch_chain(mut rules: Vec<String>, opts: &Options) -> ChainSpe
 /// table.
 fn base_chains(r: &mut Ruleset) {
     let f = r.family;
-    let base = |hook, priority, addr: &str, set: &str, policies: &str| {
+    let base = |hook, priority, addr: &str, map: &str| {
         let mut rules = vec!["ct state established,related accept".to_string()];
         if f == Family::Ip6 {
             rules.push(
@@ -280,7 +286,7 @@ fn base_chains(r: &mut Ruleset) {
                     .into(),
             );
         }
-        rules.push(format!("{} {addr} @{set} jump {policies}", f.as_str()));
+        rules.push(format!("{} {addr} vmap @{map}", f.as_str()));
         ChainSpec {
             base: Some(BaseChain {
                 kind: "filter",
@@ -290,27 +296,13 @@ fn base_chains(r: &mut Ruleset) {
             rules,
         }
     };
-    let egress = |hook| {
-        base(
-            hook,
-            0,
-            "saddr",
-            names::EGRESS_ISOLATED,
-            names::EGRESS_POLICIES,
-        )
-    };
+    let egress = |hook| base(hook, 0, "saddr", names::EGRESS_ISOLATED);
     r.chains
         .insert(names::EGRESS_FORWARD.into(), egress("forward"));
     r.chains.insert(names::EGRESS_INPUT.into(), egress("input"));
     r.chains.insert(
         names::INGRESS_FORWARD.into(),
-        base(
-            "forward",
-            1,
-            "daddr",
-            names::INGRESS_ISOLATED,
-            names::INGRESS_POLICIES,
-        ),
+        base("forward", 1, "daddr", names::INGRESS_ISOLATED),
     );
 }
 
@@ -359,15 +351,13 @@ fn port_candidates(pod: &Pod, port: &str, f: Family) -> Vec<(IpAddr, String)> {
 }
 
 /// The elements `pod` could put in a set, each with the address it stands for, whether or
-/// not the pod is selected: its addresses for an address set (`None`: an isolation set),
-/// its named port's entries for a port set, nothing for a block.
-pub(crate) fn candidates(want: Option<&Want<'_>>, pod: &Pod, f: Family) -> Vec<(IpAddr, String)> {
+/// not the pod is selected: its addresses for an address set, its named port's entries for
+/// a port set, nothing for a block.
+pub(crate) fn candidates(want: &Want<'_>, pod: &Pod, f: Family) -> Vec<(IpAddr, String)> {
     match want {
-        None | Some(Want::Pods { .. }) => {
-            addrs(&pod.ips, f).map(|ip| (ip, ip.to_string())).collect()
-        }
-        Some(Want::Port(port)) => port_candidates(pod, port, f),
-        Some(Want::Block { .. }) => Vec::new(),
+        Want::Pods { .. } => addrs(&pod.ips, f).map(|ip| (ip, ip.to_string())).collect(),
+        Want::Port(port) => port_candidates(pod, port, f),
+        Want::Block { .. } => Vec::new(),
     }
 }
 
