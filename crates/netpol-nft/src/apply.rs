@@ -132,18 +132,15 @@ impl Enforcer {
     }
 }
 
-/// Makes bridged traffic visible to the tables: pods on one node talk across its bridge
-/// without the node's routing, and only br_netfilter (`net.bridge.bridge-nf-call-iptables`
-/// and `-ip6tables`, per network namespace) hands those packets to the forward hook. Loads the module when
+/// Makes bridged traffic visible to the table: pods on one node talk across its bridge
+/// without the node's routing, and only br_netfilter (`net.bridge.bridge-nf-call-iptables`,
+/// per network namespace) hands those packets to the forward hook. (IPv4: svcnet's pod
+/// network; a bridged dual-stack node would also need `bridge-nf-call-ip6tables`.) Loads the module when
 /// the setting does not exist (a kernel where it is a module, not built in).
 pub fn bridge_netfilter(netns: Option<&str>) -> Result<(), String> {
     let set = || {
         svcnet_netns::command(netns, "sysctl")
-            .args([
-                "-qw",
-                "net.bridge.bridge-nf-call-iptables=1",
-                "net.bridge.bridge-nf-call-ip6tables=1",
-            ])
+            .args(["-qw", "net.bridge.bridge-nf-call-iptables=1"])
             .output()
             .map_err(|e| format!("running sysctl: {e}"))
     };

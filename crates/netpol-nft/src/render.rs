@@ -1,14 +1,15 @@
 //! The desired table of one node, a pure function of the evaluator's model
-//! ([`svcnet_netpol::Cluster`]) and the node's name.
+//! ([`svcnet_netpol::Cluster`]), the node's name and the family (`ip` or `ip6`).
 //!
 //! Layout (names in [`crate::names`]):
 //!
 //! ```text
-//! egress-forward   hook forward prio 0: ct established,related accept; saddr @egress-isolated jump egress-policies
+//! egress-forward   hook forward prio 0: ct established,related accept; saddr vmap @egress-isolated
 //! egress-input     hook input   prio 0: the same, for a local pod's traffic to the node itself
-//! ingress-forward  hook forward prio 1: ct established,related accept; daddr @ingress-isolated jump ingress-policies
-//! egress-policies:  saddr @pods-<target> jump out-<policy> ...; deny
-//! ingress-policies: daddr @pods-<target> jump in-<policy> ...;  deny
+//! ingress-forward  hook forward prio 1: ct established,related accept; daddr vmap @ingress-isolated
+//! egress-/ingress-isolated: verdict maps, local isolated pod → jump out-ns-/in-ns-<its namespace>
+//! out-ns-<ns>: saddr @pods-<target> jump out-<policy> ... (the namespace's policies); deny
+//! in-ns-<ns>:  daddr @pods-<target> jump in-<policy> ...;  deny
 //! out-/in-<policy>: one rule per (rule, peer, port kind): <peer address> <ports> accept
 //! ```
 //!
@@ -18,9 +19,12 @@
 //! (prerouting, priority -100), so a connection to a Service IP is judged by its destination
 //! pod and target port. Traffic the node itself sends leaves through the output hook, where
 //! this table has no chain: the node exception. Pods are matched by address: selector sets
-//! hold every matching pod of the cluster (a peer may be anywhere), the isolation sets only
-//! this node's pods (each node judges its own pods' two sides). IPv4 only, as svcnet's pod
-//! network.
+//! hold every matching pod of the cluster (a peer may be anywhere), the isolation maps only
+//! this node's pods (each node judges its own pods' two sides). A policy isolates pods of its
+//! own namespace only, so the dispatch is per namespace: creating a policy rewrites its
+//! namespace's chain, a pod's isolation is one map element. The `ip6` table is the same for
+//! the pods' IPv6 addresses and IPv6 blocks, with neighbour discovery let through (svcnet's
+//! pod network is IPv4; the IPv6 table is proven on dual-stack test pods).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
