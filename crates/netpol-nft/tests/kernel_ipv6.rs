@@ -120,9 +120,9 @@ fn cases() -> Vec<(&'static str, Vec<Policy>)> {
 #[test]
 fn both_families_are_enforced_as_the_evaluator_judges_each() {
     let mut lab = Lab::new().unwrap();
-    for i in 0..PODS.len() {
+    for (i, (_, name)) in PODS.iter().enumerate() {
         lab.add_pod().unwrap();
-        lab.serve_tcp(i, 80, PODS[i].1).unwrap();
+        lab.serve_tcp(i, 80, name).unwrap();
     }
     let mut model = cluster(&lab);
     let families = [(Family::Ip, IpFamily::V4), (Family::Ip6, IpFamily::V6)];
