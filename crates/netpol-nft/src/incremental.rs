@@ -143,13 +143,10 @@ impl Renderer {
                 self.set_namespace(ns.clone());
             }
         }
-        let keys: HashSet<(&str, &str)> = (cluster.pods.iter())
-            .map(|p| (p.namespace.as_str(), p.name.as_str()))
-            .collect();
-        let gone: Vec<Key> = (self.pods.keys())
-            .filter(|(ns, n)| !keys.contains(&(ns.as_str(), n.as_str())))
-            .cloned()
-            .collect();
+        let gone = missing(
+            self.pods.keys(),
+            cluster.pods.iter().map(|p| (&p.namespace, &p.name)),
+        );
         for (ns, name) in gone {
             self.remove_pod(&ns, &name);
         }
@@ -159,14 +156,8 @@ impl Renderer {
                 self.set_pod(pod.clone());
             }
         }
-        let keys: HashSet<(&str, &str)> = (cluster.policies.iter())
-            .map(|p| (p.namespace.as_str(), p.name.as_str()))
-            .collect();
-        let gone: Vec<Key> = (self.policies.keys())
-            .filter(|(ns, n)| !keys.contains(&(ns.as_str(), n.as_str())))
-            .cloned()
-            .collect();
-        for (ns, name) in gone {
+        let policies = cluster.policies.iter().map(|p| (&p.namespace, &p.name));
+        for (ns, name) in missing(self.policies.keys(), policies) {
             self.remove_policy(&ns, &name);
         }
         for policy in &cluster.policies {
@@ -567,6 +558,17 @@ impl Renderer {
             }
         }
     }
+}
+
+/// The keys of `have` that `keep` does not name.
+fn missing<'a>(
+    have: impl Iterator<Item = &'a Key>,
+    keep: impl Iterator<Item = (&'a String, &'a String)>,
+) -> Vec<Key> {
+    let keep: HashSet<(&String, &String)> = keep.collect();
+    have.filter(|(ns, n)| !keep.contains(&(ns, n)))
+        .cloned()
+        .collect()
 }
 
 /// The direction of an isolation map's name.
