@@ -100,12 +100,9 @@ fn the_same_with_the_iptables_proxy() {
     );
 }
 
-fn scenario(net: &Net, mode: &str) {
-    if !is_root() {
-        eprintln!("skipped: needs root (CI runs as root)");
-        return;
-    }
-    let mut up = net.up_with("1", free_udp_port(), &["--proxy-mode", mode]);
+/// `svcnet up` on `net` with `extra` flags, the pods and Service applied and ready.
+fn start(net: &Net, extra: &[&str]) -> Up {
+    let up = net.up_with("1", free_udp_port(), extra);
     apply(&up, PODS);
     up.ok(&[
         "wait",
@@ -115,6 +112,15 @@ fn scenario(net: &Net, mode: &str) {
         "pod/other",
         "--timeout=60s",
     ]);
+    up
+}
+
+fn scenario(net: &Net, mode: &str) {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let mut up = start(net, &["--proxy-mode", mode]);
     let pod_ip = up.ok(&["get", "pod", "server", "-o", "jsonpath={.status.podIP}"]);
     let svc_ip = up.ok(&["get", "svc", "server", "-o", "jsonpath={.spec.clusterIP}"]);
     let direct = format!("http://{pod_ip}/");
@@ -261,16 +267,7 @@ fn an_established_connection_a_new_policy_denies_is_cut_only_with_the_option() {
         if cut {
             extra.push("--network-policy-cut-existing");
         }
-        let mut up = net.up_with("1", free_udp_port(), &extra);
-        apply(&up, PODS);
-        up.ok(&[
-            "wait",
-            "--for=condition=Ready",
-            "pod/server",
-            "pod/client",
-            "pod/other",
-            "--timeout=60s",
-        ]);
+        let mut up = start(&net, &extra);
         let ip = up.ok(&["get", "pod", "server", "-o", "jsonpath={.status.podIP}"]);
         let to = SocketAddr::new(ip.trim().parse().unwrap(), 80);
         let mut held = Held::open(&up, "other", to).unwrap();
