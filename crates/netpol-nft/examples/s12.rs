@@ -1,7 +1,10 @@
 //! S12 (control path): 1k policies over 10k fake pods (100 namespaces, 10 nodes), the time
-//! from a pod label change or a policy change to the rules being live on one node: render
-//! (model → ruleset), plan (diff → transaction) and apply (one libnftables transaction),
-//! p50/p99 nearest-rank, inside a fresh network namespace (removed afterwards).
+//! from a change to the rules being live on one node, four kinds in turn (a pod's label, a
+//! policy's port, a policy created, that policy deleted), each delivered as the node's watch
+//! does (one object) to the incremental renderer: render (the objects it touches), plan (those
+//! objects' difference → transaction) and apply (one libnftables transaction), p50/p99
+//! nearest-rank, inside a fresh network namespace (removed afterwards). Ends by checking the
+//! incremental table against a full render.
 //!
 //! Usage (root): `cargo run [--release] -p svcnet-netpol-nft --example s12 -- [CHANGES]`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark binary, not library code
@@ -103,6 +106,13 @@ fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
     v[rank.clamp(1, v.len()) - 1]
 }
 
+const KINDS: [&str; 4] = [
+    "pod label",
+    "policy port",
+    "policy created",
+    "policy deleted",
+];
+
 fn main() {
     let changes: usize = std::env::args()
         .nth(1)
@@ -114,10 +124,12 @@ fn main() {
     let opts = Options::default();
     let mut renderer = Renderer::new(NODE, opts);
     let t = Instant::now();
-    let r = renderer.render(&c);
+    renderer.update(&c);
     let render_full = t.elapsed();
+    let changed = renderer.take_changes();
+    let r = renderer.ruleset();
     let (sets, chains) = (r.sets.len(), r.chains.len());
-    let report = enforcer.sync(r).unwrap();
+    let report = enforcer.sync_changes(r, &changed).unwrap();
     println!(
         "S12: {} policies, {} pods ({} on {NODE}), {sets} sets, {chains} chains; full sync: render {render_full:?}, apply {:?} ({} ops)",
         c.policies.len(),
@@ -128,36 +140,61 @@ fn main() {
     );
     let (mut total, mut rendering, mut applying) = (Vec::new(), Vec::new(), Vec::new());
     let mut ops = Vec::new();
-    let (mut pod_changes, mut policy_changes) = (Vec::new(), Vec::new());
+    let mut by_kind: Vec<Vec<Duration>> = vec![Vec::new(); KINDS.len()];
+    let local = c.pods.len() / NODES;
     for i in 0..changes {
+        let kind = i % KINDS.len();
+        // The change as the node's watch delivers it: one object, new or gone.
         let t = Instant::now();
-        if i % 2 == 0 {
-            // A local pod's label moves it under another policy and into another peer set.
-            let local = c.pods.len() / NODES;
-            let pod = &mut c.pods[(i * 37 % local) * NODES];
-            let app = format!("app-{}", (i / 2) % 10);
-            pod.labels.insert("app".into(), app);
-        } else {
-            // A policy's port changes: its own chain is rewritten.
-            let n = i * 13 % c.policies.len();
-            c.policies[n].ingress[0].ports[0].port = PortMatch::Range(80, 80 + (i % 7) as u16);
+        match kind {
+            0 => {
+                // A local pod's label moves it under another policy and into other peer sets.
+                let pod = &mut c.pods[(i * 37 % local) * NODES];
+                let app = format!("app-{}", (i / KINDS.len()) % 10);
+                pod.labels.insert("app".into(), app);
+                renderer.set_pod(pod.clone());
+            }
+            1 => {
+                // A policy's port changes: its own chain is rewritten.
+                let n = i * 13 % c.policies.len();
+                c.policies[n].ingress[0].ports[0].port = PortMatch::Range(80, 80 + (i % 7) as u16);
+                renderer.set_policy(c.policies[n].clone());
+            }
+            2 => {
+                // A new policy in a namespace, with a selector no other policy uses.
+                let n = i * 7 % NAMESPACES;
+                let mut p = c.policies[n * POLICIES_PER_NS].clone();
+                p.name = format!("new-{i}");
+                p.pod_selector = Selector::labels([("app", format!("app-{}", i % 10).as_str())]);
+                p.pod_selector
+                    .labels
+                    .insert("tier".into(), format!("tier-{i}"));
+                renderer.set_policy(p);
+            }
+            _ => {
+                // The policy created by the previous change is deleted.
+                let n = (i - 1) * 7 % NAMESPACES;
+                renderer.remove_policy(&format!("ns-{n}"), &format!("new-{}", i - 1));
+            }
         }
-        let r = renderer.render(&c);
+        let changed = renderer.take_changes();
         let rendered = t.elapsed();
-        ops.push(enforcer.sync(r).unwrap().ops);
+        ops.push(
+            enforcer
+                .sync_changes(renderer.ruleset(), &changed)
+                .unwrap()
+                .ops,
+        );
         let done = t.elapsed();
         total.push(done);
         rendering.push(rendered);
         applying.push(done - rendered);
-        if i % 2 == 0 {
-            pod_changes.push(done);
-        } else {
-            policy_changes.push(done);
-        }
+        by_kind[kind].push(done);
     }
     ops.sort_unstable();
     println!(
-        "{changes} changes (pod label / policy port, alternating): change→live p50 {:?} p99 {:?}; render p50 {:?} p99 {:?}; plan+apply p50 {:?} p99 {:?}; ops per change p50 {} max {}",
+        "{changes} changes ({}, in turn): change→live p50 {:?} p99 {:?}; render p50 {:?} p99 {:?}; plan+apply p50 {:?} p99 {:?}; ops per change p50 {} max {}",
+        KINDS.join(" / "),
         pct(total.clone(), 50.0),
         pct(total, 99.0),
         pct(rendering.clone(), 50.0),
@@ -167,11 +204,16 @@ fn main() {
         ops[ops.len() / 2],
         ops[ops.len() - 1],
     );
-    println!(
-        "change→live by kind: pod label p50 {:?} p99 {:?}; policy p50 {:?} p99 {:?}",
-        pct(pod_changes.clone(), 50.0),
-        pct(pod_changes, 99.0),
-        pct(policy_changes.clone(), 50.0),
-        pct(policy_changes, 99.0),
+    let kinds: Vec<String> = KINDS
+        .iter()
+        .zip(by_kind)
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k} p50 {:?} p99 {:?}", pct(v.clone(), 50.0), pct(v, 99.0)))
+        .collect();
+    println!("change→live by kind: {}", kinds.join("; "));
+    // The incremental table is the full one (every created policy was deleted again).
+    assert_eq!(
+        renderer.ruleset(),
+        &svcnet_netpol_nft::render(&c, NODE, &opts)
     );
 }

@@ -3,10 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use svcnet_libnft::{ApplyError, NftExecutor};
+use svcnet_libnft::{ApplyError, Family, NftExecutor};
 
+use crate::incremental::Changes;
 use crate::names;
-use crate::plan::plan;
+use crate::plan::{plan, plan_changes, plan_full};
 use crate::render::Ruleset;
 
 /// What one sync did.
@@ -24,14 +25,21 @@ pub struct SyncReport {
 #[derive(Debug)]
 pub struct Enforcer {
     exec: NftExecutor,
+    family: Family,
     applied: Option<Ruleset>,
 }
 
 impl Enforcer {
     /// An enforcer for the named network namespace (`None`: this process's).
     pub fn new(exec: NftExecutor) -> Self {
+        Self::for_family(exec, names::FAMILY)
+    }
+
+    /// An enforcer of the `family` table (`ip6` beside `ip` on a dual-stack node).
+    pub fn for_family(exec: NftExecutor, family: Family) -> Self {
         Self {
             exec,
+            family,
             applied: None,
         }
     }
@@ -65,6 +73,52 @@ impl Enforcer {
         })
     }
 
+    /// Makes the kernel hold `next`, which differs from what was applied last only in the
+    /// objects `changes` names (what [`crate::Renderer`] recorded since the last sync):
+    /// neither the plan nor the record of the applied table looks at anything else. After a
+    /// failure, or the first time, the whole table.
+    pub fn sync_changes(
+        &mut self,
+        next: &Ruleset,
+        changes: &Changes,
+    ) -> Result<SyncReport, ApplyError> {
+        let start = Instant::now();
+        let (tx, full) = match &self.applied {
+            Some(prev) => (plan_changes(prev, next, changes), false),
+            None => (plan_full(next), true),
+        };
+        let ops = tx.len();
+        if ops > 0
+            && let Err(e) = self.exec.apply(&tx)
+        {
+            self.applied = None;
+            self.exec.reset();
+            return Err(e);
+        }
+        match &mut self.applied {
+            Some(applied) if !full => {
+                for name in &changes.sets {
+                    match next.sets.get(name) {
+                        Some(s) => applied.sets.insert(name.clone(), s.clone()),
+                        None => applied.sets.remove(name),
+                    };
+                }
+                for name in &changes.chains {
+                    match next.chains.get(name) {
+                        Some(c) => applied.chains.insert(name.clone(), c.clone()),
+                        None => applied.chains.remove(name),
+                    };
+                }
+            }
+            _ => self.applied = Some(next.clone()),
+        }
+        Ok(SyncReport {
+            ops,
+            full,
+            took: start.elapsed(),
+        })
+    }
+
     /// Forgets what was applied: the next sync recreates the table (a periodic resync that
     /// repairs changes made behind svcnet's back).
     pub fn invalidate(&mut self) {
@@ -74,13 +128,14 @@ impl Enforcer {
     /// Removes the table; `Ok(false)` when it was not there.
     pub fn cleanup(&mut self) -> Result<bool, ApplyError> {
         self.applied = None;
-        self.exec.delete_table(names::FAMILY, names::TABLE)
+        self.exec.delete_table(self.family, names::TABLE)
     }
 }
 
 /// Makes bridged traffic visible to the table: pods on one node talk across its bridge
 /// without the node's routing, and only br_netfilter (`net.bridge.bridge-nf-call-iptables`,
-/// per network namespace) hands those packets to the forward hook. Loads the module when
+/// per network namespace) hands those packets to the forward hook. (IPv4: svcnet's pod
+/// network; a bridged dual-stack node would also need `bridge-nf-call-ip6tables`.) Loads the module when
 /// the setting does not exist (a kernel where it is a module, not built in).
 pub fn bridge_netfilter(netns: Option<&str>) -> Result<(), String> {
     let set = || {

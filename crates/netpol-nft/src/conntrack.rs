@@ -7,21 +7,21 @@
 //!
 //! [`parse`] and [`denied`] are pure; [`list`] and [`delete`] run the CLI.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::process::Stdio;
 
-use svcnet_netpol::{Cluster, Connection, Endpoint, Protocol};
+use svcnet_netpol::{Cluster, Connection, Endpoint, IpFamily, Protocol};
 
 /// One conntrack entry: its original tuple and where DNAT sent it (the reply's source).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Flow {
     pub protocol: Protocol,
-    pub src: Ipv4Addr,
-    pub dst: Ipv4Addr,
+    pub src: IpAddr,
+    pub dst: IpAddr,
     pub sport: u16,
     pub dport: u16,
     /// The destination after DNAT (the reply's source address and port).
-    pub to: Ipv4Addr,
+    pub to: IpAddr,
     pub to_port: u16,
 }
 
@@ -53,8 +53,8 @@ pub fn parse(line: &str) -> Option<Flow> {
     for w in words {
         if let Some((k, v)) = w.split_once('=') {
             match k {
-                "src" => src.push(v.parse::<Ipv4Addr>().ok()?),
-                "dst" => dst.push(v.parse::<Ipv4Addr>().ok()?),
+                "src" => src.push(v.parse::<IpAddr>().ok()?),
+                "dst" => dst.push(v.parse::<IpAddr>().ok()?),
                 "sport" => sport.push(v.parse::<u16>().ok()?),
                 "dport" => dport.push(v.parse::<u16>().ok()?),
                 _ => {}
@@ -92,15 +92,16 @@ pub fn denied<'a>(
     flows
         .iter()
         .filter(|f| {
-            let src = cluster.endpoint(IpAddr::V4(f.src), nodes);
-            let dst = cluster.endpoint(IpAddr::V4(f.to), nodes);
-            (local(&src) || local(&dst))
-                && !cluster.allowed(&Connection {
-                    src,
-                    dst,
-                    protocol: f.protocol,
-                    port: f.to_port,
-                })
+            let src = cluster.endpoint(f.src, nodes);
+            let dst = cluster.endpoint(f.to, nodes);
+            let conn = Connection {
+                src,
+                dst,
+                protocol: f.protocol,
+                port: f.to_port,
+            };
+            (local(&conn.src) || local(&conn.dst))
+                && !(cluster.check_over(&conn, IpFamily::of(f.src))).is_ok_and(|v| v.allowed())
         })
         .collect()
 }
@@ -125,10 +126,14 @@ fn run(netns: Option<&str>, args: &[String]) -> Result<String, ConntrackError> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The IPv4 TCP, UDP and SCTP flows of the namespace.
+/// The TCP, UDP and SCTP flows of the namespace, IPv4 and IPv6.
 pub fn list(netns: Option<&str>) -> Result<Vec<Flow>, ConntrackError> {
-    let out = run(netns, &["-L".into(), "-f".into(), "ipv4".into()])?;
-    Ok(out.lines().filter_map(parse).collect())
+    let mut flows = Vec::new();
+    for family in ["ipv4", "ipv6"] {
+        let out = run(netns, &["-L".into(), "-f".into(), family.into()])?;
+        flows.extend(out.lines().filter_map(parse));
+    }
+    Ok(flows)
 }
 
 /// Deletes the flows by their original tuple; returns how many were asked for.
@@ -139,8 +144,14 @@ pub fn delete(netns: Option<&str>, flows: &[&Flow]) -> Result<usize, ConntrackEr
             Protocol::Udp => "udp",
             Protocol::Sctp => "sctp",
         };
+        let family = match f.src {
+            IpAddr::V4(_) => "ipv4",
+            IpAddr::V6(_) => "ipv6",
+        };
         let args: Vec<String> = [
             "-D",
+            "-f",
+            family,
             "-p",
             proto,
             "-s",
@@ -162,6 +173,8 @@ pub fn delete(netns: Option<&str>, flows: &[&Flow]) -> Result<usize, ConntrackEr
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
     use super::*;
 
     #[test]
@@ -172,11 +185,11 @@ mod tests {
             parse(line),
             Some(Flow {
                 protocol: Protocol::Tcp,
-                src: Ipv4Addr::new(10, 0, 1, 5),
-                dst: Ipv4Addr::new(10, 96, 0, 10),
+                src: Ipv4Addr::new(10, 0, 1, 5).into(),
+                dst: Ipv4Addr::new(10, 96, 0, 10).into(),
                 sport: 40000,
                 dport: 80,
-                to: Ipv4Addr::new(10, 0, 1, 7),
+                to: Ipv4Addr::new(10, 0, 1, 7).into(),
                 to_port: 8080,
             })
         );

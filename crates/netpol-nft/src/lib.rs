@@ -9,17 +9,20 @@
 //! turns their answers into sets and rules, and its kernel tests compare the result, packet
 //! by packet, with the evaluator.
 //!
-//! Anatomy as every dataplane: [`render`] (pure: model → [`render::Ruleset`]), [`names`],
-//! [`plan`] (pure: last applied + next → transaction), [`apply`] (the only I/O, through
+//! Anatomy as every dataplane: [`render`] (pure: model → [`render::Ruleset`]),
+//! [`incremental`] (the node loop's renderer: one change → the objects it touches), [`names`],
+//! [`plan`] (pure: last applied + next, or only the changed objects → transaction), [`apply`] (the only I/O, through
 //! `svcnet-libnft`'s executor); [`conntrack`] the option that also cuts existing flows a
 //! change denies.
 
 pub mod apply;
 pub mod conntrack;
+pub mod incremental;
 pub mod names;
 pub mod plan;
 pub mod render;
 
 pub use apply::{Enforcer, SyncReport, bridge_netfilter};
-pub use plan::{plan, plan_full};
-pub use render::{DenyAction, Options, Renderer, Ruleset, render};
+pub use incremental::{Changes, Renderer};
+pub use plan::{plan, plan_changes, plan_full};
+pub use render::{DenyAction, Options, Ruleset, render};

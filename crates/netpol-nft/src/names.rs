@@ -6,14 +6,16 @@
 
 use svcnet_libnft::Family;
 
-/// The table, in the `ip` family: svcnet's pod network is IPv4.
+/// The table, in the `ip` family (svcnet's pod network is IPv4) and, for pods with IPv6
+/// addresses, in the `ip6` family beside it.
 pub const TABLE: &str = "svcnet-netpol";
-/// The table's family.
+/// The IPv4 table's family.
 pub const FAMILY: Family = Family::Ip;
 
-/// Local pods isolated for ingress (some policy selects them with `Ingress`).
+/// Verdict map: each local pod isolated for ingress (some policy selects it with `Ingress`)
+/// to a jump to its namespace's ingress chain.
 pub const INGRESS_ISOLATED: &str = "ingress-isolated";
-/// Local pods isolated for egress.
+/// Verdict map: each local pod isolated for egress to its namespace's egress chain.
 pub const EGRESS_ISOLATED: &str = "egress-isolated";
 
 /// Base chain: the egress side of forwarded traffic (from a local pod).
@@ -22,10 +24,18 @@ pub const EGRESS_FORWARD: &str = "egress-forward";
 pub const EGRESS_INPUT: &str = "egress-input";
 /// Base chain: the ingress side of forwarded traffic (to a local pod).
 pub const INGRESS_FORWARD: &str = "ingress-forward";
-/// Dispatch to the per-policy egress chains of the source's policies, then deny.
-pub const EGRESS_POLICIES: &str = "egress-policies";
-/// Dispatch to the per-policy ingress chains of the destination's policies, then deny.
-pub const INGRESS_POLICIES: &str = "ingress-policies";
+
+/// A namespace's dispatch for one direction, `in-ns-<hash>` / `out-ns-<hash>`: a jump to
+/// the chain of each of its policies isolating that direction (for the pods it selects),
+/// then deny. Policies isolate only pods of their own namespace, so creating or deleting one
+/// rewrites its namespace's dispatch, not the cluster's.
+pub fn namespace_chain(ingress: bool, namespace: &str) -> String {
+    format!(
+        "{}-ns-{}",
+        if ingress { "in" } else { "out" },
+        hash(namespace)
+    )
+}
 
 /// 48 bits of FNV-1a 64 as 12 hex digits: enough to keep thousands of names apart, short
 /// enough for readable rules.

@@ -1,14 +1,15 @@
 //! The desired table of one node, a pure function of the evaluator's model
-//! ([`svcnet_netpol::Cluster`]) and the node's name.
+//! ([`svcnet_netpol::Cluster`]), the node's name and the family (`ip` or `ip6`).
 //!
 //! Layout (names in [`crate::names`]):
 //!
 //! ```text
-//! egress-forward   hook forward prio 0: ct established,related accept; saddr @egress-isolated jump egress-policies
+//! egress-forward   hook forward prio 0: ct established,related accept; saddr vmap @egress-isolated
 //! egress-input     hook input   prio 0: the same, for a local pod's traffic to the node itself
-//! ingress-forward  hook forward prio 1: ct established,related accept; daddr @ingress-isolated jump ingress-policies
-//! egress-policies:  saddr @pods-<target> jump out-<policy> ...; deny
-//! ingress-policies: daddr @pods-<target> jump in-<policy> ...;  deny
+//! ingress-forward  hook forward prio 1: ct established,related accept; daddr vmap @ingress-isolated
+//! egress-/ingress-isolated: verdict maps, local isolated pod → jump out-ns-/in-ns-<its namespace>
+//! out-ns-<ns>: saddr @pods-<target> jump out-<policy> ... (the namespace's policies); deny
+//! in-ns-<ns>:  daddr @pods-<target> jump in-<policy> ...;  deny
 //! out-/in-<policy>: one rule per (rule, peer, port kind): <peer address> <ports> accept
 //! ```
 //!
@@ -18,16 +19,19 @@
 //! (prerouting, priority -100), so a connection to a Service IP is judged by its destination
 //! pod and target port. Traffic the node itself sends leaves through the output hook, where
 //! this table has no chain: the node exception. Pods are matched by address: selector sets
-//! hold every matching pod of the cluster (a peer may be anywhere), the isolation sets only
-//! this node's pods (each node judges its own pods' two sides). IPv4 only, as svcnet's pod
-//! network.
+//! hold every matching pod of the cluster (a peer may be anywhere), the isolation maps only
+//! this node's pods (each node judges its own pods' two sides). A policy isolates pods of its
+//! own namespace only, so the dispatch is per namespace: creating a policy rewrites its
+//! namespace's chain, a pod's isolation is one map element. The `ip6` table is the same for
+//! the pods' IPv6 addresses and IPv6 blocks, with neighbour discovery let through (svcnet's
+//! pod network is IPv4; the IPv6 table is proven on dual-stack test pods).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
-use svcnet_libnft::BaseChain;
+use svcnet_libnft::{BaseChain, Family};
 use svcnet_netpol::{
     Cluster, Direction, IpBlock, Op, Peer, Pod, Policy, PortMatch, Protocol, Selector,
 };
@@ -45,9 +49,21 @@ pub enum DenyAction {
 }
 
 /// Render options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
     pub deny: DenyAction,
+    /// The table's family: `ip` (the pods' IPv4 addresses, IPv4 blocks) or `ip6` (their
+    /// IPv6 addresses, IPv6 blocks). A dual-stack node runs one table of each.
+    pub family: Family,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            deny: DenyAction::default(),
+            family: Family::Ip,
+        }
+    }
 }
 
 /// A set of the table: its type and its elements, in nft's syntax.
@@ -68,388 +84,489 @@ pub struct ChainSpec {
 }
 
 /// The whole desired table of one node.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Ruleset {
+    /// `ip` or `ip6`: the table is `<family> svcnet-netpol`.
+    pub family: Family,
     pub sets: BTreeMap<String, SetSpec>,
     pub chains: BTreeMap<String, ChainSpec>,
 }
 
-const ADDR: &str = "ipv4_addr";
-const ADDR_PROTO_PORT: &str = "ipv4_addr . inet_proto . inet_service";
-
-/// The table for `node`. Every policy of the cluster is rendered, not only those selecting a
-/// pod here: a pod arriving on this node, or a label that brings a pod under a policy, is
-/// then a set element change, never a new chain.
-pub fn render(cluster: &Cluster, node: &str, opts: &Options) -> Ruleset {
-    render_with(cluster, node, opts, None)
-}
-
-/// What an incremental render may reuse: the previous ruleset, rendered for the same node
-/// from a cluster with the same namespaces whose pods differ only in `old` (gone or
-/// changed) and `new` (added or changed).
-struct Reuse<'a> {
-    prev: &'a Ruleset,
-    old: Vec<&'a Pod>,
-    new: Vec<&'a Pod>,
-    policies_same: bool,
-}
-
-impl Reuse<'_> {
-    /// A previous set's elements with the changed pods' old contributions taken out and
-    /// their new ones put in (`None`: the set is new).
-    fn patch(
-        &self,
-        name: &str,
-        contribution: impl Fn(&Pod) -> Vec<String>,
-        counts: impl Fn(&Pod) -> bool,
-    ) -> Option<BTreeSet<String>> {
-        let mut elements = self.prev.sets.get(name)?.elements.clone();
-        for p in &self.old {
-            for e in contribution(p) {
-                elements.remove(&e);
-            }
-        }
-        for p in self.new.iter().filter(|p| counts(p)) {
-            elements.extend(contribution(p));
-        }
-        Some(elements)
+/// The type of an address set.
+fn addr_type(f: Family) -> &'static str {
+    match f {
+        Family::Ip => "ipv4_addr",
+        Family::Ip6 => "ipv6_addr",
     }
 }
 
-fn render_with(
-    cluster: &Cluster,
-    node: &str,
-    opts: &Options,
-    reuse: Option<&Reuse<'_>>,
-) -> Ruleset {
-    let mut r = Ruleset::default();
-    let is_local = |p: &Pod| p.node.as_deref() == Some(node);
-    for (name, dir) in [
-        (names::INGRESS_ISOLATED, Direction::Ingress),
-        (names::EGRESS_ISOLATED, Direction::Egress),
-    ] {
-        let comment = format!("this node's pods isolated for {}", dir_word(dir));
-        let isolated = |p: &Pod| is_local(p) && cluster.isolating(p, dir).next().is_some();
-        let patched = reuse
-            .filter(|u| u.policies_same)
-            .and_then(|u| u.patch(name, ip_strings, isolated));
-        let set = match patched {
-            Some(elements) => SetSpec {
-                type_: ADDR,
+/// The type of a named port's set.
+fn addr_proto_port(f: Family) -> &'static str {
+    match f {
+        Family::Ip => "ipv4_addr . inet_proto . inet_service",
+        Family::Ip6 => "ipv6_addr . inet_proto . inet_service",
+    }
+}
+
+/// The addresses of `ips` in family `f`.
+fn addrs(ips: &[IpAddr], f: Family) -> impl Iterator<Item = IpAddr> + '_ {
+    ips.iter().copied().filter(move |ip| family_of(*ip) == f)
+}
+
+fn family_of(ip: IpAddr) -> Family {
+    match ip {
+        IpAddr::V4(_) => Family::Ip,
+        IpAddr::V6(_) => Family::Ip6,
+    }
+}
+
+/// A set a policy's rules use, named after what it stands for.
+pub(crate) enum Want<'a> {
+    /// The pods a selector peer (or a policy's `podSelector`) of a policy in `namespace` picks.
+    Pods {
+        key: String,
+        namespace: &'a str,
+        peer: &'a Peer,
+    },
+    /// An IPv4 `ipBlock`, as address ranges.
+    Block { key: String, block: &'a IpBlock },
+    /// Every pod's `address . protocol . port` of a named port.
+    Port(&'a str),
+}
+
+impl Want<'_> {
+    pub(crate) fn name(&self) -> String {
+        match self {
+            Want::Pods { key, .. } => names::pods_set(key),
+            Want::Block { key, .. } => names::block_set(key),
+            Want::Port(port) => names::port_set(port),
+        }
+    }
+
+    /// The set, empty for pods and ports (its filler adds the elements).
+    pub(crate) fn spec(&self, f: Family) -> SetSpec {
+        match self {
+            Want::Pods { key, .. } => SetSpec {
+                type_: addr_type(f),
                 interval: false,
-                comment,
-                elements,
+                comment: key.clone(),
+                elements: BTreeSet::new(),
             },
-            None => addresses(comment, cluster.pods.iter().filter(|p| isolated(p))),
-        };
-        r.sets.insert(name.to_string(), set);
+            Want::Block { key, block } => SetSpec {
+                type_: addr_type(f),
+                interval: true,
+                comment: key.clone(),
+                elements: block_ranges(block)
+                    .into_iter()
+                    .map(|(lo, hi)| {
+                        if lo == hi {
+                            lo.to_string()
+                        } else {
+                            format!("{lo}-{hi}")
+                        }
+                    })
+                    .collect(),
+            },
+            Want::Port(port) => SetSpec {
+                type_: addr_proto_port(f),
+                interval: false,
+                comment: format!("port {port}"),
+                elements: BTreeSet::new(),
+            },
+        }
     }
-    let deny: Vec<String> = match opts.deny {
+}
+
+/// The table for `node`, from scratch. Every policy of the cluster is rendered, not only
+/// those selecting a pod here: a pod arriving on this node, or a label that brings a pod
+/// under a policy, is then a set element change, never a new chain.
+pub fn render(cluster: &Cluster, node: &str, opts: &Options) -> Ruleset {
+    let f = opts.family;
+    let mut r = Ruleset {
+        family: f,
+        sets: BTreeMap::new(),
+        chains: BTreeMap::new(),
+    };
+    for dir in [Direction::Ingress, Direction::Egress] {
+        let mut set = isolated_set(dir, f);
+        set.elements = cluster
+            .pods
+            .iter()
+            .filter(|p| {
+                p.node.as_deref() == Some(node) && cluster.isolating(p, dir).next().is_some()
+            })
+            .flat_map(|p| isolation_elements(p, dir, f))
+            .map(|(_, e)| e)
+            .collect();
+        r.sets.insert(isolated_name(dir).to_string(), set);
+    }
+    let mut policies: Vec<&Policy> = cluster.policies.iter().collect();
+    policies.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let mut need = |want: Want<'_>| -> String {
+        let name = want.name();
+        if !r.sets.contains_key(&name) {
+            let mut set = want.spec(f);
+            for pod in &cluster.pods {
+                set.elements.extend(contribution(&want, pod, f, |ns| {
+                    cluster.namespace_labels(ns)
+                }));
+            }
+            r.sets.insert(name.clone(), set);
+        }
+        name
+    };
+    let mut chains = BTreeMap::new();
+    for dir in [Direction::Egress, Direction::Ingress] {
+        let mut dispatch: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for policy in policies.iter().filter(|p| p.isolates(dir)) {
+            let (jump, chain, rules) = policy_chain(policy, dir, f, &mut need);
+            dispatch.entry(&policy.namespace).or_default().push(jump);
+            chains.insert(chain, ChainSpec { base: None, rules });
+        }
+        for (ns, jumps) in dispatch {
+            let name = names::namespace_chain(dir == Direction::Ingress, ns);
+            chains.insert(name, dispatch_chain(jumps, opts));
+        }
+    }
+    r.chains = chains;
+    base_chains(&mut r);
+    r
+}
+
+pub(crate) fn isolated_name(dir: Direction) -> &'static str {
+    match dir {
+        Direction::Ingress => names::INGRESS_ISOLATED,
+        Direction::Egress => names::EGRESS_ISOLATED,
+    }
+}
+
+pub(crate) fn isolated_set(dir: Direction, f: Family) -> SetSpec {
+    SetSpec {
+        type_: match f {
+            Family::Ip => "ipv4_addr : verdict",
+            Family::Ip6 => "ipv6_addr : verdict",
+        },
+        interval: false,
+        comment: format!("this node's pods isolated for {}", dir_word(dir)),
+        elements: BTreeSet::new(),
+    }
+}
+
+/// The elements a local pod isolated for `dir` puts in that direction's verdict map, each
+/// with its address: the address to a jump to its namespace's dispatch chain.
+pub(crate) fn isolation_elements(pod: &Pod, dir: Direction, f: Family) -> Vec<(IpAddr, String)> {
+    let chain = names::namespace_chain(dir == Direction::Ingress, &pod.namespace);
+    addrs(&pod.ips, f)
+        .map(|ip| (ip, format!("{ip} : jump {chain}")))
+        .collect()
+}
+
+/// A namespace's dispatch chain: the policies' jumps, then the deny.
+pub(crate) fn dispatch_chain(mut rules: Vec<String>, opts: &Options) -> ChainSpec {
+    rules.push(match opts.deny {
         // ICMP for TCP too: a reset made after the proxy's DNAT leaves with the pod's
         // address, not the Service's, and the client never matches it (measured: the
         // connection timed out), while the ICMP error is translated with its conntrack entry.
-        DenyAction::Reject => vec!["reject with icmp type admin-prohibited".into()],
-        DenyAction::Drop => vec!["drop".into()],
-    };
-    let mut policies: Vec<&Policy> = cluster.policies.iter().collect();
-    policies.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    for dir in [Direction::Egress, Direction::Ingress] {
-        let mut dispatch = Vec::new();
-        for policy in policies.iter().filter(|p| p.isolates(dir)) {
-            let id = format!("{}/{}", policy.namespace, policy.name);
-            let chain = names::policy_chain(dir == Direction::Ingress, &id);
-            let target = Peer::Pods {
-                pods: Some(policy.pod_selector.clone()),
-                namespaces: None,
-            };
-            let targets = r.pods_set(cluster, policy, &target, reuse);
-            dispatch.push(format!(
-                "ip {} @{targets} jump {chain} comment \"{id}\"",
-                own_addr(dir)
-            ));
-            let rules = r.policy_rules(cluster, policy, dir, reuse);
-            r.chains.insert(chain, ChainSpec { base: None, rules });
+        DenyAction::Reject => match opts.family {
+            Family::Ip => "reject with icmp type admin-prohibited".into(),
+            Family::Ip6 => "reject with icmpv6 type admin-prohibited".into(),
+        },
+        DenyAction::Drop => "drop".into(),
+    });
+    ChainSpec { base: None, rules }
+}
+
+/// The three base chains, the same in every table of a family. IPv6 needs neighbour
+/// discovery to work at all (a pod resolving its gateway or a neighbour, with its own
+/// address as source): it is accepted before any policy, as ARP is never seen by an `ip`
+/// table.
+fn base_chains(r: &mut Ruleset) {
+    let f = r.family;
+    let base = |hook, priority, addr: &str, map: &str| {
+        let mut rules = vec!["ct state established,related accept".to_string()];
+        if f == Family::Ip6 {
+            rules.push(
+                "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit, nd-router-advert } accept"
+                    .into(),
+            );
         }
-        dispatch.extend(deny.iter().cloned());
-        let name = match dir {
-            Direction::Egress => names::EGRESS_POLICIES,
-            Direction::Ingress => names::INGRESS_POLICIES,
-        };
-        r.chains.insert(
-            name.to_string(),
-            ChainSpec {
-                base: None,
-                rules: dispatch,
-            },
-        );
-    }
-    let base = |hook, priority, addr: &str, set: &str, policies: &str| ChainSpec {
-        base: Some(BaseChain {
-            kind: "filter",
-            hook,
-            priority,
-        }),
-        rules: vec![
-            "ct state established,related accept".into(),
-            format!("ip {addr} @{set} jump {policies}"),
-        ],
+        rules.push(format!("{} {addr} vmap @{map}", f.as_str()));
+        ChainSpec {
+            base: Some(BaseChain {
+                kind: "filter",
+                hook,
+                priority,
+            }),
+            rules,
+        }
     };
-    let egress = |hook| {
-        base(
-            hook,
-            0,
-            "saddr",
-            names::EGRESS_ISOLATED,
-            names::EGRESS_POLICIES,
-        )
-    };
+    let egress = |hook| base(hook, 0, "saddr", names::EGRESS_ISOLATED);
     r.chains
         .insert(names::EGRESS_FORWARD.into(), egress("forward"));
     r.chains.insert(names::EGRESS_INPUT.into(), egress("input"));
     r.chains.insert(
         names::INGRESS_FORWARD.into(),
-        base(
-            "forward",
-            1,
-            "daddr",
-            names::INGRESS_ISOLATED,
-            names::INGRESS_POLICIES,
-        ),
+        base("forward", 1, "daddr", names::INGRESS_ISOLATED),
     );
-    r
 }
 
-impl Ruleset {
-    /// The rules of one policy's chain for `dir`: each (rule, peer, port kind) an `accept`.
-    fn policy_rules(
-        &mut self,
-        cluster: &Cluster,
-        policy: &Policy,
-        dir: Direction,
-        reuse: Option<&Reuse<'_>>,
-    ) -> Vec<String> {
-        let mut out = Vec::new();
-        for rule in policy.rules(dir) {
-            let peers: Vec<String> = if rule.peers.is_empty() {
-                vec![String::new()]
+/// What `pod` puts in a wanted set: its addresses when the selector picks it, its named
+/// port's entries (pods and ports sets); nothing for blocks.
+pub(crate) fn contribution<'a>(
+    want: &Want<'_>,
+    pod: &Pod,
+    f: Family,
+    namespace_labels: impl Fn(&str) -> &'a BTreeMap<String, String>,
+) -> Vec<String> {
+    match want {
+        Want::Pods {
+            namespace, peer, ..
+        } => {
+            if peer.selects(namespace, pod, namespace_labels(&pod.namespace)) {
+                ip_strings(pod, f)
             } else {
-                rule.peers
-                    .iter()
-                    .filter_map(|peer| self.peer_match(cluster, policy, peer, dir, reuse))
-                    .collect()
-            };
-            let ports = self.port_matches(cluster, &rule.ports, reuse);
-            for peer in &peers {
-                for port in &ports {
-                    let parts: Vec<&str> = [peer.as_str(), port.as_str(), "accept"]
-                        .into_iter()
-                        .filter(|s| !s.is_empty())
-                        .collect();
-                    out.push(parts.join(" "));
-                }
+                Vec::new()
             }
         }
-        out
-    }
-
-    /// The match on the other end's address; `None` when the peer can match no IPv4 packet
-    /// (an IPv6 block, a peer with neither selector).
-    fn peer_match(
-        &mut self,
-        cluster: &Cluster,
-        policy: &Policy,
-        peer: &Peer,
-        dir: Direction,
-        reuse: Option<&Reuse<'_>>,
-    ) -> Option<String> {
-        let addr = match dir {
-            Direction::Ingress => "saddr",
-            Direction::Egress => "daddr",
-        };
-        let set = match peer {
-            Peer::Pods {
-                pods: None,
-                namespaces: None,
-            } => return None,
-            Peer::Pods { .. } => self.pods_set(cluster, policy, peer, reuse),
-            Peer::Block(b) => self.block_set(b)?,
-        };
-        Some(format!("ip {addr} @{set}"))
-    }
-
-    /// The port matches of a rule, each alternative one entry (`""`: any port): numbered and
-    /// protocol-only entries in one anonymous set, each named port on its own (it resolves
-    /// per destination pod, through that name's set).
-    fn port_matches(
-        &mut self,
-        cluster: &Cluster,
-        ports: &[svcnet_netpol::Port],
-        reuse: Option<&Reuse<'_>>,
-    ) -> Vec<String> {
-        if ports.is_empty() {
-            return vec![String::new()];
-        }
-        let mut numbered: BTreeMap<Protocol, Vec<(u16, u16)>> = BTreeMap::new();
-        let mut out = Vec::new();
-        for p in ports {
-            match &p.port {
-                PortMatch::Any => numbered.entry(p.protocol).or_default().push((0, 65535)),
-                PortMatch::Range(lo, hi) => {
-                    numbered.entry(p.protocol).or_default().push((*lo, *hi))
-                }
-                PortMatch::Named(name) => {
-                    let set = self.port_set(cluster, name, reuse);
-                    out.push(format!(
-                        "meta l4proto {} ip daddr . meta l4proto . th dport @{set}",
-                        proto_word(p.protocol)
-                    ));
-                }
-            }
-        }
-        // An interval set refuses overlapping elements: ranges are merged per protocol.
-        let elements: Vec<String> = numbered
-            .into_iter()
-            .flat_map(|(proto, ranges)| {
-                merge(ranges).into_iter().map(move |(lo, hi)| {
-                    let proto = proto_word(proto);
-                    if lo == hi {
-                        format!("{proto} . {lo}")
-                    } else {
-                        format!("{proto} . {lo}-{hi}")
-                    }
-                })
-            })
-            .collect();
-        if !elements.is_empty() {
-            out.insert(
-                0,
-                format!("meta l4proto . th dport {{ {} }}", elements.join(", ")),
-            );
-        }
-        out
-    }
-
-    /// The set of the pods a selector peer of `policy` selects (created on first use).
-    fn pods_set(
-        &mut self,
-        cluster: &Cluster,
-        policy: &Policy,
-        peer: &Peer,
-        reuse: Option<&Reuse<'_>>,
-    ) -> String {
-        let Peer::Pods { pods, namespaces } = peer else {
-            return String::new();
-        };
-        let key = format!(
-            "{}, {}",
-            match namespaces {
-                None => format!("namespace {}", policy.namespace),
-                Some(sel) => format!("namespaces {}", describe(sel)),
-            },
-            match pods {
-                None => "all pods".to_string(),
-                Some(sel) => format!("pods {}", describe(sel)),
-            }
-        );
-        let name = names::pods_set(&key);
-        if !self.sets.contains_key(&name) {
-            let selects = |pod: &Pod| cluster.peer_selects(policy, peer, pod);
-            let set = match reuse.and_then(|u| u.patch(&name, ip_strings, selects)) {
-                Some(elements) => SetSpec {
-                    type_: ADDR,
-                    interval: false,
-                    comment: key,
-                    elements,
-                },
-                None => addresses(key, cluster.pods.iter().filter(|p| selects(p))),
-            };
-            self.sets.insert(name.clone(), set);
-        }
-        name
-    }
-
-    /// The interval set of an IPv4 `ipBlock` (`cidr` minus `except`); `None` for IPv6.
-    fn block_set(&mut self, b: &IpBlock) -> Option<String> {
-        let IpNet::V4(cidr) = b.cidr else {
-            return None;
-        };
-        let excepts: Vec<String> = b.except.iter().map(ToString::to_string).collect();
-        let key = if excepts.is_empty() {
-            cidr.to_string()
-        } else {
-            format!("{cidr} except {}", excepts.join(" "))
-        };
-        let name = names::block_set(&key);
-        if !self.sets.contains_key(&name) {
-            let elements = ranges(b)
-                .into_iter()
-                .map(|(lo, hi)| {
-                    if lo == hi {
-                        lo.to_string()
-                    } else {
-                        format!("{lo}-{hi}")
-                    }
-                })
-                .collect();
-            self.sets.insert(
-                name.clone(),
-                SetSpec {
-                    type_: ADDR,
-                    interval: true,
-                    comment: key,
-                    elements,
-                },
-            );
-        }
-        Some(name)
-    }
-
-    /// The set `pod address . protocol . port` of every pod's container port called `port`.
-    fn port_set(&mut self, cluster: &Cluster, port: &str, reuse: Option<&Reuse<'_>>) -> String {
-        let name = names::port_set(port);
-        if !self.sets.contains_key(&name) {
-            let entries = |pod: &Pod| {
-                let mut out = Vec::new();
-                for protocol in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
-                    for number in pod.named_ports(port, protocol) {
-                        for ip in v4(&pod.ips) {
-                            out.push(format!("{ip} . {} . {number}", proto_word(protocol)));
-                        }
-                    }
-                }
-                out
-            };
-            let elements = match reuse.and_then(|u| u.patch(&name, entries, |_| true)) {
-                Some(elements) => elements,
-                None => cluster.pods.iter().flat_map(entries).collect(),
-            };
-            self.sets.insert(
-                name.clone(),
-                SetSpec {
-                    type_: ADDR_PROTO_PORT,
-                    interval: false,
-                    comment: format!("port {port}"),
-                    elements,
-                },
-            );
-        }
-        name
+        Want::Port(port) => port_entries(pod, port, f),
+        Want::Block { .. } => Vec::new(),
     }
 }
 
-/// `cidr` minus every `except`, as inclusive address ranges in order (IPv4 blocks only).
-pub fn ranges(b: &IpBlock) -> Vec<(Ipv4Addr, Ipv4Addr)> {
-    let IpNet::V4(cidr) = b.cidr else {
-        return Vec::new();
+/// `address . protocol . port` of each of `pod`'s container ports called `port`.
+fn port_entries(pod: &Pod, port: &str, f: Family) -> Vec<String> {
+    port_candidates(pod, port, f)
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect()
+}
+
+fn port_candidates(pod: &Pod, port: &str, f: Family) -> Vec<(IpAddr, String)> {
+    let mut out = Vec::new();
+    for protocol in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+        for number in pod.named_ports(port, protocol) {
+            for ip in addrs(&pod.ips, f) {
+                let e = format!("{ip} . {} . {number}", proto_word(protocol));
+                out.push((ip, e));
+            }
+        }
+    }
+    out
+}
+
+/// The elements `pod` could put in a set, each with the address it stands for, whether or
+/// not the pod is selected: its addresses for an address set, its named port's entries for
+/// a port set, nothing for a block.
+pub(crate) fn candidates(want: &Want<'_>, pod: &Pod, f: Family) -> Vec<(IpAddr, String)> {
+    match want {
+        Want::Pods { .. } => addrs(&pod.ips, f).map(|ip| (ip, ip.to_string())).collect(),
+        Want::Port(port) => port_candidates(pod, port, f),
+        Want::Block { .. } => Vec::new(),
+    }
+}
+
+/// One policy for `dir` (which it isolates): its dispatch rule, its chain's name and the
+/// chain's rules, each (rule, peer, port kind) an `accept`. `need` names (and creates) the
+/// sets the rules use.
+pub(crate) fn policy_chain(
+    policy: &Policy,
+    dir: Direction,
+    f: Family,
+    need: &mut impl FnMut(Want<'_>) -> String,
+) -> (String, String, Vec<String>) {
+    let id = format!("{}/{}", policy.namespace, policy.name);
+    let chain = names::policy_chain(dir == Direction::Ingress, &id);
+    let target = Peer::Pods {
+        pods: Some(policy.pod_selector.clone()),
+        namespaces: None,
     };
-    let (lo, hi) = (u32::from(cidr.network()), u32::from(cidr.broadcast()));
-    let mut holes: Vec<(u32, u32)> = b
+    // The dispatch rule's set, named by jump_rule alike.
+    need(pods_want(&policy.namespace, &target));
+    let jump = jump_rule(policy, dir, f);
+    let mut out = Vec::new();
+    for rule in policy.rules(dir) {
+        let peers: Vec<String> = if rule.peers.is_empty() {
+            vec![String::new()]
+        } else {
+            rule.peers
+                .iter()
+                .filter_map(|peer| peer_match(policy, peer, dir, f, need))
+                .collect()
+        };
+        let ports = port_matches(&rule.ports, f, need);
+        for peer in &peers {
+            for port in &ports {
+                let parts: Vec<&str> = [peer.as_str(), port.as_str(), "accept"]
+                    .into_iter()
+                    .filter(|s| !s.is_empty())
+                    .collect();
+                out.push(parts.join(" "));
+            }
+        }
+    }
+    (jump, chain, out)
+}
+
+/// A policy's rule in the dispatch chain of `dir`: its targets jump to its chain.
+pub(crate) fn jump_rule(policy: &Policy, dir: Direction, f: Family) -> String {
+    let id = format!("{}/{}", policy.namespace, policy.name);
+    let chain = names::policy_chain(dir == Direction::Ingress, &id);
+    let target = Peer::Pods {
+        pods: Some(policy.pod_selector.clone()),
+        namespaces: None,
+    };
+    let targets = pods_want(&policy.namespace, &target).name();
+    format!(
+        "{} {} @{targets} jump {chain} comment \"{id}\"",
+        f.as_str(),
+        own_addr(dir)
+    )
+}
+
+/// The wanted set of a selector peer of a policy in `namespace`.
+fn pods_want<'a>(namespace: &'a str, peer: &'a Peer) -> Want<'a> {
+    let (pods, namespaces) = match peer {
+        Peer::Pods { pods, namespaces } => (pods, namespaces),
+        Peer::Block(_) => (&None, &None),
+    };
+    let key = format!(
+        "{}, {}",
+        match namespaces {
+            None => format!("namespace {namespace}"),
+            Some(sel) => format!("namespaces {}", describe(sel)),
+        },
+        match pods {
+            None => "all pods".to_string(),
+            Some(sel) => format!("pods {}", describe(sel)),
+        }
+    );
+    Want::Pods {
+        key,
+        namespace,
+        peer,
+    }
+}
+
+/// The match on the other end's address; `None` when the peer can match no packet of the
+/// table's family (a block of the other family, a peer with neither selector).
+fn peer_match(
+    policy: &Policy,
+    peer: &Peer,
+    dir: Direction,
+    f: Family,
+    need: &mut impl FnMut(Want<'_>) -> String,
+) -> Option<String> {
+    let addr = match dir {
+        Direction::Ingress => "saddr",
+        Direction::Egress => "daddr",
+    };
+    let set = match peer {
+        Peer::Pods {
+            pods: None,
+            namespaces: None,
+        } => return None,
+        Peer::Pods { .. } => need(pods_want(&policy.namespace, peer)),
+        Peer::Block(b) => need(block_want(b, f)?),
+    };
+    Some(format!("{} {addr} @{set}", f.as_str()))
+}
+
+/// The port matches of a rule, each alternative one entry (`""`: any port): numbered and
+/// protocol-only entries in one anonymous set, each named port on its own (it resolves
+/// per destination pod, through that name's set).
+fn port_matches(
+    ports: &[svcnet_netpol::Port],
+    f: Family,
+    need: &mut impl FnMut(Want<'_>) -> String,
+) -> Vec<String> {
+    if ports.is_empty() {
+        return vec![String::new()];
+    }
+    let mut numbered: BTreeMap<Protocol, Vec<(u16, u16)>> = BTreeMap::new();
+    let mut out = Vec::new();
+    for p in ports {
+        match &p.port {
+            PortMatch::Any => numbered.entry(p.protocol).or_default().push((0, 65535)),
+            PortMatch::Range(lo, hi) => numbered.entry(p.protocol).or_default().push((*lo, *hi)),
+            PortMatch::Named(name) => {
+                let set = need(Want::Port(name));
+                out.push(format!(
+                    "meta l4proto {} {} daddr . meta l4proto . th dport @{set}",
+                    proto_word(p.protocol),
+                    f.as_str()
+                ));
+            }
+        }
+    }
+    // An interval set refuses overlapping elements: ranges are merged per protocol.
+    let elements: Vec<String> = numbered
+        .into_iter()
+        .flat_map(|(proto, ranges)| {
+            merge(ranges).into_iter().map(move |(lo, hi)| {
+                let proto = proto_word(proto);
+                if lo == hi {
+                    format!("{proto} . {lo}")
+                } else {
+                    format!("{proto} . {lo}-{hi}")
+                }
+            })
+        })
+        .collect();
+    if !elements.is_empty() {
+        out.insert(
+            0,
+            format!("meta l4proto . th dport {{ {} }}", elements.join(", ")),
+        );
+    }
+    out
+}
+
+/// The wanted set of an `ipBlock` (`cidr` minus `except`); `None` for a block of the other
+/// family.
+fn block_want(b: &IpBlock, f: Family) -> Option<Want<'_>> {
+    let cidr = b.cidr;
+    if family_of(cidr.addr()) != f {
+        return None;
+    }
+    let excepts: Vec<String> = b.except.iter().map(ToString::to_string).collect();
+    let key = if excepts.is_empty() {
+        cidr.to_string()
+    } else {
+        format!("{cidr} except {}", excepts.join(" "))
+    };
+    Some(Want::Block { key, block: b })
+}
+
+/// `cidr` minus every `except`, as inclusive address ranges in order (IPv4 blocks only;
+/// [`block_ranges`] for either family).
+pub fn ranges(b: &IpBlock) -> Vec<(Ipv4Addr, Ipv4Addr)> {
+    block_ranges(b)
+        .into_iter()
+        .filter_map(|r| match r {
+            (IpAddr::V4(lo), IpAddr::V4(hi)) => Some((lo, hi)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// An address as a number (IPv4 in the low 32 bits).
+fn number(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
+    }
+}
+
+/// `cidr` minus every `except` (those of its family), as inclusive address ranges in order.
+pub fn block_ranges(b: &IpBlock) -> Vec<(IpAddr, IpAddr)> {
+    let span = |n: &IpNet| (number(n.network()), number(n.broadcast()));
+    let (lo, hi) = span(&b.cidr);
+    let f = family_of(b.cidr.addr());
+    let mut holes: Vec<(u128, u128)> = b
         .except
         .iter()
-        .filter_map(|e| match e {
-            IpNet::V4(e) => Some((u32::from(e.network()), u32::from(e.broadcast()))),
-            IpNet::V6(_) => None,
-        })
+        .filter(|e| family_of(e.addr()) == f)
+        .map(span)
         .collect();
     holes.sort_unstable();
     let mut out = Vec::new();
@@ -467,9 +584,12 @@ pub fn ranges(b: &IpBlock) -> Vec<(Ipv4Addr, Ipv4Addr)> {
     if let Some(start) = next {
         out.push((start, hi));
     }
-    out.into_iter()
-        .map(|(a, b)| (Ipv4Addr::from(a), Ipv4Addr::from(b)))
-        .collect()
+    let addr = |n: u128| match f {
+        // In range: n comes from an IPv4 span.
+        Family::Ip => IpAddr::V4(Ipv4Addr::from(u32::try_from(n).unwrap_or(u32::MAX))),
+        Family::Ip6 => IpAddr::V6(Ipv6Addr::from(n)),
+    };
+    out.into_iter().map(|(a, b)| (addr(a), addr(b))).collect()
 }
 
 /// Overlapping or adjacent ranges joined, in order.
@@ -485,92 +605,8 @@ fn merge(mut ranges: Vec<(u16, u16)>) -> Vec<(u16, u16)> {
     out
 }
 
-fn ip_strings(p: &Pod) -> Vec<String> {
-    v4(&p.ips).map(|ip| ip.to_string()).collect()
-}
-
-/// Renders one node's table again and again, reusing the previous render: when only pods
-/// changed (the common case: a pod created, deleted, relabelled), each set keeps its elements
-/// and only the changed pods are asked about, instead of every pod for every selector. The
-/// result is always what [`render`] gives (tested against it).
-#[derive(Debug)]
-pub struct Renderer {
-    node: String,
-    opts: Options,
-    prev: Option<(Cluster, Ruleset)>,
-}
-
-impl Renderer {
-    pub fn new(node: &str, opts: Options) -> Self {
-        Self {
-            node: node.to_string(),
-            opts,
-            prev: None,
-        }
-    }
-
-    /// The table for `cluster`.
-    pub fn render(&mut self, cluster: &Cluster) -> Ruleset {
-        let next = match &self.prev {
-            Some((c, r)) if c.namespaces == cluster.namespaces => {
-                let before: std::collections::HashMap<(&str, &str), &Pod> = c
-                    .pods
-                    .iter()
-                    .map(|p| ((p.namespace.as_str(), p.name.as_str()), p))
-                    .collect();
-                let mut old = Vec::new();
-                let mut new = Vec::new();
-                let mut kept = std::collections::HashSet::new();
-                for p in &cluster.pods {
-                    let key = (p.namespace.as_str(), p.name.as_str());
-                    match before.get(&key) {
-                        Some(b) if *b == p => {}
-                        Some(b) => {
-                            old.push(*b);
-                            new.push(p);
-                        }
-                        None => new.push(p),
-                    }
-                    kept.insert(key);
-                }
-                old.extend(
-                    c.pods
-                        .iter()
-                        .filter(|p| !kept.contains(&(p.namespace.as_str(), p.name.as_str()))),
-                );
-                let reuse = Reuse {
-                    prev: r,
-                    old,
-                    new,
-                    policies_same: c.policies == cluster.policies,
-                };
-                render_with(cluster, &self.node, &self.opts, Some(&reuse))
-            }
-            _ => render(cluster, &self.node, &self.opts),
-        };
-        self.prev = Some((cluster.clone(), next.clone()));
-        next
-    }
-}
-
-/// An address set of pods' IPv4 addresses.
-fn addresses<'a>(comment: String, pods: impl Iterator<Item = &'a Pod>) -> SetSpec {
-    SetSpec {
-        type_: ADDR,
-        interval: false,
-        comment,
-        elements: pods
-            .flat_map(|p| v4(&p.ips))
-            .map(|ip| ip.to_string())
-            .collect(),
-    }
-}
-
-fn v4(ips: &[IpAddr]) -> impl Iterator<Item = Ipv4Addr> + '_ {
-    ips.iter().filter_map(|ip| match ip {
-        IpAddr::V4(v4) => Some(*v4),
-        IpAddr::V6(_) => None,
-    })
+fn ip_strings(p: &Pod, f: Family) -> Vec<String> {
+    addrs(&p.ips, f).map(|ip| ip.to_string()).collect()
 }
 
 fn own_addr(dir: Direction) -> &'static str {

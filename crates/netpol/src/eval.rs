@@ -89,6 +89,22 @@ impl fmt::Display for Verdict {
     }
 }
 
+/// The address family a connection is made over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    pub fn of(ip: IpAddr) -> IpFamily {
+        match ip {
+            IpAddr::V4(_) => IpFamily::V4,
+            IpAddr::V6(_) => IpFamily::V6,
+        }
+    }
+}
+
 /// A pod named by an endpoint is not in the cluster.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("pod {namespace}/{name} is unknown")]
@@ -148,7 +164,8 @@ impl Cluster {
             .find(|p| p.namespace == namespace && p.name == name)
     }
 
-    fn namespace_labels(&self, name: &str) -> &BTreeMap<String, String> {
+    /// The labels of namespace `name` (none when the namespace is unknown).
+    pub fn namespace_labels(&self, name: &str) -> &BTreeMap<String, String> {
         self.namespaces
             .iter()
             .find(|n| n.name == name)
@@ -171,22 +188,38 @@ impl Cluster {
 
     /// The policies that isolate `pod` for `dir`.
     pub fn isolating(&self, pod: &Pod, dir: Direction) -> impl Iterator<Item = &Policy> {
-        self.policies.iter().filter(move |p| {
-            p.namespace == pod.namespace && p.isolates(dir) && p.pod_selector.matches(&pod.labels)
-        })
+        self.policies
+            .iter()
+            .filter(move |p| p.isolates_pod(pod, dir))
     }
 
-    /// Is `conn` allowed, and why.
+    /// Is `conn` allowed, and why. Between two pods with addresses of both families, an
+    /// `ipBlock` matches a pod by any of its addresses; [`Cluster::check_over`] judges the
+    /// connection as made over one family.
     pub fn check(&self, conn: &Connection) -> Result<Verdict, UnknownPod> {
+        self.check_family(conn, None)
+    }
+
+    /// [`Cluster::check`] for a connection made over IPv4 or IPv6: an `ipBlock` matches a
+    /// peer pod by its address of that family (the packet's), as a dataplane sees it.
+    pub fn check_over(&self, conn: &Connection, family: IpFamily) -> Result<Verdict, UnknownPod> {
+        self.check_family(conn, Some(family))
+    }
+
+    fn check_family(
+        &self,
+        conn: &Connection,
+        family: Option<IpFamily>,
+    ) -> Result<Verdict, UnknownPod> {
         let src = self.resolve(&conn.src)?;
         let dst = self.resolve(&conn.dst)?;
         let egress = match src {
-            Some(pod) => self.side(pod, Direction::Egress, &conn.dst, dst, conn),
+            Some(pod) => self.side(pod, Direction::Egress, &conn.dst, dst, conn, family),
             None => SideVerdict::default(),
         };
         let ingress = match dst {
             Some(pod) => {
-                let mut v = self.side(pod, Direction::Ingress, &conn.src, src, conn);
+                let mut v = self.side(pod, Direction::Ingress, &conn.src, src, conn, family);
                 if let Endpoint::Node { name, .. } = &conn.src {
                     v.node_exception =
                         !v.isolated_by.is_empty() && pod.node.as_deref() == Some(name);
@@ -212,6 +245,7 @@ impl Cluster {
         peer: &Endpoint,
         peer_pod: Option<&Pod>,
         conn: &Connection,
+        family: Option<IpFamily>,
     ) -> SideVerdict {
         let dst_pod = match dir {
             Direction::Ingress => Some(pod),
@@ -222,7 +256,8 @@ impl Cluster {
             let id = format!("{}/{}", policy.namespace, policy.name);
             if v.allowed_by.is_none()
                 && let Some(i) = policy.rules(dir).iter().position(|r| {
-                    self.rule_allows(policy, r, peer, peer_pod) && port_allows(r, dst_pod, conn)
+                    self.rule_allows(policy, r, peer, peer_pod, family)
+                        && port_allows(r, dst_pod, conn)
                 })
             {
                 v.allowed_by = Some((id.clone(), i));
@@ -238,12 +273,13 @@ impl Cluster {
         rule: &Rule,
         peer: &Endpoint,
         peer_pod: Option<&Pod>,
+        family: Option<IpFamily>,
     ) -> bool {
         rule.peers.is_empty()
             || rule
                 .peers
                 .iter()
-                .any(|p| self.peer_matches(policy, p, peer, peer_pod))
+                .any(|p| self.peer_matches(policy, p, peer, peer_pod, family))
     }
 
     fn peer_matches(
@@ -252,10 +288,15 @@ impl Cluster {
         p: &Peer,
         peer: &Endpoint,
         peer_pod: Option<&Pod>,
+        family: Option<IpFamily>,
     ) -> bool {
         match p {
             Peer::Block(b) => match (peer, peer_pod) {
-                (_, Some(pod)) => pod.ips.iter().any(|ip| b.contains(*ip)),
+                (_, Some(pod)) => pod
+                    .ips
+                    .iter()
+                    .filter(|ip| family.is_none_or(|f| IpFamily::of(**ip) == f))
+                    .any(|ip| b.contains(*ip)),
                 (Endpoint::Ip(ip) | Endpoint::Node { ip, .. }, None) => b.contains(*ip),
                 (Endpoint::Pod { .. }, None) => false,
             },
@@ -268,23 +309,11 @@ impl Cluster {
     /// dataplane fills its per-selector address sets with this, so a set holds exactly the
     /// pods the evaluator would match.
     pub fn peer_selects(&self, policy: &Policy, peer: &Peer, pod: &Pod) -> bool {
-        match peer {
-            Peer::Block(_) => false,
-            // Both absent is refused by validation; match nothing rather than everything.
-            Peer::Pods {
-                pods: None,
-                namespaces: None,
-            } => false,
-            // Cheapest test first (a dataplane asks this for every pod and selector): the
-            // namespace's name, the pod's labels, then the namespace's labels.
-            Peer::Pods { pods, namespaces } => {
-                (namespaces.is_some() || pod.namespace == policy.namespace)
-                    && pods.as_ref().is_none_or(|s| s.matches(&pod.labels))
-                    && namespaces
-                        .as_ref()
-                        .is_none_or(|sel| sel.matches(self.namespace_labels(&pod.namespace)))
-            }
-        }
+        peer.selects(
+            &policy.namespace,
+            pod,
+            self.namespace_labels(&pod.namespace),
+        )
     }
 }
 

@@ -17,7 +17,7 @@ mod model;
 mod selector;
 pub mod upstream;
 
-pub use eval::{Cluster, Connection, Endpoint, SideVerdict, UnknownPod, Verdict};
+pub use eval::{Cluster, Connection, Endpoint, IpFamily, SideVerdict, UnknownPod, Verdict};
 pub use model::{
     Direction, IpBlock, ModelError, NamedPort, Namespace, Peer, Pod, Policy, Port, PortMatch,
     Protocol, Rule,

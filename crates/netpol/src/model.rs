@@ -186,6 +186,35 @@ pub enum Peer {
     Block(IpBlock),
 }
 
+impl Peer {
+    /// Whether this peer of a policy in `namespace` selects `pod`, whose namespace carries
+    /// `namespace_labels`; an `ipBlock` peer selects no pod by label (it matches addresses).
+    pub fn selects(
+        &self,
+        namespace: &str,
+        pod: &Pod,
+        namespace_labels: &BTreeMap<String, String>,
+    ) -> bool {
+        match self {
+            Peer::Block(_) => false,
+            // Both absent is refused by validation; match nothing rather than everything.
+            Peer::Pods {
+                pods: None,
+                namespaces: None,
+            } => false,
+            // Cheapest test first (a dataplane asks this for every pod and selector): the
+            // namespace's name, the pod's labels, then the namespace's labels.
+            Peer::Pods { pods, namespaces } => {
+                (namespaces.is_some() || pod.namespace == namespace)
+                    && pods.as_ref().is_none_or(|s| s.matches(&pod.labels))
+                    && namespaces
+                        .as_ref()
+                        .is_none_or(|sel| sel.matches(namespace_labels))
+            }
+        }
+    }
+}
+
 /// One entry of `ports`: a protocol and either every port, a range, or a named port.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PortMatch {
@@ -226,6 +255,14 @@ impl Policy {
             Direction::Ingress => self.isolates_ingress,
             Direction::Egress => self.isolates_egress,
         }
+    }
+
+    /// Whether this policy isolates `pod` for `dir`: the pod is in the policy's namespace,
+    /// `policyTypes` lists `dir` and `podSelector` matches the pod's labels.
+    pub fn isolates_pod(&self, pod: &Pod, dir: Direction) -> bool {
+        self.namespace == pod.namespace
+            && self.isolates(dir)
+            && self.pod_selector.matches(&pod.labels)
     }
 
     pub fn rules(&self, dir: Direction) -> &[Rule] {

@@ -201,9 +201,14 @@ impl Lab {
         let mut renderers = self.renderers.iter_mut();
         let mut sync = |node: &NodeTopology, enforcer: &mut Enforcer| {
             // The node loop's incremental renderer, checked against a full render.
-            let r = renderers.next().unwrap().render(model);
-            assert_eq!(r, render(model, &node.name, &Options::default()));
-            let report = enforcer.sync(r).unwrap();
+            let renderer = renderers.next().unwrap();
+            renderer.update(model);
+            let changes = renderer.take_changes();
+            assert_eq!(
+                renderer.ruleset(),
+                &render(model, &node.name, &Options::default())
+            );
+            let report = enforcer.sync_changes(renderer.ruleset(), &changes).unwrap();
             let netns = Some(node.netns.as_str());
             match cut {
                 Some(true) => {

@@ -128,29 +128,32 @@ pub async fn run(
     {
         tracing::warn!(node = %np.node, "{e}");
     }
-    let enforcer = Arc::new(Mutex::new(Enforcer::new(NftExecutor::new(Some(
-        np.netns.clone(),
-    )))));
-    let mut renderer = Renderer::new(&np.node, Options::default());
+    // The renderer keeps the model and its table and hands the enforcer only what each
+    // change touched; both live in the blocking task's hands, one sync at a time.
+    let node = Arc::new(Mutex::new((
+        Renderer::new(&np.node, Options::default()),
+        Enforcer::new(NftExecutor::new(Some(np.netns.clone()))),
+    )));
     loop {
         let generation = np.wanted.load(Ordering::SeqCst);
         let cluster = model(&policies, &pods, &namespaces, &np);
-        let ruleset = renderer.render(&cluster);
-        let (e, netns, node, cut) = (
-            enforcer.clone(),
+        let (state, netns, name, cut) = (
+            node.clone(),
             np.netns.clone(),
             np.node.clone(),
             np.cut_existing,
         );
         let synced = tokio::task::spawn_blocking(move || {
-            let report = e
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .sync(ruleset)
+            let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+            let (renderer, enforcer) = &mut *state;
+            renderer.update(&cluster);
+            let changes = renderer.take_changes();
+            let report = enforcer
+                .sync_changes(renderer.ruleset(), &changes)
                 .map_err(|err| err.to_string())?;
             if cut && report.ops > 0 {
                 let flows = conntrack::list(Some(&netns)).map_err(|err| err.to_string())?;
-                let denied = conntrack::denied(&cluster, &node, &[], &flows);
+                let denied = conntrack::denied(&cluster, &name, &[], &flows);
                 conntrack::delete(Some(&netns), &denied).map_err(|err| err.to_string())?;
             }
             Ok::<_, String>(report)
