@@ -63,6 +63,10 @@ uml=(env SVCNET_UML=1 CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$PWD/scripts
 "${uml[@]}" cargo test -p svcnet-iptables --test uml
 "${uml[@]}" cargo test -p svcnet-ipvs --test uml
 "${uml[@]}" cargo test -p svcnet-proxyd --test e2e ipvs_
+# The userspace dataplane's data path (unprivileged mode: frontends bound directly, no kernel
+# rules) on the second kernel; its privileged redirect table is nftables, which that kernel
+# lacks for ip/ip6.
+"${uml[@]}" cargo test -p svcnet-userspace --test unprivileged
 # The seeds' walkthrough in IPVS mode in one more boot (svcnet up --nodes 2, examples/myapp.yaml,
 # curl from the host and from a pod, dig; each step checked; about a minute).
 cargo build -p svcnet
