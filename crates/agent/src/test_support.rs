@@ -62,6 +62,7 @@ impl Slot {
             service_cidrs: vec![net(10, 224 + i, 0, 16)],
             lb_pool: Some(net(198, 19, i, 28)),
             data_dir,
+            pod_network: crate::routes::PodNetwork::HostGw,
         }
     }
 }
