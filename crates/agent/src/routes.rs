@@ -261,7 +261,13 @@ impl VxlanPeer {
             ),
             Step::ip(
                 ns,
-                &["route", "del", &self.pod_cidr.to_string(), "dev", VXLAN_DEVICE],
+                &[
+                    "route",
+                    "del",
+                    &self.pod_cidr.to_string(),
+                    "dev",
+                    VXLAN_DEVICE,
+                ],
             ),
         ]
     }
@@ -321,11 +327,49 @@ impl PodRouteBackend for Vxlan {
         "vxlan"
     }
 
-    fn node_steps(&self, node: &NodeTopology, peers: &[&NodeTopology]) -> Vec<Step> {
-        let mut steps = Self::device_steps(node);
-        for peer in peers {
-            steps.extend(VxlanPeer::of(peer).add_steps(&node.netns));
-        }
-        steps
+    /// Only the VTEP: the peers' entries come from their Node objects, as flannel learns them
+    /// ([`crate::podnet::run_vxlan`]), not from the static topology.
+    fn node_steps(&self, node: &NodeTopology, _peers: &[&NodeTopology]) -> Vec<Step> {
+        Self::device_steps(node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use expect_test::expect;
+
+    #[test]
+    fn vxlan_peer_steps_in_flannels_order() {
+        let peer = VxlanPeer {
+            pod_cidr: "10.244.2.0/24".parse().unwrap(),
+            public_ip: [172, 30, 0, 3].into(),
+            vtep_mac: vtep_mac([172, 30, 0, 3].into()),
+        };
+        let text: String = peer
+            .add_steps("n1")
+            .iter()
+            .chain(&peer.del_steps("n1"))
+            .map(|s| format!("{s}\n"))
+            .collect();
+        expect![[r#"
+            ip -n n1 neigh replace 10.244.2.0 lladdr 0e:f1:ac:1e:00:03 dev flannel.1 nud permanent
+            bridge -n n1 fdb replace 0e:f1:ac:1e:00:03 dev flannel.1 dst 172.30.0.3 self permanent
+            ip -n n1 route replace 10.244.2.0/24 via 10.244.2.0 dev flannel.1 onlink
+            ip -n n1 neigh del 10.244.2.0 dev flannel.1
+            bridge -n n1 fdb del 0e:f1:ac:1e:00:03 dev flannel.1 dst 172.30.0.3 self
+            ip -n n1 route del 10.244.2.0/24 dev flannel.1
+        "#]]
+        .assert_eq(&text);
+    }
+
+    #[test]
+    fn pod_network_names_and_mtus() {
+        assert_eq!("vxlan".parse::<PodNetwork>(), Ok(PodNetwork::Vxlan));
+        assert_eq!("host-gw".parse::<PodNetwork>(), Ok(PodNetwork::HostGw));
+        let err = "udp".parse::<PodNetwork>().unwrap_err();
+        assert!(err.contains("host-gw, vxlan"), "{err}");
+        assert_eq!(PodNetwork::Vxlan.pod_mtu(), 1450);
+        assert_eq!(PodNetwork::HostGw.pod_mtu(), 1500);
     }
 }

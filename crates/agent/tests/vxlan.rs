@@ -11,9 +11,13 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
 use svcnet_agent::cni::{self, Invocation, NetConf};
 use svcnet_agent::ip;
+use svcnet_agent::podnet::desired_peers;
 use svcnet_agent::routes::{PodNetwork, VXLAN_DEVICE, VxlanPeer, vtep_mac};
 use svcnet_agent::test_support::Slot;
 use svcnet_agent::topology::{NodeTopology, Topology};
@@ -34,6 +38,18 @@ fn netconf(node: &NodeTopology, data: &Path) -> NetConf {
     .unwrap()
 }
 
+fn node_object(node: &NodeTopology) -> Node {
+    let annotations: BTreeMap<String, String> = PodNetwork::Vxlan
+        .node_annotations(node)
+        .into_iter()
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": { "name": node.name, "annotations": annotations },
+        "spec": { "podCIDR": node.pod_cidr.to_string() },
+    }))
+    .unwrap()
+}
+
 fn link(netns: &str, dev: &str) -> serde_json::Value {
     ip::ip_json(Some(netns), &["-s", "-d", "link", "show", "dev", dev])
         .unwrap()
@@ -41,7 +57,9 @@ fn link(netns: &str, dev: &str) -> serde_json::Value {
 }
 
 fn packets(netns: &str, dev: &str, dir: &str) -> u64 {
-    link(netns, dev)["stats64"][dir]["packets"].as_u64().unwrap()
+    link(netns, dev)["stats64"][dir]["packets"]
+        .as_u64()
+        .unwrap()
 }
 
 fn ask(from: &NetNs, to: SocketAddr) -> std::io::Result<svcnet_netns::test_support::Reply> {
@@ -59,6 +77,18 @@ fn pods_on_two_nodes_reach_each_other_over_flannel_vxlan() {
     // Dropped on every path out (also a failed assertion): namespaces, links and routes go.
     let topo = Topology::create(config).unwrap();
     let (n1, n2) = (topo.nodes()[0].clone(), topo.nodes()[1].clone());
+    // The peers' entries come from their Node objects' flannel annotations (as the watch in
+    // `podnet::run_vxlan` learns them).
+    let objects: Vec<Node> = [&n1, &n2].iter().map(|n| node_object(n)).collect();
+    for node in [&n1, &n2] {
+        let peers = desired_peers(&node.name, &objects);
+        assert_eq!(peers.len(), 1, "{peers:?}");
+        for peer in peers.values() {
+            for step in peer.add_steps(&node.netns) {
+                step.run().unwrap();
+            }
+        }
+    }
 
     // The VTEP as flannel makes it.
     let vtep = link(&n1.netns, VXLAN_DEVICE);
@@ -73,7 +103,10 @@ fn pods_on_two_nodes_reach_each_other_over_flannel_vxlan() {
     let gw2 = n2.pod_cidr.network().to_string();
     let neigh = ip::ip(Some(&n1.netns), &["neigh", "show", "dev", VXLAN_DEVICE]).unwrap();
     assert!(
-        neigh.contains(&format!("{gw2} lladdr {} PERMANENT", vtep_mac(n2.internal_ip))),
+        neigh.contains(&format!(
+            "{gw2} lladdr {} PERMANENT",
+            vtep_mac(n2.internal_ip)
+        )),
         "{neigh}"
     );
     let fdb = svcnet_netns::command(None, "bridge")
@@ -163,8 +196,14 @@ fn pods_on_two_nodes_reach_each_other_over_flannel_vxlan() {
     }
     let neigh = ip::ip(Some(&n1.netns), &["neigh", "show", "dev", VXLAN_DEVICE]).unwrap();
     let routes = ip::ip(Some(&n1.netns), &["route", "show", "dev", VXLAN_DEVICE]).unwrap();
-    assert!(!neigh.contains(&gw2) && !routes.contains(&gw2), "{neigh}{routes}");
-    assert!(ask(&p1, to2).is_err(), "node 2 unreachable without its entries");
+    assert!(
+        !neigh.contains(&gw2) && !routes.contains(&gw2),
+        "{neigh}{routes}"
+    );
+    assert!(
+        ask(&p1, to2).is_err(),
+        "node 2 unreachable without its entries"
+    );
     for step in peer.add_steps(&n1.netns) {
         step.run().unwrap();
     }

@@ -308,6 +308,16 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                         .with_context(|| format!("proxy on {name}"))
                 });
             }
+            if args.pod_network == svcnet_agent::routes::PodNetwork::Vxlan {
+                // flanneld's part: this node's VTEP entries follow the other Nodes' leases.
+                let client = client.clone();
+                let stop = stopped(stop_rx.clone());
+                let node = node.clone();
+                tasks.spawn(async move {
+                    svcnet_agent::podnet::run_vxlan(client, node, stop).await;
+                    Ok(())
+                });
+            }
             let mut cfg = cluster::agent_config(
                 topology,
                 node,
