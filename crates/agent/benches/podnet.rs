@@ -8,28 +8,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failure is a failed run
 
-use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+use std::net::TcpListener;
 
-use k8s_openapi::api::core::v1::Node;
-use serde_json::json;
-use svcnet_agent::cni::{self, Invocation, NetConf};
-use svcnet_agent::podnet::desired_peers;
+use svcnet_agent::cni::{self, Invocation};
 use svcnet_agent::routes::PodNetwork;
-use svcnet_agent::test_support::Slot;
-use svcnet_agent::topology::{NodeTopology, Topology};
+use svcnet_agent::test_support::{Slot, pod_netconf, program_vxlan_peers, tcp_transfer};
+use svcnet_agent::topology::Topology;
 use svcnet_netns::NetNs;
-
-fn netconf(node: &NodeTopology, data: &std::path::Path, network: PodNetwork) -> NetConf {
-    serde_json::from_value(json!({
-        "cniVersion": "1.0.0", "name": "svcnet", "type": "svcnet-bridge", "bridge": "cni0",
-        "nodeNetns": node.netns, "dataDir": data, "mtu": network.pod_mtu(),
-        "ipam": {"type": "svcnet-host-local", "subnet": node.pod_cidr, "gateway": node.gateway},
-    }))
-    .unwrap()
-}
 
 /// One bounded transfer of `bytes` from a pod on node 1 to a pod on node 2: MB/s.
 fn round(network: PodNetwork, bytes: usize) -> f64 {
@@ -41,30 +26,12 @@ fn round(network: PodNetwork, bytes: usize) -> f64 {
     let topo = Topology::create(config).unwrap();
     let nodes = topo.nodes().to_vec();
     if network == PodNetwork::Vxlan {
-        let objects: Vec<Node> = nodes
-            .iter()
-            .map(|n| {
-                let annotations: BTreeMap<String, String> =
-                    network.node_annotations(n).into_iter().collect();
-                serde_json::from_value(json!({
-                    "metadata": {"name": n.name, "annotations": annotations},
-                    "spec": {"podCIDR": n.pod_cidr.to_string()},
-                }))
-                .unwrap()
-            })
-            .collect();
-        for n in &nodes {
-            for peer in desired_peers(&n.name, &objects).values() {
-                peer.add_steps(&n.netns)
-                    .iter()
-                    .for_each(|s| s.run().unwrap());
-            }
-        }
+        program_vxlan_peers(&nodes).unwrap();
     }
     let p1 = NetNs::create(&format!("{prefix}-pod-1")).unwrap();
     let p2 = NetNs::create(&format!("{prefix}-pod-2")).unwrap();
-    let c1 = netconf(&nodes[0], data.path(), network);
-    let c2 = netconf(&nodes[1], data.path(), network);
+    let c1 = pod_netconf(&nodes[0], data.path(), network.pod_mtu());
+    let c2 = pod_netconf(&nodes[1], data.path(), network.pod_mtu());
     cni::add(&c1, &Invocation::new("one", p1.name())).unwrap();
     let ip2 = cni::add(&c2, &Invocation::new("two", p2.name()))
         .unwrap()
@@ -74,39 +41,8 @@ fn round(network: PodNetwork, bytes: usize) -> f64 {
         .run(move || TcpListener::bind((ip2, 9100)))
         .unwrap()
         .unwrap();
-    let sink = std::thread::spawn(move || {
-        let (mut conn, _) = listener.accept().unwrap();
-        conn.set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
-        let mut buf = vec![0u8; 1 << 16];
-        let mut total = 0usize;
-        loop {
-            match conn.read(&mut buf).unwrap() {
-                0 => break total,
-                n => total += n,
-            }
-        }
-    });
-    let elapsed = p1
-        .run(move || {
-            let addr = SocketAddr::new(IpAddr::V4(ip2), 9100);
-            let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
-            conn.set_write_timeout(Some(Duration::from_secs(60)))
-                .unwrap();
-            let chunk = vec![0x5au8; 1 << 16];
-            let start = Instant::now();
-            let mut sent = 0;
-            while sent < bytes {
-                let n = chunk.len().min(bytes - sent);
-                conn.write_all(&chunk[..n]).unwrap();
-                sent += n;
-            }
-            conn.shutdown(std::net::Shutdown::Write).unwrap();
-            start
-        })
-        .unwrap();
-    let received = sink.join().unwrap();
-    let secs = elapsed.elapsed().as_secs_f64();
+    let (_, received, took) = tcp_transfer(&p1, listener, bytes).unwrap();
+    let secs = took.as_secs_f64();
     assert_eq!(received, bytes, "transfer incomplete");
     drop((p1, p2));
     topo.destroy().unwrap();

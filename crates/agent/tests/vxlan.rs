@@ -6,49 +6,18 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
-use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::time::Duration;
 
-use std::collections::BTreeMap;
-
-use k8s_openapi::api::core::v1::Node;
-use serde_json::json;
-use svcnet_agent::cni::{self, Invocation, NetConf};
+use svcnet_agent::cni::{self, Invocation};
 use svcnet_agent::ip;
-use svcnet_agent::podnet::desired_peers;
 use svcnet_agent::routes::{PodNetwork, VXLAN_DEVICE, VxlanPeer, vtep_mac};
-use svcnet_agent::test_support::Slot;
-use svcnet_agent::topology::{NodeTopology, Topology};
+use svcnet_agent::test_support::{
+    Slot, pod_netconf, program_vxlan_peers, tcp_transfer, transfer_byte,
+};
+use svcnet_agent::topology::Topology;
 use svcnet_netns::NetNs;
 use svcnet_netns::test_support::{serve_tcp, tcp_ask};
-
-fn netconf(node: &NodeTopology, data: &Path) -> NetConf {
-    serde_json::from_value(json!({
-        "cniVersion": "1.0.0",
-        "name": "svcnet",
-        "type": "svcnet-bridge",
-        "bridge": "cni0",
-        "nodeNetns": node.netns,
-        "dataDir": data,
-        "mtu": PodNetwork::Vxlan.pod_mtu(),
-        "ipam": {"type": "svcnet-host-local", "subnet": node.pod_cidr, "gateway": node.gateway},
-    }))
-    .unwrap()
-}
-
-fn node_object(node: &NodeTopology) -> Node {
-    let annotations: BTreeMap<String, String> = PodNetwork::Vxlan
-        .node_annotations(node)
-        .into_iter()
-        .collect();
-    serde_json::from_value(json!({
-        "metadata": { "name": node.name, "annotations": annotations },
-        "spec": { "podCIDR": node.pod_cidr.to_string() },
-    }))
-    .unwrap()
-}
 
 fn link(netns: &str, dev: &str) -> serde_json::Value {
     ip::ip_json(Some(netns), &["-s", "-d", "link", "show", "dev", dev])
@@ -79,16 +48,7 @@ fn pods_on_two_nodes_reach_each_other_over_flannel_vxlan() {
     let (n1, n2) = (topo.nodes()[0].clone(), topo.nodes()[1].clone());
     // The peers' entries come from their Node objects' flannel annotations (as the watch in
     // `podnet::run_vxlan` learns them).
-    let objects: Vec<Node> = [&n1, &n2].iter().map(|n| node_object(n)).collect();
-    for node in [&n1, &n2] {
-        let peers = desired_peers(&node.name, &objects);
-        assert_eq!(peers.len(), 1, "{peers:?}");
-        for peer in peers.values() {
-            for step in peer.add_steps(&node.netns) {
-                step.run().unwrap();
-            }
-        }
-    }
+    program_vxlan_peers(topo.nodes()).unwrap();
 
     // The VTEP as flannel makes it.
     let vtep = link(&n1.netns, VXLAN_DEVICE);
@@ -138,7 +98,11 @@ fn pods_on_two_nodes_reach_each_other_over_flannel_vxlan() {
     // Pods at MTU 1450 on both nodes.
     let p1 = NetNs::create(&format!("{prefix}-pod-1")).unwrap();
     let p2 = NetNs::create(&format!("{prefix}-pod-2")).unwrap();
-    let (c1, c2) = (netconf(&n1, data.path()), netconf(&n2, data.path()));
+    let mtu = PodNetwork::Vxlan.pod_mtu();
+    let (c1, c2) = (
+        pod_netconf(&n1, data.path(), mtu),
+        pod_netconf(&n2, data.path(), mtu),
+    );
     let ip1 = cni::add(&c1, &Invocation::new("one", p1.name()))
         .unwrap()
         .pod_ip()
@@ -167,26 +131,12 @@ fn pods_on_two_nodes_reach_each_other_over_flannel_vxlan() {
         .run(move || TcpListener::bind((ip2, 9100)))
         .unwrap()
         .unwrap();
-    let sink = std::thread::spawn(move || {
-        let (mut conn, _) = listener.accept().unwrap();
-        let mut got = Vec::new();
-        conn.read_to_end(&mut got).unwrap();
-        got
-    });
-    let payload: Vec<u8> = (0..4 << 20).map(|i: u32| (i % 251) as u8).collect();
-    let sent = payload.clone();
-    p1.run(move || {
-        let mut conn = TcpStream::connect_timeout(
-            &SocketAddr::new(IpAddr::V4(ip2), 9100),
-            Duration::from_secs(2),
-        )
-        .unwrap();
-        conn.set_write_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        conn.write_all(&sent).unwrap();
-    })
-    .unwrap();
-    assert!(sink.join().unwrap() == payload, "transfer not byte-exact");
+    let (kept, total, _) = tcp_transfer(&p1, listener, 4 << 20).unwrap();
+    assert_eq!(total, 4 << 20);
+    assert!(
+        kept.iter().enumerate().all(|(i, b)| *b == transfer_byte(i)),
+        "transfer not byte-exact"
+    );
 
     // Node 2's lease goes (flannel's removal): its entries vanish and its pods are unreachable;
     // re-added, traffic flows again.

@@ -74,13 +74,9 @@ fn pods_on_two_nodes_talk_over_flannel_vxlan() {
     };
     let mut up = net.up_with("2", free_udp_port(), &["--pod-network", "vxlan"]);
     let exec_in = |pod: &str, cmd: &str| -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_svcnet"))
-            .args(["exec", "--data-dir"])
-            .arg(up.data_dir.path())
-            .args([pod, "--", "sh", "-c", cmd])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().to_string()
+        String::from_utf8_lossy(&up.exec_sh(pod, cmd).stdout)
+            .trim()
+            .to_string()
     };
 
     // flannel's annotations and spec.podCIDR on both Nodes.
