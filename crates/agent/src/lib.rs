@@ -21,6 +21,7 @@ pub mod cni;
 pub mod exec;
 pub mod ip;
 pub mod logs;
+pub mod podnet;
 pub mod routes;
 pub mod runtime;
 pub mod test_support;

@@ -62,6 +62,125 @@ impl Slot {
             service_cidrs: vec![net(10, 224 + i, 0, 16)],
             lb_pool: Some(net(198, 19, i, 28)),
             data_dir,
+            pod_network: crate::routes::PodNetwork::HostGw,
         }
     }
+}
+
+/// The CNI config of `node`'s pods at `mtu`, with IPAM in `data_dir` (what the agent hands the
+/// plugin).
+pub fn pod_netconf(
+    node: &crate::NodeTopology,
+    data_dir: &std::path::Path,
+    mtu: u32,
+) -> crate::cni::NetConf {
+    crate::cni::NetConf {
+        cni_version: "1.0.0".into(),
+        name: "svcnet".into(),
+        plugin_type: "svcnet-bridge".into(),
+        bridge: crate::topology::POD_BRIDGE.into(),
+        node_netns: Some(node.netns.clone()),
+        data_dir: data_dir.to_path_buf(),
+        mtu: Some(mtu),
+        ipam: crate::cni::IpamConf {
+            ipam_type: "svcnet-host-local".into(),
+            subnet: node.pod_cidr,
+            gateway: node.gateway,
+            range_start: None,
+            range_end: None,
+        },
+        prev_result: None,
+    }
+}
+
+/// `node`'s Node object as `svcnet up` registers it: name, `spec.podCIDR` and `network`'s
+/// flannel annotations.
+pub fn node_object(
+    node: &crate::NodeTopology,
+    network: crate::routes::PodNetwork,
+) -> k8s_openapi::api::core::v1::Node {
+    let annotations: std::collections::BTreeMap<String, String> =
+        network.node_annotations(node).into_iter().collect();
+    k8s_openapi::api::core::v1::Node {
+        metadata: kube::api::ObjectMeta {
+            name: Some(node.name.clone()),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(k8s_openapi::api::core::v1::NodeSpec {
+            pod_cidr: Some(node.pod_cidr.to_string()),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The byte [`tcp_transfer`] sends at `offset`.
+pub fn transfer_byte(offset: usize) -> u8 {
+    ((offset % (1 << 16)) % 251) as u8
+}
+
+/// Sends `bytes` over one TCP connection from namespace `from` to `listener` (bound in the
+/// destination namespace) and returns the first 4 MiB the receiver got, how many bytes it got,
+/// and the time from the first write to the receiver seeing the end.
+pub fn tcp_transfer(
+    from: &svcnet_netns::NetNs,
+    listener: std::net::TcpListener,
+    bytes: usize,
+) -> std::io::Result<(Vec<u8>, usize, std::time::Duration)> {
+    use std::io::{Read, Write};
+    let to = listener.local_addr()?;
+    let sink = std::thread::spawn(move || -> std::io::Result<(Vec<u8>, usize)> {
+        let (mut conn, _) = listener.accept()?;
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
+        // Keeps the first 4 MiB for byte-exact checks; counts the rest.
+        let mut kept = Vec::new();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut total = 0;
+        loop {
+            let n = conn.read(&mut buf)?;
+            if n == 0 {
+                return Ok((kept, total));
+            }
+            let room = (4usize << 20).saturating_sub(kept.len()).min(n);
+            kept.extend_from_slice(&buf[..room]);
+            total += n;
+        }
+    });
+    let start = from
+        .run(move || -> std::io::Result<std::time::Instant> {
+            let mut conn =
+                std::net::TcpStream::connect_timeout(&to, std::time::Duration::from_secs(2))?;
+            conn.set_write_timeout(Some(std::time::Duration::from_secs(60)))?;
+            let chunk: Vec<u8> = (0..1 << 16).map(transfer_byte).collect();
+            let start = std::time::Instant::now();
+            let mut sent = 0;
+            while sent < bytes {
+                let n = chunk.len().min(bytes - sent);
+                conn.write_all(&chunk[..n])?;
+                sent += n;
+            }
+            conn.shutdown(std::net::Shutdown::Write)?;
+            Ok(start)
+        })
+        .map_err(std::io::Error::other)??;
+    let (kept, total) = sink
+        .join()
+        .map_err(|_| std::io::Error::other("receiver panicked"))??;
+    Ok((kept, total, start.elapsed()))
+}
+
+/// Programs every node's VXLAN peers from the others' Node objects, as the Node watch in
+/// [`crate::podnet::run_vxlan`] does (for tests and benches without an API server).
+pub fn program_vxlan_peers(nodes: &[crate::NodeTopology]) -> Result<(), crate::TopologyError> {
+    let network = crate::routes::PodNetwork::Vxlan;
+    let objects: Vec<_> = nodes.iter().map(|n| node_object(n, network)).collect();
+    for node in nodes {
+        for peer in crate::podnet::desired_peers(&node.name, &objects).values() {
+            peer.add_steps(&node.netns)
+                .iter()
+                .try_for_each(crate::topology::Step::run)?;
+        }
+    }
+    Ok(())
 }

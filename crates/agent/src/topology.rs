@@ -29,7 +29,7 @@ use ipnet::Ipv4Net;
 use serde::{Deserialize, Serialize};
 
 use crate::ip::{self, IpError};
-use crate::routes::{HostGw, PodRouteBackend};
+use crate::routes::{PodNetwork, PodRouteBackend};
 
 /// The underlay interface's name inside each node namespace.
 pub const NODE_UNDERLAY_IF: &str = "eth0";
@@ -57,6 +57,8 @@ pub struct TopologyConfig {
     pub lb_pool: Option<Ipv4Net>,
     /// Where the record of created objects is kept.
     pub data_dir: PathBuf,
+    /// How pod traffic crosses nodes (host-gw by default: the nodes share one bridge).
+    pub pod_network: PodNetwork,
 }
 
 impl Default for TopologyConfig {
@@ -69,6 +71,7 @@ impl Default for TopologyConfig {
             service_cidrs: vec![Ipv4Net::new(Ipv4Addr::new(10, 96, 0, 0), 12).unwrap_or_default()],
             lb_pool: None,
             data_dir: PathBuf::from("svcnet-data"),
+            pod_network: PodNetwork::HostGw,
         }
     }
 }
@@ -121,6 +124,11 @@ pub enum Step {
         key: String,
         value: String,
     },
+    /// `bridge -n NETNS args...` (FDB entries).
+    Bridge {
+        netns: String,
+        args: Vec<String>,
+    },
 }
 
 impl Step {
@@ -129,6 +137,18 @@ impl Step {
             netns: netns.map(str::to_string),
             args: args.iter().map(|s| s.to_string()).collect(),
         }
+    }
+
+    pub fn bridge(netns: &str, args: &[&str]) -> Self {
+        Step::Bridge {
+            netns: netns.to_string(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    /// Runs the step (blocking: a short child process).
+    pub fn run(&self) -> Result<(), TopologyError> {
+        self.apply()
     }
 
     fn apply(&self) -> Result<(), TopologyError> {
@@ -145,28 +165,33 @@ impl Step {
                 ip::ip(netns.as_deref(), &args)?;
             }
             Step::Sysctl { netns, key, value } => {
-                let out = Command::new("ip")
-                    .args([
-                        "netns",
-                        "exec",
-                        netns,
-                        "sysctl",
-                        "-qw",
-                        &format!("{key}={value}"),
-                    ])
-                    .output()
-                    .map_err(|e| TopologyError::Io {
-                        what: format!("{self}"),
-                        source: e,
-                    })?;
-                if !out.status.success() {
-                    return Err(IpError::Failed {
-                        command: self.to_string(),
-                        stderr: String::from_utf8_lossy(&out.stderr).trim().into(),
-                    }
-                    .into());
-                }
+                let kv = format!("{key}={value}");
+                self.command("ip", &["netns", "exec", netns, "sysctl", "-qw", &kv])?;
             }
+            Step::Bridge { netns, args } => {
+                let mut full = vec!["-n", netns.as_str()];
+                full.extend(args.iter().map(String::as_str));
+                self.command("bridge", &full)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs `program args...` for this step; a failure names the step and the stderr.
+    fn command(&self, program: &str, args: &[&str]) -> Result<(), TopologyError> {
+        let out = Command::new(program)
+            .args(args)
+            .output()
+            .map_err(|e| TopologyError::Io {
+                what: format!("{self}"),
+                source: e,
+            })?;
+        if !out.status.success() {
+            return Err(IpError::Failed {
+                command: self.to_string(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().into(),
+            }
+            .into());
         }
         Ok(())
     }
@@ -183,6 +208,7 @@ impl fmt::Display for Step {
             Step::Sysctl { netns, key, value } => {
                 write!(f, "ip netns exec {netns} sysctl -w {key}={value}")
             }
+            Step::Bridge { netns, args } => write!(f, "bridge -n {netns} {}", args.join(" ")),
         }
     }
 }
@@ -420,9 +446,11 @@ pub struct Topology {
 }
 
 impl Topology {
-    /// Builds the topology with host-gw routing. On failure everything created so far is removed.
+    /// Builds the topology with the config's pod network. On failure everything created so
+    /// far is removed.
     pub fn create(config: TopologyConfig) -> Result<Self, TopologyError> {
-        Self::create_with(config, &HostGw)
+        let backend = config.pod_network.backend();
+        Self::create_with(config, backend)
     }
 
     pub fn create_with(
@@ -600,6 +628,7 @@ pub fn cleanup(data_dir: &Path, prefix: &str) -> Result<CleanupReport, TopologyE
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::routes::{HostGw, Vxlan};
     use expect_test::expect;
 
     fn config() -> TopologyConfig {
@@ -648,6 +677,33 @@ mod tests {
             ip route add 172.30.1.0/28 via 172.30.0.2 dev svcnet0
         "#]]
         .assert_eq(&text);
+    }
+
+    #[test]
+    fn plan_vxlan_makes_flannels_vtep_and_no_host_gw_routes() {
+        let config = TopologyConfig {
+            nodes: 3,
+            ..TopologyConfig::default()
+        };
+        let steps = plan_create(&config, &Vxlan).unwrap();
+        let text: String = steps
+            .iter()
+            .map(|s| s.to_string())
+            .filter(|s| s.contains("svcnet-node1 ") && s.contains("flannel.1"))
+            .map(|s| format!("{s}\n"))
+            .collect();
+        expect![[r#"
+            ip -n svcnet-node1 link add flannel.1 address 0e:f1:ac:1e:00:02 mtu 1450 type vxlan id 1 local 172.30.0.2 dev eth0 nolearning dstport 8472
+            ip -n svcnet-node1 addr add 10.244.1.0/32 dev flannel.1
+            ip -n svcnet-node1 link set flannel.1 up
+        "#]].assert_eq(&text);
+        assert!(
+            !steps
+                .iter()
+                .any(|s| s.to_string().contains("via 172.30.0.")
+                    && s.to_string().starts_with("ip -n")),
+            "vxlan installs no host-gw route in a node"
+        );
     }
 
     #[test]

@@ -149,12 +149,7 @@ fn seeds_walkthrough_on_two_nodes() {
     // Inside a pod: the environment, DNS through the kube-dns service, the search path.
     let pod = pod_names.iter().next().unwrap().clone();
     let exec_in = |pod: &str, cmd: &str| -> String {
-        let out = Command::new(env!("CARGO_BIN_EXE_svcnet"))
-            .args(["exec", "--data-dir"])
-            .arg(up.data_dir.path())
-            .args([pod, "--", "sh", "-c", cmd])
-            .output()
-            .unwrap();
+        let out = up.exec_sh(pod, cmd);
         assert!(
             out.status.success(),
             "exec {cmd}: {}",

@@ -119,21 +119,17 @@ fn setup(conf: &NetConf, inv: &Invocation, addr: Ipv4Addr) -> Result<CniResult, 
     // A leftover from an ADD that was interrupted: start clean.
     ip::ip_del(pod, &["link", "del", &inv.ifname])?;
     ip::ip_del(node, &["link", "del", &veth])?;
-    run_ip(
-        node,
-        &[
-            "link",
-            "add",
-            &veth,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &inv.ifname,
-            "netns",
-            &inv.netns,
-        ],
-    )?;
+    let mtu = conf.mtu.map(|m| m.to_string());
+    let mut add = vec!["link", "add", &veth];
+    if let Some(mtu) = &mtu {
+        add.extend(["mtu", mtu.as_str()]);
+    }
+    add.extend(["type", "veth", "peer", "name", &inv.ifname]);
+    if let Some(mtu) = &mtu {
+        add.extend(["mtu", mtu.as_str()]);
+    }
+    add.extend(["netns", &inv.netns]);
+    run_ip(node, &add)?;
     run_ip(node, &["link", "set", &veth, "master", &conf.bridge, "up"])?;
     // Hairpin mode (the bridge plugin's `hairpinMode`, kubelet's hairpin-veth): a pod reaching
     // itself through a service gets its masqueraded packets back out of its own port, which

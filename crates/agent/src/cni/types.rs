@@ -29,6 +29,10 @@ pub struct NetConf {
     pub node_netns: Option<String>,
     /// Where IPAM keeps its allocations.
     pub data_dir: PathBuf,
+    /// The MTU of both ends of the pod's veth (the bridge plugin's `mtu`); absent: the
+    /// kernel's default (1500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtu: Option<u32>,
     pub ipam: IpamConf,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prev_result: Option<CniResult>,

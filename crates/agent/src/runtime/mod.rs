@@ -43,6 +43,8 @@ pub struct AgentConfig {
     pub node_ip: Ipv4Addr,
     pub pod_cidr: Ipv4Net,
     pub gateway: Ipv4Addr,
+    /// The MTU of pod interfaces (the pod network's: 1450 with VXLAN).
+    pub mtu: u32,
     /// Pod namespaces are named `<prefix>-pod-<uid>` (so `svcnet down` finds them).
     pub netns_prefix: String,
     /// The root data dir (the agent uses `<data_dir>/agent/<node>/`).
@@ -80,6 +82,7 @@ impl AgentConfig {
             node_ip: node.internal_ip,
             pod_cidr: node.pod_cidr,
             gateway: node.gateway,
+            mtu: topology.config().pod_network.pod_mtu(),
             netns_prefix: topology.config().prefix.clone(),
             data_dir: data_dir.to_path_buf(),
             cluster_dns: vec!["10.96.0.10".into()],
@@ -110,6 +113,7 @@ impl AgentConfig {
             bridge: POD_BRIDGE.into(),
             node_netns: Some(self.node_netns.clone()),
             data_dir: self.node_dir(),
+            mtu: Some(self.mtu),
             ipam: IpamConf {
                 ipam_type: "svcnet-host-local".into(),
                 subnet: self.pod_cidr,

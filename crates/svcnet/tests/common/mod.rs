@@ -105,6 +105,17 @@ impl Up {
 }
 
 impl Up {
+    /// `svcnet exec POD -- sh -c CMD` on this cluster: its output, whether or not it succeeded.
+    #[allow(dead_code)] // not every e2e binary execs
+    pub fn exec_sh(&self, pod: &str, cmd: &str) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_svcnet"))
+            .args(["exec", "--data-dir"])
+            .arg(self.data_dir.path())
+            .args([pod, "--", "sh", "-c", cmd])
+            .output()
+            .unwrap()
+    }
+
     /// Stops `svcnet up` the way Ctrl-C does (SIGTERM) and waits for it to exit.
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let _ = Command::new("kill")

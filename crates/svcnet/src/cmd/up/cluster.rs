@@ -6,6 +6,7 @@ use std::process::Command;
 
 use anyhow::Context as _;
 use ipnet::{IpNet, Ipv4Net};
+use svcnet_agent::routes::PodNetwork;
 use svcnet_agent::{AgentConfig, Topology, TopologyConfig};
 
 use super::objects::NodeSpec;
@@ -19,6 +20,7 @@ pub struct ClusterConfig {
     pub pod_cidr: Ipv4Net,
     pub service_cidrs: Vec<IpNet>,
     pub lb_pool: IpNet,
+    pub pod_network: PodNetwork,
 }
 
 /// What a `svcnet up` needs on the host beside root and iproute2.
@@ -113,6 +115,7 @@ pub async fn create_topology(cfg: &ClusterConfig, data_dir: &Path) -> anyhow::Re
         service_cidrs,
         lb_pool,
         data_dir: data_dir.to_path_buf(),
+        pod_network: cfg.pod_network,
     };
     tokio::task::spawn_blocking(move || Topology::create(config))
         .await
@@ -120,8 +123,9 @@ pub async fn create_topology(cfg: &ClusterConfig, data_dir: &Path) -> anyhow::Re
         .context("cannot create the node namespaces")
 }
 
-/// The Node objects of a topology.
+/// The Node objects of a topology, with flannel's annotations for its pod network.
 pub fn node_specs(topology: &Topology) -> Vec<NodeSpec> {
+    let network = topology.config().pod_network;
     topology
         .nodes()
         .iter()
@@ -129,6 +133,7 @@ pub fn node_specs(topology: &Topology) -> Vec<NodeSpec> {
             name: node.name.clone(),
             internal_ip: node.internal_ip.into(),
             pod_cidr: node.pod_cidr.into(),
+            annotations: network.node_annotations(node),
         })
         .collect()
 }

@@ -97,6 +97,12 @@ pub struct Args {
     /// The nodes' underlay: the host bridge gets .1, node i gets .(i+1) as its InternalIP.
     #[arg(long, default_value = "172.30.0.0/24")]
     pub underlay: Ipv4Net,
+    /// How pod traffic crosses nodes: `host-gw` (flannel's host-gw: a route per node via its
+    /// underlay address; the default here, since the embedded nodes share one bridge) or
+    /// `vxlan` (flannel's VXLAN: a `flannel.1` VTEP per node, VNI 1, UDP 8472, pod MTU 1450;
+    /// needs no layer-2 adjacency, flannel's own default). Nodes carry flannel's annotations.
+    #[arg(long, default_value = "host-gw")]
+    pub pod_network: svcnet_agent::routes::PodNetwork,
     /// Prefix of every namespace and link svcnet creates (at most 11 characters).
     #[arg(long, default_value = "svcnet")]
     pub prefix: String,
@@ -216,6 +222,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         pod_cidr: args.pod_cidr,
         service_cidrs: args.service_cidr.clone(),
         lb_pool: args.lb_pool,
+        pod_network: args.pod_network,
     };
     // Dropping the topology removes every namespace, link and route it made, on every path out.
     let topology = if with_agent {
@@ -232,6 +239,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                 .unwrap_or_else(objects::default_node_name),
             internal_ip: std::net::Ipv4Addr::LOCALHOST.into(),
             pod_cidr: first_subnet(args.pod_cidr).into(),
+            annotations: Vec::new(),
         }],
     };
     for node in &nodes {
@@ -298,6 +306,16 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                     svcnet_proxyd::run(cfg, client, stop)
                         .await
                         .with_context(|| format!("proxy on {name}"))
+                });
+            }
+            if args.pod_network == svcnet_agent::routes::PodNetwork::Vxlan {
+                // flanneld's part: this node's VTEP entries follow the other Nodes' leases.
+                let client = client.clone();
+                let stop = stopped(stop_rx.clone());
+                let node = node.clone();
+                tasks.spawn(async move {
+                    svcnet_agent::podnet::run_vxlan(client, node, stop).await;
+                    Ok(())
                 });
             }
             let mut cfg = cluster::agent_config(

@@ -11,6 +11,8 @@ pub struct NodeSpec {
     pub name: String,
     pub internal_ip: IpAddr,
     pub pod_cidr: ipnet::IpNet,
+    /// Annotations `svcnet up` owns on the Node (flannel's, for the pod network).
+    pub annotations: Vec<(String, String)>,
 }
 
 /// Creates `kube-system/kube-dns` (cluster IP `ip`, port 53 over UDP and TCP) unless it exists, so
@@ -91,7 +93,8 @@ pub async fn ensure_kube_dns(
     Ok(())
 }
 
-/// Registers (or refreshes) a Node object: Ready, its InternalIP and its pod CIDR.
+/// Registers (or refreshes) a Node object: Ready, its InternalIP, its pod CIDR and the pod
+/// network's annotations.
 pub async fn register_node(client: &kube::Client, node: &NodeSpec) -> anyhow::Result<()> {
     let name = node.name.as_str();
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());
@@ -101,6 +104,7 @@ pub async fn register_node(client: &kube::Client, node: &NodeSpec) -> anyhow::Re
         "kind": "Node",
         "metadata": {
             "name": name,
+            "annotations": node.annotations.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
             "labels": {
                 "kubernetes.io/hostname": name,
                 "kubernetes.io/os": "linux",
@@ -118,6 +122,8 @@ pub async fn register_node(client: &kube::Client, node: &NodeSpec) -> anyhow::Re
         Some(mut current) => {
             // The pod CIDR follows the topology of this run.
             current.spec = object.spec.clone();
+            let annotations = current.metadata.annotations.get_or_insert_default();
+            annotations.extend(node.annotations.iter().cloned());
             nodes
                 .replace(name, &Default::default(), &current)
                 .await

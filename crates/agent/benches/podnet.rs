@@ -1,0 +1,101 @@
+//! S11 (first part): cross-node pod-to-pod TCP throughput, host-gw against flannel's VXLAN, in
+//! alternating rounds on the same kind of topology (two node namespaces on their own bridge,
+//! one pod each, made by the agent's topology and CNI plugin), printed side by side as the ratio
+//! vxlan / host-gw. Needs root; traffic stays in the namespaces it creates, which are removed
+//! after each round (also on failure: the topology is dropped).
+//!
+//!     cargo bench -p svcnet-agent --bench podnet [-- ROUNDS MIB]   (default 4 rounds, 256 MiB)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failure is a failed run
+
+use std::net::TcpListener;
+
+use svcnet_agent::cni::{self, Invocation};
+use svcnet_agent::routes::PodNetwork;
+use svcnet_agent::test_support::{Slot, pod_netconf, program_vxlan_peers, tcp_transfer};
+use svcnet_agent::topology::Topology;
+use svcnet_netns::NetNs;
+
+/// One bounded transfer of `bytes` from a pod on node 1 to a pod on node 2: MB/s.
+fn round(network: PodNetwork, bytes: usize) -> f64 {
+    let slot = Slot::acquire().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut config = slot.config(2, data.path().to_path_buf());
+    config.pod_network = network;
+    let prefix = config.prefix.clone();
+    let topo = Topology::create(config).unwrap();
+    let nodes = topo.nodes().to_vec();
+    if network == PodNetwork::Vxlan {
+        program_vxlan_peers(&nodes).unwrap();
+    }
+    let p1 = NetNs::create(&format!("{prefix}-pod-1")).unwrap();
+    let p2 = NetNs::create(&format!("{prefix}-pod-2")).unwrap();
+    let c1 = pod_netconf(&nodes[0], data.path(), network.pod_mtu());
+    let c2 = pod_netconf(&nodes[1], data.path(), network.pod_mtu());
+    cni::add(&c1, &Invocation::new("one", p1.name())).unwrap();
+    let ip2 = cni::add(&c2, &Invocation::new("two", p2.name()))
+        .unwrap()
+        .pod_ip()
+        .unwrap();
+    let listener = p2
+        .run(move || TcpListener::bind((ip2, 9100)))
+        .unwrap()
+        .unwrap();
+    let (_, received, took) = tcp_transfer(&p1, listener, bytes).unwrap();
+    let secs = took.as_secs_f64();
+    assert_eq!(received, bytes, "transfer incomplete");
+    drop((p1, p2));
+    topo.destroy().unwrap();
+    bytes as f64 / secs / 1e6
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        eprintln!("podnet bench: skipped (needs root to create namespaces)");
+        return;
+    }
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let rounds: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(4);
+    let mib: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(256);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "S11 pod-to-pod TCP across nodes, {mib} MiB per transfer, {rounds} rounds alternating; loadavg {}",
+        load.trim()
+    );
+    let (mut hostgw, mut vxlan) = (Vec::new(), Vec::new());
+    for r in 0..rounds {
+        // Alternate which goes first so drift in the machine's load hits both alike.
+        let order = if r % 2 == 0 {
+            [PodNetwork::HostGw, PodNetwork::Vxlan]
+        } else {
+            [PodNetwork::Vxlan, PodNetwork::HostGw]
+        };
+        for network in order {
+            let mbps = round(network, mib << 20);
+            println!("round {r} {network:8} {mbps:8.1} MB/s");
+            match network {
+                PodNetwork::HostGw => hostgw.push(mbps),
+                PodNetwork::Vxlan => vxlan.push(mbps),
+            }
+        }
+    }
+    let (h, v) = (median(hostgw), median(vxlan));
+    println!(
+        "median   host-gw {h:8.1} MB/s   vxlan {v:8.1} MB/s   vxlan/host-gw {:.2}x",
+        v / h
+    );
+}

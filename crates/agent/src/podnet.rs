@@ -1,0 +1,247 @@
+//! flanneld's share of a node for the VXLAN backend: it watches Node objects and keeps this
+//! node's VTEP entries (neighbour, FDB, onlink route) equal to the VXLAN leases the other Nodes
+//! announce (flannel's kube subnet manager: `spec.podCIDR`, `flannel.alpha.coreos.com/public-ip`
+//! and `backend-data`'s `VtepMAC`, on Nodes with `kube-subnet-manager: "true"` and
+//! `backend-type: vxlan`). A Node added while running gets its entries; a Node deleted (or no
+//! longer a VXLAN lease) loses them. The kernel programming itself is [`VxlanPeer`]'s.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client};
+
+use crate::routes::{FLANNEL_ANNOTATION_PREFIX, VxlanPeer};
+use crate::topology::NodeTopology;
+
+/// The VXLAN lease a Node announces: `Ok(None)` when it announces none (another backend, or no
+/// flannel annotations yet), an error naming what is malformed.
+pub fn vxlan_lease(node: &Node) -> Result<Option<VxlanPeer>, String> {
+    let empty = BTreeMap::new();
+    let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
+    let get = |key: &str| annotations.get(&format!("{FLANNEL_ANNOTATION_PREFIX}{key}"));
+    if get("kube-subnet-manager").map(String::as_str) != Some("true")
+        || get("backend-type").map(String::as_str) != Some("vxlan")
+    {
+        return Ok(None);
+    }
+    let pod_cidr = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.pod_cidr.as_deref())
+        .ok_or("no spec.podCIDR")?
+        .parse()
+        .map_err(|e| format!("spec.podCIDR: {e}"))?;
+    let public_ip = get("public-ip")
+        .ok_or("no public-ip annotation")?
+        .parse()
+        .map_err(|e| format!("public-ip: {e}"))?;
+    let data: serde_json::Value =
+        serde_json::from_str(get("backend-data").ok_or("no backend-data")?)
+            .map_err(|e| format!("backend-data: {e}"))?;
+    let vtep_mac = data
+        .get("VtepMAC")
+        .and_then(|m| m.as_str())
+        .filter(|m| is_mac(m))
+        .ok_or("backend-data: no valid VtepMAC")?
+        .to_ascii_lowercase();
+    Ok(Some(VxlanPeer {
+        pod_cidr,
+        public_ip,
+        vtep_mac,
+    }))
+}
+
+fn is_mac(s: &str) -> bool {
+    let parts: Vec<&str> = s.split(':').collect();
+    parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()))
+}
+
+/// The peers of `self_name` among `nodes` (pure): every other Node's VXLAN lease, by name.
+/// Malformed leases are skipped with a warning, as flannel skips them.
+pub fn desired_peers<'a>(
+    self_name: &str,
+    nodes: impl IntoIterator<Item = &'a Node>,
+) -> BTreeMap<String, VxlanPeer> {
+    nodes
+        .into_iter()
+        .filter_map(|node| {
+            let name = node.metadata.name.clone()?;
+            if name == self_name {
+                return None;
+            }
+            match vxlan_lease(node) {
+                Ok(lease) => lease.map(|l| (name, l)),
+                Err(e) => {
+                    tracing::warn!(node = %name, "ignoring its VXLAN lease: {e}");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// Keeps `node`'s VTEP entries equal to the other Nodes' VXLAN leases until `shutdown`.
+/// (The VTEP itself is made with the topology; it goes with the node's namespace.)
+pub async fn run_vxlan(client: Client, node: NodeTopology, shutdown: impl Future<Output = ()>) {
+    let api: Api<Node> = Api::all(client);
+    let mut events = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
+    let mut relist: Option<BTreeMap<String, Node>> = None;
+    let mut applied: BTreeMap<String, VxlanPeer> = BTreeMap::new();
+    tokio::pin!(shutdown);
+    loop {
+        let event = tokio::select! {
+            () = &mut shutdown => break,
+            ev = events.next() => ev,
+        };
+        match event {
+            None => break,
+            Some(Err(e)) => {
+                tracing::warn!(node = %node.name, "node watch: {e}");
+                continue;
+            }
+            Some(Ok(Event::Init)) => {
+                relist = Some(BTreeMap::new());
+                continue;
+            }
+            Some(Ok(Event::InitApply(n))) => {
+                if let (Some(seen), Some(name)) = (relist.as_mut(), n.metadata.name.clone()) {
+                    seen.insert(name, n);
+                }
+                continue;
+            }
+            Some(Ok(Event::InitDone)) => nodes = relist.take().unwrap_or_default(),
+            Some(Ok(Event::Apply(n))) => {
+                if let Some(name) = n.metadata.name.clone() {
+                    nodes.insert(name, n);
+                }
+            }
+            Some(Ok(Event::Delete(n))) => {
+                if let Some(name) = &n.metadata.name {
+                    nodes.remove(name);
+                }
+            }
+        }
+        let desired = desired_peers(&node.name, nodes.values());
+        applied = reconcile(&node, applied, desired).await;
+    }
+}
+
+/// Removes the entries of peers that went or changed, then adds the new and changed ones
+/// (flannel's order per peer). Returns what is now programmed.
+async fn reconcile(
+    node: &NodeTopology,
+    applied: BTreeMap<String, VxlanPeer>,
+    desired: BTreeMap<String, VxlanPeer>,
+) -> BTreeMap<String, VxlanPeer> {
+    if applied == desired {
+        return applied;
+    }
+    let netns = node.netns.clone();
+    let name = node.name.clone();
+    let job = move || {
+        let mut now = applied;
+        let gone: Vec<String> = now
+            .iter()
+            .filter(|(peer, lease)| desired.get(*peer) != Some(*lease))
+            .map(|(peer, _)| peer.clone())
+            .collect();
+        for peer in gone {
+            if let Some(lease) = now.remove(&peer) {
+                // As flannel: errors deleting are logged, not fatal (an entry may be gone).
+                for step in lease.del_steps(&netns) {
+                    if let Err(e) = step.run() {
+                        tracing::debug!(node = %name, %peer, "{step}: {e}");
+                    }
+                }
+                tracing::info!(node = %name, %peer, "vxlan peer removed");
+            }
+        }
+        for (peer, lease) in &desired {
+            if now.contains_key(peer) {
+                continue;
+            }
+            match lease.add_steps(&netns).iter().try_for_each(|s| s.run()) {
+                Ok(()) => {
+                    tracing::info!(node = %name, %peer, pod_cidr = %lease.pod_cidr, "vxlan peer added");
+                    now.insert(peer.clone(), lease.clone());
+                }
+                // Retried at the next Node event (leases are re-sent on every watch relist).
+                Err(e) => tracing::warn!(node = %name, %peer, "vxlan peer: {e}"),
+            }
+        }
+        now
+    };
+    match tokio::task::spawn_blocking(job).await {
+        Ok(now) => now,
+        Err(e) => {
+            tracing::warn!(node = %node.name, "vxlan reconcile task: {e}");
+            BTreeMap::new()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routes::{PodNetwork, vtep_mac};
+
+    fn node(name: &str, i: u8, network: PodNetwork) -> Node {
+        let topo = NodeTopology {
+            name: name.into(),
+            netns: name.into(),
+            internal_ip: [172, 30, 0, i + 1].into(),
+            pod_cidr: format!("10.244.{i}.0/24").parse().unwrap(),
+            gateway: [10, 244, i, 1].into(),
+            host_link: format!("svcnetn{i}"),
+        };
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": name,
+                "annotations": network.node_annotations(&topo).into_iter().collect::<BTreeMap<_, _>>(),
+            },
+            "spec": { "podCIDR": topo.pod_cidr.to_string() },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn peers_are_the_other_nodes_vxlan_leases() {
+        let nodes = [
+            node("n1", 1, PodNetwork::Vxlan),
+            node("n2", 2, PodNetwork::Vxlan),
+            node("n3", 3, PodNetwork::HostGw),
+        ];
+        let peers = desired_peers("n1", &nodes);
+        assert_eq!(peers.keys().collect::<Vec<_>>(), ["n2"]);
+        let n2 = &peers["n2"];
+        assert_eq!(n2.pod_cidr.to_string(), "10.244.2.0/24");
+        assert_eq!(n2.public_ip.to_string(), "172.30.0.3");
+        assert_eq!(n2.vtep_mac, vtep_mac([172, 30, 0, 3].into()));
+    }
+
+    #[test]
+    fn malformed_leases_name_the_problem() {
+        let mut n = node("n2", 2, PodNetwork::Vxlan);
+        let key = format!("{FLANNEL_ANNOTATION_PREFIX}backend-data");
+        n.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .insert(key.clone(), r#"{"VNI":1,"VtepMAC":"zz"}"#.into());
+        assert!(vxlan_lease(&n).unwrap_err().contains("VtepMAC"));
+        n.metadata.annotations.as_mut().unwrap().remove(&key);
+        assert!(vxlan_lease(&n).unwrap_err().contains("backend-data"));
+        n.spec = None;
+        assert!(vxlan_lease(&n).unwrap_err().contains("podCIDR"));
+        assert!(desired_peers("n1", [&n]).is_empty());
+    }
+}
