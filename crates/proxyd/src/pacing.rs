@@ -25,16 +25,11 @@ const AUTO_FACTOR: u32 = 9;
 const BURST: f64 = 2.0;
 
 /// `--min-sync-period`: `auto` or a duration (`1s`, `500ms`, `0s`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum MinSyncPeriod {
+    #[default]
     Auto,
     Fixed(Duration),
-}
-
-impl Default for MinSyncPeriod {
-    fn default() -> Self {
-        Self::Auto
-    }
 }
 
 impl fmt::Display for MinSyncPeriod {
