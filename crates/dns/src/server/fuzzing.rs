@@ -102,6 +102,18 @@ impl PacketPath {
         }
     }
 
+    /// What the UDP server sends for `packet`, without checking it (the bench times this).
+    pub fn udp_unchecked(&mut self, packet: &[u8]) -> Option<&[u8]> {
+        let answer = answer_packet(
+            &self.handler,
+            packet,
+            self.source,
+            &mut self.out,
+            &mut self.rng,
+        );
+        matches!(answer, Packet::Reply | Packet::Cached).then_some(&self.out[..])
+    }
+
     /// What the TCP side answers (hickory's parse, the same step, the whole answer with no size
     /// limit), or what is wrong with it; `None` when hickory drops the request or it needs the
     /// upstream.

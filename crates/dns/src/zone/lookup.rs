@@ -271,7 +271,7 @@ impl Zone {
                 }
                 // Shuffle the addresses; the transport encodes them without building records.
                 let all = match kind {
-                    ServiceKind::ClusterIp(ips) => ips,
+                    ServiceKind::ClusterIp(ips) => ips.as_slice(),
                     _ => &entry.endpoint_ips,
                 };
                 let mut ips: Vec<IpAddr> = all
@@ -296,7 +296,7 @@ impl Zone {
                 let ips: Vec<IpAddr> = entry
                     .endpoints
                     .iter()
-                    .filter(|e| e.label == *label)
+                    .filter(|e| e.is_named(label))
                     .map(|e| e.ip)
                     .collect();
                 if !ips.is_empty() {
@@ -351,23 +351,25 @@ impl Zone {
             Some((name, proto)) => p.name == name && p.protocol == proto,
             None => true,
         };
-        let mut targets: Vec<(u16, &Name, Vec<IpAddr>)> = Vec::new();
+        let mut targets: Vec<(u16, Name, Vec<IpAddr>)> = Vec::new();
         match &entry.kind {
             ServiceKind::ClusterIp(ips) => {
                 for p in entry.ports.iter().filter(|p| wanted(p)) {
-                    targets.push((p.port, &entry.fqdn, ips.clone()));
+                    targets.push((p.port, entry.fqdn.clone(), ips.clone()));
                 }
             }
             ServiceKind::Headless => {
                 for ep in &entry.endpoints {
+                    let mut fqdn = None;
                     for p in ep.ports.iter().filter(|p| wanted(p)) {
-                        targets.push((p.port, &ep.fqdn, vec![ep.ip]));
+                        let fqdn = fqdn.get_or_insert_with(|| ep.fqdn(&entry.fqdn));
+                        targets.push((p.port, fqdn.clone(), vec![ep.ip]));
                     }
                 }
             }
             ServiceKind::ExternalName(_) => {}
         }
-        targets.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        targets.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         targets.dedup_by(|a, b| {
             a.0 == b.0 && a.1 == b.1 && {
                 b.2.append(&mut a.2);
@@ -382,8 +384,8 @@ impl Zone {
         let mut additionals = Vec::new();
         let mut glued: Vec<&Name> = Vec::new();
         for (port, target, ips) in &targets {
-            answers.push(SRV::new(0, weight, *port, (*target).clone()));
-            if glued.contains(target) {
+            answers.push(SRV::new(0, weight, *port, target.clone()));
+            if glued.contains(&target) {
                 continue;
             }
             glued.push(target);
@@ -438,7 +440,7 @@ impl Zone {
             .get(&ip)
             .map(|targets| {
                 // A cluster IP names its service alone; otherwise every endpoint with the IP.
-                let mut names: Vec<&Name> = match targets.iter().find(|t| t.endpoint.is_none()) {
+                let mut names: Vec<Name> = match targets.iter().find(|t| t.is_service()) {
                     Some(service) => vec![service.name()],
                     None => targets.iter().map(|t| t.name()).collect(),
                 };
@@ -466,7 +468,7 @@ impl Zone {
                         Record::from_rdata(
                             name.clone(),
                             self.config.ttl,
-                            RData::PTR(PTR(n.clone())),
+                            RData::PTR(PTR(n)),
                         )
                     })
                     .collect();
