@@ -56,12 +56,7 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
         // SAFETY: as above.
         unsafe { std::alloc::System.alloc_zeroed(layout) }
     }
-    unsafe fn realloc(
-        &self,
-        ptr: *mut u8,
-        layout: std::alloc::Layout,
-        new_size: usize,
-    ) -> *mut u8 {
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
         LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
         LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
         // SAFETY: as above.
@@ -137,9 +132,8 @@ fn load_state(config: &Arc<ZoneConfig>, with_endpoints: bool) -> ZoneState {
     let mut state = ZoneState::new(config.clone());
     state.replace_namespaces((0..NAMESPACES).map(|ns| namespace(&format!("ns-{ns}"))));
     state.replace_services(all_services().map(|(ns, svc)| service_objects(ns, svc, false).0));
-    state.replace_slices(
-        all_services().map(|(ns, svc)| service_objects(ns, svc, with_endpoints).1),
-    );
+    state
+        .replace_slices(all_services().map(|(ns, svc)| service_objects(ns, svc, with_endpoints).1));
     state
 }
 
@@ -593,8 +587,10 @@ fn main() {
             m.set_edns(hickory_proto::op::Edns::new());
             m.to_vec().unwrap()
         };
-        let mut path =
-            svcnet_dns::server::PacketPath::new(config.clone(), Zone::build(config.clone(), &objects, 1));
+        let mut path = svcnet_dns::server::PacketPath::new(
+            config.clone(),
+            Zone::build(config.clone(), &objects, 1),
+        );
         let n = 200_000;
         for (label, packets) in [
             (

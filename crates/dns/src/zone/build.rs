@@ -10,7 +10,6 @@ use hickory_proto::rr::Name;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 
-
 use super::names::dashed_ip;
 use super::state::ZoneState;
 use super::{

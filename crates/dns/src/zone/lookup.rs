@@ -464,13 +464,7 @@ impl Zone {
             Some(names) if matches!(qtype, RecordType::PTR | RecordType::ANY) => {
                 response.answers = names
                     .into_iter()
-                    .map(|n| {
-                        Record::from_rdata(
-                            name.clone(),
-                            self.config.ttl,
-                            RData::PTR(PTR(n)),
-                        )
-                    })
+                    .map(|n| Record::from_rdata(name.clone(), self.config.ttl, RData::PTR(PTR(n))))
                     .collect();
             }
             Some(_) => response

@@ -30,9 +30,9 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+pub use build::{ServiceFacts, SliceFacts};
 pub use names::{dashed_ip, parse_dashed_ip};
 pub use options::{EXTERNAL_TTL, parse_ttl};
-pub use build::{ServiceFacts, SliceFacts};
 pub use state::ZoneState;
 
 /// The schema version of the Kubernetes DNS specification this server implements.
@@ -290,6 +290,50 @@ impl ReverseTarget {
         match endpoint {
             Some(ep) => ep.fqdn(&self.service.fqdn),
             None => self.service.fqdn.clone(),
+        }
+    }
+}
+
+/// The PTR targets of one address: almost always one, kept inline (an address map entry then
+/// needs no allocation of its own).
+#[derive(Debug, Clone)]
+enum ReverseTargets {
+    One(ReverseTarget),
+    Many(Box<Vec<ReverseTarget>>),
+}
+
+impl ReverseTargets {
+    fn iter(&self) -> std::slice::Iter<'_, ReverseTarget> {
+        match self {
+            ReverseTargets::One(t) => std::slice::from_ref(t).iter(),
+            ReverseTargets::Many(v) => v.iter(),
+        }
+    }
+
+    fn push(&mut self, target: ReverseTarget) {
+        match self {
+            ReverseTargets::One(first) => {
+                *self = ReverseTargets::Many(Box::new(vec![first.clone(), target]));
+            }
+            ReverseTargets::Many(v) => v.push(target),
+        }
+    }
+
+    /// Keep the targets `keep` accepts; false when none is left.
+    fn retain(&mut self, keep: impl Fn(&ReverseTarget) -> bool) -> bool {
+        match self {
+            ReverseTargets::One(t) => keep(t),
+            ReverseTargets::Many(v) => {
+                v.retain(|t| keep(t));
+                match v.len() {
+                    0 => false,
+                    1 => {
+                        *self = ReverseTargets::One(v[0].clone());
+                        true
+                    }
+                    _ => true,
+                }
+            }
         }
     }
 }

@@ -10,6 +10,7 @@
 //! **Architecture Invariant:** a published [`Zone`] is never mutated; `make_mut` copies any map
 //! a snapshot still holds.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -18,12 +19,14 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::build::{Key, ServiceFacts, SliceFacts, key_of, service_entry};
-use super::{NamespaceEntry, ReverseTarget, ServiceEntry, ServiceKind, Zone, ZoneConfig};
+use super::{
+    NamespaceEntry, ReverseTarget, ReverseTargets, ServiceEntry, ServiceKind, Zone, ZoneConfig,
+};
 
 /// Number of reverse-index shards (a change copies one or two of them).
 pub(crate) const REVERSE_SHARDS: usize = 64;
 
-pub(crate) type ReverseShard = HashMap<IpAddr, Vec<ReverseTarget>>;
+pub(crate) type ReverseShard = HashMap<IpAddr, ReverseTargets>;
 
 pub(crate) fn shard_of(ip: &IpAddr) -> usize {
     let n = match ip {
@@ -349,18 +352,22 @@ impl ZoneState {
             if let Some(old) = &old {
                 for (ip, _) in reverse_targets(old) {
                     let shard = Arc::make_mut(&mut self.reverse[shard_of(&ip)]);
-                    if let Some(targets) = shard.get_mut(&ip) {
-                        targets.retain(|t| !Arc::ptr_eq(&t.service, old));
-                        if targets.is_empty() {
-                            shard.remove(&ip);
-                        }
+                    if let Some(targets) = shard.get_mut(&ip)
+                        && !targets.retain(|t| !Arc::ptr_eq(&t.service, old))
+                    {
+                        shard.remove(&ip);
                     }
                 }
             }
             if let Some(new) = &new {
                 for (ip, target) in reverse_targets(new) {
                     let shard = Arc::make_mut(&mut self.reverse[shard_of(&ip)]);
-                    shard.entry(ip).or_default().push(target);
+                    match shard.entry(ip) {
+                        Entry::Occupied(mut e) => e.get_mut().push(target),
+                        Entry::Vacant(e) => {
+                            e.insert(ReverseTargets::One(target));
+                        }
+                    }
                 }
                 self.entries.insert(key.clone(), new.clone());
             }

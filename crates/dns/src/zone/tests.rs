@@ -303,11 +303,13 @@ fn relists_compare_what_the_zone_reads_not_pointers_or_versions() {
     // A new version with a new port: dirty again.
     let mut changed = (*relist[0]).clone();
     if let Some(spec) = changed.spec.as_mut() {
-        spec.ports.get_or_insert_default().push(k8s_openapi::api::core::v1::ServicePort {
-            name: Some("new".into()),
-            port: 4321,
-            ..Default::default()
-        });
+        spec.ports
+            .get_or_insert_default()
+            .push(k8s_openapi::api::core::v1::ServicePort {
+                name: Some("new".into()),
+                port: 4321,
+                ..Default::default()
+            });
     }
     changed.metadata.resource_version = Some("3".into());
     relist[0] = Arc::new(changed);
