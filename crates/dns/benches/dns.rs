@@ -407,12 +407,69 @@ fn compare(
     }
 }
 
+/// In-process cost of the UDP packet path (answer cache, parse, zone, encoder) per question:
+/// one question repeated (answered from the cache), and distinct misses.
+/// `SVCNET_BENCH_MICRO=N` runs only this, N times longer (for a profiler).
+fn packet_path_micro(config: &Arc<ZoneConfig>, objects: &Objects) {
+    let repeat: usize = std::env::var("SVCNET_BENCH_MICRO")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let query = |name: &str, qtype: RecordType| {
+        let mut m = Message::new(0x4242, MessageType::Query, OpCode::Query);
+        m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
+        m.set_edns(hickory_proto::op::Edns::new());
+        m.to_vec().unwrap()
+    };
+    let mut path = svcnet_dns::server::PacketPath::new(
+        config.clone(),
+        Zone::build(config.clone(), objects, 1),
+    );
+    let n = 200_000;
+    let rounds = repeat;
+    for (label, packets) in [
+        (
+            "service-A-cached",
+            vec![query("svc-7.ns-3.svc.cluster.local.", RecordType::A)],
+        ),
+        (
+            "NXDOMAIN-uncached",
+            (0..n)
+                .map(|i| {
+                    query(
+                        &format!("miss-{i}.ns-{}.svc.cluster.local.", i % NAMESPACES),
+                        RecordType::A,
+                    )
+                })
+                .collect(),
+        ),
+    ] {
+        let t = Instant::now();
+        let mut bytes = 0;
+        for i in 0..n * rounds {
+            bytes += path
+                .udp_unchecked(&packets[i % packets.len()])
+                .map_or(0, <[u8]>::len);
+        }
+        println!(
+            "S6 micro scenario={label} packet_path_ns={:.0} bytes={}",
+            t.elapsed().as_nanos() as f64 / (n * rounds) as f64,
+            bytes / (n * rounds)
+        );
+    }
+}
+
 fn main() {
     if let Some(secs) = std::env::var("SVCNET_BENCH_HOG_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
     {
         hog(secs);
+        return;
+    }
+    if std::env::var("SVCNET_BENCH_MICRO").is_ok() {
+        let config = Arc::new(ZoneConfig::new("cluster.local").unwrap());
+        packet_path_micro(&config, &objects());
         return;
     }
     let secs: u64 = std::env::var("SVCNET_BENCH_SECS")
@@ -578,51 +635,7 @@ fn main() {
         times[6].as_secs_f64() * 1e3
     );
 
-    // In-process cost of the UDP packet path (answer cache, parse, zone, encoder) per
-    // question: one question repeated (answered from the cache), and distinct misses.
-    {
-        let query = |name: &str, qtype: RecordType| {
-            let mut m = Message::new(0x4242, MessageType::Query, OpCode::Query);
-            m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
-            m.set_edns(hickory_proto::op::Edns::new());
-            m.to_vec().unwrap()
-        };
-        let mut path = svcnet_dns::server::PacketPath::new(
-            config.clone(),
-            Zone::build(config.clone(), &objects, 1),
-        );
-        let n = 200_000;
-        for (label, packets) in [
-            (
-                "service-A-cached",
-                vec![query("svc-7.ns-3.svc.cluster.local.", RecordType::A)],
-            ),
-            (
-                "NXDOMAIN-uncached",
-                (0..n)
-                    .map(|i| {
-                        query(
-                            &format!("miss-{i}.ns-{}.svc.cluster.local.", i % NAMESPACES),
-                            RecordType::A,
-                        )
-                    })
-                    .collect(),
-            ),
-        ] {
-            let t = Instant::now();
-            let mut bytes = 0;
-            for i in 0..n {
-                bytes += path
-                    .udp_unchecked(&packets[i % packets.len()])
-                    .map_or(0, <[u8]>::len);
-            }
-            println!(
-                "S6 micro scenario={label} packet_path_ns={:.0} bytes={}",
-                t.elapsed().as_nanos() as f64 / n as f64,
-                bytes / n
-            );
-        }
-    }
+    packet_path_micro(&config, &objects);
 
     // In-process cost of the pure lookup and of encoding its answer, per question.
     let zone = Zone::build(config.clone(), &objects, 1);

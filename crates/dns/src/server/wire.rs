@@ -260,19 +260,46 @@ pub(crate) fn question_end(raw: &[u8]) -> Option<usize> {
     (end <= raw.len()).then_some(end)
 }
 
+/// Where each label of the question name starts (at most 127 labels in a name).
+struct QuestionLabels {
+    starts: [usize; 128],
+    count: usize,
+}
+
+impl QuestionLabels {
+    fn new(raw: &[u8], question_end: usize) -> Option<Self> {
+        let mut labels = QuestionLabels {
+            starts: [0; 128],
+            count: 0,
+        };
+        let mut i = QUESTION;
+        while i < question_end - 4 {
+            let len = usize::from(raw[i]);
+            if len == 0 {
+                break;
+            }
+            *labels.starts.get_mut(labels.count)? = i;
+            labels.count += 1;
+            i += 1 + len;
+        }
+        Some(labels)
+    }
+}
+
 /// Append the SOA record, its names compressed against the question.
 fn write_soa(out: &mut Vec<u8>, raw: &[u8], question_end: usize, soa: &Record) -> Option<()> {
     let RData::SOA(data) = &soa.data else {
         return None;
     };
-    write_name(out, raw, question_end, &soa.name)?;
+    let question = QuestionLabels::new(raw, question_end)?;
+    write_name(out, raw, &question, &soa.name)?;
     out.extend_from_slice(&6u16.to_be_bytes());
     out.extend_from_slice(&u16::from(DNSClass::IN).to_be_bytes());
     out.extend_from_slice(&soa.ttl.to_be_bytes());
     let len_at = out.len();
     out.extend_from_slice(&[0, 0]);
-    write_name(out, raw, question_end, &data.mname)?;
-    write_name(out, raw, question_end, &data.rname)?;
+    write_name(out, raw, &question, &data.mname)?;
+    write_name(out, raw, &question, &data.rname)?;
     out.extend_from_slice(&data.serial.to_be_bytes());
     out.extend_from_slice(&data.refresh.to_be_bytes());
     out.extend_from_slice(&data.retry.to_be_bytes());
@@ -284,54 +311,33 @@ fn write_soa(out: &mut Vec<u8>, raw: &[u8], question_end: usize, soa: &Record) -
 }
 
 /// Write `name`, ending in a pointer at the longest of its suffixes found in the question.
-fn write_name(out: &mut Vec<u8>, raw: &[u8], question_end: usize, name: &Name) -> Option<()> {
+///
+/// A suffix of `k` labels can only match the question's last `k` labels (both end at the
+/// root), so each suffix has one candidate position.
+fn write_name(out: &mut Vec<u8>, raw: &[u8], question: &QuestionLabels, name: &Name) -> Option<()> {
+    let total = name.iter().len();
     for (i, label) in name.iter().enumerate() {
-        if let Some(offset) = suffix_offset(raw, question_end, || name.iter().skip(i)) {
-            let pointer = 0xc000 | u16::try_from(offset).ok()?;
-            out.extend_from_slice(&pointer.to_be_bytes());
-            return Some(());
+        let k = total - i;
+        if k <= question.count {
+            let at = question.starts[question.count - k];
+            let mut j = at;
+            let matched = name.iter().skip(i).all(|l| {
+                let len = usize::from(raw[j]);
+                let same = len == l.len() && raw[j + 1..j + 1 + len].eq_ignore_ascii_case(l);
+                j += 1 + len;
+                same
+            });
+            if matched {
+                let pointer = 0xc000 | u16::try_from(at).ok()?;
+                out.extend_from_slice(&pointer.to_be_bytes());
+                return Some(());
+            }
         }
         out.push(u8::try_from(label.len()).ok().filter(|l| *l < 64)?);
         out.extend_from_slice(label);
     }
     out.push(0);
     Some(())
-}
-
-/// Where in the question name the labels `suffix()` start, if the name ends with them (ignoring
-/// case).
-fn suffix_offset<'a, I: Iterator<Item = &'a [u8]>>(
-    raw: &[u8],
-    question_end: usize,
-    suffix: impl Fn() -> I,
-) -> Option<usize> {
-    let name_end = question_end - 4;
-    let mut i = QUESTION;
-    while i < name_end {
-        let mut j = i;
-        let mut labels = suffix();
-        let matched = loop {
-            let len = usize::from(raw[j]);
-            match labels.next() {
-                None => break len == 0,
-                Some(label) => {
-                    if len != label.len() || !raw[j + 1..j + 1 + len].eq_ignore_ascii_case(label) {
-                        break false;
-                    }
-                    j += 1 + len;
-                }
-            }
-        };
-        if matched {
-            return Some(i);
-        }
-        let len = usize::from(raw[i]);
-        if len == 0 {
-            break;
-        }
-        i += 1 + len;
-    }
-    None
 }
 
 #[cfg(test)]

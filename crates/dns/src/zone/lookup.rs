@@ -70,7 +70,7 @@ impl Zone {
         rng: &mut R,
     ) -> Outcome {
         let domain = &self.config.domain;
-        if relative_labels(name, domain).is_none() {
+        let Some(first_labels) = relative_labels(name, domain) else {
             if let Some(response) = self.external_lookup(name, qtype, qclass) {
                 return Outcome::Answer(response);
             }
@@ -78,7 +78,7 @@ impl Zone {
                 Some(response) => Outcome::Answer(response),
                 None => Outcome::Forward,
             };
-        }
+        };
         if !matches!(qclass, DNSClass::IN | DNSClass::ANY) {
             return Outcome::Answer(Response::empty(ResponseCode::Refused));
         }
@@ -88,8 +88,14 @@ impl Zone {
 
         let mut response = Response::empty(ResponseCode::NoError);
         let mut owner = name.clone();
+        // The question's labels were taken apart above; a CNAME target's are taken here.
+        let mut first = Some(first_labels);
         for _ in 0..MAX_CHASE {
-            let Some(labels) = relative_labels(&owner, domain) else {
+            let labels = match first.take() {
+                Some(labels) => Some(labels),
+                None => relative_labels(&owner, domain),
+            };
+            let Some(labels) = labels else {
                 // The chain left the zone: the transport resolves the rest upstream.
                 response.chase = Some(owner);
                 return Outcome::Answer(response);
