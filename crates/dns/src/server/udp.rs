@@ -245,10 +245,13 @@ pub(crate) fn answer_packet(
     }
     let served = handler.zone.served();
     let served = served.as_ref();
-    if let Some(served) = served
-        && served.cache.answer(packet, out, rng)
-    {
-        return Packet::Cached;
+    // On a miss, the datagram's hash (for the cache's admission filter).
+    let mut hash = None;
+    if let Some(served) = served {
+        match served.cache.answer(packet, out, rng) {
+            Ok(()) => return Packet::Cached,
+            Err(h) => hash = h,
+        }
     }
     // A plain query in the zone is answered without hickory's parser when the direct encoder
     // can write its answer (the same bytes the general path below would send).
@@ -262,7 +265,9 @@ pub(crate) fn answer_packet(
         if let Step::Done(reply) = &step
             && let Some((bytes, region)) = wire::encode_asked(&asked, reply)
         {
-            remember(served, packet, &bytes, drew, reply, region);
+            if hash.is_some_and(|h| served.cache.admit_hashed(packet, h)) {
+                keep(served, packet, &bytes, drew, reply, region);
+            }
             out.clear();
             out.extend_from_slice(&bytes);
             return Packet::Reply;
@@ -297,8 +302,11 @@ fn answer_parsed(
     match step {
         Step::Done(reply) => {
             let (bytes, region) = encode_udp_region(&request, &reply);
-            if let Some(served) = served {
-                remember(served, packet, &bytes, drew, &reply, region);
+            if let Some(served) = served
+                && !bytes.is_empty()
+                && served.cache.admit(packet)
+            {
+                keep(served, packet, &bytes, drew, &reply, region);
             }
             out.clear();
             out.extend_from_slice(&bytes);
@@ -308,10 +316,10 @@ fn answer_parsed(
     }
 }
 
-/// Keep `bytes`, the answer to `packet`, in the snapshot's cache when it is admitted and a copy
-/// can reproduce it: it drew no randomness, or only the zone's shuffle of addresses that the
-/// cache redraws on every hit (`drew`: randomness was drawn; `region`: where the addresses are).
-fn remember(
+/// Keep `bytes`, the admitted answer to `packet`, in the snapshot's cache when a copy can
+/// reproduce it: it drew no randomness, or only the zone's shuffle of addresses that the cache
+/// redraws on every hit (`drew`: randomness was drawn; `region`: where the addresses are).
+fn keep(
     served: &Served,
     packet: &[u8],
     bytes: &[u8],
@@ -319,9 +327,6 @@ fn remember(
     reply: &Reply,
     region: Option<AddressRegion>,
 ) {
-    if bytes.is_empty() || !served.cache.admit(packet) {
-        return;
-    }
     let shuffled = match (drew, reply.addresses.as_deref(), region) {
         (false, _, _) => Some(None),
         (true, Some(addresses), Some(region)) => Some(Some((addresses, region))),

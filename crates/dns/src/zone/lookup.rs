@@ -200,8 +200,19 @@ impl Zone {
         rng: &mut R,
     ) -> Node {
         let ttl = self.config.ttl;
-        let labels: Vec<&str> = labels.iter().rev().map(|l| &**l).collect();
-        match labels.as_slice() {
+        // Apex first; names of up to 8 labels (all the zone has) without an allocation.
+        let mut short: [&str; 8] = [""; 8];
+        let long: Vec<&str>;
+        let labels: &[&str] = if labels.len() <= short.len() {
+            for (slot, label) in short.iter_mut().zip(labels.iter().rev()) {
+                *slot = label;
+            }
+            &short[..labels.len()]
+        } else {
+            long = labels.iter().rev().map(|l| &**l).collect();
+            &long
+        };
+        match labels {
             [] => {
                 let (answers, additionals) = self.apex_records(owner, qtype);
                 records(answers, additionals)
