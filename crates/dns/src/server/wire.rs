@@ -315,13 +315,20 @@ fn write_soa(out: &mut Vec<u8>, raw: &[u8], question_end: usize, soa: &Record) -
 /// A suffix of `k` labels can only match the question's last `k` labels (both end at the
 /// root), so each suffix has one candidate position.
 fn write_name(out: &mut Vec<u8>, raw: &[u8], question: &QuestionLabels, name: &Name) -> Option<()> {
-    let total = name.iter().len();
-    for (i, label) in name.iter().enumerate() {
+    // The name's labels, taken once (hickory's label iterator is slow to restart).
+    let mut labels: [&[u8]; 128] = [&[]; 128];
+    let mut total = 0;
+    for label in name.iter() {
+        *labels.get_mut(total)? = label;
+        total += 1;
+    }
+    let labels = &labels[..total];
+    for (i, label) in labels.iter().enumerate() {
         let k = total - i;
         if k <= question.count {
             let at = question.starts[question.count - k];
             let mut j = at;
-            let matched = name.iter().skip(i).all(|l| {
+            let matched = labels[i..].iter().all(|l| {
                 let len = usize::from(raw[j]);
                 let same = len == l.len() && raw[j + 1..j + 1 + len].eq_ignore_ascii_case(l);
                 j += 1 + len;
