@@ -262,7 +262,7 @@ pub(crate) fn question_end(raw: &[u8]) -> Option<usize> {
 
 /// Where each label of the question name starts (at most 127 labels in a name).
 struct QuestionLabels {
-    starts: [usize; 128],
+    starts: [u16; 128],
     count: usize,
 }
 
@@ -278,7 +278,7 @@ impl QuestionLabels {
             if len == 0 {
                 break;
             }
-            *labels.starts.get_mut(labels.count)? = i;
+            *labels.starts.get_mut(labels.count)? = u16::try_from(i).ok()?;
             labels.count += 1;
             i += 1 + len;
         }
@@ -315,18 +315,26 @@ fn write_soa(out: &mut Vec<u8>, raw: &[u8], question_end: usize, soa: &Record) -
 /// A suffix of `k` labels can only match the question's last `k` labels (both end at the
 /// root), so each suffix has one candidate position.
 fn write_name(out: &mut Vec<u8>, raw: &[u8], question: &QuestionLabels, name: &Name) -> Option<()> {
-    // The name's labels, taken once (hickory's label iterator is slow to restart).
-    let mut labels: [&[u8]; 128] = [&[]; 128];
-    let mut total = 0;
-    for label in name.iter() {
-        *labels.get_mut(total)? = label;
-        total += 1;
-    }
-    let labels = &labels[..total];
+    // The name's labels, taken once (hickory's label iterator is slow to restart); on the
+    // stack for the short names SOA records hold.
+    let mut short: [&[u8]; 8] = [&[]; 8];
+    let long: Vec<&[u8]>;
+    let labels: &[&[u8]] = if name.iter().len() <= short.len() {
+        let mut n = 0;
+        for (slot, label) in short.iter_mut().zip(name.iter()) {
+            *slot = label;
+            n += 1;
+        }
+        &short[..n]
+    } else {
+        long = name.iter().collect();
+        &long
+    };
+    let total = labels.len();
     for (i, label) in labels.iter().enumerate() {
         let k = total - i;
         if k <= question.count {
-            let at = question.starts[question.count - k];
+            let at = usize::from(question.starts[question.count - k]);
             let mut j = at;
             let matched = labels[i..].iter().all(|l| {
                 let len = usize::from(raw[j]);
