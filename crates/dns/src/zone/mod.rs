@@ -299,7 +299,7 @@ impl ReverseTarget {
 #[derive(Debug, Clone)]
 enum ReverseTargets {
     One(ReverseTarget),
-    Many(Box<Vec<ReverseTarget>>),
+    Many(Box<[ReverseTarget]>),
 }
 
 impl ReverseTargets {
@@ -313,9 +313,13 @@ impl ReverseTargets {
     fn push(&mut self, target: ReverseTarget) {
         match self {
             ReverseTargets::One(first) => {
-                *self = ReverseTargets::Many(Box::new(vec![first.clone(), target]));
+                *self = ReverseTargets::Many(vec![first.clone(), target].into_boxed_slice());
             }
-            ReverseTargets::Many(v) => v.push(target),
+            ReverseTargets::Many(v) => {
+                let mut all = v.to_vec();
+                all.push(target);
+                *v = all.into_boxed_slice();
+            }
         }
     }
 
@@ -324,14 +328,17 @@ impl ReverseTargets {
         match self {
             ReverseTargets::One(t) => keep(t),
             ReverseTargets::Many(v) => {
-                v.retain(|t| keep(t));
-                match v.len() {
-                    0 => false,
-                    1 => {
-                        *self = ReverseTargets::One(v[0].clone());
+                let kept: Vec<ReverseTarget> = v.iter().filter(|t| keep(t)).cloned().collect();
+                match kept.as_slice() {
+                    [] => false,
+                    [one] => {
+                        *self = ReverseTargets::One(one.clone());
                         true
                     }
-                    _ => true,
+                    _ => {
+                        *v = kept.into_boxed_slice();
+                        true
+                    }
                 }
             }
         }

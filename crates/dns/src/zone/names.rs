@@ -50,10 +50,14 @@ pub(crate) fn relative_labels<'a>(name: &'a Name, origin: &Name) -> Option<Vec<C
         return None;
     }
     let mut labels = Vec::with_capacity(keep);
-    labels.extend(name.iter().take(keep).map(|l| match std::str::from_utf8(l) {
-        Ok(s) if !s.bytes().any(|b| b.is_ascii_uppercase()) => Cow::Borrowed(s),
-        _ => Cow::Owned(String::from_utf8_lossy(l).to_ascii_lowercase()),
-    }));
+    labels.extend(
+        name.iter()
+            .take(keep)
+            .map(|l| match std::str::from_utf8(l) {
+                Ok(s) if !s.bytes().any(|b| b.is_ascii_uppercase()) => Cow::Borrowed(s),
+                _ => Cow::Owned(String::from_utf8_lossy(l).to_ascii_lowercase()),
+            }),
+    );
     Some(labels)
 }
 
