@@ -273,20 +273,19 @@ pub(crate) fn answer_packet(
             return Packet::Reply;
         }
     }
-    answer_parsed(handler, packet, src, out, rng)
+    answer_parsed(handler, served, packet, src, out, rng)
 }
 
 /// [`answer_packet`]'s general path: hickory parses the datagram, the handler answers it, the
 /// direct encoder or hickory's writes the answer.
 fn answer_parsed(
     handler: &Handler,
+    served: Option<&Arc<Served>>,
     packet: &[u8],
     src: SocketAddr,
     out: &mut Vec<u8>,
     rng: &mut FastRng,
 ) -> Packet {
-    let served = handler.zone.served();
-    let served = served.as_ref();
     let request = match Request::from_bytes(packet.to_vec(), src, Protocol::Udp) {
         Ok(request) => request,
         Err(error) => {
@@ -497,8 +496,10 @@ mod fuzz {
                             let packet = query(&spelled, qtype, edns);
                             let src = "127.0.0.1:5353".parse().unwrap();
                             let mut general = Vec::new();
+                            let served = h.zone.served();
                             let parsed = answer_parsed(
                                 &h,
+                                served.as_ref(),
                                 &packet,
                                 src,
                                 &mut general,
