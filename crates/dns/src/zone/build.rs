@@ -1,4 +1,5 @@
-//! Indexing one service: from its Service and EndpointSlices to a [`ServiceEntry`].
+//! Indexing one service: its Service and EndpointSlices reduced to their facts as they arrive,
+//! and the facts to a [`ServiceEntry`].
 //!
 //! Bad objects never fail a build: each is skipped with a warning naming the object and the
 //! field, so one malformed Service cannot take the whole cluster's DNS down.

@@ -1,5 +1,5 @@
-//! Incremental zone state: API objects in (one change at a time, or a whole relist), immutable
-//! [`Zone`] snapshots out.
+//! Incremental zone state: API objects in (one change at a time, or a whole relist), reduced at
+//! once to the facts the zone reads of them; immutable [`Zone`] snapshots out.
 //!
 //! A change marks its service dirty; [`ZoneState::snapshot`] re-indexes only dirty services and
 //! updates the shared maps copy-on-write (`Arc::make_mut`): the namespace that holds the
