@@ -8,14 +8,18 @@
 //! Loads 10,000 services in 100 namespaces (100 headless ones with 100 endpoints each, the rest
 //! with 4 endpoints each: 49,600 endpoints), then measures zone rebuild time, query throughput
 //! and latency for five query mixes against svcnet and unbound (same names as `local-data`, one
-//! thread each), the change→answer latency, and resident memory.
+//! thread each), quiet and with a CPU-bound process competing for the cores
+//! (`SVCNET_BENCH_CONTENDED=0` skips that half), the change→answer latency, and memory: resident
+//! memory of the process holding the watch state and the zone as the watcher builds them (API
+//! objects are made one at a time and dropped, as the watcher's relist does), and the heap bytes
+//! that state and zone hold per service and per endpoint, counted by this bench's allocator.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query};
@@ -27,41 +31,117 @@ use svcnet_dns::{DnsServer, Objects, Zone, ZoneConfig};
 const NAMESPACES: usize = 100;
 const PER_NAMESPACE: usize = 100;
 
+/// The system allocator, counting the bytes live on the heap (for the per-service and
+/// per-endpoint figures; RSS alone mixes in the allocator's free lists).
+struct Counting;
+
+static LIVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded unchanged to the system allocator; the counter is only
+// arithmetic on the sizes the caller passes.
+#[allow(unsafe_code)]
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: the caller upholds `alloc`'s contract, which we pass on.
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        LIVE_BYTES.fetch_add(layout.size(), Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { std::alloc::System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        LIVE_BYTES.fetch_add(new_size, Ordering::Relaxed);
+        LIVE_BYTES.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: as above.
+        unsafe { std::alloc::System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live_bytes() -> usize {
+    LIVE_BYTES.load(Ordering::Relaxed)
+}
+
 fn cluster_ip_of(ns: usize, svc: usize) -> String {
     let n = ns * PER_NAMESPACE + svc;
     format!("10.96.{}.{}", n / 250, 1 + n % 250)
 }
 
+/// Service `svc` of namespace `ns` and its one EndpointSlice (`with_endpoints`: 100 endpoints
+/// for the headless `svc-0`, 4 for the others; otherwise none).
+fn service_objects(
+    ns: usize,
+    svc: usize,
+    with_endpoints: bool,
+) -> (
+    Arc<k8s_openapi::api::core::v1::Service>,
+    Arc<k8s_openapi::api::discovery::v1::EndpointSlice>,
+) {
+    let nsn = format!("ns-{ns}");
+    let name = format!("svc-{svc}");
+    let ports = [("http", "TCP", 80)];
+    let (service, eps) = if svc == 0 {
+        (headless(&nsn, &name, &ports), 100)
+    } else {
+        (
+            cluster_ip(&nsn, &name, &[&cluster_ip_of(ns, svc)], &ports),
+            4,
+        )
+    };
+    let mut s = slice(&nsn, &name, &format!("{name}-1"), &[("http", "TCP", 8080)]);
+    for e in 0..if with_endpoints { eps } else { 0 } {
+        let n = (ns * PER_NAMESPACE + svc) * 4 + e;
+        s = s.ep(
+            &format!("10.{}.{}.{}", 128 + n / 62500, (n / 250) % 250, 1 + n % 250),
+            None,
+            true,
+        );
+    }
+    (service, s)
+}
+
+fn all_services() -> impl Iterator<Item = (usize, usize)> {
+    (0..NAMESPACES).flat_map(|ns| (0..PER_NAMESPACE).map(move |svc| (ns, svc)))
+}
+
 fn objects() -> Objects {
     let mut o = Objects::default();
     for ns in 0..NAMESPACES {
-        let nsn = format!("ns-{ns}");
-        o.namespaces.push(namespace(&nsn));
-        for svc in 0..PER_NAMESPACE {
-            let name = format!("svc-{svc}");
-            let ports = [("http", "TCP", 80)];
-            let (service, eps) = if svc == 0 {
-                (headless(&nsn, &name, &ports), 100)
-            } else {
-                (
-                    cluster_ip(&nsn, &name, &[&cluster_ip_of(ns, svc)], &ports),
-                    4,
-                )
-            };
-            o.services.push(service);
-            let mut s = slice(&nsn, &name, &format!("{name}-1"), &[("http", "TCP", 8080)]);
-            for e in 0..eps {
-                let n = (ns * PER_NAMESPACE + svc) * 4 + e;
-                s = s.ep(
-                    &format!("10.{}.{}.{}", 128 + n / 62500, (n / 250) % 250, 1 + n % 250),
-                    None,
-                    true,
-                );
-            }
-            o.endpoint_slices.push(s);
-        }
+        o.namespaces.push(namespace(&format!("ns-{ns}")));
+    }
+    for (ns, svc) in all_services() {
+        let (service, slice) = service_objects(ns, svc, true);
+        o.services.push(service);
+        o.endpoint_slices.push(slice);
     }
     o
+}
+
+/// A watch state loaded as the watcher loads it: each relist's objects arrive one at a time and
+/// only what the state keeps of them stays allocated.
+fn load_state(config: &Arc<ZoneConfig>, with_endpoints: bool) -> ZoneState {
+    let mut state = ZoneState::new(config.clone());
+    state.replace_namespaces((0..NAMESPACES).map(|ns| namespace(&format!("ns-{ns}"))));
+    state.replace_services(all_services().map(|(ns, svc)| service_objects(ns, svc, false).0));
+    state
+        .replace_slices(all_services().map(|(ns, svc)| service_objects(ns, svc, with_endpoints).1));
+    state
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "?".into())
 }
 
 fn rss_mb() -> f64 {
@@ -74,55 +154,78 @@ fn rss_mb() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The query mixes: (scenario name, dnsperf input).
-fn scenarios() -> Vec<(&'static str, String)> {
-    let mut out = Vec::new();
+/// The query mixes, each written to a dnsperf input file in `dir` line by line (the bench
+/// holds none of them in memory): (scenario name, file).
+fn scenarios(dir: &std::path::Path) -> Vec<(&'static str, std::path::PathBuf)> {
+    use std::io::Write as _;
+    let names = [
+        "service-A",
+        "headless-A-100",
+        "SRV",
+        "NXDOMAIN",
+        "search-5-step",
+        "NXDOMAIN-uncached",
+    ];
+    let mut files: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let path = dir.join(format!("{n}.txt"));
+            let file = std::fs::File::create(&path).unwrap();
+            (path, std::io::BufWriter::new(file))
+        })
+        .collect();
     let pick = |i: usize| (i * 7919 % NAMESPACES, 1 + i * 104729 % (PER_NAMESPACE - 1));
-    let mut a = String::new();
-    let mut srv = String::new();
-    let mut nx = String::new();
-    let mut search = String::new();
-    let mut headless = String::new();
     for i in 0..1000 {
         let (ns, svc) = pick(i);
-        writeln!(a, "svc-{svc}.ns-{ns}.svc.cluster.local A").unwrap();
-        writeln!(srv, "_http._tcp.svc-{svc}.ns-{ns}.svc.cluster.local SRV").unwrap();
-        writeln!(nx, "nosuch-{i}.ns-{ns}.svc.cluster.local A").unwrap();
-        writeln!(headless, "svc-0.ns-{ns}.svc.cluster.local A").unwrap();
+        let [a, headless, srv, nx, search, _] = &mut files[..] else {
+            unreachable!()
+        };
+        writeln!(a.1, "svc-{svc}.ns-{ns}.svc.cluster.local A").unwrap();
+        writeln!(srv.1, "_http._tcp.svc-{svc}.ns-{ns}.svc.cluster.local SRV").unwrap();
+        writeln!(nx.1, "nosuch-{i}.ns-{ns}.svc.cluster.local A").unwrap();
+        writeln!(headless.1, "svc-0.ns-{ns}.svc.cluster.local A").unwrap();
         // A pod in ns-{own} resolving "svc-{svc}.ns-{ns}" with ndots:5 and the cluster search
         // path: <name>.ns-own.svc.<zone>, <name>.svc.<zone> (hit)... and for an external
         // name the three cluster suffixes miss before the absolute name: here 4 misses + 1 hit.
         let own = (ns + 1) % NAMESPACES;
-        writeln!(search, "svc-{svc}.ns-{ns}.ns-{own}.svc.cluster.local A").unwrap();
-        writeln!(search, "svc-{svc}.ns-{ns}.svc.cluster.local A").unwrap();
-        writeln!(search, "www.example-{i}.com.ns-{own}.svc.cluster.local A").unwrap();
-        writeln!(search, "www.example-{i}.com.svc.cluster.local A").unwrap();
-        writeln!(search, "www.example-{i}.com.cluster.local A").unwrap();
+        let w = &mut search.1;
+        writeln!(w, "svc-{svc}.ns-{ns}.ns-{own}.svc.cluster.local A").unwrap();
+        writeln!(w, "svc-{svc}.ns-{ns}.svc.cluster.local A").unwrap();
+        writeln!(w, "www.example-{i}.com.ns-{own}.svc.cluster.local A").unwrap();
+        writeln!(w, "www.example-{i}.com.svc.cluster.local A").unwrap();
+        writeln!(w, "www.example-{i}.com.cluster.local A").unwrap();
     }
-    out.push(("service-A", a));
-    out.push(("headless-A-100", headless));
-    out.push(("SRV", srv));
-    out.push(("NXDOMAIN", nx));
-    out.push(("search-5-step", search));
     // Not one of S6's five: 400k distinct misses, more than a round sends, so almost every
     // question misses svcnet's answer cache (the general path, plus the cache's inserts and
     // resets); unbound answers them from its static local zone as always.
-    let mut unique = String::with_capacity(400_000 * 40);
     for i in 0..400_000 {
-        writeln!(unique, "miss-{i}.ns-{}.svc.cluster.local A", i % NAMESPACES).unwrap();
+        writeln!(
+            files[5].1,
+            "miss-{i}.ns-{}.svc.cluster.local A",
+            i % NAMESPACES
+        )
+        .unwrap();
     }
-    out.push(("NXDOMAIN-uncached", unique));
-    out
+    names
+        .into_iter()
+        .zip(files)
+        .map(|(n, (path, mut w))| {
+            w.flush().unwrap();
+            (n, path)
+        })
+        .collect()
 }
 
-fn unbound_conf(dir: &std::path::Path, port: u16, objects: &Objects) -> String {
-    let mut c = String::new();
+/// unbound's configuration, written line by line to `path`.
+fn write_unbound_conf(path: &std::path::Path, dir: &std::path::Path, port: u16) {
+    use std::io::Write as _;
+    let mut c = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     writeln!(c, "server:\n  interface: 127.0.0.1\n  port: {port}\n  do-daemonize: no\n  num-threads: 1\n  username: \"\"\n  chroot: \"\"\n  directory: \"{}\"\n  pidfile: \"\"\n  use-syslog: no\n  logfile: \"\"\n  verbosity: 0\n  access-control: 127.0.0.0/8 allow\n  do-ip6: no\n  local-zone: \"cluster.local.\" static\n  local-data: \"cluster.local. 30 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 30\"", dir.display()).unwrap();
-    for (i, svc) in objects.services.iter().enumerate() {
+    for (ns, svc) in all_services() {
+        let (svc, slice) = service_objects(ns, svc, true);
         let ns = svc.metadata.namespace.as_deref().unwrap();
         let name = svc.metadata.name.as_deref().unwrap();
         let fqdn = format!("{name}.{ns}.svc.cluster.local.");
-        let slice = &objects.endpoint_slices[i];
         let ip = svc.spec.as_ref().unwrap().cluster_ip.as_deref().unwrap();
         if ip == "None" {
             for ep in &slice.endpoints {
@@ -144,7 +247,7 @@ fn unbound_conf(dir: &std::path::Path, port: u16, objects: &Objects) -> String {
         }
     }
     writeln!(c, "remote-control:\n  control-enable: no").unwrap();
-    c
+    c.flush().unwrap();
 }
 
 struct Perf {
@@ -229,92 +332,162 @@ fn rand_id() -> u16 {
     (Instant::now().elapsed().subsec_nanos() & 0xffff) as u16 ^ 0x5a5a
 }
 
+/// A CPU-bound process competing for the cores (this bench binary run with
+/// `SVCNET_BENCH_HOG_SECS`, spinning until killed or for at most that long).
+fn spawn_hog() -> Option<std::process::Child> {
+    Command::new(std::env::current_exe().ok()?)
+        .env("SVCNET_BENCH_HOG_SECS", "900")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
+}
+
+fn hog(secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let mut x = 0u64;
+    while Instant::now() < deadline {
+        for _ in 0..1_000_000 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+    }
+}
+
+/// Alternating dnsperf rounds of both subjects on one query file; prints each round, the
+/// medians and their ratio under `label` (the machine's 1-minute load before and after).
+fn compare(
+    label: &str,
+    name: &str,
+    path: &std::path::Path,
+    ours: SocketAddr,
+    peer: Option<SocketAddr>,
+    secs: u64,
+) {
+    let load_before = loadavg();
+    let mut mine_rounds = Vec::new();
+    let mut their_rounds = Vec::new();
+    for _ in 0..rounds() {
+        mine_rounds.extend(dnsperf(ours, path, secs));
+        if let Some(peer) = peer {
+            their_rounds.extend(dnsperf(peer, path, secs));
+        }
+    }
+    let list = |rounds: &[Perf]| {
+        rounds
+            .iter()
+            .map(|r| format!("{:.0}", r.qps))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let load = format!("load={load_before}->{}", loadavg());
+    println!(
+        "S6 scenario={name} cores={label} {load} rounds_qps svcnet=[{}] unbound=[{}]",
+        list(&mine_rounds),
+        list(&their_rounds)
+    );
+    let mine = median(mine_rounds);
+    let theirs = median(their_rounds);
+    if let Some(m) = &mine {
+        println!(
+            "S6 scenario={name} cores={label} subject=svcnet qps={:.0} avg_ms={:.3} stddev_ms={:.3} lost={}",
+            m.qps, m.avg_ms, m.stddev_ms, m.lost
+        );
+    }
+    if let Some(t) = &theirs {
+        println!(
+            "S6 scenario={name} cores={label} subject=unbound qps={:.0} avg_ms={:.3} stddev_ms={:.3} lost={}",
+            t.qps, t.avg_ms, t.stddev_ms, t.lost
+        );
+    }
+    if let (Some(m), Some(t)) = (&mine, &theirs) {
+        println!(
+            "S6 scenario={name} cores={label} {load} ratio_svcnet_over_unbound={:.2}",
+            m.qps / t.qps
+        );
+    }
+}
+
+/// In-process cost of the UDP packet path (answer cache, parse, zone, encoder) per question:
+/// one question repeated (answered from the cache), and distinct misses.
+/// `SVCNET_BENCH_MICRO=N` runs only this, N times longer (for a profiler).
+fn packet_path_micro(config: &Arc<ZoneConfig>, objects: &Objects) {
+    let repeat: usize = std::env::var("SVCNET_BENCH_MICRO")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let query = |name: &str, qtype: RecordType| {
+        let mut m = Message::new(0x4242, MessageType::Query, OpCode::Query);
+        m.add_query(Query::query(Name::from_ascii(name).unwrap(), qtype));
+        m.set_edns(hickory_proto::op::Edns::new());
+        m.to_vec().unwrap()
+    };
+    let mut path = svcnet_dns::server::PacketPath::new(
+        config.clone(),
+        Zone::build(config.clone(), objects, 1),
+    );
+    let n = 200_000;
+    let rounds = repeat;
+    for (label, packets) in [
+        (
+            "service-A-cached",
+            vec![query("svc-7.ns-3.svc.cluster.local.", RecordType::A)],
+        ),
+        (
+            "NXDOMAIN-uncached",
+            (0..n)
+                .map(|i| {
+                    query(
+                        &format!("miss-{i}.ns-{}.svc.cluster.local.", i % NAMESPACES),
+                        RecordType::A,
+                    )
+                })
+                .collect(),
+        ),
+    ] {
+        let t = Instant::now();
+        let mut bytes = 0;
+        for i in 0..n * rounds {
+            bytes += path
+                .udp_unchecked(&packets[i % packets.len()])
+                .map_or(0, <[u8]>::len);
+        }
+        println!(
+            "S6 micro scenario={label} packet_path_ns={:.0} bytes={}",
+            t.elapsed().as_nanos() as f64 / (n * rounds) as f64,
+            bytes / (n * rounds)
+        );
+    }
+}
+
 fn main() {
+    if let Some(secs) = std::env::var("SVCNET_BENCH_HOG_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        hog(secs);
+        return;
+    }
+    if std::env::var("SVCNET_BENCH_MICRO").is_ok() {
+        let config = Arc::new(ZoneConfig::new("cluster.local").unwrap());
+        packet_path_micro(&config, &objects());
+        return;
+    }
     let secs: u64 = std::env::var("SVCNET_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(2);
+    let contended = std::env::var("SVCNET_BENCH_CONTENDED").as_deref() != Ok("0");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
         .build()
         .unwrap();
-    let rss_start = rss_mb();
-    let objects = objects();
-    let endpoints: usize = objects
-        .endpoint_slices
-        .iter()
-        .map(|s| s.endpoints.len())
-        .sum();
     let config = Arc::new(ZoneConfig::new("cluster.local").unwrap());
+    let services = NAMESPACES * PER_NAMESPACE;
+    let endpoints = NAMESPACES * (100 + (PER_NAMESPACE - 1) * 4);
 
-    // Zone rebuild time.
-    let mut times = Vec::new();
-    for _ in 0..7 {
-        let t = Instant::now();
-        let zone = Zone::build(config.clone(), &objects, 1);
-        times.push(t.elapsed());
-        assert_eq!(zone.service_count(), NAMESPACES * PER_NAMESPACE);
-    }
-    times.sort();
-    println!(
-        "S7 N={} endpoints={endpoints} subject=svcnet zone_rebuild_ms_median={:.1} min={:.1} max={:.1}",
-        objects.services.len(),
-        times[3].as_secs_f64() * 1e3,
-        times[0].as_secs_f64() * 1e3,
-        times[6].as_secs_f64() * 1e3
-    );
-
-    // In-process cost of the pure lookup and of encoding its answer, per question.
-    {
-        let zone = Zone::build(config.clone(), &objects, 1);
-        let mut rng = rand::rng();
-        for (label, qname) in [
-            ("service-A", "svc-7.ns-3.svc.cluster.local."),
-            ("headless-A-100", "svc-0.ns-3.svc.cluster.local."),
-            ("NXDOMAIN", "nosuch.ns-3.svc.cluster.local."),
-        ] {
-            let name = Name::from_ascii(qname).unwrap();
-            let n = 20_000;
-            let t = Instant::now();
-            let mut answers = 0;
-            for _ in 0..n {
-                if let svcnet_dns::Outcome::Answer(r) = zone.lookup(
-                    &name,
-                    RecordType::A,
-                    hickory_proto::rr::DNSClass::IN,
-                    &mut rng,
-                ) {
-                    answers += r.answers.len() + r.addresses.as_ref().map_or(0, |a| a.ips.len());
-                }
-            }
-            let lookup_ns = t.elapsed().as_nanos() as f64 / n as f64;
-            let svcnet_dns::Outcome::Answer(r) = zone.lookup(
-                &name,
-                RecordType::A,
-                hickory_proto::rr::DNSClass::IN,
-                &mut rng,
-            ) else {
-                unreachable!()
-            };
-            let mut m = Message::new(1, MessageType::Response, OpCode::Query);
-            m.add_query(Query::query(name.clone(), RecordType::A));
-            m.add_answers(r.answer_records());
-            m.add_authorities(r.authorities.clone());
-            let t = Instant::now();
-            let mut bytes = 0;
-            for _ in 0..n {
-                bytes += m.to_vec().unwrap().len();
-            }
-            let encode_ns = t.elapsed().as_nanos() as f64 / n as f64;
-            println!(
-                "S6 micro scenario={label} lookup_ns={lookup_ns:.0} hickory_encode_ns={encode_ns:.0} answers={} bytes={}",
-                answers / n,
-                bytes / n
-            );
-        }
-    }
-
+    // Memory first, before any other phase leaves freed memory in the allocator: the server,
+    // then the watch state and its first snapshot, published.
     let server = rt
         .block_on(DnsServer::start(
             "127.0.0.1:0".parse().unwrap(),
@@ -322,10 +495,12 @@ fn main() {
             vec![],
         ))
         .unwrap();
-    server
-        .zone()
-        .publish(Zone::build(config.clone(), &objects, 1));
     let ours = server.local_addr();
+    let rss_start = rss_mb();
+    let heap_start = live_bytes();
+    let mut state = load_state(&config, true);
+    server.zone().publish(state.snapshot(1));
+    let heap_loaded = live_bytes() - heap_start;
     let rss_loaded = rss_mb();
 
     let dir = tempfile::tempdir().unwrap();
@@ -338,7 +513,7 @@ fn main() {
     let unbound_port = free_port();
     let mut unbound = if have_dnsperf {
         let conf = dir.path().join("unbound.conf");
-        std::fs::write(&conf, unbound_conf(dir.path(), unbound_port, &objects)).unwrap();
+        write_unbound_conf(&conf, dir.path(), unbound_port);
         Command::new("unbound")
             .args(["-d", "-c", conf.to_str().unwrap()])
             .stdout(Stdio::null())
@@ -357,57 +532,22 @@ fn main() {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+    let peer = unbound.is_some().then_some(peer);
 
     if have_dnsperf {
         // `SVCNET_BENCH_SCENARIO=headless` runs only the scenarios whose name contains it.
         let only = std::env::var("SVCNET_BENCH_SCENARIO").unwrap_or_default();
-        for (name, input) in scenarios() {
+        for (name, path) in scenarios(dir.path()) {
             if !name.contains(only.as_str()) {
                 continue;
             }
-            let path = dir.path().join(format!("{name}.txt"));
-            std::fs::write(&path, input).unwrap();
             // Alternate short rounds so both subjects see the same machine load (other
             // builds share these two cores); each figure is the median round.
-            let mut mine_rounds = Vec::new();
-            let mut their_rounds = Vec::new();
-            for _ in 0..rounds() {
-                mine_rounds.extend(dnsperf(ours, &path, secs));
-                if unbound.is_some() {
-                    their_rounds.extend(dnsperf(peer, &path, secs));
-                }
-            }
-            let list = |rounds: &[Perf]| {
-                rounds
-                    .iter()
-                    .map(|r| format!("{:.0}", r.qps))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
-            println!(
-                "S6 scenario={name} rounds_qps svcnet=[{}] unbound=[{}]",
-                list(&mine_rounds),
-                list(&their_rounds)
-            );
-            let mine = median(mine_rounds);
-            let theirs = median(their_rounds);
-            if let Some(m) = &mine {
-                println!(
-                    "S6 scenario={name} subject=svcnet qps={:.0} avg_ms={:.3} stddev_ms={:.3} lost={}",
-                    m.qps, m.avg_ms, m.stddev_ms, m.lost
-                );
-            }
-            if let Some(t) = &theirs {
-                println!(
-                    "S6 scenario={name} subject=unbound qps={:.0} avg_ms={:.3} stddev_ms={:.3} lost={}",
-                    t.qps, t.avg_ms, t.stddev_ms, t.lost
-                );
-            }
-            if let (Some(m), Some(t)) = (&mine, &theirs) {
-                println!(
-                    "S6 scenario={name} ratio_svcnet_over_unbound={:.2}",
-                    m.qps / t.qps
-                );
+            compare("quiet", name, &path, ours, peer, secs);
+            if contended && let Some(mut hog) = spawn_hog() {
+                compare("contended", name, &path, ours, peer, secs);
+                let _ = hog.kill();
+                let _ = hog.wait();
             }
         }
     } else {
@@ -419,22 +559,34 @@ fn main() {
     }
     let rss_served = rss_mb();
     let (cached, cached_bytes) = server.zone().cache_stats();
+    let formula = 49.0 + 0.86 * (services + endpoints) as f64 / 1024.0;
+    println!(
+        "S6 memory subject=svcnet rss_mb_before_load={rss_start:.1} rss_mb_loaded={rss_loaded:.1} rss_mb_after_queries={rss_served:.1} answer_cache_entries={cached} answer_cache_kb={} coredns_formula_mb={formula:.1} ratio_rss_after_queries_over_formula={:.2}",
+        cached_bytes / 1024,
+        rss_served / formula,
+    );
 
-    // S7: a Service change → its answer changes (full rebuild + publish + a UDP query).
+    // Heap held per service and per endpoint: the same services without endpoints, then the
+    // difference.
+    let heap_before_bare = live_bytes();
+    let mut bare = load_state(&config, false);
+    let bare_zone = bare.snapshot(1);
+    let heap_bare = live_bytes() - heap_before_bare;
+    drop((bare, bare_zone));
+    println!(
+        "S6 memory subject=svcnet services={services} endpoints={endpoints} heap_mb_state_and_zone={:.1} bytes_per_service={:.0} bytes_per_endpoint={:.0}",
+        heap_loaded as f64 / (1 << 20) as f64,
+        heap_bare as f64 / services as f64,
+        heap_loaded.saturating_sub(heap_bare) as f64 / endpoints as f64,
+    );
+
+    // S7: a Service change → its answer changes (incremental snapshot + publish + a UDP query).
     let name = Name::from_ascii("svc-5.ns-5.svc.cluster.local.").unwrap();
-    let index = 5 * PER_NAMESPACE + 5;
     let mut latencies = Vec::new();
-    let mut current = objects.clone();
-    let mut state = ZoneState::new(config.clone());
-    state.replace_namespaces(current.namespaces.clone());
-    state.replace_services(current.services.clone());
-    state.replace_slices(current.endpoint_slices.clone());
-    state.snapshot(1);
     let mut builds = Vec::new();
     for round in 0..200u32 {
         let ip = format!("10.97.{}.{}", round / 200, 1 + round % 200);
-        current.services[index] = cluster_ip("ns-5", "svc-5", &[&ip], &[("http", "TCP", 80)]);
-        let changed = current.services[index].clone();
+        let changed = cluster_ip("ns-5", "svc-5", &[&ip], &[("http", "TCP", 80)]);
         let t = Instant::now();
         // As the watcher does: apply the event, take an incremental snapshot, publish.
         state.upsert_service(changed);
@@ -452,24 +604,84 @@ fn main() {
     builds.sort();
     let pct = |v: &[Duration], p: f64| v[((v.len() as f64 - 1.0) * p) as usize].as_secs_f64() * 1e3;
     println!(
-        "S7 N={} subject=svcnet incremental_rebuild_ms p50={:.1} p99={:.1}",
-        objects.services.len(),
+        "S7 N={services} subject=svcnet incremental_rebuild_ms p50={:.1} p99={:.1}",
         pct(&builds, 0.5),
         pct(&builds, 0.99)
     );
     println!(
-        "S7 N={} subject=svcnet change_to_answer_ms p50={:.1} p99={:.1} max={:.1} samples={}",
-        objects.services.len(),
+        "S7 N={services} subject=svcnet change_to_answer_ms p50={:.1} p99={:.1} max={:.1} samples={}",
         pct(&latencies, 0.5),
         pct(&latencies, 0.99),
         pct(&latencies, 1.0),
         latencies.len()
     );
-    let services_and_endpoints = objects.services.len() + endpoints;
-    println!(
-        "S6 memory subject=svcnet rss_mb_before_load={rss_start:.1} rss_mb_loaded={rss_loaded:.1} rss_mb_after_queries={rss_served:.1} answer_cache_entries={cached} answer_cache_kb={} coredns_formula_mb={:.1}",
-        cached_bytes / 1024,
-        49.0 + 0.86 * services_and_endpoints as f64 / 1024.0 * 1.0
-    );
     rt.block_on(server.shutdown()).unwrap();
+    drop(state);
+
+    // Zone rebuild time, from the objects as one relist.
+    let objects = objects();
+    let mut times = Vec::new();
+    for _ in 0..7 {
+        let t = Instant::now();
+        let zone = Zone::build(config.clone(), &objects, 1);
+        times.push(t.elapsed());
+        assert_eq!(zone.service_count(), services);
+    }
+    times.sort();
+    println!(
+        "S7 N={services} endpoints={endpoints} subject=svcnet zone_rebuild_ms_median={:.1} min={:.1} max={:.1}",
+        times[3].as_secs_f64() * 1e3,
+        times[0].as_secs_f64() * 1e3,
+        times[6].as_secs_f64() * 1e3
+    );
+
+    packet_path_micro(&config, &objects);
+
+    // In-process cost of the pure lookup and of encoding its answer, per question.
+    let zone = Zone::build(config.clone(), &objects, 1);
+    let mut rng = rand::rng();
+    for (label, qname) in [
+        ("service-A", "svc-7.ns-3.svc.cluster.local."),
+        ("headless-A-100", "svc-0.ns-3.svc.cluster.local."),
+        ("NXDOMAIN", "nosuch.ns-3.svc.cluster.local."),
+    ] {
+        let name = Name::from_ascii(qname).unwrap();
+        let n = 20_000;
+        let t = Instant::now();
+        let mut answers = 0;
+        for _ in 0..n {
+            if let svcnet_dns::Outcome::Answer(r) = zone.lookup(
+                &name,
+                RecordType::A,
+                hickory_proto::rr::DNSClass::IN,
+                &mut rng,
+            ) {
+                answers += r.answers.len() + r.addresses.as_ref().map_or(0, |a| a.ips.len());
+            }
+        }
+        let lookup_ns = t.elapsed().as_nanos() as f64 / n as f64;
+        let svcnet_dns::Outcome::Answer(r) = zone.lookup(
+            &name,
+            RecordType::A,
+            hickory_proto::rr::DNSClass::IN,
+            &mut rng,
+        ) else {
+            unreachable!()
+        };
+        let mut m = Message::new(1, MessageType::Response, OpCode::Query);
+        m.add_query(Query::query(name.clone(), RecordType::A));
+        m.add_answers(r.answer_records());
+        m.add_authorities(r.authorities.clone());
+        let t = Instant::now();
+        let mut bytes = 0;
+        for _ in 0..n {
+            bytes += m.to_vec().unwrap().len();
+        }
+        let encode_ns = t.elapsed().as_nanos() as f64 / n as f64;
+        println!(
+            "S6 micro scenario={label} lookup_ns={lookup_ns:.0} hickory_encode_ns={encode_ns:.0} answers={} bytes={}",
+            answers / n,
+            bytes / n
+        );
+    }
 }

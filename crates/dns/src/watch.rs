@@ -23,7 +23,7 @@ use tokio::task::JoinSet;
 use tracing::{info, warn};
 
 use crate::server::{DnsError, DnsServer, ZoneHandle, host_upstreams};
-use crate::zone::{PodMode, ZoneConfig, ZoneState};
+use crate::zone::{PodMode, ServiceFacts, SliceFacts, ZoneConfig, ZoneState};
 
 /// Everything `svcnet dns` (and `svcnet up`) configures.
 #[derive(Debug, Clone)]
@@ -240,7 +240,8 @@ async fn publish_loop(
     }
 }
 
-/// How each watched kind feeds the state.
+/// How each watched kind feeds the state. Each object is reduced to what the state keeps of it
+/// as it arrives (a relist's objects too), so whole API objects are never held beyond one.
 trait Tracked:
     kube::Resource<DynamicType = ()>
     + Clone
@@ -250,36 +251,60 @@ trait Tracked:
     + Sync
     + 'static
 {
-    fn upsert(state: &mut ZoneState, obj: Arc<Self>);
+    type Kept: Send + 'static;
+    fn keep(config: &ZoneConfig, obj: Self) -> Option<Self::Kept>;
+    fn upsert(state: &mut ZoneState, kept: Self::Kept);
     fn delete(state: &mut ZoneState, obj: &Self);
-    fn replace(state: &mut ZoneState, all: Vec<Arc<Self>>);
+    fn replace(state: &mut ZoneState, all: Vec<Self::Kept>);
 }
 
 impl Tracked for Service {
-    fn upsert(state: &mut ZoneState, obj: Arc<Self>) {
-        state.upsert_service(obj);
+    type Kept = ServiceFacts;
+    fn keep(config: &ZoneConfig, obj: Self) -> Option<ServiceFacts> {
+        ServiceFacts::new(config, &obj)
+    }
+    fn upsert(state: &mut ZoneState, kept: ServiceFacts) {
+        state.upsert_service_facts(kept);
     }
     fn delete(state: &mut ZoneState, obj: &Self) {
         state.delete_service(obj);
     }
-    fn replace(state: &mut ZoneState, all: Vec<Arc<Self>>) {
-        state.replace_services(all);
+    fn replace(state: &mut ZoneState, all: Vec<ServiceFacts>) {
+        state.replace_service_facts(all);
     }
 }
 
 impl Tracked for EndpointSlice {
-    fn upsert(state: &mut ZoneState, obj: Arc<Self>) {
-        state.upsert_slice(obj);
+    /// The facts, or the slice's namespace and name when it no longer names a service.
+    type Kept = Result<SliceFacts, (String, String)>;
+    fn keep(config: &ZoneConfig, obj: Self) -> Option<Self::Kept> {
+        match SliceFacts::new(config, &obj) {
+            Some(facts) => Some(Ok(facts)),
+            None => Some(Err((
+                obj.metadata.namespace.clone()?,
+                obj.metadata.name.clone()?,
+            ))),
+        }
+    }
+    fn upsert(state: &mut ZoneState, kept: Self::Kept) {
+        match kept {
+            Ok(facts) => state.upsert_slice_facts(facts),
+            Err((ns, name)) => state.forget_slice(&ns, &name),
+        }
     }
     fn delete(state: &mut ZoneState, obj: &Self) {
         state.delete_slice(obj);
     }
-    fn replace(state: &mut ZoneState, all: Vec<Arc<Self>>) {
-        state.replace_slices(all);
+    fn replace(state: &mut ZoneState, all: Vec<Self::Kept>) {
+        state.replace_slice_facts(all.into_iter().filter_map(Result::ok));
     }
 }
 
 impl Tracked for Namespace {
+    type Kept = Arc<Namespace>;
+    fn keep(_: &ZoneConfig, obj: Self) -> Option<Self::Kept> {
+        Some(Arc::new(obj))
+    }
     fn upsert(state: &mut ZoneState, obj: Arc<Self>) {
         state.upsert_namespace(&obj);
     }
@@ -292,6 +317,10 @@ impl Tracked for Namespace {
 }
 
 impl Tracked for Pod {
+    type Kept = Arc<Pod>;
+    fn keep(_: &ZoneConfig, obj: Self) -> Option<Self::Kept> {
+        Some(Arc::new(obj))
+    }
     fn upsert(state: &mut ZoneState, obj: Arc<Self>) {
         state.upsert_pod(&obj);
     }
@@ -316,9 +345,11 @@ fn track<K: Tracked>(
     let listed = Arc::new(AtomicBool::new(false));
     let stream = watcher(Api::<K>::all(client.clone()), watch_config).default_backoff();
     let (state, notify, flag) = (state.clone(), notify.clone(), listed.clone());
+    let config = state.lock().map(|s| s.config().clone()).ok();
     tasks.spawn(async move {
+        let Some(config) = config else { return };
         let mut stream = std::pin::pin!(stream);
-        let mut relist: Vec<Arc<K>> = Vec::new();
+        let mut relist: Vec<K::Kept> = Vec::new();
         while let Some(event) = stream.next().await {
             let event = match event {
                 Ok(event) => event,
@@ -330,12 +361,16 @@ fn track<K: Tracked>(
             let Ok(mut st) = state.lock() else { return };
             match event {
                 watcher::Event::Init => relist.clear(),
-                watcher::Event::InitApply(obj) => relist.push(Arc::new(obj)),
+                watcher::Event::InitApply(obj) => relist.extend(K::keep(&config, obj)),
                 watcher::Event::InitDone => {
                     K::replace(&mut st, std::mem::take(&mut relist));
                     flag.store(true, Ordering::Release);
                 }
-                watcher::Event::Apply(obj) => K::upsert(&mut st, Arc::new(obj)),
+                watcher::Event::Apply(obj) => {
+                    if let Some(kept) = K::keep(&config, obj) {
+                        K::upsert(&mut st, kept);
+                    }
+                }
                 watcher::Event::Delete(obj) => K::delete(&mut st, &obj),
             }
             drop(st);

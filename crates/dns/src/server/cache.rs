@@ -198,21 +198,27 @@ impl Entry {
 }
 
 impl AnswerCache {
-    /// Answer `packet` from the cache into `out`; false on a miss.
-    pub(crate) fn answer(&self, packet: &[u8], out: &mut Vec<u8>, rng: &mut FastRng) -> bool {
+    /// Answer `packet` from the cache into `out`; on a miss, the packet's hash for
+    /// [`AnswerCache::admit`] (`None`: never kept).
+    pub(crate) fn answer(
+        &self,
+        packet: &[u8],
+        out: &mut Vec<u8>,
+        rng: &mut FastRng,
+    ) -> Result<(), Option<u64>> {
         let Some(key) = packet.get(2..).filter(|_| packet.len() <= MAX_KEY_PACKET) else {
-            return false;
+            return Err(None);
         };
-        let shard = self.shard(key);
-        let Ok(shard) = shard.read() else {
-            return false;
+        let h = self.hasher.hash_one(key);
+        let Ok(shard) = self.shards[shard_index(h)].read() else {
+            return Err(None);
         };
         match shard.entries.get(key) {
             Some(entry) => {
                 entry.write(packet, out, rng);
-                true
+                Ok(())
             }
-            None => false,
+            None => Err(Some(h)),
         }
     }
 
@@ -222,10 +228,14 @@ impl AnswerCache {
         let Some(key) = packet.get(2..).filter(|_| packet.len() <= MAX_KEY_PACKET) else {
             return false;
         };
-        if !plain_question(packet) {
+        self.admit_hashed(packet, self.hasher.hash_one(key))
+    }
+
+    /// [`AnswerCache::admit`] with the hash [`AnswerCache::answer`] gave on its miss.
+    pub(crate) fn admit_hashed(&self, packet: &[u8], h: u64) -> bool {
+        if packet.len() > MAX_KEY_PACKET || !plain_question(packet) {
             return false;
         }
-        let h = self.hasher.hash_one(key);
         // Two candidate slots, so that two questions sharing one slot do not keep evicting
         // each other's hash forever.
         let first = &self.doorkeeper[(h as usize) % DOORKEEPER];
@@ -271,8 +281,7 @@ impl AnswerCache {
 
     fn shard(&self, key: &[u8]) -> &RwLock<Shard> {
         // The shard's map hashes again (two short SipHashes cost far less than the syscalls).
-        let h = self.hasher.hash_one(key);
-        &self.shards[(h >> 60) as usize % SHARDS]
+        &self.shards[shard_index(self.hasher.hash_one(key))]
     }
 
     /// Entries and bytes held (for tests and the bench).
@@ -282,6 +291,10 @@ impl AnswerCache {
             .filter_map(|s| s.read().ok())
             .fold((0, 0), |(n, b), s| (n + s.entries.len(), b + s.bytes))
     }
+}
+
+fn shard_index(h: u64) -> usize {
+    (h >> 60) as usize % SHARDS
 }
 
 /// Whether `packet` is one question with a name free of compression pointers, and nothing else

@@ -23,7 +23,7 @@ use hickory_server::net::xfer::Protocol;
 
 /// Largest UDP payload we send, whatever the client advertises (DNS flag day 2020 suggests 1232;
 /// 4096 keeps big headless answers on UDP for clients that ask for it).
-const MAX_UDP_PAYLOAD: u16 = 4096;
+pub(crate) const MAX_UDP_PAYLOAD: u16 = 4096;
 
 /// The published zone: `None` until the first complete sync (questions in the zone then get
 /// SERVFAIL). Cloning shares the same slot; [`ZoneHandle::publish`] swaps atomically, together
@@ -327,7 +327,18 @@ impl Handler {
         };
         let query = query.original();
         let (name, qtype, qclass) = (query.name(), query.query_type(), query.query_class());
+        self.step_question(name, qtype, qclass, zone, rng)
+    }
 
+    /// [`Handler::step_in`] for a well-formed query's one question.
+    pub(crate) fn step_question<R: rand::Rng + ?Sized>(
+        &self,
+        name: &Name,
+        qtype: RecordType,
+        qclass: DNSClass,
+        zone: Option<&Zone>,
+        rng: &mut R,
+    ) -> Step {
         let outcome = match zone {
             Some(zone) => zone.lookup(name, qtype, qclass, rng),
             None if self.owns(name) => {

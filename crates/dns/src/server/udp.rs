@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use hickory_proto::rr::DNSClass;
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg};
@@ -22,9 +23,10 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tracing::debug;
 
-use super::cache::{Entry, FastRng, Noting};
-use super::handler::{Handler, Step, encode_udp, encode_udp_region};
+use super::cache::{AddressRegion, Entry, FastRng, Noting, Served};
+use super::handler::{Handler, Reply, Step, encode_udp, encode_udp_region};
 use super::metrics::{DnsMetrics, Observation, Proto, Source, question_type, response_flags};
+use super::wire;
 
 /// Largest request accepted; a question is far smaller, and EDNS options do not approach it.
 pub(crate) const MAX_REQUEST: usize = 4096;
@@ -243,11 +245,47 @@ pub(crate) fn answer_packet(
     }
     let served = handler.zone.served();
     let served = served.as_ref();
-    if let Some(served) = served
-        && served.cache.answer(packet, out, rng)
-    {
-        return Packet::Cached;
+    // On a miss, the datagram's hash (for the cache's admission filter).
+    let mut hash = None;
+    if let Some(served) = served {
+        match served.cache.answer(packet, out, rng) {
+            Ok(()) => return Packet::Cached,
+            Err(h) => hash = h,
+        }
     }
+    // A plain query in the zone is answered without hickory's parser when the direct encoder
+    // can write its answer (the same bytes the general path below would send).
+    if let Some(served) = served
+        && let Some((name, qtype, asked)) = wire::plain_query(packet)
+    {
+        let mut noting = Noting::new(rng);
+        let step =
+            handler.step_question(&name, qtype, DNSClass::IN, Some(&served.zone), &mut noting);
+        let drew = noting.used;
+        if let Step::Done(reply) = &step
+            && let Some((bytes, region)) = wire::encode_asked(&asked, reply)
+        {
+            if hash.is_some_and(|h| served.cache.admit_hashed(packet, h)) {
+                keep(served, packet, &bytes, drew, reply, region);
+            }
+            out.clear();
+            out.extend_from_slice(&bytes);
+            return Packet::Reply;
+        }
+    }
+    answer_parsed(handler, served, packet, src, out, rng)
+}
+
+/// [`answer_packet`]'s general path: hickory parses the datagram, the handler answers it, the
+/// direct encoder or hickory's writes the answer.
+fn answer_parsed(
+    handler: &Handler,
+    served: Option<&Arc<Served>>,
+    packet: &[u8],
+    src: SocketAddr,
+    out: &mut Vec<u8>,
+    rng: &mut FastRng,
+) -> Packet {
     let request = match Request::from_bytes(packet.to_vec(), src, Protocol::Udp) {
         Ok(request) => request,
         Err(error) => {
@@ -267,22 +305,34 @@ pub(crate) fn answer_packet(
                 && !bytes.is_empty()
                 && served.cache.admit(packet)
             {
-                // Keep only answers a copy can reproduce: no randomness, or the zone's
-                // shuffle of addresses that the cache redraws on every hit.
-                let shuffled = match (drew, reply.addresses.as_deref(), region) {
-                    (false, _, _) => Some(None),
-                    (true, Some(addresses), Some(region)) => Some(Some((addresses, region))),
-                    _ => None,
-                };
-                if let Some(entry) = shuffled.and_then(|s| Entry::new(&bytes, s)) {
-                    served.cache.insert(packet, entry);
-                }
+                keep(served, packet, &bytes, drew, &reply, region);
             }
             out.clear();
             out.extend_from_slice(&bytes);
             Packet::Reply
         }
         step => Packet::Later(Box::new(request), step),
+    }
+}
+
+/// Keep `bytes`, the admitted answer to `packet`, in the snapshot's cache when a copy can
+/// reproduce it: it drew no randomness, or only the zone's shuffle of addresses that the cache
+/// redraws on every hit (`drew`: randomness was drawn; `region`: where the addresses are).
+fn keep(
+    served: &Served,
+    packet: &[u8],
+    bytes: &[u8],
+    drew: bool,
+    reply: &Reply,
+    region: Option<AddressRegion>,
+) {
+    let shuffled = match (drew, reply.addresses.as_deref(), region) {
+        (false, _, _) => Some(None),
+        (true, Some(addresses), Some(region)) => Some(Some((addresses, region))),
+        _ => None,
+    };
+    if let Some(entry) = shuffled.and_then(|s| Entry::new(bytes, s)) {
+        served.cache.insert(packet, entry);
     }
 }
 
@@ -324,6 +374,7 @@ mod fuzz {
     use super::super::handler::ZoneHandle;
     use super::*;
     use crate::fixtures::*;
+    use crate::rule_table;
     use crate::zone::{Objects, Zone, ZoneConfig};
 
     fn cases() -> u32 {
@@ -421,6 +472,70 @@ mod fuzz {
             }
             Packet::Later(..) => None,
         }
+    }
+
+    /// The plain-query path (no hickory parse) sends exactly the bytes of the general path, for
+    /// every question of the rule table, in several spellings and EDNS sizes.
+    #[test]
+    fn plain_queries_answer_as_the_general_path() {
+        let mut fast_hits = 0;
+        for (pods, options) in rule_table::setups(&rule_table::cases().unwrap()) {
+            let config = Arc::new(rule_table::zone_config(pods, &options).unwrap());
+            let zone = ZoneHandle::default();
+            zone.publish(rule_table::zone_with(pods, &options).unwrap());
+            let h = Handler::offline(config, zone);
+            for case in rule_table::cases().unwrap() {
+                for q in &case.queries {
+                    let (name, qtype, class) = rule_table::parse_query(q).unwrap();
+                    if class != hickory_proto::rr::DNSClass::IN {
+                        continue;
+                    }
+                    let upper = name.to_ascii().to_ascii_uppercase();
+                    for spelled in [name.to_ascii(), upper] {
+                        for edns in [None, Some(100), Some(512), Some(1232), Some(4096)] {
+                            let packet = query(&spelled, qtype, edns);
+                            let src = "127.0.0.1:5353".parse().unwrap();
+                            let mut general = Vec::new();
+                            let served = h.zone.served();
+                            let parsed = answer_parsed(
+                                &h,
+                                served.as_ref(),
+                                &packet,
+                                src,
+                                &mut general,
+                                &mut FastRng::seeded(7),
+                            );
+                            let zone = h.zone.current();
+                            let direct = wire::plain_query(&packet).and_then(|(n, t, asked)| {
+                                let step = h.step_question(
+                                    &n,
+                                    t,
+                                    hickory_proto::rr::DNSClass::IN,
+                                    zone.as_deref(),
+                                    &mut FastRng::seeded(7),
+                                );
+                                match step {
+                                    Step::Done(reply) => wire::encode_asked(&asked, &reply),
+                                    _ => None,
+                                }
+                            });
+                            if let Some((bytes, _)) = direct {
+                                assert!(matches!(parsed, Packet::Reply), "{spelled} {qtype}");
+                                assert_eq!(bytes, general, "{spelled} {qtype} {edns:?}");
+                                fast_hits += 1;
+                            }
+                            // And the whole packet path agrees on whether to answer.
+                            let mut any = Vec::new();
+                            let whole =
+                                answer_packet(&h, &packet, src, &mut any, &mut FastRng::seeded(7));
+                            let sent = |p: &Packet| matches!(p, Packet::Reply | Packet::Cached);
+                            assert_eq!(sent(&whole), sent(&parsed), "{spelled} {qtype}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(fast_hits > 100, "the plain path ran {fast_hits} times");
     }
 
     #[test]

@@ -11,7 +11,8 @@
 use std::net::IpAddr;
 
 use hickory_proto::op::Edns;
-use hickory_proto::rr::{DNSClass, Name, RData, Record};
+use hickory_proto::rr::{DNSClass, Name, RData, Record, RecordType};
+use hickory_proto::serialize::binary::{BinDecodable, BinDecoder};
 use hickory_server::zone_handler::MessageRequest;
 
 use super::cache::{AddressRegion, address_record};
@@ -33,7 +34,93 @@ pub(crate) fn encode_fast_region(
     request: &MessageRequest,
     reply: &Reply,
 ) -> Option<(Vec<u8>, Option<AddressRegion>)> {
-    if request.queries.len() != 1 || !reply.additionals.is_empty() {
+    if request.queries.len() != 1 {
+        return None;
+    }
+    let asked = Asked {
+        raw,
+        op_code: u8::from(request.metadata.op_code),
+        recursion_desired: request.metadata.recursion_desired,
+        checking_disabled: request.metadata.checking_disabled,
+        payload: response_edns(request).as_ref().map(Edns::max_payload),
+    };
+    encode_asked(&asked, reply)
+}
+
+/// What the direct encoder needs of a request with one question.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asked<'a> {
+    /// The request as received.
+    pub(crate) raw: &'a [u8],
+    pub(crate) op_code: u8,
+    pub(crate) recursion_desired: bool,
+    pub(crate) checking_disabled: bool,
+    /// Our EDNS payload size when the request had EDNS (the client's, within 512..=4096).
+    pub(crate) payload: Option<u16>,
+}
+
+/// A plain query (one question, uncompressed, no records but an OPT without options, opcode
+/// QUERY, class IN, EDNS version 0) taken apart without hickory's parser: the question name,
+/// its type, and what the encoder needs. `None` for anything else, which takes the general path.
+pub(crate) fn plain_query(raw: &[u8]) -> Option<(Name, RecordType, Asked<'_>)> {
+    if raw.len() < QUESTION || raw[2] & 0x80 != 0 || (raw[2] >> 3) & 0x0f != 0 {
+        return None;
+    }
+    if !super::cache::plain_question(raw) {
+        return None;
+    }
+    let end = question_end(raw)?;
+    let class = u16::from_be_bytes([raw[end - 2], raw[end - 1]]);
+    if class != u16::from(DNSClass::IN) {
+        return None;
+    }
+    let qtype = RecordType::from(u16::from_be_bytes([raw[end - 4], raw[end - 3]]));
+    if !matches!(
+        qtype,
+        RecordType::A
+            | RecordType::AAAA
+            | RecordType::SRV
+            | RecordType::PTR
+            | RecordType::TXT
+            | RecordType::CNAME
+            | RecordType::MX
+            | RecordType::NS
+            | RecordType::SOA
+    ) {
+        return None;
+    }
+    let payload = if end == raw.len() {
+        None
+    } else {
+        // OPT (checked by `plain_question`): root owner, type, class = payload size, TTL =
+        // extended rcode, version, flags; then rdlength, which must be 0 (options are parsed,
+        // and judged, by the general path).
+        let opt = raw.get(end..end + 11)?;
+        if opt[5] != 0 || opt[6] != 0 || opt[9] != 0 || opt[10] != 0 {
+            return None;
+        }
+        let client = u16::from_be_bytes([opt[3], opt[4]]);
+        Some(client.clamp(512, super::handler::MAX_UDP_PAYLOAD))
+    };
+    let mut decoder = BinDecoder::new(raw.get(QUESTION..end - 4)?);
+    let name = Name::read(&mut decoder).ok()?;
+    let asked = Asked {
+        raw,
+        op_code: 0,
+        recursion_desired: raw[2] & 0x01 != 0,
+        checking_disabled: raw[3] & 0x10 != 0,
+        payload,
+    };
+    Some((name, qtype, asked))
+}
+
+/// Encode `reply` to the question in `asked` when its shape allows.
+pub(crate) fn encode_asked(
+    asked: &Asked<'_>,
+    reply: &Reply,
+) -> Option<(Vec<u8>, Option<AddressRegion>)> {
+    let raw = asked.raw;
+    if !reply.additionals.is_empty() {
         return None;
     }
     if reply.rcode.high() != 0 {
@@ -67,26 +154,25 @@ pub(crate) fn encode_fast_region(
         _ => return None,
     };
 
-    let edns: Option<Edns> = response_edns(request);
-    let max = usize::from(edns.as_ref().map(Edns::max_payload).unwrap_or(512));
-    let opt_len = if edns.is_some() { 11 } else { 0 };
+    let max = usize::from(asked.payload.unwrap_or(512));
+    let opt_len = if asked.payload.is_some() { 11 } else { 0 };
 
     let mut out = Vec::with_capacity(64 + reply.answers.len() * 28);
     out.extend_from_slice(&raw[0..2]);
     let mut flags = [0u8; 2];
-    flags[0] = 0x80 | ((u8::from(request.metadata.op_code) & 0x0f) << 3);
+    flags[0] = 0x80 | ((asked.op_code & 0x0f) << 3);
     if reply.authoritative {
         flags[0] |= 0x04;
     }
-    if request.metadata.recursion_desired {
+    if asked.recursion_desired {
         flags[0] |= 0x01;
     }
     flags[1] = 0x80 | rcode; // RA
-    if request.metadata.checking_disabled {
+    if asked.checking_disabled {
         flags[1] |= 0x10;
     }
     out.extend_from_slice(&flags);
-    out.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, u8::from(edns.is_some())]);
+    out.extend_from_slice(&[0, 1, 0, 0, 0, 0, 0, u8::from(asked.payload.is_some())]);
     out.extend_from_slice(question);
 
     let mut answers: u16 = 0;
@@ -132,10 +218,10 @@ pub(crate) fn encode_fast_region(
         }
     }
 
-    if let Some(edns) = &edns {
+    if let Some(payload) = asked.payload {
         out.push(0); // root owner
         out.extend_from_slice(&41u16.to_be_bytes()); // OPT
-        out.extend_from_slice(&edns.max_payload().to_be_bytes());
+        out.extend_from_slice(&payload.to_be_bytes());
         out.extend_from_slice(&[0, 0, 0, 0, 0, 0]); // ext-rcode, version, flags, rdlength
     }
     out[6..8].copy_from_slice(&answers.to_be_bytes());
@@ -174,19 +260,46 @@ pub(crate) fn question_end(raw: &[u8]) -> Option<usize> {
     (end <= raw.len()).then_some(end)
 }
 
+/// Where each label of the question name starts (at most 127 labels in a name).
+struct QuestionLabels {
+    starts: [u16; 128],
+    count: usize,
+}
+
+impl QuestionLabels {
+    fn new(raw: &[u8], question_end: usize) -> Option<Self> {
+        let mut labels = QuestionLabels {
+            starts: [0; 128],
+            count: 0,
+        };
+        let mut i = QUESTION;
+        while i < question_end - 4 {
+            let len = usize::from(raw[i]);
+            if len == 0 {
+                break;
+            }
+            *labels.starts.get_mut(labels.count)? = u16::try_from(i).ok()?;
+            labels.count += 1;
+            i += 1 + len;
+        }
+        Some(labels)
+    }
+}
+
 /// Append the SOA record, its names compressed against the question.
 fn write_soa(out: &mut Vec<u8>, raw: &[u8], question_end: usize, soa: &Record) -> Option<()> {
     let RData::SOA(data) = &soa.data else {
         return None;
     };
-    write_name(out, raw, question_end, &soa.name)?;
+    let question = QuestionLabels::new(raw, question_end)?;
+    write_name(out, raw, &question, &soa.name)?;
     out.extend_from_slice(&6u16.to_be_bytes());
     out.extend_from_slice(&u16::from(DNSClass::IN).to_be_bytes());
     out.extend_from_slice(&soa.ttl.to_be_bytes());
     let len_at = out.len();
     out.extend_from_slice(&[0, 0]);
-    write_name(out, raw, question_end, &data.mname)?;
-    write_name(out, raw, question_end, &data.rname)?;
+    write_name(out, raw, &question, &data.mname)?;
+    write_name(out, raw, &question, &data.rname)?;
     out.extend_from_slice(&data.serial.to_be_bytes());
     out.extend_from_slice(&data.refresh.to_be_bytes());
     out.extend_from_slice(&data.retry.to_be_bytes());
@@ -198,54 +311,48 @@ fn write_soa(out: &mut Vec<u8>, raw: &[u8], question_end: usize, soa: &Record) -
 }
 
 /// Write `name`, ending in a pointer at the longest of its suffixes found in the question.
-fn write_name(out: &mut Vec<u8>, raw: &[u8], question_end: usize, name: &Name) -> Option<()> {
-    for (i, label) in name.iter().enumerate() {
-        if let Some(offset) = suffix_offset(raw, question_end, || name.iter().skip(i)) {
-            let pointer = 0xc000 | u16::try_from(offset).ok()?;
-            out.extend_from_slice(&pointer.to_be_bytes());
-            return Some(());
+///
+/// A suffix of `k` labels can only match the question's last `k` labels (both end at the
+/// root), so each suffix has one candidate position.
+fn write_name(out: &mut Vec<u8>, raw: &[u8], question: &QuestionLabels, name: &Name) -> Option<()> {
+    // The name's labels, taken once (hickory's label iterator is slow to restart); on the
+    // stack for the short names SOA records hold.
+    let mut short: [&[u8]; 8] = [&[]; 8];
+    let long: Vec<&[u8]>;
+    let labels: &[&[u8]] = if name.iter().len() <= short.len() {
+        let mut n = 0;
+        for (slot, label) in short.iter_mut().zip(name.iter()) {
+            *slot = label;
+            n += 1;
+        }
+        &short[..n]
+    } else {
+        long = name.iter().collect();
+        &long
+    };
+    let total = labels.len();
+    for (i, label) in labels.iter().enumerate() {
+        let k = total - i;
+        if k <= question.count {
+            let at = usize::from(question.starts[question.count - k]);
+            let mut j = at;
+            let matched = labels[i..].iter().all(|l| {
+                let len = usize::from(raw[j]);
+                let same = len == l.len() && raw[j + 1..j + 1 + len].eq_ignore_ascii_case(l);
+                j += 1 + len;
+                same
+            });
+            if matched {
+                let pointer = 0xc000 | u16::try_from(at).ok()?;
+                out.extend_from_slice(&pointer.to_be_bytes());
+                return Some(());
+            }
         }
         out.push(u8::try_from(label.len()).ok().filter(|l| *l < 64)?);
         out.extend_from_slice(label);
     }
     out.push(0);
     Some(())
-}
-
-/// Where in the question name the labels `suffix()` start, if the name ends with them (ignoring
-/// case).
-fn suffix_offset<'a, I: Iterator<Item = &'a [u8]>>(
-    raw: &[u8],
-    question_end: usize,
-    suffix: impl Fn() -> I,
-) -> Option<usize> {
-    let name_end = question_end - 4;
-    let mut i = QUESTION;
-    while i < name_end {
-        let mut j = i;
-        let mut labels = suffix();
-        let matched = loop {
-            let len = usize::from(raw[j]);
-            match labels.next() {
-                None => break len == 0,
-                Some(label) => {
-                    if len != label.len() || !raw[j + 1..j + 1 + len].eq_ignore_ascii_case(label) {
-                        break false;
-                    }
-                    j += 1 + len;
-                }
-            }
-        };
-        if matched {
-            return Some(i);
-        }
-        let len = usize::from(raw[i]);
-        if len == 0 {
-            break;
-        }
-        i += 1 + len;
-    }
-    None
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Indexing one service: from its Service and EndpointSlices to a [`ServiceEntry`].
+//! Indexing one service: its Service and EndpointSlices reduced to their facts as they arrive,
+//! and the facts to a [`ServiceEntry`].
 //!
 //! Bad objects never fail a build: each is skipped with a warning naming the object and the
 //! field, so one malformed Service cannot take the whole cluster's DNS down.
@@ -12,7 +13,9 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 
 use super::names::dashed_ip;
 use super::state::ZoneState;
-use super::{EndpointEntry, Objects, PortEntry, ServiceEntry, ServiceKind, Zone, ZoneConfig};
+use super::{
+    EndpointEntry, Objects, PortEntry, ServiceBase, ServiceEntry, ServiceKind, Zone, ZoneConfig,
+};
 
 /// The label linking an EndpointSlice to its Service.
 pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -31,14 +34,131 @@ impl Zone {
     }
 }
 
-pub(crate) fn service_entry(
+/// What the zone keeps of a Service: its index key and the parsed parts of its spec and status
+/// that answers depend on, or why it cannot be indexed. The API object itself is dropped once
+/// this is made (a Service object with its metadata is several times larger).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServiceFacts {
+    key: Key,
+    /// `None`: not indexed (not served, or invalid: `warnings` says why).
+    base: Option<Arc<ServiceBase>>,
+    warnings: Vec<String>,
+}
+
+impl ServiceFacts {
+    /// The facts of `svc` under `config`; `None` without a namespace and name.
+    pub fn new(config: &ZoneConfig, svc: &Service) -> Option<ServiceFacts> {
+        let key = key_of(&svc.metadata)?;
+        let mut warnings = Vec::new();
+        let base = service_base(config, &key.0, &key.1, svc, &mut warnings).map(Arc::new);
+        Some(ServiceFacts {
+            key,
+            base,
+            warnings,
+        })
+    }
+
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
+    }
+}
+
+/// What the zone keeps of an EndpointSlice: the service it belongs to, its ports, and per
+/// endpoint the address, readiness and DNS label; everything else of the object is dropped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SliceFacts {
+    /// (namespace, slice name).
+    key: Key,
+    /// The service named by its `kubernetes.io/service-name` label.
+    service: String,
+    ports: Arc<Vec<PortEntry>>,
+    endpoints: Vec<EndpointFacts>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct EndpointFacts {
+    ready: bool,
+    /// The first address, parsed, or as written when it is not an address.
+    address: Result<IpAddr, Box<str>>,
+    /// The hostname (or with `endpoint_pod_names` the pod name), lower-case; `None`: the
+    /// dashed address.
+    name: Option<Box<str>>,
+}
+
+impl SliceFacts {
+    /// The facts of `slice` under `config`; `None` without a namespace, name or service label.
+    pub fn new(config: &ZoneConfig, slice: &EndpointSlice) -> Option<SliceFacts> {
+        let key = key_of(&slice.metadata)?;
+        let service = slice
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(SERVICE_NAME_LABEL))?
+            .clone();
+        let mut facts = SliceFacts {
+            key,
+            service,
+            ports: Arc::default(),
+            endpoints: Vec::new(),
+        };
+        if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
+            return Some(facts);
+        }
+        facts.ports = Arc::new(
+            slice
+                .ports
+                .iter()
+                .flatten()
+                .filter_map(|p| {
+                    Some(PortEntry {
+                        name: p.name.as_deref().unwrap_or_default().to_ascii_lowercase(),
+                        protocol: p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase(),
+                        port: u16::try_from(p.port?).ok()?,
+                    })
+                })
+                .collect(),
+        );
+        for ep in &slice.endpoints {
+            // Consumers use only the first address of an endpoint (API contract).
+            let Some(addr) = ep.addresses.first() else {
+                continue;
+            };
+            facts.endpoints.push(EndpointFacts {
+                ready: ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true),
+                address: addr.parse::<IpAddr>().map_err(|_| addr.as_str().into()),
+                name: endpoint_name(ep, config.options.endpoint_pod_names),
+            });
+        }
+        facts.endpoints.shrink_to_fit();
+        Some(facts)
+    }
+
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
+    }
+
+    pub(crate) fn service(&self) -> &str {
+        &self.service
+    }
+}
+
+pub(crate) type Key = (String, String);
+
+pub(crate) fn key_of(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<Key> {
+    Some((meta.namespace.clone()?, meta.name.clone()?))
+}
+
+/// The parts of a Service answers depend on; `None` (with a warning when invalid) when the
+/// service is not indexed.
+fn service_base(
     config: &ZoneConfig,
     ns: &str,
     name: &str,
     svc: &Service,
-    slices: &[&Arc<EndpointSlice>],
     warnings: &mut Vec<String>,
-) -> Option<ServiceEntry> {
+) -> Option<ServiceBase> {
     if !config.options.exposes(&ns.to_ascii_lowercase()) {
         // `namespaces`: the service does not exist for DNS, not even for PTR.
         return None;
@@ -131,91 +251,96 @@ pub(crate) fn service_entry(
         }
     }
 
-    let publish_not_ready = spec.publish_not_ready_addresses.unwrap_or(false);
-    let mut endpoints = Vec::new();
-    if !matches!(kind, ServiceKind::ExternalName(_)) && !config.options.no_endpoints {
+    Some(ServiceBase {
+        fqdn,
+        kind,
+        ports,
+        external_ips,
+        publish_not_ready: spec.publish_not_ready_addresses.unwrap_or(false),
+    })
+}
+
+/// Index one service from its facts and its slices' (sorted by slice name); warnings about
+/// either go to `warnings`.
+pub(crate) fn service_entry(
+    config: &ZoneConfig,
+    facts: &ServiceFacts,
+    slices: &[&SliceFacts],
+    warnings: &mut Vec<String>,
+) -> Option<ServiceEntry> {
+    warnings.extend(facts.warnings.iter().cloned());
+    let base = facts.base.clone()?;
+    let (ns, name) = &facts.key;
+    let what = format!("Service {ns}/{name}");
+    // (label, ip, ports) of each published endpoint.
+    let mut endpoints: Vec<(String, EndpointEntry)> = Vec::new();
+    if !matches!(base.kind, ServiceKind::ExternalName(_)) && !config.options.no_endpoints {
         for slice in slices {
-            if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
-                continue;
-            }
-            let slice_ports: Arc<Vec<PortEntry>> = Arc::new(
-                slice
-                    .ports
-                    .iter()
-                    .flatten()
-                    .filter_map(|p| {
-                        Some(PortEntry {
-                            name: p.name.as_deref().unwrap_or_default().to_ascii_lowercase(),
-                            protocol: p.protocol.as_deref().unwrap_or("TCP").to_ascii_lowercase(),
-                            port: u16::try_from(p.port?).ok()?,
-                        })
-                    })
-                    .collect(),
-            );
             for ep in &slice.endpoints {
-                let ready = ep.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true);
-                if !ready && !publish_not_ready {
+                if !ep.ready && !base.publish_not_ready {
                     continue;
                 }
-                // Consumers use only the first address of an endpoint (API contract).
-                let Some(addr) = ep.addresses.first() else {
-                    continue;
+                let ip = match &ep.address {
+                    Ok(ip) => *ip,
+                    Err(addr) => {
+                        let slice_name = &slice.key.1;
+                        warnings.push(format!(
+                            "EndpointSlice {ns}/{slice_name}: endpoints.addresses: {addr:?} is not an IP address"
+                        ));
+                        continue;
+                    }
                 };
-                let Ok(ip) = addr.parse::<IpAddr>() else {
-                    let slice_name = slice.metadata.name.as_deref().unwrap_or_default();
-                    warnings.push(format!(
-                        "EndpointSlice {ns}/{slice_name}: endpoints.addresses: {addr:?} is not an IP address"
-                    ));
-                    continue;
+                let label = match &ep.name {
+                    Some(name) => name.to_string(),
+                    None => dashed_ip(ip),
                 };
-                let label = endpoint_label(ep, ip, config.options.endpoint_pod_names);
-                let Ok(ep_fqdn) = Name::from_ascii(&label).and_then(|l| l.append_domain(&fqdn))
-                else {
+                if Name::from_ascii(&label)
+                    .and_then(|l| l.append_domain(&base.fqdn))
+                    .is_err()
+                {
                     warnings.push(format!(
                         "EndpointSlice for {what}: endpoints.hostname: {label:?} is not a DNS label"
                     ));
                     continue;
-                };
-                endpoints.push(EndpointEntry {
-                    label,
-                    fqdn: ep_fqdn,
+                }
+                let entry = EndpointEntry {
+                    name: ep.name.clone(),
                     ip,
-                    ports: slice_ports.clone(),
-                });
+                    ports: slice.ports.clone(),
+                };
+                endpoints.push((label, entry));
             }
         }
     }
-    endpoints.sort_by(|a, b| (&a.label, a.ip).cmp(&(&b.label, b.ip)));
-    endpoints.dedup_by(|a, b| a.label == b.label && a.ip == b.ip);
-    let mut endpoint_ips: Vec<IpAddr> = endpoints.iter().map(|e| e.ip).collect();
-    endpoint_ips.sort();
-    endpoint_ips.dedup();
+    endpoints.sort_by(|(a, x), (b, y)| (a, x.ip).cmp(&(b, y.ip)));
+    endpoints.dedup_by(|(a, x), (b, y)| a == b && x.ip == y.ip);
+    let endpoints: Vec<EndpointEntry> = endpoints.into_iter().map(|(_, e)| e).collect();
+    // Only a headless service answers with its endpoints' addresses.
+    let mut endpoint_ips: Vec<IpAddr> = Vec::new();
+    if matches!(base.kind, ServiceKind::Headless) {
+        endpoint_ips = endpoints.iter().map(|e| e.ip).collect();
+        endpoint_ips.sort();
+        endpoint_ips.dedup();
+    }
 
     Some(ServiceEntry {
-        fqdn,
-        kind,
-        ports,
-        endpoints,
-        endpoint_ips,
-        external_ips,
+        base,
+        endpoints: endpoints.into_boxed_slice(),
+        endpoint_ips: endpoint_ips.into_boxed_slice(),
     })
 }
 
-/// An endpoint's DNS label: its hostname; else, with `endpoint_pod_names`, the name of the pod
-/// it targets when that is a DNS label (at most 63 characters, CoreDNS's rule); else its
-/// dashed IP.
-fn endpoint_label(ep: &Endpoint, ip: IpAddr, pod_names: bool) -> String {
+/// An endpoint's DNS name when it is not its dashed IP: its hostname; else, with
+/// `endpoint_pod_names`, the name of the pod it targets when that is a DNS label (at most 63
+/// characters, CoreDNS's rule). Lower-case.
+fn endpoint_name(ep: &Endpoint, pod_names: bool) -> Option<Box<str>> {
     if let Some(hostname) = ep.hostname.as_deref().filter(|h| !h.is_empty()) {
-        return hostname.to_ascii_lowercase();
+        return Some(hostname.to_ascii_lowercase().into());
     }
-    let pod = ep
-        .target_ref
+    ep.target_ref
         .as_ref()
         .filter(|r| pod_names && matches!(r.kind.as_deref(), None | Some("Pod")))
         .and_then(|r| r.name.as_deref())
-        .filter(|n| !n.is_empty() && n.len() <= 63 && !n.contains('.'));
-    match pod {
-        Some(name) => name.to_ascii_lowercase(),
-        None => dashed_ip(ip),
-    }
+        .filter(|n| !n.is_empty() && n.len() <= 63 && !n.contains('.'))
+        .map(|name| name.to_ascii_lowercase().into())
 }

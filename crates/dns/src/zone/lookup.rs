@@ -70,7 +70,7 @@ impl Zone {
         rng: &mut R,
     ) -> Outcome {
         let domain = &self.config.domain;
-        if relative_labels(name, domain).is_none() {
+        let Some(first_labels) = relative_labels(name, domain) else {
             if let Some(response) = self.external_lookup(name, qtype, qclass) {
                 return Outcome::Answer(response);
             }
@@ -78,7 +78,7 @@ impl Zone {
                 Some(response) => Outcome::Answer(response),
                 None => Outcome::Forward,
             };
-        }
+        };
         if !matches!(qclass, DNSClass::IN | DNSClass::ANY) {
             return Outcome::Answer(Response::empty(ResponseCode::Refused));
         }
@@ -88,8 +88,14 @@ impl Zone {
 
         let mut response = Response::empty(ResponseCode::NoError);
         let mut owner = name.clone();
+        // The question's labels were taken apart above; a CNAME target's are taken here.
+        let mut first = Some(first_labels);
         for _ in 0..MAX_CHASE {
-            let Some(labels) = relative_labels(&owner, domain) else {
+            let labels = match first.take() {
+                Some(labels) => Some(labels),
+                None => relative_labels(&owner, domain),
+            };
+            let Some(labels) = labels else {
                 // The chain left the zone: the transport resolves the rest upstream.
                 response.chase = Some(owner);
                 return Outcome::Answer(response);
@@ -194,8 +200,19 @@ impl Zone {
         rng: &mut R,
     ) -> Node {
         let ttl = self.config.ttl;
-        let labels: Vec<&str> = labels.iter().rev().map(|l| &**l).collect();
-        match labels.as_slice() {
+        // Apex first; names of up to 8 labels (all the zone has) without an allocation.
+        let mut short: [&str; 8] = [""; 8];
+        let long: Vec<&str>;
+        let labels: &[&str] = if labels.len() <= short.len() {
+            for (slot, label) in short.iter_mut().zip(labels.iter().rev()) {
+                *slot = label;
+            }
+            &short[..labels.len()]
+        } else {
+            long = labels.iter().rev().map(|l| &**l).collect();
+            &long
+        };
+        match labels {
             [] => {
                 let (answers, additionals) = self.apex_records(owner, qtype);
                 records(answers, additionals)
@@ -271,7 +288,7 @@ impl Zone {
                 }
                 // Shuffle the addresses; the transport encodes them without building records.
                 let all = match kind {
-                    ServiceKind::ClusterIp(ips) => ips,
+                    ServiceKind::ClusterIp(ips) => ips.as_slice(),
                     _ => &entry.endpoint_ips,
                 };
                 let mut ips: Vec<IpAddr> = all
@@ -296,7 +313,7 @@ impl Zone {
                 let ips: Vec<IpAddr> = entry
                     .endpoints
                     .iter()
-                    .filter(|e| e.label == *label)
+                    .filter(|e| e.is_named(label))
                     .map(|e| e.ip)
                     .collect();
                 if !ips.is_empty() {
@@ -351,23 +368,25 @@ impl Zone {
             Some((name, proto)) => p.name == name && p.protocol == proto,
             None => true,
         };
-        let mut targets: Vec<(u16, &Name, Vec<IpAddr>)> = Vec::new();
+        let mut targets: Vec<(u16, Name, Vec<IpAddr>)> = Vec::new();
         match &entry.kind {
             ServiceKind::ClusterIp(ips) => {
                 for p in entry.ports.iter().filter(|p| wanted(p)) {
-                    targets.push((p.port, &entry.fqdn, ips.clone()));
+                    targets.push((p.port, entry.fqdn.clone(), ips.clone()));
                 }
             }
             ServiceKind::Headless => {
                 for ep in &entry.endpoints {
+                    let mut fqdn = None;
                     for p in ep.ports.iter().filter(|p| wanted(p)) {
-                        targets.push((p.port, &ep.fqdn, vec![ep.ip]));
+                        let fqdn = fqdn.get_or_insert_with(|| ep.fqdn(&entry.fqdn));
+                        targets.push((p.port, fqdn.clone(), vec![ep.ip]));
                     }
                 }
             }
             ServiceKind::ExternalName(_) => {}
         }
-        targets.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        targets.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         targets.dedup_by(|a, b| {
             a.0 == b.0 && a.1 == b.1 && {
                 b.2.append(&mut a.2);
@@ -382,8 +401,8 @@ impl Zone {
         let mut additionals = Vec::new();
         let mut glued: Vec<&Name> = Vec::new();
         for (port, target, ips) in &targets {
-            answers.push(SRV::new(0, weight, *port, (*target).clone()));
-            if glued.contains(target) {
+            answers.push(SRV::new(0, weight, *port, target.clone()));
+            if glued.contains(&target) {
                 continue;
             }
             glued.push(target);
@@ -438,7 +457,7 @@ impl Zone {
             .get(&ip)
             .map(|targets| {
                 // A cluster IP names its service alone; otherwise every endpoint with the IP.
-                let mut names: Vec<&Name> = match targets.iter().find(|t| t.endpoint.is_none()) {
+                let mut names: Vec<Name> = match targets.iter().find(|t| t.is_service()) {
                     Some(service) => vec![service.name()],
                     None => targets.iter().map(|t| t.name()).collect(),
                 };
@@ -462,13 +481,7 @@ impl Zone {
             Some(names) if matches!(qtype, RecordType::PTR | RecordType::ANY) => {
                 response.answers = names
                     .into_iter()
-                    .map(|n| {
-                        Record::from_rdata(
-                            name.clone(),
-                            self.config.ttl,
-                            RData::PTR(PTR(n.clone())),
-                        )
-                    })
+                    .map(|n| Record::from_rdata(name.clone(), self.config.ttl, RData::PTR(PTR(n))))
                     .collect();
             }
             Some(_) => response

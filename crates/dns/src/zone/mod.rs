@@ -30,6 +30,7 @@ use ipnet::IpNet;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+pub use build::{ServiceFacts, SliceFacts};
 pub use names::{dashed_ip, parse_dashed_ip};
 pub use options::{EXTERNAL_TTL, parse_ttl};
 pub use state::ZoneState;
@@ -259,28 +260,87 @@ pub struct Zone {
 #[derive(Debug, Clone)]
 struct ReverseTarget {
     service: Arc<ServiceEntry>,
-    endpoint: Option<usize>,
+    /// Index into the service's endpoints; `u32::MAX`: the service itself.
+    endpoint: u32,
 }
 
 impl ReverseTarget {
     fn service(service: &Arc<ServiceEntry>) -> Self {
         ReverseTarget {
             service: service.clone(),
-            endpoint: None,
+            endpoint: u32::MAX,
         }
     }
 
     fn endpoint(service: &Arc<ServiceEntry>, index: usize) -> Self {
         ReverseTarget {
             service: service.clone(),
-            endpoint: Some(index),
+            endpoint: u32::try_from(index).unwrap_or(u32::MAX),
         }
     }
 
-    fn name(&self) -> &Name {
-        match self.endpoint.and_then(|i| self.service.endpoints.get(i)) {
-            Some(ep) => &ep.fqdn,
-            None => &self.service.fqdn,
+    fn is_service(&self) -> bool {
+        self.endpoint == u32::MAX
+    }
+
+    fn name(&self) -> Name {
+        let endpoint = usize::try_from(self.endpoint)
+            .ok()
+            .and_then(|i| self.service.endpoints.get(i));
+        match endpoint {
+            Some(ep) => ep.fqdn(&self.service.fqdn),
+            None => self.service.fqdn.clone(),
+        }
+    }
+}
+
+/// The PTR targets of one address: almost always one, kept inline (an address map entry then
+/// needs no allocation of its own).
+#[derive(Debug, Clone)]
+enum ReverseTargets {
+    One(ReverseTarget),
+    Many(Box<[ReverseTarget]>),
+}
+
+impl ReverseTargets {
+    fn iter(&self) -> std::slice::Iter<'_, ReverseTarget> {
+        match self {
+            ReverseTargets::One(t) => std::slice::from_ref(t).iter(),
+            ReverseTargets::Many(v) => v.iter(),
+        }
+    }
+
+    fn push(&mut self, target: ReverseTarget) {
+        match self {
+            ReverseTargets::One(first) => {
+                *self = ReverseTargets::Many(vec![first.clone(), target].into_boxed_slice());
+            }
+            ReverseTargets::Many(v) => {
+                let mut all = v.to_vec();
+                all.push(target);
+                *v = all.into_boxed_slice();
+            }
+        }
+    }
+
+    /// Keep the targets `keep` accepts; false when none is left.
+    fn retain(&mut self, keep: impl Fn(&ReverseTarget) -> bool) -> bool {
+        match self {
+            ReverseTargets::One(t) => keep(t),
+            ReverseTargets::Many(v) => {
+                let kept: Vec<ReverseTarget> = v.iter().filter(|t| keep(t)).cloned().collect();
+                match kept.as_slice() {
+                    [] => false,
+                    [one] => {
+                        *self = ReverseTargets::One(one.clone());
+                        true
+                    }
+                    _ => {
+                        *v = kept.into_boxed_slice();
+                        true
+                    }
+                }
+            }
         }
     }
 }
@@ -290,20 +350,37 @@ struct NamespaceEntry {
     services: HashMap<String, Arc<ServiceEntry>>,
 }
 
-/// One service as the zone sees it.
+/// One service as the zone sees it: the parts of its Service object (shared with the watch
+/// state's facts) and its published endpoints.
 #[derive(Debug)]
 struct ServiceEntry {
+    base: Arc<ServiceBase>,
+    /// Endpoints published in DNS (ready, or all with publishNotReadyAddresses), one per
+    /// (label, IP), in a stable order.
+    endpoints: Box<[EndpointEntry]>,
+    /// The distinct endpoint IPs, sorted (the headless answer; empty for other kinds).
+    endpoint_ips: Box<[IpAddr]>,
+}
+
+/// The entry reads as its Service's parts (`entry.fqdn`, `entry.kind`, ...).
+impl std::ops::Deref for ServiceEntry {
+    type Target = ServiceBase;
+    fn deref(&self) -> &ServiceBase {
+        &self.base
+    }
+}
+
+/// What the zone keeps of a Service object.
+#[derive(Debug, PartialEq)]
+pub(crate) struct ServiceBase {
     /// `<svc>.<ns>.svc.<zone>.`
     fqdn: Name,
     kind: ServiceKind,
     ports: Vec<PortEntry>,
-    /// Endpoints published in DNS (ready, or all with publishNotReadyAddresses), one per
-    /// (label, IP), in a stable order.
-    endpoints: Vec<EndpointEntry>,
-    /// The distinct endpoint IPs, sorted (the headless answer).
-    endpoint_ips: Vec<IpAddr>,
     /// `spec.externalIPs` then the LoadBalancer ingress IPs, deduplicated (`k8s_external`).
     external_ips: Vec<IpAddr>,
+    /// `spec.publishNotReadyAddresses`.
+    publish_not_ready: bool,
 }
 
 #[derive(Debug)]
@@ -312,6 +389,21 @@ enum ServiceKind {
     ClusterIp(Vec<IpAddr>),
     Headless,
     ExternalName(Name),
+}
+
+/// Equal when every answer would be: an ExternalName target compares with its case (answers
+/// carry it as written).
+impl PartialEq for ServiceKind {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (ServiceKind::ClusterIp(a), ServiceKind::ClusterIp(b)) => a == b,
+            (ServiceKind::Headless, ServiceKind::Headless) => true,
+            (ServiceKind::ExternalName(a), ServiceKind::ExternalName(b)) => {
+                a.eq_case(b) && a.is_fqdn() == b.is_fqdn()
+            }
+            _ => false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -323,15 +415,36 @@ struct PortEntry {
     port: u16,
 }
 
+/// One published endpoint: its name is `<label>.<svc>.<ns>.svc.<zone>.`, made when an answer
+/// needs it rather than kept (most endpoints are named by their dashed address).
 #[derive(Debug)]
 struct EndpointEntry {
-    /// The endpoint's hostname, else its dashed IP; lower-case.
-    label: String,
-    /// `<label>.<svc>.<ns>.svc.<zone>.`
-    fqdn: Name,
+    /// The hostname (or pod name), lower-case; `None`: the dashed IP is the label.
+    name: Option<Box<str>>,
     ip: IpAddr,
-    /// The ports of the slice this endpoint came from.
+    /// The ports of the slice this endpoint came from (shared by the slice's endpoints).
     ports: Arc<Vec<PortEntry>>,
+}
+
+impl EndpointEntry {
+    /// Whether `label` (lower-case) names this endpoint.
+    fn is_named(&self, label: &str) -> bool {
+        match &self.name {
+            Some(name) => **name == *label,
+            None => names::parse_dashed_ip(label) == Some(self.ip) && dashed_ip(self.ip) == label,
+        }
+    }
+
+    /// `<label>.<service fqdn>` (valid: the build skipped endpoints whose label is not).
+    fn fqdn(&self, service: &Name) -> Name {
+        let label = match &self.name {
+            Some(name) => std::borrow::Cow::Borrowed(&**name),
+            None => std::borrow::Cow::Owned(dashed_ip(self.ip)),
+        };
+        Name::from_ascii(&*label)
+            .and_then(|l| l.append_domain(service))
+            .unwrap_or_else(|_| service.clone())
+    }
 }
 
 /// Where a question goes.

@@ -35,29 +35,30 @@ pub fn parse_dashed_ip(label: &str) -> Option<IpAddr> {
 /// The labels of `name` below `origin`, lower-cased (borrowed when already lower-case, as
 /// almost every question is), leftmost first; `None` when `name` is not `origin` or below it.
 pub(crate) fn relative_labels<'a>(name: &'a Name, origin: &Name) -> Option<Vec<Cow<'a, str>>> {
-    // Not `num_labels()`: it does not count a leading `*`.
-    let (n, o) = (name.iter().count(), origin.iter().count());
+    // Not `num_labels()`: it does not count a leading `*`. The iterators know their length.
+    let (n, o) = (name.iter().len(), origin.iter().len());
     if n < o {
         return None;
     }
     let keep = n - o;
     if !name
         .iter()
-        .skip(keep)
-        .zip(origin.iter())
+        .rev()
+        .zip(origin.iter().rev())
         .all(|(a, b)| a.eq_ignore_ascii_case(b))
     {
         return None;
     }
-    Some(
+    let mut labels = Vec::with_capacity(keep);
+    labels.extend(
         name.iter()
             .take(keep)
             .map(|l| match std::str::from_utf8(l) {
                 Ok(s) if !s.bytes().any(|b| b.is_ascii_uppercase()) => Cow::Borrowed(s),
                 _ => Cow::Owned(String::from_utf8_lossy(l).to_ascii_lowercase()),
-            })
-            .collect(),
-    )
+            }),
+    );
+    Some(labels)
 }
 
 /// The full address of a complete reverse name (`4.3.2.1.in-addr.arpa.`, 32 nibbles of

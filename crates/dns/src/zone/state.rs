@@ -1,5 +1,5 @@
-//! Incremental zone state: API objects in (one change at a time, or a whole relist), immutable
-//! [`Zone`] snapshots out.
+//! Incremental zone state: API objects in (one change at a time, or a whole relist), reduced at
+//! once to the facts the zone reads of them; immutable [`Zone`] snapshots out.
 //!
 //! A change marks its service dirty; [`ZoneState::snapshot`] re-indexes only dirty services and
 //! updates the shared maps copy-on-write (`Arc::make_mut`): the namespace that holds the
@@ -10,6 +10,7 @@
 //! **Architecture Invariant:** a published [`Zone`] is never mutated; `make_mut` copies any map
 //! a snapshot still holds.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -17,14 +18,15 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
-use super::build::{SERVICE_NAME_LABEL, service_entry};
-use super::{NamespaceEntry, ReverseTarget, ServiceEntry, ServiceKind, Zone, ZoneConfig};
+use super::build::{Key, ServiceFacts, SliceFacts, key_of, service_entry};
+use super::{
+    NamespaceEntry, ReverseTarget, ReverseTargets, ServiceEntry, ServiceKind, Zone, ZoneConfig,
+};
 
 /// Number of reverse-index shards (a change copies one or two of them).
 pub(crate) const REVERSE_SHARDS: usize = 64;
 
-type Key = (String, String);
-pub(crate) type ReverseShard = HashMap<IpAddr, Vec<ReverseTarget>>;
+pub(crate) type ReverseShard = HashMap<IpAddr, ReverseTargets>;
 
 pub(crate) fn shard_of(ip: &IpAddr) -> usize {
     let n = match ip {
@@ -34,19 +36,21 @@ pub(crate) fn shard_of(ip: &IpAddr) -> usize {
     (n % REVERSE_SHARDS as u128) as usize
 }
 
-/// The objects seen so far and the index derived from them.
+/// What the zone keeps of the objects seen so far (their facts, not the objects), and the index
+/// derived from them.
 #[derive(Debug)]
 pub struct ZoneState {
     config: Arc<ZoneConfig>,
-    services: HashMap<Key, Arc<Service>>,
+    services: HashMap<Key, ServiceFacts>,
     /// (namespace, service) → slice name → slice.
-    slices: HashMap<Key, HashMap<String, Arc<EndpointSlice>>>,
+    slices: HashMap<Key, HashMap<String, SliceFacts>>,
     /// (namespace, slice) → the service it belongs to.
     slice_owner: HashMap<Key, String>,
     namespace_objects: HashSet<String>,
     pods: HashMap<Key, Vec<IpAddr>>,
 
     entries: HashMap<Key, Arc<ServiceEntry>>,
+    /// Warnings of the services that have any.
     warnings: HashMap<Key, Vec<String>>,
     index: Arc<HashMap<String, Arc<NamespaceEntry>>>,
     reverse: Vec<Arc<ReverseShard>>,
@@ -55,24 +59,6 @@ pub struct ZoneState {
     dirty: HashSet<Key>,
     namespaces_dirty: bool,
     pods_dirty: bool,
-}
-
-/// The same object version: the same `Arc`, or the same uid and resourceVersion (a relist
-/// after a lost watch brings new `Arc`s of unchanged objects).
-fn same_version<K: kube::Resource>(a: &Arc<K>, b: &Arc<K>) -> bool {
-    if Arc::ptr_eq(a, b) {
-        return true;
-    }
-    let (a, b) = (a.meta(), b.meta());
-    a.resource_version.is_some()
-        && a.resource_version == b.resource_version
-        && a.uid == b.uid
-        && a.name == b.name
-        && a.namespace == b.namespace
-}
-
-fn key_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<Key> {
-    Some((meta.namespace.clone()?, meta.name.clone()?))
 }
 
 fn pod_ips_of(pod: &Pod) -> Vec<IpAddr> {
@@ -127,6 +113,11 @@ impl ZoneState {
         }
     }
 
+    /// The configuration facts are made under (see [`ServiceFacts::new`]).
+    pub fn config(&self) -> &Arc<ZoneConfig> {
+        &self.config
+    }
+
     /// Whether a snapshot would differ from the last one.
     pub fn is_dirty(&self) -> bool {
         !self.dirty.is_empty() || self.namespaces_dirty || self.pods_dirty
@@ -134,9 +125,17 @@ impl ZoneState {
 
     /// A Service was added or changed.
     pub fn upsert_service(&mut self, svc: Arc<Service>) {
-        if let Some(key) = key_of(&svc.metadata) {
+        if let Some(facts) = ServiceFacts::new(&self.config, &svc) {
+            self.upsert_service_facts(facts);
+        }
+    }
+
+    /// A Service was added or changed, as its facts.
+    pub fn upsert_service_facts(&mut self, facts: ServiceFacts) {
+        let key = facts.key().clone();
+        if self.services.get(&key) != Some(&facts) {
             self.dirty.insert(key.clone());
-            self.services.insert(key, svc);
+            self.services.insert(key, facts);
         }
     }
 
@@ -150,14 +149,22 @@ impl ZoneState {
 
     /// The complete set of Services (after a relist).
     pub fn replace_services(&mut self, all: impl IntoIterator<Item = Arc<Service>>) {
+        let config = self.config.clone();
+        self.replace_service_facts(
+            all.into_iter()
+                .filter_map(|svc| ServiceFacts::new(&config, &svc)),
+        );
+    }
+
+    /// The complete set of Services (after a relist), as their facts. Only services whose facts
+    /// changed become dirty.
+    pub fn replace_service_facts(&mut self, all: impl IntoIterator<Item = ServiceFacts>) {
         let mut new = HashMap::new();
-        for svc in all {
-            if let Some(key) = key_of(&svc.metadata) {
-                new.insert(key, svc);
-            }
+        for facts in all {
+            new.insert(facts.key().clone(), facts);
         }
         for (key, old) in &self.services {
-            if new.get(key).is_none_or(|n| !same_version(n, old)) {
+            if new.get(key) != Some(old) {
                 self.dirty.insert(key.clone());
             }
         }
@@ -171,13 +178,29 @@ impl ZoneState {
 
     /// An EndpointSlice was added or changed.
     pub fn upsert_slice(&mut self, slice: Arc<EndpointSlice>) {
-        let Some((ns, name)) = key_of(&slice.metadata) else {
-            return;
-        };
-        self.detach_slice(&ns, &name);
-        if let Some(svc_key) = self.attach_slice(slice) {
-            self.dirty.insert(svc_key);
+        if let Some(facts) = SliceFacts::new(&self.config, &slice) {
+            self.upsert_slice_facts(facts);
+        } else if let Some((ns, name)) = key_of(&slice.metadata) {
+            // No longer labelled with a service: it leaves the one it belonged to.
+            self.forget_slice(&ns, &name);
         }
+    }
+
+    /// An EndpointSlice was added or changed, as its facts.
+    pub fn upsert_slice_facts(&mut self, facts: SliceFacts) {
+        let (ns, name) = facts.key().clone();
+        let unchanged = self
+            .slice_owner
+            .get(facts.key())
+            .and_then(|owner| self.slices.get(&(ns.clone(), owner.clone())))
+            .and_then(|group| group.get(&name))
+            == Some(&facts);
+        if unchanged {
+            return;
+        }
+        self.detach_slice(&ns, &name);
+        let svc_key = self.attach_slice(facts);
+        self.dirty.insert(svc_key);
     }
 
     /// An EndpointSlice was deleted.
@@ -187,22 +210,22 @@ impl ZoneState {
         }
     }
 
+    /// EndpointSlice `ns/name` was deleted or no longer belongs to a service.
+    pub fn forget_slice(&mut self, ns: &str, name: &str) {
+        self.detach_slice(ns, name);
+    }
+
     /// Attach a slice to the service its label names; returns that service's key.
-    fn attach_slice(&mut self, slice: Arc<EndpointSlice>) -> Option<Key> {
-        let (ns, name) = key_of(&slice.metadata)?;
-        let owner = slice
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(SERVICE_NAME_LABEL))?
-            .clone();
+    fn attach_slice(&mut self, facts: SliceFacts) -> Key {
+        let (ns, name) = facts.key().clone();
+        let owner = facts.service().to_string();
         let svc_key = (ns.clone(), owner.clone());
         self.slices
             .entry(svc_key.clone())
             .or_default()
-            .insert(name.clone(), slice);
+            .insert(name.clone(), facts);
         self.slice_owner.insert((ns, name), owner);
-        Some(svc_key)
+        svc_key
     }
 
     /// Detach slice `ns/name` from its service, marking that service dirty.
@@ -221,27 +244,25 @@ impl ZoneState {
         self.dirty.insert(svc_key);
     }
 
-    /// The complete set of EndpointSlices (after a relist). Only services whose set of slices
-    /// changed (by identity) become dirty.
+    /// The complete set of EndpointSlices (after a relist).
     pub fn replace_slices(&mut self, all: impl IntoIterator<Item = Arc<EndpointSlice>>) {
+        let config = self.config.clone();
+        self.replace_slice_facts(
+            all.into_iter()
+                .filter_map(|slice| SliceFacts::new(&config, &slice)),
+        );
+    }
+
+    /// The complete set of EndpointSlices (after a relist), as their facts. Only services whose
+    /// slices' facts changed become dirty.
+    pub fn replace_slice_facts(&mut self, all: impl IntoIterator<Item = SliceFacts>) {
         let old = std::mem::take(&mut self.slices);
         self.slice_owner.clear();
-        for slice in all {
-            self.attach_slice(slice);
+        for facts in all {
+            self.attach_slice(facts);
         }
-        let same = |a: Option<&HashMap<String, Arc<EndpointSlice>>>,
-                    b: Option<&HashMap<String, Arc<EndpointSlice>>>| match (a, b)
-        {
-            (None, None) => true,
-            (Some(a), Some(b)) => {
-                a.len() == b.len()
-                    && a.iter()
-                        .all(|(n, s)| b.get(n).is_some_and(|t| same_version(s, t)))
-            }
-            _ => false,
-        };
         for key in old.keys().chain(self.slices.keys()) {
-            if !same(old.get(key), self.slices.get(key)) {
+            if old.get(key) != self.slices.get(key) {
                 self.dirty.insert(key.clone());
             }
         }
@@ -308,16 +329,21 @@ impl ZoneState {
         for key in dirty {
             let (ns, name) = &key;
             let old = self.entries.remove(&key);
-            let new = self.services.get(&key).and_then(|svc| {
-                let mut slices: Vec<&Arc<EndpointSlice>> = self
+            let new = self.services.get(&key).and_then(|facts| {
+                let mut slices: Vec<(&String, &SliceFacts)> = self
                     .slices
                     .get(&key)
-                    .map(|group| group.values().collect())
+                    .map(|group| group.iter().collect())
                     .unwrap_or_default();
-                slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+                slices.sort_by(|a, b| a.0.cmp(b.0));
+                let slices: Vec<&SliceFacts> = slices.into_iter().map(|(_, s)| s).collect();
                 let mut warnings = Vec::new();
-                let entry = service_entry(&self.config, ns, name, svc, &slices, &mut warnings);
-                self.warnings.insert(key.clone(), warnings);
+                let entry = service_entry(&self.config, facts, &slices, &mut warnings);
+                if warnings.is_empty() {
+                    self.warnings.remove(&key);
+                } else {
+                    self.warnings.insert(key.clone(), warnings);
+                }
                 entry.map(Arc::new)
             });
             if new.is_none() && !self.services.contains_key(&key) {
@@ -326,18 +352,22 @@ impl ZoneState {
             if let Some(old) = &old {
                 for (ip, _) in reverse_targets(old) {
                     let shard = Arc::make_mut(&mut self.reverse[shard_of(&ip)]);
-                    if let Some(targets) = shard.get_mut(&ip) {
-                        targets.retain(|t| !Arc::ptr_eq(&t.service, old));
-                        if targets.is_empty() {
-                            shard.remove(&ip);
-                        }
+                    if let Some(targets) = shard.get_mut(&ip)
+                        && !targets.retain(|t| !Arc::ptr_eq(&t.service, old))
+                    {
+                        shard.remove(&ip);
                     }
                 }
             }
             if let Some(new) = &new {
                 for (ip, target) in reverse_targets(new) {
                     let shard = Arc::make_mut(&mut self.reverse[shard_of(&ip)]);
-                    shard.entry(ip).or_default().push(target);
+                    match shard.entry(ip) {
+                        Entry::Occupied(mut e) => e.get_mut().push(target),
+                        Entry::Vacant(e) => {
+                            e.insert(ReverseTargets::One(target));
+                        }
+                    }
                 }
                 self.entries.insert(key.clone(), new.clone());
             }
@@ -388,7 +418,7 @@ impl ZoneState {
             .and_then(|n| n.services.get(dns_name))
             .map(|e| match &e.kind {
                 ServiceKind::ClusterIp(ips) => ips.clone(),
-                ServiceKind::Headless => e.endpoint_ips.clone(),
+                ServiceKind::Headless => e.endpoint_ips.to_vec(),
                 ServiceKind::ExternalName(_) => Vec::new(),
             })
             .unwrap_or_default();

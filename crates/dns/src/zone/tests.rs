@@ -278,7 +278,7 @@ fn incremental_snapshots_share_unchanged_services_and_see_changes() {
 }
 
 #[test]
-fn relists_compare_object_versions_not_just_pointers() {
+fn relists_compare_what_the_zone_reads_not_pointers_or_versions() {
     let versioned = |svc: &Arc<k8s_openapi::api::core::v1::Service>, rv: &str| {
         let mut s = (**svc).clone();
         s.metadata.resource_version = Some(rv.into());
@@ -295,9 +295,24 @@ fn relists_compare_object_versions_not_just_pointers() {
     // A relist delivers fresh Arcs of the same versions: nothing to re-index.
     state.replace_services(objects.services.iter().map(|s| versioned(s, "1")));
     assert!(!state.is_dirty());
-    // One new version: dirty again.
+    // A new version that changes nothing DNS reads (a label, an annotation): nothing either.
     let mut relist: Vec<_> = objects.services.iter().map(|s| versioned(s, "1")).collect();
     relist[0] = versioned(&relist[0], "2");
+    state.replace_services(relist.clone());
+    assert!(!state.is_dirty());
+    // A new version with a new port: dirty again.
+    let mut changed = (*relist[0]).clone();
+    if let Some(spec) = changed.spec.as_mut() {
+        spec.ports
+            .get_or_insert_default()
+            .push(k8s_openapi::api::core::v1::ServicePort {
+                name: Some("new".into()),
+                port: 4321,
+                ..Default::default()
+            });
+    }
+    changed.metadata.resource_version = Some("3".into());
+    relist[0] = Arc::new(changed);
     state.replace_services(relist);
     assert!(state.is_dirty());
 }
