@@ -179,15 +179,8 @@ impl IpvsSocket {
     /// Sets the connection timeouts (ipvsadm `--set`, kube-proxy's `--ipvs-tcp-timeout`,
     /// `--ipvs-tcpfin-timeout`, `--ipvs-udp-timeout`): whole seconds, 0 leaves one as it is.
     pub fn set_timeouts(&mut self, t: Timeouts) -> Result<(), IpvsError> {
-        let (seq, buf) = self.message(
-            IpvsMsg::new(Cmd::SetConfig, Body::Timeouts(t.tcp, t.tcp_fin, t.udp)),
-            NLM_F_REQUEST | NLM_F_ACK,
-        );
-        self.sock
-            .send(&buf, 0)
-            .map_err(io("sending the IPVS timeouts"))?;
-        let mut pending = [seq].into_iter().collect();
-        match self.collect(&mut pending, false)? {
+        let msg = IpvsMsg::new(Cmd::SetConfig, Body::Timeouts(t.tcp, t.tcp_fin, t.udp));
+        match self.request(msg, false, "sending the IPVS timeouts")? {
             (_, Some((_, errno))) => Err(IpvsError::Rejected(Rejected {
                 op: format!("--set {} {} {}", t.tcp, t.tcp_fin, t.udp),
                 errno,
@@ -198,15 +191,8 @@ impl IpvsSocket {
 
     /// The connection timeouts in force (ipvsadm `-L --timeout`).
     pub fn timeouts(&mut self) -> Result<Timeouts, IpvsError> {
-        let (seq, buf) = self.message(
-            IpvsMsg::new(Cmd::GetConfig, Body::Empty),
-            NLM_F_REQUEST | NLM_F_ACK,
-        );
-        self.sock
-            .send(&buf, 0)
-            .map_err(io("asking for the IPVS timeouts"))?;
-        let mut pending = [seq].into_iter().collect();
-        let (replies, err) = self.collect(&mut pending, false)?;
+        let msg = IpvsMsg::new(Cmd::GetConfig, Body::Empty);
+        let (replies, err) = self.request(msg, false, "asking for the IPVS timeouts")?;
         if let Some((_, errno)) = err {
             return Err(IpvsError::Io {
                 what: "reading the IPVS timeouts",
@@ -222,13 +208,22 @@ impl IpvsSocket {
             .ok_or_else(|| IpvsError::Decode("the timeouts reply carried no timeouts".into()))
     }
 
-    fn dump(&mut self, msg: IpvsMsg) -> Result<Vec<IpvsMsg>, IpvsError> {
-        let (seq, buf) = self.message(msg, NLM_F_REQUEST | NLM_F_DUMP | NLM_F_ACK);
-        self.sock
-            .send(&buf, 0)
-            .map_err(io("sending an IPVS dump request"))?;
+    /// Sends one request (a dump with `dump`) and reads its replies and its error, if any.
+    fn request(
+        &mut self,
+        msg: IpvsMsg,
+        dump: bool,
+        sending: &'static str,
+    ) -> Result<Replies, IpvsError> {
+        let flags = NLM_F_REQUEST | NLM_F_ACK | if dump { NLM_F_DUMP } else { 0 };
+        let (seq, buf) = self.message(msg, flags);
+        self.sock.send(&buf, 0).map_err(io(sending))?;
         let mut pending = [seq].into_iter().collect();
-        let (out, err) = self.collect(&mut pending, true)?;
+        self.collect(&mut pending, dump)
+    }
+
+    fn dump(&mut self, msg: IpvsMsg) -> Result<Vec<IpvsMsg>, IpvsError> {
+        let (out, err) = self.request(msg, true, "sending an IPVS dump request")?;
         if let Some((_, errno)) = err {
             return Err(IpvsError::Io {
                 what: "dumping IPVS",
