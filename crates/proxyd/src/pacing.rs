@@ -73,34 +73,45 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|_| bad())
 }
 
-/// The pacing state of one sync loop.
+/// The pacing state of one sync loop, per rule.
 #[derive(Debug)]
-pub(crate) struct Pacer {
-    rule: MinSyncPeriod,
-    /// `Fixed`: the token bucket (at most `BURST`) as of `refilled`.
-    tokens: f64,
-    refilled: Instant,
+pub(crate) enum Pacer {
     /// `Auto`: the earliest start of the next change-driven sync.
-    next: Option<Instant>,
+    Auto { next: Option<Instant> },
+    /// A fixed period: kube-proxy's token bucket, `tokens` (at most `BURST`) as of `refilled`.
+    Fixed {
+        period: Duration,
+        tokens: f64,
+        refilled: Instant,
+    },
+    /// `0s`: every change at once.
+    Unpaced,
 }
 
 impl Pacer {
     pub fn new(rule: MinSyncPeriod, now: Instant) -> Self {
-        Self {
-            rule,
-            tokens: BURST,
-            refilled: now,
-            next: None,
+        match rule {
+            MinSyncPeriod::Auto => Self::Auto { next: None },
+            MinSyncPeriod::Fixed(period) if period.is_zero() => Self::Unpaced,
+            MinSyncPeriod::Fixed(period) => Self::Fixed {
+                period,
+                tokens: BURST,
+                refilled: now,
+            },
         }
     }
 
     /// The earliest a change-driven sync may start, seen at `now`.
     pub fn earliest(&self, now: Instant) -> Instant {
-        match self.rule {
-            MinSyncPeriod::Auto => self.next.map_or(now, |t| t.max(now)),
-            MinSyncPeriod::Fixed(period) if period.is_zero() => now,
-            MinSyncPeriod::Fixed(period) => {
-                let tokens = self.tokens_at(period, now);
+        match *self {
+            Self::Auto { next } => next.map_or(now, |t| t.max(now)),
+            Self::Unpaced => now,
+            Self::Fixed {
+                period,
+                tokens,
+                refilled,
+            } => {
+                let tokens = tokens_at(period, tokens, refilled, now);
                 if tokens >= 1.0 {
                     now
                 } else {
@@ -112,26 +123,31 @@ impl Pacer {
 
     /// A sync ran from `started` to `ended`; `periodic` when the resync timer started it.
     pub fn record(&mut self, started: Instant, ended: Instant, periodic: bool) {
-        match self.rule {
-            MinSyncPeriod::Auto => {
+        match self {
+            Self::Auto { next } => {
                 if !periodic {
                     let took = ended.saturating_duration_since(started);
-                    self.next = Some(ended + (took * AUTO_FACTOR).min(AUTO_CAP));
+                    *next = Some(ended + (took * AUTO_FACTOR).min(AUTO_CAP));
                 }
             }
-            MinSyncPeriod::Fixed(period) if period.is_zero() => {}
-            MinSyncPeriod::Fixed(period) => {
+            Self::Unpaced => {}
+            Self::Fixed {
+                period,
+                tokens,
+                refilled,
+            } => {
                 // kube-proxy's runner takes a token for every run, the periodic one too.
-                self.tokens = (self.tokens_at(period, started) - 1.0).max(0.0);
-                self.refilled = started;
+                *tokens = (tokens_at(*period, *tokens, *refilled, started) - 1.0).max(0.0);
+                *refilled = started;
             }
         }
     }
+}
 
-    fn tokens_at(&self, period: Duration, now: Instant) -> f64 {
-        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
-        (self.tokens + elapsed / period.as_secs_f64()).min(BURST)
-    }
+/// The bucket's tokens at `now`: `tokens` at `refilled`, one more per `period`, at most `BURST`.
+fn tokens_at(period: Duration, tokens: f64, refilled: Instant, now: Instant) -> f64 {
+    let elapsed = now.saturating_duration_since(refilled).as_secs_f64();
+    (tokens + elapsed / period.as_secs_f64()).min(BURST)
 }
 
 #[cfg(test)]

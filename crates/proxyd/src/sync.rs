@@ -304,7 +304,7 @@ impl SyncLoop {
         self.pacer.record(started, ended, periodic_full);
         self.last_sync = Some(ended);
         if periodic_full || any_full {
-            self.next_full = Instant::now() + self.cfg.sync_period;
+            self.next_full = ended + self.cfg.sync_period;
         }
         if all_ok {
             let now = SystemTime::now();
