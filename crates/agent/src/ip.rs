@@ -46,12 +46,23 @@ impl IpError {
     }
 }
 
-/// Runs `ip [-n netns] args...` and returns its stdout.
+/// Runs `ip [-n netns] args...` and returns its stdout. `netns` is a namespace name (under
+/// `/run/netns`) or, when it holds a `/`, a namespace file's path (`/proc/<pid>/ns/net`, a
+/// runtime's bind mount elsewhere), which `ip -n` cannot take: `nsenter --net=PATH ip …` then.
 pub fn ip(netns: Option<&str>, args: &[&str]) -> Result<String, IpError> {
-    let mut cmd = Command::new("ip");
-    if let Some(ns) = netns {
-        cmd.args(["-n", ns]);
-    }
+    let mut cmd = match netns {
+        Some(path) if path.contains('/') => {
+            let mut cmd = Command::new("nsenter");
+            cmd.arg(format!("--net={path}")).arg("ip");
+            cmd
+        }
+        Some(name) => {
+            let mut cmd = Command::new("ip");
+            cmd.args(["-n", name]);
+            cmd
+        }
+        None => Command::new("ip"),
+    };
     cmd.args(args);
     let command = render(netns, args);
     let out = cmd.output().map_err(|source| IpError::Spawn {
@@ -93,6 +104,7 @@ pub fn ip_json(netns: Option<&str>, args: &[&str]) -> Result<Vec<serde_json::Val
 /// `ip -n NAME` as text, for messages and plans.
 pub fn render(netns: Option<&str>, args: &[&str]) -> String {
     match netns {
+        Some(path) if path.contains('/') => format!("nsenter --net={path} ip {}", args.join(" ")),
         Some(ns) => format!("ip -n {ns} {}", args.join(" ")),
         None => format!("ip {}", args.join(" ")),
     }

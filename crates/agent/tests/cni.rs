@@ -242,3 +242,188 @@ fn pods_on_two_nodes_reach_each_other_via_host_gw() {
     drop(_srv);
     topo.destroy().unwrap();
 }
+
+fn call_env(env: &[(&str, &str)], conf: &Value) -> (Value, i32) {
+    let env: BTreeMap<String, String> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let (out, code) = cni::invoke(&env, conf.to_string().as_bytes());
+    let v = if out.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&out).unwrap()
+    };
+    (v, code)
+}
+
+/// SPEC 1.1's STATUS and GC, and a `CNI_NETNS` that is a namespace file's path outside
+/// `/run/netns` (`/proc/<pid>/ns/net`, as runtimes that do not name their namespaces pass it).
+#[test]
+fn status_gc_and_a_namespace_given_by_path() {
+    let slot = Slot::acquire().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let config = slot.config(1, data.path().to_path_buf());
+    let prefix = config.prefix.clone();
+    let topo = Topology::create(config).unwrap();
+    let node = topo.nodes()[0].clone();
+    let mut conf = netconf(&node, data.path());
+    conf["cniVersion"] = json!("1.1.0");
+
+    // STATUS: ready with the node's bridge there; 50 without it.
+    assert_eq!(
+        call_env(&[("CNI_COMMAND", "STATUS")], &conf),
+        (Value::Null, 0)
+    );
+    let mut no_bridge = conf.clone();
+    no_bridge["bridge"] = json!("nocni0");
+    let (err, code) = call_env(&[("CNI_COMMAND", "STATUS")], &no_bridge);
+    assert_eq!((err["code"].as_u64(), code), (Some(50), 1), "{err}");
+    assert!(err["msg"].as_str().unwrap().contains("nocni0"), "{err}");
+    // A /30 holds one address besides its gateway: STATUS turns 50 once it is taken.
+    let mut tiny = conf.clone();
+    tiny["name"] = json!("tiny");
+    tiny["ipam"]["subnet"] = json!("10.255.255.252/30");
+    tiny["ipam"]["gateway"] = json!("10.255.255.253");
+    assert_eq!(
+        call_env(&[("CNI_COMMAND", "STATUS")], &tiny),
+        (Value::Null, 0)
+    );
+    let tiny_typed: NetConf = serde_json::from_value(tiny.clone()).unwrap();
+    cni::Ipam::open(data.path(), "tiny", &tiny_typed.ipam)
+        .unwrap()
+        .allocate("someone", "eth0")
+        .unwrap();
+    let (err, _) = call_env(&[("CNI_COMMAND", "STATUS")], &tiny);
+    assert_eq!(err["code"], 50, "{err}");
+
+    // ADD into a namespace known only by a process's /proc path.
+    let pod = NetNs::create(&format!("{prefix}-pod-p")).unwrap();
+    let mut holder = svcnet_netns::command(Some(pod.name()), "sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let path = format!("/proc/{}/ns/net", holder.id());
+    let add = [
+        ("CNI_COMMAND", "ADD"),
+        ("CNI_CONTAINERID", "by-path"),
+        ("CNI_NETNS", path.as_str()),
+        ("CNI_IFNAME", "eth0"),
+    ];
+    let (res, code) = call_env(&add, &conf);
+    assert_eq!(code, 0, "{res}");
+    assert_eq!(res["cniVersion"], "1.1.0");
+    assert_eq!(res["interfaces"][1]["sandbox"], path);
+    let ip_p = ip_of(&res);
+    // The interface is in the pod's namespace (the same one, seen by its name) with the address.
+    let shown = pod.exec(&["ip", "-br", "addr", "show", "eth0"]).unwrap();
+    assert!(shown.contains(&ip_p.to_string()), "{shown}");
+    let check = [
+        ("CNI_COMMAND", "CHECK"),
+        ("CNI_CONTAINERID", "by-path"),
+        ("CNI_NETNS", path.as_str()),
+        ("CNI_IFNAME", "eth0"),
+    ];
+    assert_eq!(call_env(&check, &conf), (Value::Null, 0));
+    // A relative or empty CNI_NETNS on ADD is the environment's error (4).
+    let bad = [
+        ("CNI_COMMAND", "ADD"),
+        ("CNI_CONTAINERID", "x"),
+        ("CNI_NETNS", "relative/ns"),
+        ("CNI_IFNAME", "eth0"),
+    ];
+    assert_eq!(call_env(&bad, &conf).0["code"], 4);
+
+    // GC releases what the runtime no longer lists, and keeps what it does.
+    let pod_q = NetNs::create(&format!("{prefix}-pod-q")).unwrap();
+    let (q, code) = call("ADD", "gc-me", pod_q.name(), &conf);
+    assert_eq!(code, 0, "{q}");
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "by-path", "ifname": "eth0"}]);
+    assert_eq!(call_env(&[("CNI_COMMAND", "GC")], &gc), (Value::Null, 0));
+    let conf_typed: NetConf = serde_json::from_value(conf.clone()).unwrap();
+    let ipam = cni::Ipam::open(data.path(), "svcnet", &conf_typed.ipam).unwrap();
+    assert_eq!(ipam.find("by-path", "eth0").unwrap(), Some(ip_p));
+    assert_eq!(ipam.find("gc-me", "eth0").unwrap(), None);
+    let node_links = svcnet_agent::ip::link_names(Some(&node.netns)).unwrap();
+    assert!(!node_links.contains(&cni::host_veth_name("gc-me", "eth0")));
+    assert!(node_links.contains(&cni::host_veth_name("by-path", "eth0")));
+
+    // DEL by path, twice (idempotent), then with the holder gone and no CNI_NETNS at all.
+    let del = [
+        ("CNI_COMMAND", "DEL"),
+        ("CNI_CONTAINERID", "by-path"),
+        ("CNI_NETNS", path.as_str()),
+        ("CNI_IFNAME", "eth0"),
+    ];
+    assert_eq!(call_env(&del, &conf), (Value::Null, 0));
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(call_env(&del, &conf), (Value::Null, 0));
+    assert_eq!(ipam.allocations().unwrap(), Vec::new());
+    topo.destroy().unwrap();
+}
+
+/// The runtime's side: a network list run through the plugin, the result cached for CHECK and
+/// DEL, and a failing plugin program's error object read back.
+#[test]
+fn network_list_runs_the_plugin_as_a_runtime_does() {
+    use svcnet_agent::cni::exec::{NetworkList, Plugin};
+    let slot = Slot::acquire().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let config = slot.config(1, data.path().to_path_buf());
+    let prefix = config.prefix.clone();
+    let topo = Topology::create(config).unwrap();
+    let node = topo.nodes()[0].clone();
+    let conf: NetConf = serde_json::from_value(netconf(&node, data.path())).unwrap();
+    let cache = data.path().join("results");
+    let list = NetworkList::single(&conf, cache.clone()).unwrap();
+    assert_eq!(list.to_json()["plugins"][0]["type"], "svcnet-bridge");
+    assert!(list.to_json()["plugins"][0].get("cniVersion").is_none());
+    let pod = NetNs::create(&format!("{prefix}-pod-l")).unwrap();
+    let inv = Invocation::new("listed", pod.name());
+    let result = list.add(&Plugin::InProcess, &inv).unwrap();
+    let cached: Value =
+        serde_json::from_slice(&std::fs::read(cache.join("svcnet-listed-eth0")).unwrap()).unwrap();
+    assert_eq!(cached["ips"][0]["address"], result.ips[0].address);
+    list.check(&Plugin::InProcess, &inv).unwrap();
+    // CHECK compares against the cached result: a cache naming another address fails it.
+    let mut wrong = cached.clone();
+    wrong["ips"][0]["address"] = json!("10.255.0.9/24");
+    std::fs::write(cache.join("svcnet-listed-eth0"), wrong.to_string()).unwrap();
+    let err = list.check(&Plugin::InProcess, &inv).unwrap_err();
+    assert_eq!(err.code, cni::ErrorCode::CheckFailed, "{err}");
+    list.del(&Plugin::InProcess, &inv).unwrap();
+    assert!(!cache.join("svcnet-listed-eth0").exists());
+    list.del(&Plugin::InProcess, &inv).unwrap();
+    let err = list.check(&Plugin::InProcess, &inv).unwrap_err();
+    assert_eq!(err.code, cni::ErrorCode::CheckFailed);
+
+    // A plugin program that prints an error object: its code and message come back; one that
+    // prints nothing is reported with its exit code.
+    let script = data.path().join("failing-plugin");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncat >/dev/null\necho '{\"cniVersion\":\"1.0.0\",\"code\":7,\"msg\":\"bad conf\",\"details\":\"d\"}'\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let err = list
+        .add(
+            &Plugin::Binary(script.clone()),
+            &Invocation::new("f", pod.name()),
+        )
+        .unwrap_err();
+    assert_eq!(
+        (err.code, err.msg.as_str(), err.details.as_str()),
+        (cni::ErrorCode::InvalidConfig, "bad conf", "d")
+    );
+    let err = list
+        .add(
+            &Plugin::Binary("/bin/false".into()),
+            &Invocation::new("f", pod.name()),
+        )
+        .unwrap_err();
+    assert!(err.msg.contains("exit code 1"), "{err}");
+    topo.destroy().unwrap();
+}

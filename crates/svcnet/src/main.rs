@@ -36,13 +36,23 @@ enum Command {
     /// A node-local DNS cache (NodeLocal DNSCache) in a node's namespace; `svcnet up
     /// --node-local-dns` runs one per node.
     NodeLocalDns(cmd::node_local_dns::Args),
+    /// The pod network as a CNI plugin binary (what a kubelet's runtime runs; also how the node
+    /// agent attaches its pods).
+    Cni(cmd::cni::Args),
 }
 
 fn main() -> std::process::ExitCode {
     // The node agent re-executes this binary to run the built-in test server inside pods; that
     // mode is chosen by the environment and never returns.
     svcnet_agent::testserver::run_if_requested();
+    // A runtime runs a CNI plugin with `CNI_COMMAND` set and no arguments.
+    if cmd::cni::started_as_plugin() {
+        return cmd::cni::run();
+    }
     let cli = Cli::parse();
+    if let Command::Cni(_) = &cli.command {
+        return cmd::cni::run();
+    }
     init_logging();
     // Before the runtime's threads exist, so that they all start in the node's namespace.
     if let Command::NodeLocalDns(args) = &cli.command
@@ -72,6 +82,7 @@ fn main() -> std::process::ExitCode {
             Command::Doctor(args) => cmd::doctor::run(args).await,
             Command::Trace(args) => cmd::trace::run(args).await,
             Command::NodeLocalDns(args) => cmd::node_local_dns::run(args).await,
+            Command::Cni(_) => Ok(()),
         }
     });
     match result {

@@ -90,6 +90,13 @@ impl Ipam {
             .map(|(ip, _, _)| ip))
     }
 
+    /// How many addresses the range can hand out (the gateway excluded).
+    pub fn capacity(&self) -> u64 {
+        let gateway = u32::from(self.gateway);
+        let in_range = (self.first..=self.last).contains(&gateway);
+        u64::from(self.last - self.first) + 1 - u64::from(in_range)
+    }
+
     /// Every allocation: (address, container id, ifname).
     pub fn allocations(&self) -> Result<Vec<(Ipv4Addr, String, String)>, CniError> {
         let mut out = Vec::new();

@@ -6,9 +6,12 @@
 //! Two entry points: [`invoke`] takes the CNI environment and stdin as a real plugin binary
 //! gets them and returns stdout plus the exit code (so a `svcnet cni` subcommand or a separate
 //! binary can serve a real kubelet); [`add`], [`del`] and [`check`] are the typed calls the
-//! agent uses. The container namespace must exist and be named (`/run/netns/<name>`): creating
-//! it is the runtime's job, as in CNI. All calls block (they run `ip`).
+//! agent uses. SPEC 1.1's STATUS (is the node's bridge there) and GC (release what no
+//! attachment in `cni.dev/valid-attachments` holds) are served too. The container namespace
+//! must exist (a name under `/run/netns`, or any namespace file's path, as a kubelet's runtime
+//! passes it): creating it is the runtime's job, as in CNI. All calls block (they run `ip`).
 
+pub mod exec;
 pub mod ipam;
 pub mod types;
 
@@ -24,7 +27,8 @@ pub use types::{CniError, CniResult, ErrorCode, Interface, IpConfig, IpamConf, N
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invocation {
     pub container_id: String,
-    /// The container's network namespace name (the file name under `/run/netns`).
+    /// The container's network namespace: a name (the file under `/run/netns`) or a path to
+    /// a namespace file (`/proc/<pid>/ns/net`, a runtime's bind mount).
     pub netns: String,
     pub ifname: String,
 }
@@ -39,7 +43,11 @@ impl Invocation {
     }
 
     fn netns_path(&self) -> String {
-        format!("{}/{}", svcnet_netns::NETNS_RUN_DIR, self.netns)
+        if self.netns.contains('/') {
+            self.netns.clone()
+        } else {
+            format!("{}/{}", svcnet_netns::NETNS_RUN_DIR, self.netns)
+        }
     }
 }
 
@@ -73,10 +81,15 @@ fn check_version(conf: &NetConf) -> Result<(), CniError> {
     }
 }
 
+/// Whether the namespace `name` (a name under `/run/netns`, or an absolute path) exists.
 fn netns_exists(name: &str) -> bool {
-    !name.is_empty()
-        && !name.contains('/')
-        && Path::new(svcnet_netns::NETNS_RUN_DIR).join(name).is_file()
+    if name.starts_with('/') {
+        Path::new(name).exists()
+    } else {
+        !name.is_empty()
+            && !name.contains('/')
+            && Path::new(svcnet_netns::NETNS_RUN_DIR).join(name).is_file()
+    }
 }
 
 /// ADD: sets up `inv.ifname` in the container namespace and returns the result.
@@ -288,6 +301,62 @@ pub fn check(conf: &NetConf, inv: &Invocation) -> Result<(), CniError> {
     Ok(())
 }
 
+/// STATUS (SPEC 1.1): whether ADD can be served now. The node's namespace and bridge must be
+/// there and IPAM must have a free address; otherwise error 50 ("the plugin is not
+/// available"), which tells the runtime to hold pod creation.
+pub fn status(conf: &NetConf) -> Result<(), CniError> {
+    check_version(conf)?;
+    let unavailable = |msg: String| Err(CniError::new(ErrorCode::PluginNotAvailable, msg));
+    let node = conf.node_netns.as_deref();
+    if let Some(node) = node
+        && !netns_exists(node)
+    {
+        return unavailable(format!("node network namespace {node} does not exist"));
+    }
+    if !ip::link_names(node)?.contains(&conf.bridge) {
+        return unavailable(format!("bridge {} does not exist yet", conf.bridge));
+    }
+    let ipam = Ipam::open(&conf.data_dir, &conf.name, &conf.ipam)?;
+    if ipam.allocations()?.len() as u64 >= ipam.capacity() {
+        return unavailable(format!("no free address left in {}", conf.ipam.subnet));
+    }
+    Ok(())
+}
+
+/// One attachment a runtime still uses (an entry of `cni.dev/valid-attachments`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attachment {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// GC (SPEC 1.1): releases every address (and its host veth) held for an attachment that is
+/// not in `valid`, the runtime's list of what it still uses. Returns what was released.
+pub fn gc(conf: &NetConf, valid: &[Attachment]) -> Result<Vec<Ipv4Addr>, CniError> {
+    check_version(conf)?;
+    let ipam = Ipam::open(&conf.data_dir, &conf.name, &conf.ipam)?;
+    let mut released = Vec::new();
+    for (addr, container_id, ifname) in ipam.allocations()? {
+        if valid
+            .iter()
+            .any(|a| a.container_id == container_id && a.ifname == ifname)
+        {
+            continue;
+        }
+        let inv = Invocation {
+            container_id,
+            netns: String::new(),
+            ifname,
+        };
+        teardown(conf, &inv)?;
+        ipam.release(&inv.container_id, &inv.ifname)?;
+        released.push(addr);
+    }
+    Ok(released)
+}
+
 /// The plugin as a binary sees it: `env` holds `CNI_COMMAND`, `CNI_CONTAINERID`, `CNI_NETNS`,
 /// `CNI_IFNAME`; `stdin` the network configuration. Returns (stdout, exit code).
 pub fn invoke(env: &BTreeMap<String, String>, stdin: &[u8]) -> (String, i32) {
@@ -299,13 +368,39 @@ pub fn invoke(env: &BTreeMap<String, String>, stdin: &[u8]) -> (String, i32) {
                 .map(str::to_string)
         })
         .unwrap_or_else(|| types::DEFAULT_VERSION.to_string());
-    match invoke_inner(env, stdin) {
+    match invoke_inner(env, stdin, &version) {
         Ok(out) => (out, 0),
         Err(e) => (e.to_json(&version).to_string(), 1),
     }
 }
 
-fn invoke_inner(env: &BTreeMap<String, String>, stdin: &[u8]) -> Result<String, CniError> {
+/// `CNI_NETNS` as this plugin addresses it: the bare name for a namespace under `/run/netns`
+/// (`ip -n` takes it directly), the path itself for any other namespace file.
+fn netns_of(command: &str, netns_path: &str) -> Result<String, CniError> {
+    let run_dir = format!("{}/", svcnet_netns::NETNS_RUN_DIR);
+    match netns_path.strip_prefix(&run_dir) {
+        Some(name) if !name.is_empty() && !name.contains('/') => return Ok(name.to_string()),
+        _ => {}
+    }
+    if netns_path.starts_with('/') && !netns_path.ends_with('/') {
+        return Ok(netns_path.to_string());
+    }
+    // DEL may come after the namespace is gone, and the SPEC lets the runtime omit it: DEL
+    // then cleans up what it can find outside the namespace.
+    if command == "DEL" {
+        return Ok(String::new());
+    }
+    Err(CniError::new(
+        ErrorCode::InvalidEnvironment,
+        format!("CNI_NETNS {netns_path:?} must be the absolute path of a network namespace"),
+    ))
+}
+
+fn invoke_inner(
+    env: &BTreeMap<String, String>,
+    stdin: &[u8],
+    version: &str,
+) -> Result<String, CniError> {
     let var = |k: &str| {
         env.get(k)
             .filter(|v| !v.is_empty())
@@ -314,29 +409,35 @@ fn invoke_inner(env: &BTreeMap<String, String>, stdin: &[u8]) -> Result<String, 
     };
     let command = var("CNI_COMMAND")?;
     if command == "VERSION" {
-        return Ok(serde_json::json!({"cniVersion": types::DEFAULT_VERSION, "supportedVersions": types::SUPPORTED_VERSIONS}).to_string());
+        // The SPEC: the reply's cniVersion is the one the caller's configuration names.
+        let reply = if types::SUPPORTED_VERSIONS.contains(&version) {
+            version
+        } else {
+            types::DEFAULT_VERSION
+        };
+        return Ok(serde_json::json!({"cniVersion": reply, "supportedVersions": types::SUPPORTED_VERSIONS}).to_string());
     }
-    let conf: NetConf = serde_json::from_slice(stdin).map_err(|e| {
+    let decode = |e: serde_json::Error| {
         CniError::new(ErrorCode::Decode, "cannot decode the network configuration")
             .with_details(e.to_string())
-    })?;
-    let netns_path = env.get("CNI_NETNS").cloned().unwrap_or_default();
-    let netns = match netns_path.strip_prefix(&format!("{}/", svcnet_netns::NETNS_RUN_DIR)) {
-        Some(name) if !name.contains('/') => name.to_string(),
-        _ if netns_path.is_empty() && command == "DEL" => String::new(),
-        _ => {
-            return Err(CniError::new(
-                ErrorCode::InvalidEnvironment,
-                format!(
-                    "CNI_NETNS {netns_path:?} must be a namespace under {}",
-                    svcnet_netns::NETNS_RUN_DIR
-                ),
-            ));
-        }
     };
+    let conf: NetConf = serde_json::from_slice(stdin).map_err(decode)?;
+    match command.as_str() {
+        "STATUS" => return status(&conf).map(|()| String::new()),
+        "GC" => {
+            #[derive(serde::Deserialize)]
+            struct GcConf {
+                #[serde(rename = "cni.dev/valid-attachments", default)]
+                valid: Vec<Attachment>,
+            }
+            let gc_conf: GcConf = serde_json::from_slice(stdin).map_err(decode)?;
+            return gc(&conf, &gc_conf.valid).map(|_| String::new());
+        }
+        _ => {}
+    }
     let inv = Invocation {
         container_id: var("CNI_CONTAINERID")?,
-        netns,
+        netns: netns_of(&command, env.get("CNI_NETNS").map_or("", String::as_str))?,
         ifname: var("CNI_IFNAME")?,
     };
     match command.as_str() {
@@ -347,7 +448,7 @@ fn invoke_inner(env: &BTreeMap<String, String>, stdin: &[u8]) -> Result<String, 
         "CHECK" => check(&conf, &inv).map(|()| String::new()),
         other => Err(CniError::new(
             ErrorCode::InvalidEnvironment,
-            format!("CNI_COMMAND {other:?} is not ADD, DEL, CHECK or VERSION"),
+            format!("CNI_COMMAND {other:?} is not ADD, DEL, CHECK, STATUS, GC or VERSION"),
         )),
     }
 }

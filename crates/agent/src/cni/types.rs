@@ -131,12 +131,37 @@ pub enum ErrorCode {
     Decode = 6,
     InvalidConfig = 7,
     TryAgainLater = 11,
+    /// STATUS: the plugin cannot serve ADD now (SPEC 1.1).
+    PluginNotAvailable = 50,
     /// IPAM has no free address left.
     AddressesExhausted = 100,
     /// CHECK found the container's network differing from what ADD set up.
     CheckFailed = 101,
     /// Programming a link, address or route failed.
     Netlink = 102,
+}
+
+impl ErrorCode {
+    /// The code a plugin printed; `None` for one this plugin does not define.
+    pub fn from_wire(code: u64) -> Option<Self> {
+        use ErrorCode::*;
+        [
+            IncompatibleVersion,
+            UnsupportedField,
+            UnknownContainer,
+            InvalidEnvironment,
+            Io,
+            Decode,
+            InvalidConfig,
+            TryAgainLater,
+            PluginNotAvailable,
+            AddressesExhausted,
+            CheckFailed,
+            Netlink,
+        ]
+        .into_iter()
+        .find(|c| *c as u64 == code)
+    }
 }
 
 /// A CNI error: `{cniVersion, code, msg, details}` on stdout and a non-zero exit.

@@ -61,6 +61,9 @@ pub struct AgentConfig {
     /// Called once a pod has its address and before any of its containers starts (the
     /// node's NetworkPolicy enforcement isolates it there, so it is never open).
     pub before_start: Option<Arc<dyn BeforeStart>>,
+    /// How the pod network's CNI plugin is run: `svcnet up` executes itself as the plugin
+    /// binary (the path a kubelet's runtime takes); the default calls it in process.
+    pub cni_plugin: cni::exec::Plugin,
 }
 
 /// A step between a pod's sandbox (its address) and its first container.
@@ -92,6 +95,7 @@ impl AgentConfig {
             backoff: Duration::from_secs(10),
             max_backoff: Duration::from_secs(300),
             before_start: None,
+            cni_plugin: cni::exec::Plugin::InProcess,
         }
     }
 
@@ -109,7 +113,7 @@ impl AgentConfig {
         NetConf {
             cni_version: "1.0.0".into(),
             name: "svcnet".into(),
-            plugin_type: "svcnet-bridge".into(),
+            plugin_type: "svcnet".into(),
             bridge: POD_BRIDGE.into(),
             node_netns: Some(self.node_netns.clone()),
             data_dir: self.node_dir(),
@@ -123,6 +127,12 @@ impl AgentConfig {
             },
             prev_result: None,
         }
+    }
+
+    /// The network configuration list the agent's pods are attached with (this node's
+    /// `netconf` as its one plugin), results cached under `<node_dir>/cni/results`.
+    pub fn network_list(&self) -> Result<cni::exec::NetworkList, cni::CniError> {
+        cni::exec::NetworkList::single(&self.netconf(), self.node_dir().join("cni").join("results"))
     }
 
     /// The network namespace name of the pod with this uid.
@@ -232,22 +242,33 @@ pub async fn run(
 /// addresses and pod directories (pods are started afresh).
 fn release_previous(cfg: &AgentConfig) -> Result<(), AgentError> {
     let conf = cfg.netconf();
+    let cni_err = |source| AgentError::Cni {
+        node: cfg.node_name.clone(),
+        source,
+    };
+    let list = cfg.network_list().map_err(cni_err)?;
+    // The list's file, where a kubelet's runtime would read it: an operator sees what the
+    // node's pods are attached with.
+    let conf_dir = cfg.node_dir().join("cni").join("net.d");
+    std::fs::create_dir_all(&conf_dir)
+        .and_then(|()| {
+            std::fs::write(
+                conf_dir.join("10-svcnet.conflist"),
+                serde_json::to_string_pretty(&list.to_json()).unwrap_or_default(),
+            )
+        })
+        .map_err(|source| AgentError::Io {
+            node: cfg.node_name.clone(),
+            what: "write the CNI network list".into(),
+            source,
+        })?;
     let io = |what: &str, source| AgentError::Io {
         node: cfg.node_name.clone(),
         what: what.to_string(),
         source,
     };
-    let ipam = cni::Ipam::open(&conf.data_dir, &conf.name, &conf.ipam).map_err(|source| {
-        AgentError::Cni {
-            node: cfg.node_name.clone(),
-            source,
-        }
-    })?;
-    let allocations = ipam.allocations().map_err(|source| AgentError::Cni {
-        node: cfg.node_name.clone(),
-        source,
-    })?;
-    for (_, uid, ifname) in allocations {
+    let ipam = cni::Ipam::open(&conf.data_dir, &conf.name, &conf.ipam).map_err(cni_err)?;
+    for (_, uid, ifname) in ipam.allocations().map_err(cni_err)? {
         let netns = cfg.pod_netns(&uid);
         pod::remove_netns(&netns);
         let inv = Invocation {
@@ -255,10 +276,7 @@ fn release_previous(cfg: &AgentConfig) -> Result<(), AgentError> {
             netns: String::new(),
             ifname,
         };
-        cni::del(&conf, &inv).map_err(|source| AgentError::Cni {
-            node: cfg.node_name.clone(),
-            source,
-        })?;
+        list.del(&cfg.cni_plugin, &inv).map_err(cni_err)?;
     }
     // Namespaces created before their CNI ADD finished hold no address; the records name them.
     for entry in std::fs::read_dir(cfg.pods_dir())

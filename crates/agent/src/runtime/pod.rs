@@ -275,7 +275,8 @@ impl PodWorker {
 
     async fn setup_sandbox(&mut self) -> Result<(), String> {
         let netns = self.sandbox.netns.clone();
-        let conf = self.cfg.netconf();
+        let list = self.cfg.network_list().map_err(|e| e.to_string())?;
+        let plugin = self.cfg.cni_plugin.clone();
         let inv = Invocation::new(&self.uid, &netns);
         let result = tokio::task::spawn_blocking(move || -> Result<cni::CniResult, String> {
             if !ip::netns_list()
@@ -284,7 +285,7 @@ impl PodWorker {
             {
                 ip::ip(None, &["netns", "add", &netns]).map_err(|e| e.to_string())?;
             }
-            cni::add(&conf, &inv).map_err(|e| e.to_string())
+            list.add(&plugin, &inv).map_err(|e| e.to_string())
         })
         .await
         .map_err(|e| e.to_string())??;
@@ -635,12 +636,13 @@ impl PodWorker {
 
     /// Releases the sandbox and, when the API server waits for it, deletes the pod object.
     async fn finish(self, confirm_delete: bool) {
-        let conf = self.cfg.netconf();
+        let list = self.cfg.network_list();
+        let plugin = self.cfg.cni_plugin.clone();
         let inv = Invocation::new(&self.uid, &self.sandbox.netns);
         let netns = self.sandbox.netns.clone();
         let dir = self.dir.clone();
         let released = tokio::task::spawn_blocking(move || {
-            let r = cni::del(&conf, &inv);
+            let r = list.and_then(|list| list.del(&plugin, &inv));
             remove_netns(&netns);
             let _ = std::fs::remove_dir_all(&dir);
             r

@@ -165,5 +165,9 @@ pub fn agent_config(
     let mut cfg = AgentConfig::for_node(topology, node, data_dir);
     cfg.cluster_dns = vec![dns_ip.to_string()];
     cfg.cluster_domain = cluster_domain.to_string();
+    // Pods are attached the way a kubelet's runtime attaches them: this binary runs as the CNI
+    // plugin, a process per call.
+    let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
+    cfg.cni_plugin = svcnet_agent::cni::exec::Plugin::Binary(exe);
     cfg
 }
