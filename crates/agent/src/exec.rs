@@ -119,9 +119,15 @@ pub fn exec_command(
             netns: record.sandbox.netns.clone(),
         });
     }
+    // The container's volume mounts (the first container's without a name, as for env).
+    let mounts = container
+        .or_else(|| record.containers.first().map(|(n, _)| n.as_str()))
+        .and_then(|c| record.mounts.get(c))
+        .cloned()
+        .unwrap_or_default();
     record
         .sandbox
-        .command_with(argv, &env, false, tty)
+        .command_with(argv, &env, false, tty, &mounts)
         .map_err(ExecError::Spawn)
 }
 

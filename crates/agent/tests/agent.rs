@@ -123,9 +123,14 @@ impl Env {
     fn exec(&self, name: &str, argv: &[&str]) -> String {
         let rec = self.record(name);
         let argv: Vec<String> = argv.iter().map(|s| s.to_string()).collect();
+        let mounts = rec
+            .mounts
+            .get(&rec.containers[0].0)
+            .cloned()
+            .unwrap_or_default();
         let out = rec
             .sandbox
-            .command(&argv, &rec.containers[0].1, false)
+            .command_with(&argv, &rec.containers[0].1, false, false, &mounts)
             .unwrap()
             .output()
             .unwrap();
@@ -454,6 +459,147 @@ async fn a_failing_liveness_probe_restarts_the_container() {
         (last.exit_code, last.signal),
         (143, Some(15)),
         "SIGTERM ended it: {last:?}"
+    );
+    env.stop().await;
+}
+
+/// Volumes on the process runtime: a configMap (items, mode, read-only), an emptyDir, hostPath
+/// `DirectoryOrCreate` and `FileOrCreate`, mount points created on the node and removed with
+/// the pod, `svcnet exec` seeing the mounts, and an unsupported source named in the status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_configmap_emptydir_and_hostpath() {
+    let env = Env::start().await;
+    let base = tempfile::tempdir().unwrap();
+    let b = base.path().display().to_string();
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(env.client.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "proxy-cfg"},
+            "data": {"config.conf": "mode: nftables\n", "unused": "x"}}))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    env.create(
+        "vol",
+        json!({
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "proxy-cfg", "defaultMode": 420,
+                    "items": [{"key": "config.conf", "path": "sub/config.conf", "mode": 384}]}},
+                {"name": "scratch", "emptyDir": {}},
+                {"name": "hostdir", "hostPath": {"path": format!("{b}/host/dir"), "type": "DirectoryOrCreate"}},
+                {"name": "lock", "hostPath": {"path": format!("{b}/host/xtables.lock"), "type": "FileOrCreate"}},
+            ],
+            "containers": [{"name": "c", "image": "busybox",
+                "command": ["sh", "-c", format!("cp {b}/mnt/cfg/sub/config.conf {b}/mnt/scratch/copy && echo hello > {b}/mnt/hostdir/from-pod && sleep 1000")],
+                "volumeMounts": [
+                    {"name": "cfg", "mountPath": format!("{b}/mnt/cfg"), "readOnly": true},
+                    {"name": "scratch", "mountPath": format!("{b}/mnt/scratch")},
+                    {"name": "hostdir", "mountPath": format!("{b}/mnt/hostdir")},
+                    {"name": "lock", "mountPath": format!("{b}/mnt/lock")},
+                ]}],
+        }),
+    )
+    .await;
+    env.wait_for("vol", "Ready", ready).await;
+    // The hostPath types created what they name; the pod wrote through its mount.
+    assert!(base.path().join("host/dir").is_dir());
+    assert!(base.path().join("host/xtables.lock").is_file());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !base.path().join("host/dir/from-pod").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the pod did not write into its hostPath"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Inside (as svcnet exec sees it): the item at its path with its mode, the copy in the
+    // emptyDir, the read-only mount refusing writes.
+    let seen = env.exec("vol", &["sh", "-c", &format!(
+        "cat {b}/mnt/cfg/sub/config.conf; stat -c %a {b}/mnt/cfg/sub/config.conf; cat {b}/mnt/scratch/copy; ls {b}/mnt/cfg; touch {b}/mnt/cfg/x 2>/dev/null && echo rw || echo ro"
+    )]);
+    assert_eq!(
+        seen, "mode: nftables\n600\nmode: nftables\nsub\nro\n",
+        "{seen}"
+    );
+    // Outside the pod the mount points are empty: the mounts live in the pod's namespace.
+    assert!(base.path().join("mnt/cfg").is_dir());
+    assert_eq!(
+        std::fs::read_dir(base.path().join("mnt/cfg"))
+            .unwrap()
+            .count(),
+        0
+    );
+    env.pods()
+        .delete("vol", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while env.pods().get_opt("vol").await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "pod vol not deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The mount points it created are gone; the host paths stay, as with a kubelet.
+    assert!(!base.path().join("mnt/cfg").exists());
+    assert!(!base.path().join("mnt/lock").exists());
+    assert!(base.path().join("host/dir/from-pod").exists());
+
+    // A source the runtime cannot serve: the pod stays Pending and says which and why.
+    env.create(
+        "unsupported",
+        json!({"volumes": [{"name": "s", "secret": {"secretName": "x"}}],
+               "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "1000"]}]}),
+    )
+    .await;
+    let pod = env
+        .wait_for("unsupported", "a sandbox message", |p| {
+            p.status.as_ref().and_then(|s| s.message.as_ref()).is_some()
+        })
+        .await;
+    let msg = pod.status.unwrap().message.unwrap();
+    assert!(
+        msg.contains("volume \"s\"") && msg.contains("secret"),
+        "{msg}"
+    );
+    env.stop().await;
+}
+
+/// `hostNetwork: true`: the pod runs in the node's namespace with the node's address (no CNI
+/// call), answers there, and its deletion leaves the node's namespace in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_network_pods_share_the_node() {
+    let env = Env::start().await;
+    let pod = env
+        .create(
+            "hostnet",
+            json!({"hostNetwork": true, "containers": [{"name": "web", "image": "test-server",
+                "ports": [{"containerPort": 18080}],
+                "readinessProbe": {"tcpSocket": {"port": 18080}, "periodSeconds": 1}}]}),
+        )
+        .await;
+    let uid = pod.metadata.uid.unwrap();
+    let pod = env.wait_for("hostnet", "Ready", ready).await;
+    assert_eq!(pod_ip(&pod), IpAddr::V4(env.cfg.node_ip));
+    let rec = env.record("hostnet");
+    assert!(rec.sandbox.host_network);
+    assert_eq!(rec.sandbox.netns, env.cfg.node_netns);
+    assert!(!ip::netns_list().unwrap().contains(&env.cfg.pod_netns(&uid)));
+    let body = http_get(SocketAddr::new(IpAddr::V4(env.cfg.node_ip), 18080));
+    assert!(body.contains(&format!("ip={}", env.cfg.node_ip)), "{body}");
+    assert_eq!(env.exec("hostnet", &["hostname"]).trim(), env.cfg.node_name);
+    env.pods()
+        .delete("hostnet", &DeleteParams::default())
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while env.pods().get_opt("hostnet").await.unwrap().is_some() {
+        assert!(Instant::now() < deadline, "pod hostnet not deleted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        ip::netns_list().unwrap().contains(&env.cfg.node_netns),
+        "the node's namespace survives its hostNetwork pod"
     );
     env.stop().await;
 }

@@ -27,7 +27,8 @@ use crate::{NETNS_RUN_DIR, NetnsError};
 #[derive(Debug, Clone, Default)]
 pub struct Sandbox {
     netns: Option<String>,
-    binds: Vec<(PathBuf, PathBuf)>,
+    /// (source, target, read-only)
+    binds: Vec<(PathBuf, PathBuf, bool)>,
     hostname: Option<String>,
     die_with_parent: bool,
     controlling_tty: bool,
@@ -46,7 +47,17 @@ impl Sandbox {
 
     /// Bind-mounts `source` over `target` in a private mount namespace of the program.
     pub fn bind(mut self, source: impl Into<PathBuf>, target: impl Into<PathBuf>) -> Self {
-        self.binds.push((source.into(), target.into()));
+        self.binds.push((source.into(), target.into(), false));
+        self
+    }
+
+    /// [`Sandbox::bind`], read-only (a volume mount's `readOnly: true`).
+    pub fn bind_read_only(
+        mut self,
+        source: impl Into<PathBuf>,
+        target: impl Into<PathBuf>,
+    ) -> Self {
+        self.binds.push((source.into(), target.into(), true));
         self
     }
 
@@ -89,7 +100,7 @@ impl Sandbox {
             None => None,
         };
         let mut binds = Vec::new();
-        for (source, target) in &self.binds {
+        for (source, target, read_only) in &self.binds {
             if !source.exists() {
                 return Err(io_err(
                     "bind source",
@@ -99,6 +110,7 @@ impl Sandbox {
             binds.push((
                 c_path(source).map_err(|e| io_err("bind source", e))?,
                 c_path(target).map_err(|e| io_err("bind target", e))?,
+                *read_only,
             ));
         }
         let root = c_path(Path::new("/")).map_err(|e| io_err("root", e))?;
@@ -137,15 +149,26 @@ impl Sandbox {
                     None::<&std::ffi::CStr>,
                 )
                 .map_err(io::Error::from)?;
-                for (source, target) in &binds {
+                for (source, target, read_only) in &binds {
                     mount(
                         Some(source.as_c_str()),
                         target.as_c_str(),
                         None::<&std::ffi::CStr>,
-                        MsFlags::MS_BIND,
+                        MsFlags::MS_BIND | MsFlags::MS_REC,
                         None::<&std::ffi::CStr>,
                     )
                     .map_err(io::Error::from)?;
+                    // A bind mount takes MS_RDONLY only on a remount of itself.
+                    if *read_only {
+                        mount(
+                            None::<&std::ffi::CStr>,
+                            target.as_c_str(),
+                            None::<&std::ffi::CStr>,
+                            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY,
+                            None::<&std::ffi::CStr>,
+                        )
+                        .map_err(io::Error::from)?;
+                    }
                 }
             }
             if let Some(name) = &hostname {

@@ -14,6 +14,7 @@ pub mod probe;
 pub mod process;
 pub mod spec;
 pub mod status;
+pub mod volumes;
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -287,7 +288,7 @@ fn release_previous(cfg: &AgentConfig) -> Result<(), AgentError> {
         let record = std::fs::read(entry.path().join("pod.json"))
             .ok()
             .and_then(|b| serde_json::from_slice::<pod::PodRecord>(&b).ok());
-        if let Some(record) = record {
+        if let Some(record) = record.filter(|r| !r.sandbox.host_network) {
             pod::remove_netns(&record.sandbox.netns);
         }
     }

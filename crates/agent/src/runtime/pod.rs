@@ -22,6 +22,7 @@ use super::probe::{ProbeAction, ProbeSpec, ProbeTracker, run_network_probe};
 use super::process::{self, PodSandbox};
 use super::spec::{self, Launch, PodContext};
 use super::status::{CState, Conditions, ContainerView, PodView, pod_status};
+use super::volumes;
 use crate::cni::{self, Invocation};
 use crate::ip;
 
@@ -54,6 +55,9 @@ enum Internal {
 }
 
 /// The record `svcnet exec` reads: `<pods dir>/<ns>_<name>/pod.json`.
+/// The file in a pod's directory listing the mount points its containers' mounts created.
+const MOUNT_POINTS: &str = "mount-points";
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PodRecord {
     pub namespace: String,
@@ -63,10 +67,15 @@ pub struct PodRecord {
     pub sandbox: PodSandbox,
     /// (container name, its environment).
     pub containers: Vec<(String, Vec<(String, String)>)>,
+    /// Each container's volume mounts, by container name (`svcnet exec` sees them too).
+    #[serde(default)]
+    pub mounts: std::collections::BTreeMap<String, Vec<volumes::Mount>>,
 }
 
 struct Ctr {
     spec: Container,
+    /// Its volume mounts, set when it is first started.
+    mounts: Vec<volumes::Mount>,
     generation: u64,
     pgid: Option<u32>,
     state: CState,
@@ -116,6 +125,7 @@ pub struct PodWorker {
     uid: String,
     dir: PathBuf,
     sandbox: PodSandbox,
+    volumes: volumes::Volumes,
     ip: Option<Ipv4Addr>,
     sandbox_error: Option<String>,
     started: Timestamp,
@@ -136,11 +146,26 @@ impl PodWorker {
         let name = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let dir = crate::logs::pod_dir(&cfg.pods_dir(), &ns, &name, &uid);
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        // A hostNetwork pod shares the node's network (and, as with a kubelet, its name).
         let sandbox = PodSandbox {
-            netns: cfg.pod_netns(&uid),
+            netns: if host_network {
+                cfg.node_netns.clone()
+            } else {
+                cfg.pod_netns(&uid)
+            },
+            host_network,
             resolv_conf: dir.join("resolv.conf"),
             hosts: dir.join("hosts"),
-            hostname: spec::hostname(&pod),
+            hostname: if host_network {
+                cfg.node_name.clone()
+            } else {
+                spec::hostname(&pod)
+            },
         };
         let ctrs = pod
             .spec
@@ -148,6 +173,7 @@ impl PodWorker {
             .flat_map(|s| s.containers.iter())
             .map(|c| Ctr {
                 spec: c.clone(),
+                mounts: Vec::new(),
                 generation: 0,
                 pgid: None,
                 state: CState::Waiting {
@@ -175,6 +201,7 @@ impl PodWorker {
             uid,
             dir,
             sandbox,
+            volumes: volumes::Volumes::new(),
             ip: None,
             sandbox_error: None,
             started: Timestamp::now(),
@@ -275,21 +302,26 @@ impl PodWorker {
 
     async fn setup_sandbox(&mut self) -> Result<(), String> {
         let netns = self.sandbox.netns.clone();
-        let list = self.cfg.network_list().map_err(|e| e.to_string())?;
-        let plugin = self.cfg.cni_plugin.clone();
-        let inv = Invocation::new(&self.uid, &netns);
-        let result = tokio::task::spawn_blocking(move || -> Result<cni::CniResult, String> {
-            if !ip::netns_list()
-                .map_err(|e| e.to_string())?
-                .contains(&netns)
-            {
-                ip::ip(None, &["netns", "add", &netns]).map_err(|e| e.to_string())?;
-            }
-            list.add(&plugin, &inv).map_err(|e| e.to_string())
-        })
-        .await
-        .map_err(|e| e.to_string())??;
-        let pod_ip = result.pod_ip().ok_or("CNI result has no address")?;
+        let pod_ip = if self.sandbox.host_network {
+            // The node's namespace and address: no CNI call (a kubelet makes none either).
+            self.cfg.node_ip
+        } else {
+            let list = self.cfg.network_list().map_err(|e| e.to_string())?;
+            let plugin = self.cfg.cni_plugin.clone();
+            let inv = Invocation::new(&self.uid, &netns);
+            let result = tokio::task::spawn_blocking(move || -> Result<cni::CniResult, String> {
+                if !ip::netns_list()
+                    .map_err(|e| e.to_string())?
+                    .contains(&netns)
+                {
+                    ip::ip(None, &["netns", "add", &netns]).map_err(|e| e.to_string())?;
+                }
+                list.add(&plugin, &inv).map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())??;
+            result.pod_ip().ok_or("CNI result has no address")?
+        };
         self.ip = Some(pod_ip);
         let host = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
         let resolv = spec::resolv_conf(
@@ -304,8 +336,15 @@ impl PodWorker {
         std::fs::write(&self.sandbox.resolv_conf, resolv)
             .map_err(|e| format!("write resolv.conf: {e}"))?;
         std::fs::write(&self.sandbox.hosts, hosts).map_err(|e| format!("write hosts: {e}"))?;
+        self.volumes = volumes::prepare(&self.client, &self.pod, &self.dir).await?;
         self.write_record();
-        if let Some(hook) = &self.cfg.before_start {
+        // NetworkPolicy does not select hostNetwork pods (they are the node).
+        if let Some(hook) = self
+            .cfg
+            .before_start
+            .as_ref()
+            .filter(|_| !self.sandbox.host_network)
+        {
             hook.before_start(&self.pod, pod_ip).await;
         }
         tracing::info!(pod = %format!("{}/{}", self.ns, self.name), ip = %pod_ip, netns = %self.sandbox.netns, "sandbox ready");
@@ -323,6 +362,11 @@ impl PodWorker {
                 .ctrs
                 .iter()
                 .map(|c| (c.spec.name.clone(), c.env.clone()))
+                .collect(),
+            mounts: self
+                .ctrs
+                .iter()
+                .map(|c| (c.spec.name.clone(), c.mounts.clone()))
                 .collect(),
         };
         let path = self.dir.join("pod.json");
@@ -381,12 +425,14 @@ impl PodWorker {
                     .map(|p| ProbeSpec::from_probe(p, c))
                     .transpose()
                     .map_err(|e| format!("spec.containers[{}].livenessProbe: {e}", c.name))?;
-                Ok((env, argv, readiness, liveness))
+                let mounts = volumes::mounts(c, &self.volumes)?;
+                volumes::ensure_mount_points(&mounts, &self.dir.join(MOUNT_POINTS))?;
+                Ok((env, argv, readiness, liveness, mounts))
             });
         let ctr = &mut self.ctrs[idx];
         ctr.generation += 1;
         let generation = ctr.generation;
-        let (env, argv, readiness, liveness) = match prepared {
+        let (env, argv, readiness, liveness, mounts) = match prepared {
             Ok(p) => p,
             Err(msg) => {
                 ctr.state = CState::Waiting {
@@ -406,7 +452,16 @@ impl PodWorker {
             stdin_once: ctr.spec.stdin_once.unwrap_or(false),
             tty: ctr.spec.tty.unwrap_or(false),
         };
-        match process::spawn(&self.sandbox, &argv, &env, &log, stdin.stdin, stdin.tty) {
+        ctr.mounts = mounts;
+        match process::spawn(
+            &self.sandbox,
+            &argv,
+            &env,
+            &log,
+            stdin.stdin,
+            stdin.tty,
+            &ctr.mounts,
+        ) {
             Ok(process::Spawned {
                 mut child,
                 log,
@@ -447,8 +502,11 @@ impl PodWorker {
                         idx,
                         generation,
                         pod_ip,
-                        self.sandbox.clone(),
-                        env.clone(),
+                        ExecContext {
+                            sandbox: self.sandbox.clone(),
+                            env: env.clone(),
+                            mounts: ctr.mounts.clone(),
+                        },
                         self.tx.clone(),
                     ));
                     if liveness {
@@ -640,10 +698,19 @@ impl PodWorker {
         let plugin = self.cfg.cni_plugin.clone();
         let inv = Invocation::new(&self.uid, &self.sandbox.netns);
         let netns = self.sandbox.netns.clone();
+        let host_network = self.sandbox.host_network;
         let dir = self.dir.clone();
         let released = tokio::task::spawn_blocking(move || {
-            let r = list.and_then(|list| list.del(&plugin, &inv));
-            remove_netns(&netns);
+            volumes::remove_mount_points(&dir.join(MOUNT_POINTS));
+            // A hostNetwork pod's processes are gone already (terminated by group); the
+            // node's namespace stays.
+            let r = if host_network {
+                Ok(())
+            } else {
+                let r = list.and_then(|list| list.del(&plugin, &inv));
+                remove_netns(&netns);
+                r
+            };
             let _ = std::fs::remove_dir_all(&dir);
             r
         })
@@ -730,17 +797,14 @@ fn spawn_probe(
     idx: usize,
     generation: u64,
     pod_ip: Ipv4Addr,
-    sandbox: PodSandbox,
-    env: Vec<(String, String)>,
+    target: ExecContext,
     tx: mpsc::UnboundedSender<Internal>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
         tokio::time::sleep(spec.initial_delay).await;
         loop {
             let ok = match &spec.action {
-                ProbeAction::Exec { command } => {
-                    exec_probe(&sandbox, command, &env, spec.timeout).await
-                }
+                ProbeAction::Exec { command } => exec_probe(&target, command, spec.timeout).await,
                 action => run_network_probe(action, IpAddr::V4(pod_ip), spec.timeout).await,
             };
             if tx
@@ -759,13 +823,19 @@ fn spawn_probe(
     })
 }
 
-async fn exec_probe(
-    sandbox: &PodSandbox,
-    command: &[String],
-    env: &[(String, String)],
-    timeout: Duration,
-) -> bool {
-    let Ok(mut cmd) = sandbox.command(command, env, true) else {
+/// Where a container's exec probes run: its sandbox, environment and volume mounts.
+struct ExecContext {
+    sandbox: PodSandbox,
+    env: Vec<(String, String)>,
+    mounts: Vec<volumes::Mount>,
+}
+
+async fn exec_probe(target: &ExecContext, command: &[String], timeout: Duration) -> bool {
+    let Ok(mut cmd) =
+        target
+            .sandbox
+            .command_with(command, &target.env, true, false, &target.mounts)
+    else {
         return false;
     };
     cmd.stdin(std::process::Stdio::null())

@@ -10,11 +10,18 @@ use std::process::{Command, Stdio};
 use serde::{Deserialize, Serialize};
 use svcnet_netns::sandbox::Sandbox;
 
+use super::volumes::Mount;
+
 /// Everything needed to start a process in a pod (also what `svcnet exec` reads back from
 /// the pod record).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodSandbox {
+    /// The pod's network namespace; with `host_network`, the node's own.
     pub netns: String,
+    /// `hostNetwork: true`: the pod runs in the node's namespace, which it neither created
+    /// nor may remove.
+    #[serde(default)]
+    pub host_network: bool,
     pub resolv_conf: PathBuf,
     pub hosts: PathBuf,
     pub hostname: String,
@@ -28,17 +35,19 @@ impl PodSandbox {
         env: &[(String, String)],
         die_with_parent: bool,
     ) -> std::io::Result<Command> {
-        self.command_with(argv, env, die_with_parent, false)
+        self.command_with(argv, env, die_with_parent, false, &[])
     }
 
     /// [`PodSandbox::command`], with the program's stdin as its controlling terminal when
-    /// `tty` (the caller gives it a pty slave as stdin, stdout and stderr).
+    /// `tty` (the caller gives it a pty slave as stdin, stdout and stderr), and the
+    /// container's volume `mounts`.
     pub fn command_with(
         &self,
         argv: &[String],
         env: &[(String, String)],
         die_with_parent: bool,
         tty: bool,
+        mounts: &[Mount],
     ) -> std::io::Result<Command> {
         let (program, args) = argv.split_first().ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command")
@@ -53,6 +62,13 @@ impl PodSandbox {
             .bind(&self.resolv_conf, "/etc/resolv.conf")
             .bind(&self.hosts, "/etc/hosts")
             .hostname(&self.hostname);
+        for m in mounts {
+            sandbox = if m.read_only {
+                sandbox.bind_read_only(&m.source, &m.target)
+            } else {
+                sandbox.bind(&m.source, &m.target)
+            };
+        }
         if die_with_parent {
             sandbox = sandbox.die_with_parent();
         }
@@ -85,6 +101,7 @@ pub fn spawn(
     log: &Path,
     stdin: bool,
     tty: bool,
+    mounts: &[Mount],
 ) -> std::io::Result<Spawned> {
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
@@ -93,7 +110,7 @@ pub fn spawn(
         .create(true)
         .append(true)
         .open(log)?;
-    let mut cmd = sandbox.command_with(argv, env, true, tty)?;
+    let mut cmd = sandbox.command_with(argv, env, true, tty, mounts)?;
     if tty {
         let pty = svcnet_netns::pty::Pty::open(24, 80)?;
         cmd.stdin(pty.slave.try_clone()?)
