@@ -1,10 +1,11 @@
-//! `apps/v1` Deployments and StatefulSets: defaulting (apps/v1
+//! `apps/v1` Deployments, StatefulSets and DaemonSets: defaulting (apps/v1
 //! `SetDefaults_*` plus the pod-template defaults), validation of replicas,
 //! selector and template, and what may not change on update.
 
 use k8s_openapi::api::apps::v1::{
-    Deployment, DeploymentStrategy, RollingUpdateDeployment, RollingUpdateStatefulSetStrategy,
-    StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetUpdateStrategy,
+    DaemonSet, DaemonSetUpdateStrategy, Deployment, DeploymentStrategy, RollingUpdateDaemonSet,
+    RollingUpdateDeployment, RollingUpdateStatefulSetStrategy, StatefulSet,
+    StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -482,4 +483,127 @@ pub(crate) fn admit_statefulset_update(old: &Value, new: Value) -> Result<Value,
     let changed = s.spec != old_s.spec;
     bump_generation(&mut s.metadata, &old_s.metadata, changed);
     encode(&s)
+}
+
+fn default_daemonset(d: &mut DaemonSet) {
+    let spec = d.spec.get_or_insert_with(Default::default);
+    let us = spec
+        .update_strategy
+        .get_or_insert_with(DaemonSetUpdateStrategy::default);
+    if us.type_.as_deref().unwrap_or("").is_empty() {
+        us.type_ = Some("RollingUpdate".into());
+    }
+    if us.type_.as_deref() == Some("RollingUpdate") {
+        let ru = us
+            .rolling_update
+            .get_or_insert_with(RollingUpdateDaemonSet::default);
+        ru.max_unavailable.get_or_insert(IntOrString::Int(1));
+        ru.max_surge.get_or_insert(IntOrString::Int(0));
+    }
+    spec.revision_history_limit.get_or_insert(10);
+    default_template(&mut spec.template);
+}
+
+fn validate_daemonset(d: &DaemonSet) -> Vec<FieldError> {
+    let default_spec = Default::default();
+    let spec = d.spec.as_ref().unwrap_or(&default_spec);
+    let mut errs = validate_workload(
+        &d.metadata,
+        None,
+        &spec.selector,
+        &spec.template,
+        "daemonset",
+    );
+    // Upstream: a DaemonSet's pods must restart (`Always`).
+    if let Some(p) = spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.restart_policy.as_deref())
+        .filter(|p| *p != "Always")
+    {
+        errs.push(FieldError::not_supported(
+            "spec.template.spec.restartPolicy",
+            p,
+            &["Always"],
+        ));
+    }
+    if let Some(us) = &spec.update_strategy {
+        match us.type_.as_deref().unwrap_or("") {
+            "OnDelete" => {}
+            "RollingUpdate" => {
+                if let Some(ru) = &us.rolling_update {
+                    let (e1, unavailable_zero) =
+                        ru.max_unavailable.as_ref().map_or((vec![], true), |v| {
+                            validate_int_or_percent(
+                                v,
+                                "spec.updateStrategy.rollingUpdate.maxUnavailable",
+                            )
+                        });
+                    let (e2, surge_zero) = ru.max_surge.as_ref().map_or((vec![], true), |v| {
+                        validate_int_or_percent(v, "spec.updateStrategy.rollingUpdate.maxSurge")
+                    });
+                    errs.extend(e1);
+                    errs.extend(e2);
+                    if unavailable_zero && surge_zero {
+                        errs.push(FieldError::invalid(
+                            "spec.updateStrategy.rollingUpdate.maxUnavailable",
+                            0,
+                            "may not be 0 when `maxSurge` is 0",
+                        ));
+                    }
+                }
+            }
+            other => errs.push(FieldError::not_supported(
+                "spec.updateStrategy.type",
+                other,
+                &["OnDelete", "RollingUpdate"],
+            )),
+        }
+    }
+    if let Some(r) = spec.revision_history_limit
+        && r < 0
+    {
+        errs.push(FieldError::invalid(
+            "spec.revisionHistoryLimit",
+            r,
+            "must be greater than or equal to 0",
+        ));
+    }
+    errs
+}
+
+pub(crate) fn admit_daemonset_create(obj: Value) -> Result<Value, Vec<FieldError>> {
+    let mut d: DaemonSet = decode(obj)?;
+    default_daemonset(&mut d);
+    d.status = Some(Default::default());
+    d.metadata.generation = Some(1);
+    let errs = validate_daemonset(&d);
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+    encode(&d)
+}
+
+pub(crate) fn admit_daemonset_update(old: &Value, new: Value) -> Result<Value, Vec<FieldError>> {
+    let old_d: DaemonSet = decode(old.clone())?;
+    let mut d: DaemonSet = decode(new)?;
+    default_daemonset(&mut d);
+    d.status = old_d.status.clone();
+    let mut errs = validate_daemonset(&d);
+    if let (Some(n), Some(o)) = (d.spec.as_ref(), old_d.spec.as_ref())
+        && n.selector != o.selector
+    {
+        errs.push(FieldError::invalid(
+            "spec.selector",
+            selector_json(&n.selector),
+            "field is immutable",
+        ));
+    }
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+    let changed = d.spec != old_d.spec;
+    bump_generation(&mut d.metadata, &old_d.metadata, changed);
+    encode(&d)
 }

@@ -47,6 +47,7 @@ pub fn check(kind: &str, obj: &Value) -> Result<Vec<String>, DecodeError> {
         "EndpointSlice" => check_as::<discovery::EndpointSlice>(kind, obj),
         "Deployment" => check_as::<apps::Deployment>(kind, obj),
         "StatefulSet" => check_as::<apps::StatefulSet>(kind, obj),
+        "DaemonSet" => check_as::<apps::DaemonSet>(kind, obj),
         "ReplicaSet" => check_as::<apps::ReplicaSet>(kind, obj),
         "ControllerRevision" => check_as::<apps::ControllerRevision>(kind, obj),
         "ServiceAccount" => check_as::<core::ServiceAccount>(kind, obj),

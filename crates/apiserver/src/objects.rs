@@ -182,7 +182,7 @@ pub fn prepare_create(
         "Pod" => {
             obj["status"] = json!({"phase": "Pending"});
         }
-        "Service" | "Deployment" | "StatefulSet" | "ReplicaSet" => {
+        "Service" | "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" => {
             obj["status"] = json!({});
         }
         _ => {}
@@ -197,7 +197,10 @@ pub fn has_generation(res: &ResourceInfo) -> bool {
     matches!(
         (res.group, res.kind),
         ("", "Pod")
-            | ("apps", "Deployment" | "ReplicaSet" | "StatefulSet")
+            | (
+                "apps",
+                "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet"
+            )
             | ("discovery.k8s.io", "EndpointSlice")
     )
 }

@@ -66,6 +66,7 @@ pub(crate) fn components(group: &str, version: &str) -> Components {
             ("discovery.k8s.io", "v1", "EndpointSlice") => add::<discovery::EndpointSlice>(&mut g),
             ("apps", "v1", "Deployment") => add::<apps::Deployment>(&mut g),
             ("apps", "v1", "StatefulSet") => add::<apps::StatefulSet>(&mut g),
+            ("apps", "v1", "DaemonSet") => add::<apps::DaemonSet>(&mut g),
             ("apps", "v1", "ReplicaSet") => add::<apps::ReplicaSet>(&mut g),
             ("apps", "v1", "ControllerRevision") => add::<apps::ControllerRevision>(&mut g),
             ("events.k8s.io", "v1", "Event") => add::<events::Event>(&mut g),

@@ -176,6 +176,17 @@ pub static RESOURCES: &[ResourceInfo] = &[
     res!(
         "apps",
         "v1",
+        "DaemonSet",
+        "daemonsets",
+        "daemonset",
+        true,
+        &["ds"],
+        ALL,
+        &["status"]
+    ),
+    res!(
+        "apps",
+        "v1",
         "ReplicaSet",
         "replicasets",
         "replicaset",

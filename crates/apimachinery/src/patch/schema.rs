@@ -27,6 +27,8 @@ pub(crate) enum Ty {
     DeploymentSpec,
     StatefulSet,
     StatefulSetSpec,
+    DaemonSet,
+    DaemonSetSpec,
     Node,
     NodeSpec,
     NodeStatus,
@@ -52,6 +54,7 @@ impl Ty {
             "Pod" => Ty::Pod,
             "Deployment" => Ty::Deployment,
             "StatefulSet" => Ty::StatefulSet,
+            "DaemonSet" => Ty::DaemonSet,
             "Node" => Ty::Node,
             "Namespace" => Ty::Namespace,
             "PodTemplate" => Ty::PodTemplateSpec,
@@ -72,6 +75,7 @@ impl Ty {
                 | Ty::Pod
                 | Ty::Deployment
                 | Ty::StatefulSet
+                | Ty::DaemonSet
                 | Ty::Node
                 | Ty::Namespace
                 | Ty::PodTemplateSpec,
@@ -82,9 +86,10 @@ impl Ty {
 
             (Ty::Service, "spec") => (Ty::ServiceSpec, Replace),
             (Ty::ServiceSpec, "ports") => (Ty::Any, MergeByKey("port")),
-            (Ty::Service | Ty::Deployment | Ty::StatefulSet | Ty::Namespace, "status") => {
-                (Ty::ConditionsStatus, Replace)
-            }
+            (
+                Ty::Service | Ty::Deployment | Ty::StatefulSet | Ty::DaemonSet | Ty::Namespace,
+                "status",
+            ) => (Ty::ConditionsStatus, Replace),
             (Ty::ConditionsStatus, "conditions") => (Ty::Any, MergeByKey("type")),
 
             (Ty::Pod | Ty::PodTemplateSpec, "spec") => (Ty::PodSpec, Replace),
@@ -108,7 +113,8 @@ impl Ty {
 
             (Ty::Deployment, "spec") => (Ty::DeploymentSpec, Replace),
             (Ty::StatefulSet, "spec") => (Ty::StatefulSetSpec, Replace),
-            (Ty::DeploymentSpec | Ty::StatefulSetSpec, "template") => {
+            (Ty::DaemonSet, "spec") => (Ty::DaemonSetSpec, Replace),
+            (Ty::DeploymentSpec | Ty::StatefulSetSpec | Ty::DaemonSetSpec, "template") => {
                 (Ty::PodTemplateSpec, Replace)
             }
 

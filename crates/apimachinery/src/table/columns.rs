@@ -201,6 +201,49 @@ const STATEFUL_SET: &[Column] = &[
     wide("Images", "string", IMAGES_DESC),
 ];
 
+/// upstream `daemonSetColumnDefinitions`.
+const DAEMON_SET: &[Column] = &[
+    NAME,
+    col(
+        "Desired",
+        "integer",
+        "The desired number of nodes that should be running the daemon pod.",
+    ),
+    col(
+        "Current",
+        "integer",
+        "The number of nodes that are running at least 1 daemon pod and are supposed to run the daemon pod.",
+    ),
+    col(
+        "Ready",
+        "integer",
+        "The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and ready.",
+    ),
+    col(
+        "Up-to-date",
+        "integer",
+        "The total number of nodes that are running updated daemon pod",
+    ),
+    col(
+        "Available",
+        "integer",
+        "The number of nodes that should be running the daemon pod and have one or more of the daemon pod running and available (ready for at least spec.minReadySeconds)",
+    ),
+    col(
+        "Node Selector",
+        "string",
+        "NodeSelector is a selector which must be true for the pod to fit on a node. Selector which must match a node's labels for the pod to be scheduled on that node. More info: https://kubernetes.io/docs/concepts/configuration/assign-pod-node/",
+    ),
+    AGE,
+    wide("Containers", "string", CONTAINERS_DESC),
+    wide("Images", "string", IMAGES_DESC),
+    wide(
+        "Selector",
+        "string",
+        "A label query over pods that are managed by the daemon set. Must match in order to be controlled. It must match the pod template's labels. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/#label-selectors",
+    ),
+];
+
 const NODE: &[Column] = &[
     NAME,
     col("Status", "string", "The status of the node"),
@@ -318,6 +361,7 @@ pub fn columns(kind: &str) -> &'static [Column] {
         "EndpointSlice" => ENDPOINT_SLICE,
         "Deployment" => DEPLOYMENT,
         "StatefulSet" => STATEFUL_SET,
+        "DaemonSet" => DAEMON_SET,
         "ReplicaSet" => REPLICA_SET,
         "ControllerRevision" => CONTROLLER_REVISION,
         "Node" => NODE,

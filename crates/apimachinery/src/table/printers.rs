@@ -89,6 +89,7 @@ pub(crate) fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
         "Deployment" => deployment(obj, now),
         "ReplicaSet" => replica_set(obj, now),
         "ControllerRevision" => controller_revision(obj, now),
+        "DaemonSet" => daemon_set(obj, now),
         "StatefulSet" => {
             let (names, images) = container_cells(list(obj, "/spec/template/spec/containers"));
             let replicas = at(obj, "/spec/replicas").as_i64().unwrap_or(1);
@@ -467,6 +468,36 @@ fn deployment(obj: &Value, now: Timestamp) -> Vec<Value> {
         names.into(),
         images.into(),
         selector.into(),
+    ]
+}
+
+/// upstream `printDaemonSet`: the node selector as `k=v,…` or `<none>`.
+fn daemon_set(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let (names, images) = container_cells(list(obj, "/spec/template/spec/containers"));
+    let node_selector = at(obj, "/spec/template/spec/nodeSelector")
+        .as_object()
+        .filter(|m| !m.is_empty())
+        .map_or_else(
+            || "<none>".to_string(),
+            |m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+        );
+    vec![
+        name(obj),
+        json!(int(obj, "/status/desiredNumberScheduled")),
+        json!(int(obj, "/status/currentNumberScheduled")),
+        json!(int(obj, "/status/numberReady")),
+        json!(int(obj, "/status/updatedNumberScheduled")),
+        json!(int(obj, "/status/numberAvailable")),
+        node_selector.into(),
+        age(obj, now).into(),
+        names.into(),
+        images.into(),
+        selector_cell(at(obj, "/spec/selector")).into(),
     ]
 }
 

@@ -22,6 +22,7 @@ use tracing::debug;
 pub(crate) const DEPLOYMENT_CONTROLLER: &str = "deployment-controller";
 pub(crate) const REPLICASET_CONTROLLER: &str = "replicaset-controller";
 pub(crate) const STATEFULSET_CONTROLLER: &str = "statefulset-controller";
+pub(crate) const DAEMONSET_CONTROLLER: &str = "daemonset-controller";
 pub(crate) const SCHEDULER: &str = "default-scheduler";
 
 /// How long a repeat is counted on the event already written.

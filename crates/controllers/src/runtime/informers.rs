@@ -6,7 +6,9 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{
+    ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
+};
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
@@ -65,6 +67,7 @@ pub(crate) struct Informers {
     pub endpoints: Store<Endpoints>,
     pub deployments: Store<Deployment>,
     pub statefulsets: Store<StatefulSet>,
+    pub daemonsets: Store<DaemonSet>,
     pub replicasets: Store<ReplicaSet>,
     pub revisions: Store<ControllerRevision>,
     /// EndpointSlices by `namespace/<kubernetes.io/service-name>`.
@@ -88,6 +91,7 @@ impl Informers {
         let (endpoints, w_endpoints) = reflector::store::<Endpoints>();
         let (deployments, w_deployments) = reflector::store::<Deployment>();
         let (statefulsets, w_statefulsets) = reflector::store::<StatefulSet>();
+        let (daemonsets, w_daemonsets) = reflector::store::<DaemonSet>();
         let (replicasets, w_replicasets) = reflector::store::<ReplicaSet>();
         let (revisions, w_revisions) = reflector::store::<ControllerRevision>();
         let inf = Arc::new(Self {
@@ -98,6 +102,7 @@ impl Informers {
             endpoints,
             deployments,
             statefulsets,
+            daemonsets,
             replicasets,
             revisions,
             slices_by_service: NameIndex::default(),
@@ -140,6 +145,7 @@ impl Informers {
         watch!(w_endpoints, Endpoints, "endpoints", on_endpoints);
         watch!(w_deployments, Deployment, "deployments", on_deployment);
         watch!(w_statefulsets, StatefulSet, "statefulsets", on_statefulset);
+        watch!(w_daemonsets, DaemonSet, "daemonsets", on_daemonset);
         watch!(w_replicasets, ReplicaSet, "replicasets", on_replicaset);
         watch!(
             w_revisions,
@@ -168,6 +174,7 @@ impl Informers {
                 "deployments" => self.deployments.wait_until_ready().await,
                 "replicasets" => self.replicasets.wait_until_ready().await,
                 "controllerrevisions" => self.revisions.wait_until_ready().await,
+                "daemonsets" => self.daemonsets.wait_until_ready().await,
                 _ => self.statefulsets.wait_until_ready().await,
             };
             ready.map_err(|_| format!("the {what} watch ended before its first list"))?;

@@ -4,7 +4,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::{ControllerRevision, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::apps::v1::{
+    ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet,
+};
 use k8s_openapi::api::core::v1::{Binding, Endpoints, Node, ObjectReference, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -43,6 +45,7 @@ pub enum Kind {
     Deployments,
     ReplicaSets,
     StatefulSets,
+    DaemonSets,
     Scheduler,
 }
 
@@ -54,6 +57,7 @@ impl Kind {
         Kind::Deployments,
         Kind::ReplicaSets,
         Kind::StatefulSets,
+        Kind::DaemonSets,
         Kind::Scheduler,
     ];
 
@@ -66,6 +70,7 @@ impl Kind {
             Kind::Deployments => &["deployments", "replicasets", "pods"],
             Kind::ReplicaSets => &["replicasets", "pods"],
             Kind::StatefulSets => &["statefulsets", "controllerrevisions", "pods"],
+            Kind::DaemonSets => &["daemonsets", "nodes", "pods"],
             Kind::Scheduler => &["pods"],
         }
     }
@@ -208,6 +213,7 @@ impl Controllers {
                     self.enqueue(Kind::ReplicaSets, k);
                 }
                 "StatefulSet" => self.enqueue(Kind::StatefulSets, k),
+                "DaemonSet" => self.enqueue(Kind::DaemonSets, k),
                 // Made by svcnet before Deployments had ReplicaSets; see `legacy_pods`.
                 "Deployment" => self.enqueue(Kind::Deployments, k),
                 _ => {}
@@ -237,6 +243,10 @@ impl Controllers {
     }
 
     pub fn on_node(&self, inf: &Informers, node: &Node) {
+        // A node added, removed, relabelled or (un)tainted may change where daemon pods run.
+        for d in inf.daemonsets.state() {
+            self.enqueue(Kind::DaemonSets, key_of(d.as_ref()));
+        }
         let name = node.name_any();
         let exists = get(&inf.nodes, &Key::new("", &name)).is_some();
         let zone = endpointslice::node_zones([node]).remove(&name).flatten();
@@ -284,6 +294,10 @@ impl Controllers {
         self.enqueue(Kind::StatefulSets, key_of(s));
     }
 
+    pub fn on_daemonset(&self, _inf: &Informers, d: &DaemonSet) {
+        self.enqueue(Kind::DaemonSets, key_of(d));
+    }
+
     pub fn on_replicaset(&self, _inf: &Informers, rs: &ReplicaSet) {
         self.enqueue(Kind::ReplicaSets, key_of(rs));
         self.enqueue_owner_deployment(&rs.namespace().unwrap_or_default(), rs);
@@ -329,6 +343,9 @@ impl Controllers {
         for rs in inf.replicasets.state() {
             self.resync(Kind::ReplicaSets, key_of(rs.as_ref()));
         }
+        for d in inf.daemonsets.state() {
+            self.resync(Kind::DaemonSets, key_of(d.as_ref()));
+        }
         for p in inf.pods.state() {
             if p.spec
                 .as_ref()
@@ -359,6 +376,7 @@ impl Controllers {
                 Kind::Deployments => self.sync_deployment(&key, &inf).await,
                 Kind::ReplicaSets => self.sync_replicaset(&key, &inf).await,
                 Kind::StatefulSets => self.sync_statefulset(&key, &inf).await,
+                Kind::DaemonSets => self.sync_daemonset(&key, &inf).await,
                 Kind::Scheduler => self.sync_scheduler(&key, &inf).await,
             };
             match result {

@@ -10,6 +10,7 @@
 //! collision count, encoded with the safe alphabet), over its canonical JSON rather than Go's
 //! spew dump, so the values differ from a real cluster's but have the same shape.
 
+pub mod daemonset;
 pub mod deployment;
 pub mod history;
 pub mod replicaset;

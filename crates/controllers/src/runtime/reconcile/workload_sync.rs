@@ -208,6 +208,46 @@ impl Controllers {
         Ok(None)
     }
 
+    pub(super) async fn sync_daemonset(
+        &self,
+        key: &Key,
+        inf: &Informers,
+    ) -> Result<Option<Duration>, ControllerError> {
+        let exp = &self.expectations[&Kind::DaemonSets];
+        if !exp.satisfied(key, Self::pod_present(inf, &key.namespace)) {
+            return Ok(Some(SHORT_RETRY));
+        }
+        let Some(d) = get(&inf.daemonsets, key) else {
+            exp.forget(key);
+            return Ok(None);
+        };
+        if d.metadata.deletion_timestamp.is_some() {
+            return Ok(None);
+        }
+        let nodes = inf.nodes.state();
+        let nodes: Vec<&Node> = nodes.iter().map(AsRef::as_ref).collect();
+        let pods = Self::pods_in(inf, &key.namespace);
+        let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+        let plan = workloads::daemonset::plan(&d, &nodes, &pods, now())?;
+        if plan.is_empty() {
+            return Ok(None);
+        }
+        debug!(%key, ?plan, "applying daemonset plan");
+        self.apply_pods(Kind::DaemonSets, key, &Regarding::of(d.as_ref()), &plan)
+            .await?;
+        if let Some(status) = plan.status {
+            let mut obj = (*d).clone();
+            obj.status = Some(status);
+            write_status(
+                &Api::<DaemonSet>::namespaced(self.client.clone(), &key.namespace),
+                &obj,
+                key,
+            )
+            .await?;
+        }
+        Ok(None)
+    }
+
     async fn apply_history(
         &self,
         key: &Key,
@@ -300,16 +340,20 @@ impl Controllers {
             } else {
                 "SuccessfulDelete"
             };
-            let (component, message) = if kind == Kind::StatefulSets {
-                (
+            let (component, message) = match kind {
+                Kind::StatefulSets => (
                     events::STATEFULSET_CONTROLLER,
                     events::statefulset_pod_message(create, pod, &key.name),
-                )
-            } else {
-                (
+                ),
+                // Upstream's DaemonSet controller words them as the ReplicaSet one does.
+                Kind::DaemonSets => (
+                    events::DAEMONSET_CONTROLLER,
+                    events::replicaset_pod_message(create, pod),
+                ),
+                _ => (
                     events::REPLICASET_CONTROLLER,
                     events::replicaset_pod_message(create, pod),
-                )
+                ),
             };
             self.events.normal(component, owner, reason, message).await;
         }
