@@ -17,6 +17,7 @@
 
 pub mod endpoints;
 pub mod endpointslice;
+pub mod leader;
 pub mod mirroring;
 mod podutil;
 pub mod runtime;
