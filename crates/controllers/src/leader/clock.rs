@@ -52,6 +52,9 @@ struct FakeTime {
     start: Instant,
     elapsed: Duration,
     wall_start: Timestamp,
+    /// The first sleep polled at or after `.0` of elapsed time lasts `.1` longer (the
+    /// process was stopped meanwhile).
+    stall: Option<(Duration, Duration)>,
 }
 
 #[cfg(test)]
@@ -71,9 +74,16 @@ impl FakeClock {
                 start: Instant::now(),
                 elapsed: Duration::ZERO,
                 wall_start: Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH),
+                stall: None,
             })),
             virtual_sleep: false,
         }
+    }
+
+    /// Makes the first sleep from `at` (elapsed) on last `extra` longer, as if the process
+    /// had been stopped (SIGSTOP) during it.
+    pub fn stall(&self, at: Duration, extra: Duration) {
+        self.lock().stall = Some((at, extra));
     }
 
     pub fn advance(&self, d: Duration) {
@@ -108,7 +118,17 @@ impl Clock for FakeClock {
         let clock = self.clone();
         async move {
             assert!(clock.virtual_sleep, "sleeping on a manual FakeClock");
-            clock.advance(d);
+            let extra = {
+                let mut t = clock.lock();
+                match t.stall {
+                    Some((at, extra)) if t.elapsed >= at => {
+                        t.stall = None;
+                        extra
+                    }
+                    _ => Duration::ZERO,
+                }
+            };
+            clock.advance(d + extra);
             // Yield so that a loop of sleeps lets the other futures of a select run.
             tokio::task::yield_now().await;
         }

@@ -9,7 +9,8 @@
 //! expired and is taken over by an update carrying the read's resourceVersion (a 409 means
 //! another candidate won). The leader renews the same way every `retry_period`; when it has
 //! not managed to for `renew_deadline`, it stops leading, before anyone else may take the
-//! lease over (`lease_duration` > `renew_deadline`).
+//! lease over (`lease_duration` > `renew_deadline`); it also stops at once when a renewal
+//! reads another holder (client-go keeps trying until the deadline).
 //!
 //! As upstream says of its own, this does not fence: it is tolerant to clock skew between
 //! machines (only local observation times count) but not to clocks running at very
@@ -280,39 +281,58 @@ impl<L: LeaseLock, C: Clock> LeaderElector<L, C> {
 
     /// Renews every retry period until a renewal has not succeeded for the renew deadline,
     /// then returns (client-go's `renew`): from then on this candidate is not leading.
+    ///
+    /// Each round's deadline is anchored on the last successful renewal (plus the retry
+    /// period slept after it), which is client-go's deadline whenever the process runs
+    /// normally; a process that was stopped (SIGSTOP, a VM pause) past it gives up at its
+    /// first step after waking instead of starting a fresh round.
     pub async fn renew(&mut self) {
         let clock = Arc::clone(&self.clock);
+        let mut deadline = clock.now() + self.config.renew_deadline;
         loop {
-            let deadline = clock.now() + self.config.renew_deadline;
-            loop {
-                let remaining = deadline.saturating_duration_since(clock.now());
-                // The attempt itself is bounded by the deadline too: a hanging API call must
-                // not keep this candidate leading past it.
-                let attempt = tokio::select! {
-                    biased;
-                    a = self.try_acquire_or_renew() => Some(a),
-                    () = clock.sleep(remaining) => None,
-                };
-                match attempt {
-                    Some(Attempt::Leading) => break,
-                    Some(Attempt::HeldBy(holder)) => {
-                        warn!(lease = %self.lock.describe(), %holder, "the lease was taken over");
-                    }
-                    Some(Attempt::Failed(e)) => warn!(error = %e, "cannot renew the lease"),
-                    None => {}
-                }
-                let left = deadline.saturating_duration_since(clock.now());
-                if left.is_zero() {
-                    error!(lease = %self.lock.describe(), deadline = ?self.config.renew_deadline, "failed to renew the lease within the renew deadline: stopped leading");
-                    return;
-                }
-                clock.sleep(self.config.retry_period.min(left)).await;
-                if deadline.saturating_duration_since(clock.now()).is_zero() {
-                    error!(lease = %self.lock.describe(), deadline = ?self.config.renew_deadline, "failed to renew the lease within the renew deadline: stopped leading");
-                    return;
-                }
+            if self.renew_round(deadline).await.is_err() {
+                return;
             }
+            let renewed = clock.now();
             clock.sleep(self.config.retry_period).await;
+            deadline = renewed + self.config.retry_period + self.config.renew_deadline;
+        }
+    }
+
+    /// Tries to renew every retry period until `deadline`; `Err` when it passed first or
+    /// someone else took the lease.
+    async fn renew_round(&mut self, deadline: std::time::Instant) -> Result<(), ()> {
+        let clock = Arc::clone(&self.clock);
+        let lost = |me: &Self| {
+            error!(lease = %me.lock.describe(), deadline = ?me.config.renew_deadline, "failed to renew the lease within the renew deadline: stopped leading");
+            Err(())
+        };
+        loop {
+            let remaining = deadline.saturating_duration_since(clock.now());
+            if remaining.is_zero() {
+                return lost(self);
+            }
+            // The attempt itself is bounded by the deadline too: a hanging API call must not
+            // keep this candidate leading past it.
+            let attempt = tokio::select! {
+                biased;
+                a = self.try_acquire_or_renew() => Some(a),
+                () = clock.sleep(remaining) => None,
+            };
+            match attempt {
+                Some(Attempt::Leading) => return Ok(()),
+                Some(Attempt::HeldBy(holder)) => {
+                    // Someone else judged this lease expired and took it: they act now.
+                    // client-go keeps polling until the renew deadline; stopping at once
+                    // shortens the time two candidates both act.
+                    error!(lease = %self.lock.describe(), %holder, "the lease was taken over: stopped leading");
+                    return Err(());
+                }
+                Some(Attempt::Failed(e)) => warn!(error = %e, "cannot renew the lease"),
+                None => return lost(self),
+            }
+            let left = deadline.saturating_duration_since(clock.now());
+            clock.sleep(self.config.retry_period.min(left)).await;
         }
     }
 

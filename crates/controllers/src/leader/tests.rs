@@ -21,6 +21,8 @@ struct Store {
     fail_from: Option<Instant>,
     /// From this time on every call hangs (an API server that stopped answering).
     hang_from: Option<Instant>,
+    /// Written by "other" at the first call from this time on (a takeover).
+    takeover_from: Option<(Instant, LeaseSpec)>,
     /// Written by "racer" between the next update's read and its write.
     race: Option<LeaseSpec>,
 }
@@ -83,6 +85,16 @@ impl FakeLock {
     /// Fails or hangs as the store is set to at this time.
     async fn api(&self) -> Result<(), LeaseError> {
         let now = self.leases.clock.now();
+        let takeover = {
+            let mut st = self.leases.st();
+            match &st.takeover_from {
+                Some((t, _)) if now >= *t => st.takeover_from.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, spec)) = takeover {
+            self.leases.write_as("other", spec);
+        }
         let (fail, hang) = {
             let st = self.leases.st();
             (
@@ -399,6 +411,40 @@ async fn a_hanging_api_call_is_bounded_by_the_renew_deadline() {
     let (lost_at, writes) = lose_lease(true).await;
     assert_eq!(writes.len(), 5);
     assert_eq!(lost_at, Duration::from_secs(18));
+}
+
+#[tokio::test]
+async fn a_leader_that_reads_another_holder_stops_at_once() {
+    let clock = FakeClock::virtual_time();
+    let leases = FakeLeases::new(&clock);
+    let me = elector(&clock, &leases, "me", 0.0);
+    // Another candidate writes its record at 5 s (as after this one stalled past the lease).
+    leases.st().takeover_from = Some((
+        clock.now() + Duration::from_secs(5),
+        LeaseSpec {
+            lease_transitions: Some(1),
+            ..record::fresh("other", 15, clock.wall())
+        },
+    ));
+    let ended = me.run(std::future::pending(), |_stop| std::future::pending::<()>()).await;
+    assert!(matches!(ended, Ended::LostLease), "{ended:?}");
+    // The first renewal after the takeover (at 6 s) reads it and stops: no write over it.
+    assert_eq!(clock.elapsed(), Duration::from_secs(6));
+    assert_eq!(holder(&leases.current().expect("lease")), "other");
+}
+
+#[tokio::test]
+async fn a_leader_stopped_past_its_renew_deadline_gives_up_on_waking_without_writing() {
+    let clock = FakeClock::virtual_time();
+    let leases = FakeLeases::new(&clock);
+    let me = elector(&clock, &leases, "me", 0.0);
+    // Renewed at 0, 2 and 4 s; the sleep after that lasts 20 s more (the process stopped).
+    clock.stall(Duration::from_secs(4), Duration::from_secs(20));
+    let ended = me.run(std::future::pending(), |_stop| std::future::pending::<()>()).await;
+    assert!(matches!(ended, Ended::LostLease), "{ended:?}");
+    assert_eq!(clock.elapsed(), Duration::from_secs(26));
+    // Created, renewed at 0, 2, 4: no write after waking, whoever holds the lease now.
+    assert_eq!(leases.writes().len(), 4);
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod controller_manager;
 pub mod dns;
 pub mod dns_options;
 pub mod doctor;
