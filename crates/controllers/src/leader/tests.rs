@@ -426,7 +426,9 @@ async fn a_leader_that_reads_another_holder_stops_at_once() {
             ..record::fresh("other", 15, clock.wall())
         },
     ));
-    let ended = me.run(std::future::pending(), |_stop| std::future::pending::<()>()).await;
+    let ended = me
+        .run(std::future::pending(), |_stop| std::future::pending::<()>())
+        .await;
     assert!(matches!(ended, Ended::LostLease), "{ended:?}");
     // The first renewal after the takeover (at 6 s) reads it and stops: no write over it.
     assert_eq!(clock.elapsed(), Duration::from_secs(6));
@@ -440,7 +442,9 @@ async fn a_leader_stopped_past_its_renew_deadline_gives_up_on_waking_without_wri
     let me = elector(&clock, &leases, "me", 0.0);
     // Renewed at 0, 2 and 4 s; the sleep after that lasts 20 s more (the process stopped).
     clock.stall(Duration::from_secs(4), Duration::from_secs(20));
-    let ended = me.run(std::future::pending(), |_stop| std::future::pending::<()>()).await;
+    let ended = me
+        .run(std::future::pending(), |_stop| std::future::pending::<()>())
+        .await;
     assert!(matches!(ended, Ended::LostLease), "{ended:?}");
     assert_eq!(clock.elapsed(), Duration::from_secs(26));
     // Created, renewed at 0, 2, 4: no write after waking, whoever holds the lease now.

@@ -119,7 +119,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         Ended::Finished(result) => result.context("controllers"),
         Ended::LostLease => {
             tracing::error!(%lease, %identity, "leader election lost: the controllers stopped; exiting");
-            anyhow::bail!("lost the leader lease {lease} (identity {identity}); the controllers stopped")
+            anyhow::bail!(
+                "lost the leader lease {lease} (identity {identity}); the controllers stopped"
+            )
         }
     }
 }
