@@ -12,41 +12,17 @@ use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::watcher;
 use svcnet_controllers::leader::{
     Attempt, ElectionConfig, Ended, KubeLeaseLock, LeaderElector, LeaseError, LeaseLock,
 };
 
+mod common;
+
 const NS: &str = "kube-system";
 
-struct Server {
-    client: kube::Client,
-    server: svcnet_apiserver::RunningServer,
-    _dir: tempfile::TempDir,
-}
-
-async fn start() -> Result<Server> {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
-    let dir = tempfile::tempdir()?;
-    let server = svcnet_apiserver::start(svcnet_apiserver::ServerConfig {
-        data_dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse()?,
-        ..Default::default()
-    })
-    .await?;
-    let kubeconfig = Kubeconfig::read_from(server.kubeconfig_path())?;
-    let config =
-        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let client = kube::Client::try_from(config)?;
-    Ok(Server {
-        client,
-        server,
-        _dir: dir,
-    })
+async fn start() -> Result<common::TestServer> {
+    common::start_server().await
 }
 
 /// A lock that can be cut off from the API server (every call fails, as in a partition),

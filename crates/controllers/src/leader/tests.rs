@@ -185,6 +185,17 @@ fn elector(
     .expect("valid config")
 }
 
+/// A lease held by "other" (after `transitions` transitions) and "me" a candidate for it.
+fn against_other(
+    clock: &FakeClock,
+    transitions: i32,
+) -> (FakeLeases, LeaderElector<FakeLock, FakeClock>) {
+    let leases = FakeLeases::new(clock);
+    leases.write_as("other", theirs(clock.wall(), transitions));
+    let me = elector(clock, &leases, "me", 0.0);
+    (leases, me)
+}
+
 /// Another holder's record, renewed at `renew` by *its* clock.
 fn theirs(renew: Timestamp, transitions: i32) -> LeaseSpec {
     LeaseSpec {
@@ -213,9 +224,7 @@ async fn an_absent_lease_is_created() {
 #[tokio::test]
 async fn a_fresh_lease_held_by_another_is_not_written() {
     let clock = FakeClock::manual();
-    let leases = FakeLeases::new(&clock);
-    leases.write_as("other", theirs(clock.wall(), 0));
-    let mut me = elector(&clock, &leases, "me", 0.0);
+    let (leases, mut me) = against_other(&clock, 0);
     for _ in 0..8 {
         let a = me.try_acquire_or_renew().await;
         assert!(matches!(&a, Attempt::HeldBy(h) if h == "other"), "{a:?}");
@@ -230,9 +239,7 @@ async fn a_fresh_lease_held_by_another_is_not_written() {
 #[tokio::test]
 async fn an_expired_lease_is_taken_over_with_a_transition() {
     let clock = FakeClock::manual();
-    let leases = FakeLeases::new(&clock);
-    leases.write_as("other", theirs(clock.wall(), 4));
-    let mut me = elector(&clock, &leases, "me", 0.0);
+    let (leases, mut me) = against_other(&clock, 4);
     assert!(matches!(
         me.try_acquire_or_renew().await,
         Attempt::HeldBy(_)
@@ -247,9 +254,7 @@ async fn an_expired_lease_is_taken_over_with_a_transition() {
 #[tokio::test]
 async fn a_renewal_seen_by_the_candidate_restarts_its_wait() {
     let clock = FakeClock::manual();
-    let leases = FakeLeases::new(&clock);
-    leases.write_as("other", theirs(clock.wall(), 0));
-    let mut me = elector(&clock, &leases, "me", 0.0);
+    let (leases, mut me) = against_other(&clock, 0);
     assert!(matches!(
         me.try_acquire_or_renew().await,
         Attempt::HeldBy(_)
@@ -318,9 +323,7 @@ async fn the_leader_renews_its_own_lease() {
 #[tokio::test]
 async fn a_conflicting_update_loses_the_race() {
     let clock = FakeClock::manual();
-    let leases = FakeLeases::new(&clock);
-    leases.write_as("other", theirs(clock.wall(), 0));
-    let mut me = elector(&clock, &leases, "me", 0.0);
+    let (leases, mut me) = against_other(&clock, 0);
     assert!(matches!(
         me.try_acquire_or_renew().await,
         Attempt::HeldBy(_)
@@ -499,9 +502,7 @@ async fn shutdown_stops_the_work_then_releases_the_lease() {
 #[tokio::test]
 async fn shutdown_before_leading_writes_nothing() {
     let clock = FakeClock::virtual_time();
-    let leases = FakeLeases::new(&clock);
-    leases.write_as("other", theirs(clock.wall(), 0));
-    let me = elector(&clock, &leases, "me", 0.0);
+    let (leases, me) = against_other(&clock, 0);
     let ended = me.run(async {}, |_stop| std::future::ready(())).await;
     assert!(matches!(ended, Ended::Cancelled), "{ended:?}");
     assert_eq!(leases.writes().len(), 1);
