@@ -336,4 +336,34 @@ fn the_lease_moves_when_the_leader_dies_and_the_controllers_follow() {
     // cm-c's controllers act.
     up.ok(&["delete", "pod", "le-web-1", "--wait=false"]);
     wait_slice(&up, &["10.244.0.12", "10.244.0.13"]);
+
+    // SIGTERM: cm-c stops its controllers, releases the lease and exits 0; a standby takes
+    // it at its next try instead of after the lease duration.
+    cms.spawn(&up, dir.path(), "cm-d");
+    wait_for("cm-d's identity", || {
+        cms.get("cm-d").identity().map(|_| String::new())
+    });
+    let fourth_id = cms.get("cm-d").identity().unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    cms.get("cm-c").signal("-TERM");
+    let termed = Instant::now();
+    let status = loop {
+        if let Some(status) = cms.get("cm-c").child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            termed.elapsed() < Duration::from_secs(10),
+            "cm-c did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "cm-c exited {status} on SIGTERM");
+    let fourth = wait_holder(&up, Duration::from_secs(10), |h| h == fourth_id);
+    let handed = termed.elapsed();
+    eprintln!("after SIGTERM to cm-c, cm-d held the lease {handed:?} later");
+    assert!(
+        handed < RETRY_MAX + Duration::from_secs(1),
+        "{handed:?}: released, not expired"
+    );
+    assert_eq!(fourth.transitions, third.transitions + 1);
 }
