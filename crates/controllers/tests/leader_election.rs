@@ -310,7 +310,12 @@ async fn a_standby_takes_over_after_the_lease_duration_and_never_leads_with_the_
         a_end < takeover,
         "le-a stopped before le-b's write reached the API"
     );
-    assert!(lost_after <= Duration::from_millis(2_500) + Duration::from_millis(500));
+    // The last renewal was at most a retry period before the cut; the deadline is 2 s after
+    // the retry period that follows it; one second of slack for a loaded machine.
+    assert!(
+        lost_after <= Duration::from_millis(2_500) + Duration::from_secs(1),
+        "{lost_after:?}"
+    );
     assert!(
         gap >= Duration::from_secs(3) - Duration::from_millis(100),
         "{gap:?}"
@@ -318,7 +323,8 @@ async fn a_standby_takes_over_after_the_lease_duration_and_never_leads_with_the_
     // le-b sees le-a's last renewal at most one jittered retry (0.5 s × 2.2) after it was
     // written, and takes over at its first try at least 3 s after that: at most another.
     let retry_max = Duration::from_millis(1_100);
-    let bound = Duration::from_secs(3) + 2 * retry_max + Duration::from_millis(300);
+    // One second of slack for a loaded machine.
+    let bound = Duration::from_secs(3) + 2 * retry_max + Duration::from_secs(1);
     assert!(gap <= bound, "{gap:?} > {bound:?}");
     task_b.abort();
     s.server.shutdown().await?;
