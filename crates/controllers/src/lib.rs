@@ -8,15 +8,18 @@
 //! all I/O: reflectors (one watch per resource kind, shared by all controllers), a coalescing
 //! work queue per controller, expectations that stop a controller from acting on a cache that
 //! has not yet seen its own writes, and the apply step (create, replace with resourceVersion,
-//! delete; 409 Conflict requeues).
+//! delete; 409 Conflict requeues). [`leader`] elects one of several controller-manager
+//! processes through a Lease (client-go's algorithm), so that only the holder runs them.
 //!
 //! **Architecture Invariant:** this crate never writes an object it does not own: EndpointSlices
 //! carry its `managed-by` label, Endpoints belong to services with a selector, pods carry an
 //! ownerReference to the ReplicaSet or StatefulSet that created them, ReplicaSets one to
-//! their Deployment, ControllerRevisions one to their StatefulSet.
+//! their Deployment, ControllerRevisions one to their StatefulSet; the leader-election Lease is
+//! written only by [`leader`], each write conditional on the resourceVersion it read.
 
 pub mod endpoints;
 pub mod endpointslice;
+pub mod leader;
 pub mod mirroring;
 mod podutil;
 pub mod runtime;

@@ -11,9 +11,10 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use svcnet_controllers::{ControllerOptions, run};
+
+mod common;
 
 struct Cluster {
     client: kube::Client,
@@ -25,21 +26,12 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Result<Self> {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-        let dir = tempfile::tempdir()?;
-        let server = svcnet_apiserver::start(svcnet_apiserver::ServerConfig {
-            data_dir: dir.path().to_path_buf(),
-            listen: "127.0.0.1:0".parse()?,
-            ..Default::default()
-        })
-        .await?;
-        let kubeconfig = Kubeconfig::read_from(server.kubeconfig_path())?;
-        let config =
-            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-        let client = kube::Client::try_from(config)?;
+        let common::TestServer {
+            client,
+            server,
+            dir,
+            ..
+        } = common::start_server().await?;
         let (stop, rx) = tokio::sync::oneshot::channel::<()>();
         let opts = ControllerOptions {
             node_name: "svcnet-test-node".into(),

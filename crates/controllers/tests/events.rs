@@ -8,8 +8,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use svcnet_controllers::{ControllerOptions, run};
+
+mod common;
 
 fn kubectl(kubeconfig: &PathBuf, args: &[&str], stdin: Option<&str>) -> Result<String> {
     let mut cmd = Command::new("kubectl");
@@ -77,18 +78,12 @@ spec:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_shows_the_controllers_events() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    let server = svcnet_apiserver::start(svcnet_apiserver::ServerConfig {
-        data_dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".parse()?,
-        ..Default::default()
-    })
-    .await?;
-    let kc_path = server.kubeconfig_path().to_path_buf();
-    let kc = Kubeconfig::read_from(&kc_path)?;
-    let client = kube::Client::try_from(
-        kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?,
-    )?;
+    let common::TestServer {
+        client,
+        server,
+        kubeconfig: kc_path,
+        dir: _dir,
+    } = common::start_server().await?;
     let (stop, rx) = tokio::sync::oneshot::channel::<()>();
     let opts = ControllerOptions {
         node_name: "events-node".into(),

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::json;
 use svcnet_controllers::{ControllerOptions, run};
+
+mod common;
 
 const KUBECTL: &str = "/usr/lib/google-cloud-sdk/bin/kubectl.1.33";
 
@@ -28,24 +29,12 @@ struct Cluster {
 
 impl Cluster {
     async fn start() -> Result<Self> {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_test_writer()
-            .try_init();
-        let dir = tempfile::tempdir()?;
-        let server = svcnet_apiserver::start(svcnet_apiserver::ServerConfig {
-            data_dir: dir.path().to_path_buf(),
-            listen: "127.0.0.1:0".parse()?,
-            ..Default::default()
-        })
-        .await?;
-        let kubeconfig = server.kubeconfig_path().to_path_buf();
-        let config = kube::Config::from_custom_kubeconfig(
-            Kubeconfig::read_from(&kubeconfig)?,
-            &KubeConfigOptions::default(),
-        )
-        .await?;
-        let client = kube::Client::try_from(config)?;
+        let common::TestServer {
+            client,
+            server,
+            kubeconfig,
+            dir,
+        } = common::start_server().await?;
         Api::<Node>::all(client.clone())
             .create(
                 &PostParams::default(),

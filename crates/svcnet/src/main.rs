@@ -23,6 +23,9 @@ enum Command {
     Proxy(cmd::proxy::Args),
     /// Run cluster DNS (CoreDNS's kubernetes plugin) against any API server.
     Dns(cmd::dns::Args),
+    /// Run the controllers against any API server, acting only while holding a leader Lease
+    /// (kube-controller-manager's job).
+    ControllerManager(cmd::controller_manager::Args),
     /// Print the service environment variables a pod created now in a namespace would get.
     Env(cmd::env::Args),
     /// Remove every namespace, link, route and rule `svcnet up` created; the data dir survives.
@@ -76,6 +79,7 @@ fn main() -> std::process::ExitCode {
             Command::Up(args) => cmd::up::run(*args).await,
             Command::Proxy(args) => cmd::proxy::run(args).await,
             Command::Dns(args) => cmd::dns::run(args).await,
+            Command::ControllerManager(args) => cmd::controller_manager::run(args).await,
             Command::Env(args) => cmd::env::run(args).await,
             Command::Down(args) => cmd::down::run(args).await,
             Command::Exec(args) => cmd::exec::run(args).await,

@@ -207,16 +207,15 @@ pub async fn run_kinds(
     let mut shutdown = std::pin::pin!(shutdown);
     let controllers = Arc::new(Controllers::new(client.clone(), opts.clone(), kinds));
     let (informers, watch_tasks) = Informers::start(client, Arc::clone(&controllers));
-    let mut tasks = watch_tasks;
+    // Dropping this future (a leader elector does when its lease is lost) stops every task
+    // at once, as a shutdown does.
+    let mut tasks = AbortOnDrop(watch_tasks);
     let needed = controllers.needed_kinds();
     let synced = tokio::select! {
         r = informers.wait_ready(&needed) => Some(r),
         () = &mut shutdown => None,
     };
     if !matches!(synced, Some(Ok(()))) {
-        for t in &tasks {
-            t.abort();
-        }
         return match synced {
             Some(Err(e)) => Err(ControllerError::Watch(e)),
             _ => Ok(()),
@@ -226,13 +225,15 @@ pub async fn run_kinds(
         let c = Arc::clone(&controllers);
         let inf = Arc::clone(&informers);
         let kind = *kind;
-        tasks.push(tokio::spawn(async move { c.worker(kind, inf).await }));
+        tasks
+            .0
+            .push(tokio::spawn(async move { c.worker(kind, inf).await }));
     }
     {
         let c = Arc::clone(&controllers);
         let inf = Arc::clone(&informers);
         let period = opts.resync_period;
-        tasks.push(tokio::spawn(async move {
+        tasks.0.push(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(period).await;
                 c.resync_all(&inf);
@@ -241,6 +242,7 @@ pub async fn run_kinds(
     }
     info!(controllers = ?kinds, node = %opts.node_name, "controllers started");
     shutdown.as_mut().await;
+    let tasks = std::mem::take(&mut tasks.0);
     for t in &tasks {
         t.abort();
     }
@@ -253,4 +255,15 @@ pub async fn run_kinds(
     }
     info!("controllers stopped");
     Ok(())
+}
+
+/// Spawned tasks that are aborted when this is dropped.
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
 }

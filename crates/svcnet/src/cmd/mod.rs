@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod cni;
+pub mod controller_manager;
 pub mod dns;
 pub mod dns_options;
 pub mod doctor;
