@@ -55,9 +55,6 @@ enum Internal {
 }
 
 /// The record `svcnet exec` reads: `<pods dir>/<ns>_<name>/pod.json`.
-/// The file in a pod's directory listing the mount points its containers' mounts created.
-const MOUNT_POINTS: &str = "mount-points";
-
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PodRecord {
     pub namespace: String,
@@ -426,7 +423,7 @@ impl PodWorker {
                     .transpose()
                     .map_err(|e| format!("spec.containers[{}].livenessProbe: {e}", c.name))?;
                 let mounts = volumes::mounts(c, &self.volumes)?;
-                volumes::ensure_mount_points(&mounts, &self.dir.join(MOUNT_POINTS))?;
+                volumes::ensure_mount_points(&mounts)?;
                 Ok((env, argv, readiness, liveness, mounts))
             });
         let ctr = &mut self.ctrs[idx];
@@ -701,7 +698,6 @@ impl PodWorker {
         let host_network = self.sandbox.host_network;
         let dir = self.dir.clone();
         let released = tokio::task::spawn_blocking(move || {
-            volumes::remove_mount_points(&dir.join(MOUNT_POINTS));
             // A hostNetwork pod's processes are gone already (terminated by group); the
             // node's namespace stays.
             let r = if host_network {

@@ -8,7 +8,7 @@
 //!
 //! Containers share the node's root file system (there are no images), so a mount point must
 //! exist on the node: a missing one is created (a directory, or an empty file when the source
-//! is a file) and recorded, and removed with the pod if it is still empty.
+//! is a file) and left in place (see [`ensure_mount_points`]).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
@@ -242,11 +242,11 @@ pub fn mounts(c: &Container, volumes: &Volumes) -> Result<Vec<Mount>, String> {
         .collect()
 }
 
-/// Creates the missing mount points of `mounts` on the node (a directory, or an empty file
-/// for a file source) and appends what it created to `record` (one path per line), so the
-/// pod's end can remove them.
-pub fn ensure_mount_points(mounts: &[Mount], record: &Path) -> Result<(), String> {
-    let mut created = Vec::new();
+/// Creates the missing mount points of `mounts` on the node: a directory, or an empty file for
+/// a file source. They stay when the pod goes: another pod (the same DaemonSet's on another
+/// node, which shares this file system) may have its mount there, and removing a mount point
+/// detaches the mounts on it in every mount namespace.
+pub fn ensure_mount_points(mounts: &[Mount]) -> Result<(), String> {
     for m in mounts {
         if m.target.exists() {
             continue;
@@ -260,37 +260,6 @@ pub fn ensure_mount_points(mounts: &[Mount], record: &Path) -> Result<(), String
                 .and_then(|()| std::fs::File::create(&m.target).map(|_| ()))
         }
         .map_err(|e| format!("create mount point {}: {e}", m.target.display()))?;
-        created.push(m.target.display().to_string());
-    }
-    if !created.is_empty() {
-        use std::io::Write;
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(record)
-            .map_err(|e| format!("record mount points in {}: {e}", record.display()))?;
-        for path in created {
-            writeln!(f, "{path}").map_err(|e| format!("record mount points: {e}"))?;
-        }
     }
     Ok(())
-}
-
-/// Removes the mount points listed in `record` that are still empty (last created first).
-pub fn remove_mount_points(record: &Path) {
-    let Ok(list) = std::fs::read_to_string(record) else {
-        return;
-    };
-    for line in list.lines().rev() {
-        let path = Path::new(line);
-        match std::fs::symlink_metadata(path) {
-            Ok(m) if m.is_dir() => {
-                let _ = std::fs::remove_dir(path);
-            }
-            Ok(m) if m.is_file() && m.len() == 0 => {
-                let _ = std::fs::remove_file(path);
-            }
-            _ => {}
-        }
-    }
 }

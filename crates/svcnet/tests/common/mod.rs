@@ -108,10 +108,16 @@ impl Up {
     /// `svcnet exec POD -- sh -c CMD` on this cluster: its output, whether or not it succeeded.
     #[allow(dead_code)] // not every e2e binary execs
     pub fn exec_sh(&self, pod: &str, cmd: &str) -> Output {
+        self.exec_sh_in("default", pod, cmd)
+    }
+
+    /// [`Up::exec_sh`] for a pod in `namespace`.
+    #[allow(dead_code)] // not every e2e binary execs
+    pub fn exec_sh_in(&self, namespace: &str, pod: &str, cmd: &str) -> Output {
         Command::new(env!("CARGO_BIN_EXE_svcnet"))
             .args(["exec", "--data-dir"])
             .arg(self.data_dir.path())
-            .args([pod, "--", "sh", "-c", cmd])
+            .args(["-n", namespace, pod, "--", "sh", "-c", cmd])
             .output()
             .unwrap()
     }
