@@ -52,7 +52,11 @@ fn main() -> std::process::ExitCode {
     if cmd::cni::started_as_plugin() {
         return cmd::cni::run();
     }
-    let cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     if let Command::Cni(_) = &cli.command {
         return cmd::cni::run();
     }
@@ -77,7 +81,9 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Up(args) => cmd::up::run(*args).await,
-            Command::Proxy(args) => cmd::proxy::run(args).await,
+            Command::Proxy(args) => {
+                cmd::proxy::run(args, matches.subcommand_matches("proxy")).await
+            }
             Command::Dns(args) => cmd::dns::run(args).await,
             Command::ControllerManager(args) => cmd::controller_manager::run(args).await,
             Command::Env(args) => cmd::env::run(args).await,

@@ -65,6 +65,10 @@ pub struct AgentConfig {
     /// How the pod network's CNI plugin is run: `svcnet up` executes itself as the plugin
     /// binary (the path a kubelet's runtime takes); the default calls it in process.
     pub cni_plugin: cni::exec::Plugin,
+    /// Images this runtime runs as a program of the machine (it pulls none): repository
+    /// (no tag) → program. `svcnet up` maps svcnet's own image to its binary, so the add-on
+    /// manifests in `deploy/` run unchanged.
+    pub images: std::collections::BTreeMap<String, PathBuf>,
 }
 
 /// A step between a pod's sandbox (its address) and its first container.
@@ -97,6 +101,7 @@ impl AgentConfig {
             max_backoff: Duration::from_secs(300),
             before_start: None,
             cni_plugin: cni::exec::Plugin::InProcess,
+            images: Default::default(),
         }
     }
 

@@ -401,9 +401,14 @@ impl PodWorker {
         let prepared = spec::container_env(&ctx, c, &services)
             .map_err(|e| e.to_string())
             .and_then(|mut env| {
-                let argv = match spec::launch(c, &env) {
-                    Launch::Command(argv) => argv,
-                    Launch::TestServer { ports } => {
+                let mapped = c
+                    .image
+                    .as_deref()
+                    .and_then(|i| self.cfg.images.get(spec::image_repository(i)));
+                let argv = match (mapped, spec::launch(c, &env)) {
+                    (Some(program), _) => spec::launch_mapped(c, &env, program),
+                    (None, Launch::Command(argv)) => argv,
+                    (None, Launch::TestServer { ports }) => {
                         env.push((spec::TESTSERVER_ENV.into(), ports));
                         env.push((spec::TESTSERVER_POD_ENV.into(), self.name.clone()));
                         env.push((spec::TESTSERVER_IP_ENV.into(), pod_ip.to_string()));

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
+use std::path::Path;
 
 use k8s_openapi::api::core::v1::{Container, Pod, Service};
 
@@ -163,6 +164,44 @@ pub enum Launch {
     TestServer {
         ports: String,
     },
+}
+
+/// An image reference without its tag or digest: `ghcr.io/svcnet/svcnet:v1` →
+/// `ghcr.io/svcnet/svcnet` (a `:` before the last `/` is a registry port, not a tag).
+pub fn image_repository(image: &str) -> &str {
+    let image = image.split('@').next().unwrap_or(image);
+    match image.rfind(':') {
+        Some(i) if !image[i..].contains('/') => &image[..i],
+        _ => image,
+    }
+}
+
+/// The command line of a container whose image the runtime runs as `program` (an image
+/// mapped to a program of this machine): the image's binary replaces `command[0]` (the
+/// entrypoint it names); without a `command`, the program runs with `args`, as an image's
+/// entrypoint would. `$(VAR)` references are expanded.
+pub fn launch_mapped(
+    container: &Container,
+    env: &[(String, String)],
+    program: &Path,
+) -> Vec<String> {
+    let lookup = |name: &str| {
+        env.iter()
+            .rev()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    std::iter::once(program.display().to_string())
+        .chain(
+            container
+                .command
+                .iter()
+                .flatten()
+                .skip(1)
+                .chain(container.args.iter().flatten())
+                .map(|a| expand(a, lookup)),
+        )
+        .collect()
 }
 
 pub fn launch(container: &Container, env: &[(String, String)]) -> Launch {
@@ -389,5 +428,45 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("10.1.1.1\tdb\n"), "{text}");
+    }
+}
+
+#[cfg(test)]
+mod image_tests {
+    use super::*;
+
+    #[test]
+    fn image_repositories_and_mapped_command_lines() {
+        assert_eq!(
+            image_repository("ghcr.io/svcnet/svcnet:v1"),
+            "ghcr.io/svcnet/svcnet"
+        );
+        assert_eq!(
+            image_repository("localhost:5000/svcnet"),
+            "localhost:5000/svcnet"
+        );
+        assert_eq!(
+            image_repository("localhost:5000/svcnet:1.2"),
+            "localhost:5000/svcnet"
+        );
+        assert_eq!(image_repository("svcnet@sha256:abc"), "svcnet");
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "p", "image": "ghcr.io/svcnet/svcnet:v1",
+            "command": ["/svcnet", "proxy"], "args": ["--hostname-override=$(NODE_NAME)"],
+        }))
+        .unwrap();
+        let env = vec![("NODE_NAME".to_string(), "n1".to_string())];
+        assert_eq!(
+            launch_mapped(&c, &env, Path::new("/bin/svcnet")),
+            ["/bin/svcnet", "proxy", "--hostname-override=n1"]
+        );
+        let args_only: Container = serde_json::from_value(serde_json::json!({
+            "name": "p", "image": "svcnet", "args": ["dns", "--listen", "0.0.0.0:53"],
+        }))
+        .unwrap();
+        assert_eq!(
+            launch_mapped(&args_only, &[], Path::new("/bin/svcnet")),
+            ["/bin/svcnet", "dns", "--listen", "0.0.0.0:53"]
+        );
     }
 }

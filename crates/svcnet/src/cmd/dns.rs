@@ -10,9 +10,10 @@ use svcnet_dns::{DnsConfig, ZoneConfig};
 /// Flags of `svcnet dns`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Kubeconfig of the API server to watch.
+    /// Kubeconfig of the API server to watch; without it, `$KUBECONFIG` or the pod's service
+    /// account (in-cluster), as client-go.
     #[arg(long)]
-    pub kubeconfig: PathBuf,
+    pub kubeconfig: Option<PathBuf>,
     /// UDP and TCP listen address.
     #[arg(long, default_value = "127.0.0.1:1053")]
     pub listen: SocketAddr,
@@ -33,7 +34,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let client = client_from_kubeconfig(&args.kubeconfig).await?;
+    let client = super::kubeconfig::client(args.kubeconfig.as_deref()).await?;
     let mut zone = ZoneConfig::new(&args.cluster_domain)?;
     args.options.apply(&mut zone)?;
     let config = DnsConfig {
@@ -53,6 +54,3 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .context("cluster DNS")
 }
-
-/// Kept here too because other subcommands import it from this module.
-pub use super::kubeconfig::client_from_kubeconfig;

@@ -13,3 +13,15 @@ pub async fn client_from_kubeconfig(path: &Path) -> anyhow::Result<kube::Client>
         .with_context(|| format!("invalid kubeconfig {}", path.display()))?;
     kube::Client::try_from(config).context("cannot build an API client")
 }
+
+/// A kube client from `--kubeconfig` when given, else as client-go's in-cluster rules say:
+/// `$KUBECONFIG`, `~/.kube/config`, or a pod's service account
+/// (`KUBERNETES_SERVICE_HOST`/`PORT` and `/var/run/secrets/kubernetes.io/serviceaccount`).
+pub async fn client(path: Option<&Path>) -> anyhow::Result<kube::Client> {
+    match path {
+        Some(path) => client_from_kubeconfig(path).await,
+        None => kube::Client::try_default()
+            .await
+            .context("no --kubeconfig, and no $KUBECONFIG, ~/.kube/config or in-cluster config"),
+    }
+}

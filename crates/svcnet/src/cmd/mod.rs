@@ -11,6 +11,7 @@ pub mod exec;
 pub mod kubeconfig;
 pub mod node_local_dns;
 pub mod proxy;
+pub mod proxy_config;
 pub mod trace;
 pub mod up;
 

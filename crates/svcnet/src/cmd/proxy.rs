@@ -11,11 +11,17 @@ use svcnet_proxyd::{ProxyConfig, ProxyMode};
 /// Flags of `svcnet proxy` (in the spirit of kube-proxy's).
 #[derive(Debug, clap::Args)]
 pub struct Args {
+    /// kube-proxy's configuration file (`KubeProxyConfiguration`, YAML or JSON, as a
+    /// kube-proxy DaemonSet's ConfigMap holds it): its values fill the flags not given on the
+    /// command line.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// Kubeconfig of the API server; without it, in-cluster config or $KUBECONFIG.
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Name of this node (endpoint locality, topology hints, traffic policies).
-    #[arg(long, env = "NODE_NAME")]
+    /// Name of this node (endpoint locality, topology hints, traffic policies);
+    /// `--hostname-override` is kube-proxy's name for it.
+    #[arg(long, env = "NODE_NAME", alias = "hostname-override")]
     pub node_name: Option<String>,
     /// Dataplane: nftables (verdict maps), iptables (SVCNET- chains via iptables-restore on the
     /// host's back end), userspace (the proxy relays each connection, retrying endpoints) or
@@ -81,7 +87,7 @@ pub struct Args {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BindAddress(pub Option<SocketAddr>);
 
-fn parse_bind(s: &str) -> Result<BindAddress, String> {
+pub(crate) fn parse_bind(s: &str) -> Result<BindAddress, String> {
     if s.is_empty() {
         return Ok(BindAddress(None));
     }
@@ -132,7 +138,23 @@ pub fn parse_seconds(s: &str) -> Result<u32, String> {
     u32::try_from(d.as_secs()).map_err(|_| format!("{s:?} is too long"))
 }
 
-pub async fn run(args: Args) -> anyhow::Result<()> {
+/// `matches` are the subcommand's own (for `--config`: a flag on the command line wins).
+pub async fn run(mut args: Args, matches: Option<&clap::ArgMatches>) -> anyhow::Result<()> {
+    if let Some(path) = args.config.clone() {
+        let file = super::proxy_config::KubeProxyConfiguration::read(&path)?;
+        let explicit = |id: &str| {
+            matches.is_some_and(|m| {
+                m.try_get_raw(id).is_ok()
+                    && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+            })
+        };
+        file.apply(&mut args, explicit)
+            .with_context(|| format!("invalid proxy configuration {}", path.display()))?;
+        let ignored = file.ignored();
+        if !ignored.is_empty() {
+            tracing::info!(file = %path.display(), fields = ?ignored, "configuration fields svcnet does not act on");
+        }
+    }
     if args.cleanup {
         let c = svcnet_proxyd::cleanup(args.netns.as_deref(), svcnet_nft::names::TABLE)?;
         eprintln!(
@@ -144,12 +166,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let node_name = args
         .node_name
         .context("--node-name (or $NODE_NAME) is required")?;
-    let client = match &args.kubeconfig {
-        Some(path) => crate::cmd::kubeconfig::client_from_kubeconfig(path).await?,
-        None => kube::Client::try_default()
-            .await
-            .context("no --kubeconfig and no in-cluster/$KUBECONFIG config")?,
-    };
+    let client = crate::cmd::kubeconfig::client(args.kubeconfig.as_deref()).await?;
     let cfg = ProxyConfig {
         node_name,
         mode: args.mode,

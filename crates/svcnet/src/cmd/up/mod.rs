@@ -158,6 +158,24 @@ pub struct Args {
     /// Components not to start (comma-separated).
     #[arg(long, value_delimiter = ',', value_enum)]
     pub disable: Vec<Component>,
+    /// Run containers of image REPOSITORY (no tag) as the program PATH of this machine
+    /// (repeatable; there is no image runtime). svcnet's own image, `ghcr.io/svcnet/svcnet`, is
+    /// always this binary, so the add-on manifests in `deploy/` run unchanged.
+    #[arg(long = "image", value_name = "REPOSITORY=PATH", value_parser = parse_image)]
+    pub images: Vec<(String, PathBuf)>,
+}
+
+/// The image svcnet's add-on manifests (`deploy/`) run.
+pub const SVCNET_IMAGE: &str = "ghcr.io/svcnet/svcnet";
+
+fn parse_image(s: &str) -> Result<(String, PathBuf), String> {
+    let (repo, path) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not REPOSITORY=PATH"))?;
+    if repo.is_empty() || path.is_empty() {
+        return Err(format!("{s:?} is not REPOSITORY=PATH"));
+    }
+    Ok((repo.to_string(), PathBuf::from(path)))
 }
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
@@ -325,6 +343,12 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                 dns_service_ip,
                 &args.cluster_domain,
             );
+            cfg.images = std::iter::once((
+                SVCNET_IMAGE.to_string(),
+                std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into()),
+            ))
+            .chain(args.images.iter().cloned())
+            .collect();
             if !disabled.contains(&Component::NetworkPolicy) {
                 let np = netpol::NodeNetpol::new(
                     &node.name,
