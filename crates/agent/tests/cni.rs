@@ -270,16 +270,16 @@ fn status_gc_and_a_namespace_given_by_path() {
     let mut conf = netconf(&node, data.path());
     conf["cniVersion"] = json!("1.1.0");
 
-    // STATUS: ready with the node's bridge there; 50 without it.
+    // STATUS: ready; 50 while the node's namespace is missing.
     assert_eq!(
         call_env(&[("CNI_COMMAND", "STATUS")], &conf),
         (Value::Null, 0)
     );
-    let mut no_bridge = conf.clone();
-    no_bridge["bridge"] = json!("nocni0");
-    let (err, code) = call_env(&[("CNI_COMMAND", "STATUS")], &no_bridge);
+    let mut no_node = conf.clone();
+    no_node["nodeNetns"] = json!(format!("{prefix}-nonode"));
+    let (err, code) = call_env(&[("CNI_COMMAND", "STATUS")], &no_node);
     assert_eq!((err["code"].as_u64(), code), (Some(50), 1), "{err}");
-    assert!(err["msg"].as_str().unwrap().contains("nocni0"), "{err}");
+    assert!(err["msg"].as_str().unwrap().contains("nonode"), "{err}");
     // A /30 holds one address besides its gateway: STATUS turns 50 once it is taken.
     let mut tiny = conf.clone();
     tiny["name"] = json!("tiny");
@@ -426,4 +426,49 @@ fn network_list_runs_the_plugin_as_a_runtime_does() {
         .unwrap_err();
     assert!(err.msg.contains("exit code 1"), "{err}");
     topo.destroy().unwrap();
+}
+
+/// On a node without the bridge (a kubelet's node before its first pod), ADD creates it with
+/// the gateway address, as the reference plugin's `isGateway` does; the pod then reaches the
+/// node through it.
+#[test]
+fn add_creates_a_missing_bridge_with_the_gateway() {
+    let data = tempfile::tempdir().unwrap();
+    let prefix = svcnet_agent::test_support::unique_prefix();
+    let node = NetNs::create(&format!("{prefix}-bare")).unwrap();
+    let pod = NetNs::create(&format!("{prefix}-pod")).unwrap();
+    let conf = json!({
+        "cniVersion": "1.0.0", "name": "svcnet", "type": "svcnet",
+        "bridge": "cni0", "nodeNetns": node.name(), "dataDir": data.path(), "mtu": 1450,
+        "ipam": {"subnet": "10.250.7.0/24", "gateway": "10.250.7.1"},
+    });
+    assert!(
+        !svcnet_agent::ip::link_names(Some(node.name()))
+            .unwrap()
+            .contains(&"cni0".to_string())
+    );
+    let (res, code) = call("ADD", "first", pod.name(), &conf);
+    assert_eq!(code, 0, "{res}");
+    let bridge = node
+        .exec(&["ip", "-o", "addr", "show", "dev", "cni0"])
+        .unwrap();
+    assert!(bridge.contains("10.250.7.1/24"), "{bridge}");
+    let link = node
+        .exec(&["ip", "-o", "link", "show", "dev", "cni0"])
+        .unwrap();
+    assert!(link.contains("mtu 1450") && link.contains("UP"), "{link}");
+    // The pod and the node talk over it.
+    let ip = ip_of(&res);
+    let _srv = serve_tcp(&pod, 8080, "p").unwrap();
+    let to = SocketAddr::new(IpAddr::V4(ip), 8080);
+    let reply = node
+        .run(move || tcp_ask(to, Duration::from_secs(2)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(reply.client, IpAddr::V4(Ipv4Addr::new(10, 250, 7, 1)));
+    // A second ADD finds it in place.
+    let pod2 = NetNs::create(&format!("{prefix}-pod2")).unwrap();
+    assert_eq!(call("ADD", "second", pod2.name(), &conf).1, 0);
+    assert_eq!(call("DEL", "first", pod.name(), &conf).1, 0);
+    assert_eq!(call("DEL", "second", pod2.name(), &conf).1, 0);
 }

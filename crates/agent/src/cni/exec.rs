@@ -70,7 +70,12 @@ fn run_binary(
         .spawn()
         .map_err(spawn_err)?;
     if let Some(mut input) = child.stdin.take() {
-        input.write_all(stdin).map_err(spawn_err)?;
+        // A plugin may exit without reading its stdin (a crash, `false`): its exit status and
+        // output say what happened, not the broken pipe.
+        match input.write_all(stdin) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            other => other.map_err(spawn_err)?,
+        }
     }
     let out = child.wait_with_output().map_err(spawn_err)?;
     Ok((

@@ -6,7 +6,8 @@
 //! Two entry points: [`invoke`] takes the CNI environment and stdin as a real plugin binary
 //! gets them and returns stdout plus the exit code (so a `svcnet cni` subcommand or a separate
 //! binary can serve a real kubelet); [`add`], [`del`] and [`check`] are the typed calls the
-//! agent uses. SPEC 1.1's STATUS (is the node's bridge there) and GC (release what no
+//! agent uses. ADD creates the node's bridge with the gateway address when it is missing (the
+//! reference plugin's `isGateway`). SPEC 1.1's STATUS and GC (release what no
 //! attachment in `cni.dev/valid-attachments` holds) are served too. The container namespace
 //! must exist (a name under `/run/netns`, or any namespace file's path, as a kubelet's runtime
 //! passes it): creating it is the runtime's job, as in CNI. All calls block (they run `ip`).
@@ -101,17 +102,7 @@ pub fn add(conf: &NetConf, inv: &Invocation) -> Result<CniResult, CniError> {
             format!("network namespace {} does not exist", inv.netns_path()),
         ));
     }
-    let node = conf.node_netns.as_deref();
-    if !ip::link_names(node)?.contains(&conf.bridge) {
-        return Err(CniError::new(
-            ErrorCode::InvalidConfig,
-            format!(
-                "bridge {} does not exist in namespace {}",
-                conf.bridge,
-                node.unwrap_or("(host)")
-            ),
-        ));
-    }
+    ensure_bridge(conf)?;
     let ipam = Ipam::open(&conf.data_dir, &conf.name, &conf.ipam)?;
     let addr = ipam.allocate(&inv.container_id, &inv.ifname)?;
     match setup(conf, inv, addr) {
@@ -123,6 +114,41 @@ pub fn add(conf: &NetConf, inv: &Invocation) -> Result<CniResult, CniError> {
             Err(e)
         }
     }
+}
+
+/// The node's bridge, created with the gateway address when missing (the reference bridge
+/// plugin's `isGateway`; on a kubelet's node the first pod creates it), and up.
+fn ensure_bridge(conf: &NetConf) -> Result<(), CniError> {
+    let node = conf.node_netns.as_deref();
+    if let Some(ns) = node
+        && !netns_exists(ns)
+    {
+        return Err(CniError::new(
+            ErrorCode::InvalidConfig,
+            format!("node network namespace {ns} does not exist"),
+        ));
+    }
+    if ip::link_names(node)?.contains(&conf.bridge) {
+        return Ok(());
+    }
+    let gw = format!("{}/{}", conf.ipam.gateway, conf.ipam.subnet.prefix_len());
+    // Two first pods at once: the loser's "File exists" is the winner's bridge.
+    match run_ip(node, &["link", "add", &conf.bridge, "type", "bridge"]) {
+        Err(e) if !e.is_exists() => return Err(e.into()),
+        _ => {}
+    }
+    match run_ip(node, &["addr", "add", &gw, "dev", &conf.bridge]) {
+        Err(e) if !e.is_exists() => return Err(e.into()),
+        _ => {}
+    }
+    if let Some(mtu) = conf.mtu {
+        run_ip(
+            node,
+            &["link", "set", &conf.bridge, "mtu", &mtu.to_string()],
+        )?;
+    }
+    run_ip(node, &["link", "set", &conf.bridge, "up"])?;
+    Ok(())
 }
 
 fn setup(conf: &NetConf, inv: &Invocation, addr: Ipv4Addr) -> Result<CniResult, CniError> {
@@ -301,9 +327,9 @@ pub fn check(conf: &NetConf, inv: &Invocation) -> Result<(), CniError> {
     Ok(())
 }
 
-/// STATUS (SPEC 1.1): whether ADD can be served now. The node's namespace and bridge must be
-/// there and IPAM must have a free address; otherwise error 50 ("the plugin is not
-/// available"), which tells the runtime to hold pod creation.
+/// STATUS (SPEC 1.1): whether ADD can be served now. The node's namespace must be there and
+/// IPAM must have a free address; otherwise error 50 ("the plugin is not available"), which
+/// tells the runtime to hold pod creation.
 pub fn status(conf: &NetConf) -> Result<(), CniError> {
     check_version(conf)?;
     let unavailable = |msg: String| Err(CniError::new(ErrorCode::PluginNotAvailable, msg));
@@ -313,9 +339,7 @@ pub fn status(conf: &NetConf) -> Result<(), CniError> {
     {
         return unavailable(format!("node network namespace {node} does not exist"));
     }
-    if !ip::link_names(node)?.contains(&conf.bridge) {
-        return unavailable(format!("bridge {} does not exist yet", conf.bridge));
-    }
+    // A missing bridge is not unavailability: the first ADD creates it.
     let ipam = Ipam::open(&conf.data_dir, &conf.name, &conf.ipam)?;
     if ipam.allocations()?.len() as u64 >= ipam.capacity() {
         return unavailable(format!("no free address left in {}", conf.ipam.subnet));
