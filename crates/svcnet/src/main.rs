@@ -57,7 +57,7 @@ fn main() -> std::process::ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    if let Command::Cni(_) = &cli.command {
+    if let Command::Cni(cmd::cni::Args { action: None }) = &cli.command {
         return cmd::cni::run();
     }
     init_logging();
@@ -92,7 +92,10 @@ fn main() -> std::process::ExitCode {
             Command::Doctor(args) => cmd::doctor::run(args).await,
             Command::Trace(args) => cmd::trace::run(args).await,
             Command::NodeLocalDns(args) => cmd::node_local_dns::run(args).await,
-            Command::Cni(_) => Ok(()),
+            Command::Cni(args) => match args.action {
+                Some(cmd::cni::Action::Install(install)) => cmd::cni::install(install).await,
+                None => Ok(()),
+            },
         }
     });
     match result {

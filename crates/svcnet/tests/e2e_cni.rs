@@ -116,3 +116,89 @@ fn svcnet_binary_is_a_cni_plugin() {
     assert!(!links.iter().any(|l| l.starts_with("veth")), "{links:?}");
     topo.destroy().unwrap();
 }
+
+/// `svcnet cni install` (the CNI DaemonSet's job): the binary and a network list with the
+/// node's pod CIDR, each written whole (temporary file and rename), and the installed binary
+/// answers as a plugin.
+#[test]
+fn cni_install_writes_the_plugin_and_its_network_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, conf, data) = (
+        dir.path().join("bin"),
+        dir.path().join("net.d"),
+        dir.path().join("data"),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+        .args([
+            "cni",
+            "install",
+            "--once",
+            "--pod-cidr",
+            "10.251.3.0/24",
+            "--mtu",
+            "1450",
+            "--bin-dir",
+        ])
+        .arg(&bin)
+        .arg("--conf-dir")
+        .arg(&conf)
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let list: Value =
+        serde_json::from_slice(&std::fs::read(conf.join("10-svcnet.conflist")).unwrap()).unwrap();
+    assert_eq!(list["name"], "svcnet");
+    let plugin = &list["plugins"][0];
+    assert_eq!(plugin["type"], "svcnet");
+    assert_eq!(plugin["bridge"], "cni0");
+    assert_eq!(plugin["mtu"], 1450);
+    assert_eq!(plugin["ipam"]["subnet"], "10.251.3.0/24");
+    assert_eq!(plugin["ipam"]["gateway"], "10.251.3.1");
+    assert!(
+        plugin.get("nodeNetns").is_none(),
+        "the node's own namespace: {plugin}"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&bin)
+        .unwrap()
+        .chain(std::fs::read_dir(&conf).unwrap())
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().contains("svcnet-tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    let installed = bin.join("svcnet");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&installed).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o755);
+    // The installed copy is the plugin: VERSION from the runtime's environment.
+    let mut child = Command::new(&installed)
+        .env_clear()
+        .env("CNI_COMMAND", "VERSION")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"cniVersion":"1.0.0"}"#)
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["cniVersion"], "1.0.0");
+    // Without a pod CIDR or a node name, it says what it needs.
+    let out = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+        .args(["cni", "install", "--once", "--bin-dir"])
+        .arg(&bin)
+        .env_remove("NODE_NAME")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--pod-cidr or --node-name"),
+        "{out:?}"
+    );
+}
