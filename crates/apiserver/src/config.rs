@@ -18,6 +18,9 @@ pub struct ServerConfig {
     /// Address written into the `default/kubernetes` Endpoints/EndpointSlice and the kubeconfig.
     /// `None`: the listen IP, or 127.0.0.1 when listening on an unspecified address.
     pub advertise_address: Option<IpAddr>,
+    /// More addresses the serving certificate names: those [`crate::RunningServer::listen_also`]
+    /// will serve on once they exist (`svcnet up`'s host address on the node underlay).
+    pub extra_sans: Vec<IpAddr>,
     /// Service CIDRs (one per family). The first address of the first CIDR goes to the
     /// `kubernetes` service.
     pub service_cidrs: Vec<IpNet>,
@@ -272,6 +275,7 @@ impl Default for ServerConfig {
             data_dir: PathBuf::from("svcnet-data"),
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 6443)),
             advertise_address: None,
+            extra_sans: Vec::new(),
             service_cidrs: vec![IpNet::V4(
                 ipnet::Ipv4Net::new(Ipv4Addr::new(10, 96, 0, 0), 12).unwrap_or_default(),
             )],

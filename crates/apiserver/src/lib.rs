@@ -56,7 +56,7 @@ mod status;
 mod tls;
 mod watch;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -145,6 +145,9 @@ pub struct RunningServer {
     state: SharedState,
     task: tokio::task::JoinHandle<()>,
     gc: tokio::task::JoinHandle<()>,
+    tls: Arc<rustls::ServerConfig>,
+    /// The listeners of [`RunningServer::listen_also`].
+    also: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl RunningServer {
@@ -169,11 +172,39 @@ impl RunningServer {
         self.state.shutdown.cancel();
         self.wait().await
     }
+    /// Serves the same API on `addr` too, from now on until the server stops (`svcnet up`:
+    /// the host's address on the node underlay, which exists only once the nodes do, so that
+    /// pods and host-network pods reach the API). The serving certificate names the address
+    /// when it was in [`ServerConfig::extra_sans`] (or is the advertised one).
+    pub async fn listen_also(&mut self, addr: SocketAddr) -> Result<SocketAddr, ServerError> {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServerError::Io {
+                what: format!("binding {addr}"),
+                source,
+            })?;
+        let bound = listener.local_addr().map_err(|source| ServerError::Io {
+            what: "reading the bound address".into(),
+            source,
+        })?;
+        self.also.push(tokio::spawn(server::serve(
+            listener,
+            self.tls.clone(),
+            self.state.cfg.limits.clone(),
+            router(self.state.clone()),
+            self.state.shutdown.clone(),
+        )));
+        tracing::info!("API server also listening on https://{bound}");
+        Ok(bound)
+    }
     /// Waits until the server stops (after [`RunningServer::shutdown`] from elsewhere, or
     /// a fatal error).
     pub async fn wait(self) -> Result<(), ServerError> {
         let r1 = self.task.await;
         self.state.shutdown.cancel();
+        for also in self.also {
+            let _ = also.await;
+        }
         let r2 = self.gc.await;
         drop(self.state);
         r1.and(r2).map_err(|e| ServerError::Task(e.to_string()))
@@ -201,8 +232,17 @@ pub async fn start(cfg: ServerConfig) -> Result<RunningServer, ServerError> {
     })?;
     let advertise = cfg.advertise_ip();
     let data_dir = cfg.data_dir.clone();
+    let extra_sans: Vec<IpAddr> = cfg
+        .extra_sans
+        .iter()
+        .copied()
+        .chain(cfg.kubernetes_service_ip())
+        .collect();
     let state = build_state(cfg, addr).await?;
-    let pki = tls::ensure_pki(&data_dir.join("pki"), &tls::serving_sans(addr, advertise))?;
+    let pki = tls::ensure_pki(
+        &data_dir.join("pki"),
+        &tls::serving_sans(addr, advertise, &extra_sans),
+    )?;
     let tls_config = tls::server_tls(&pki)?;
     let host = if addr.ip().is_unspecified() {
         advertise
@@ -214,7 +254,7 @@ pub async fn start(cfg: ServerConfig) -> Result<RunningServer, ServerError> {
     let gc = tokio::spawn(gc::run(state.clone()));
     let task = tokio::spawn(server::serve(
         listener,
-        tls_config,
+        tls_config.clone(),
         state.cfg.limits.clone(),
         router(state.clone()),
         state.shutdown.clone(),
@@ -230,6 +270,8 @@ pub async fn start(cfg: ServerConfig) -> Result<RunningServer, ServerError> {
         state,
         task,
         gc,
+        tls: tls_config,
+        also: Vec::new(),
     })
 }
 

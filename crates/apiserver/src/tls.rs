@@ -159,8 +159,9 @@ pub(crate) fn ensure_pki(dir: &Path, sans: &[String]) -> Result<Pki, ServerError
     })
 }
 
-/// The names the serving certificate covers.
-pub(crate) fn serving_sans(listen: SocketAddr, advertise: IpAddr) -> Vec<String> {
+/// The names the serving certificate covers: loopback, the `kubernetes` service's names and
+/// cluster IP (what in-cluster clients dial), the listen, advertised and extra addresses.
+pub(crate) fn serving_sans(listen: SocketAddr, advertise: IpAddr, extra: &[IpAddr]) -> Vec<String> {
     let mut sans = vec![
         "localhost".to_string(),
         "127.0.0.1".to_string(),
@@ -169,7 +170,7 @@ pub(crate) fn serving_sans(listen: SocketAddr, advertise: IpAddr) -> Vec<String>
         "kubernetes.default".to_string(),
         "kubernetes.default.svc".to_string(),
     ];
-    for ip in [listen.ip(), advertise] {
+    for ip in [listen.ip(), advertise].iter().chain(extra) {
         if !ip.is_unspecified() && !sans.contains(&ip.to_string()) {
             sans.push(ip.to_string());
         }

@@ -136,6 +136,38 @@ fn a_daemonset_runs_one_host_network_pod_per_node_and_rolls() {
     let body = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(body.contains("ip=172.29.45.3"), "{body}");
 
+    // The API answers in-cluster clients at the `kubernetes` Service's cluster IP, whose
+    // endpoint is the host's underlay address, under a certificate that names that IP: from a
+    // host-network pod and from a pod on the pod network.
+    let pki = up.data_dir.path().join("pki");
+    let ask = format!(
+        "curl -s -m 5 --cacert {0}/ca.crt --cert {0}/admin.crt --key {0}/admin.key https://10.177.0.1/version",
+        pki.display()
+    );
+    let out = up.exec_sh_in("kube-system", &pod, &ask);
+    let body = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(body.contains("gitVersion"), "{out:?}");
+    let client = up.data_dir.path().join("client.yaml");
+    std::fs::write(
+        &client,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: client}\nspec:\n  nodeName: e2eds-node2\n  containers: [{name: c, image: busybox, command: [sleep, '1000']}]\n",
+    )
+    .unwrap();
+    up.ok(&["apply", "-f", client.to_str().unwrap()]);
+    up.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/client",
+        "--timeout=60s",
+    ]);
+    let body = wait_for("the API through the kubernetes Service from a pod", || {
+        let out = up.exec_sh("client", &ask);
+        let body = String::from_utf8_lossy(&out.stdout).into_owned();
+        body.contains("gitVersion").then_some(body)
+    });
+    assert!(body.contains("\"major\""), "{body}");
+    up.ok(&["delete", "pod", "client", "--wait=false"]);
+
     // A template change rolls both pods, one node at a time.
     up.ok(&["set", "env", "ds/agent", "-n", "kube-system", "ROLL=2"]);
     up.ok(&[

@@ -213,7 +213,17 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create the data dir {}", args.data_dir.display()))?;
     let dns_service_ip = objects::nth_address(&args.service_cidr, 10)?;
+    // With node namespaces, the API server is also served on the host's underlay address (as
+    // `listen_also` once the nodes exist) and advertised there: the `kubernetes` Service's
+    // endpoint, which pods and host-network pods reach through their node's proxy.
+    let underlay_host = std::net::Ipv4Addr::from(u32::from(args.underlay.network()) + 1);
     let config = svcnet_apiserver::ServerConfig {
+        advertise_address: with_agent.then_some(underlay_host.into()),
+        extra_sans: if with_agent {
+            vec![underlay_host.into()]
+        } else {
+            Vec::new()
+        },
         data_dir: args.data_dir.clone(),
         listen: args.api_listen,
         service_cidrs: args.service_cidr.clone(),
@@ -227,7 +237,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         attach_source: with_agent.then(streams::attach_source),
         ..Default::default()
     };
-    let server = svcnet_apiserver::start(config)
+    let mut server = svcnet_apiserver::start(config)
         .await
         .context("cannot start the API server")?;
     let kubeconfig = server.kubeconfig_path().to_path_buf();
@@ -248,6 +258,13 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     } else {
         None
     };
+    if let Some(t) = &topology {
+        let addr = SocketAddr::new(t.host_ip().into(), server.addr().port());
+        server
+            .listen_also(addr)
+            .await
+            .context("cannot serve the API on the node underlay")?;
+    }
     let nodes: Vec<NodeSpec> = match &topology {
         Some(topology) => cluster::node_specs(topology),
         None => vec![NodeSpec {
