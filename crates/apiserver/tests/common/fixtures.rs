@@ -25,7 +25,7 @@ pub fn fixture(collection: &str) -> Value {
         ("discovery.k8s.io", "endpointslices") => {
             json!({"metadata": name, "addressType": "IPv4", "endpoints": [{"addresses": ["10.244.9.9"]}]})
         }
-        ("apps", "deployments" | "replicasets") => {
+        ("apps", "deployments" | "replicasets" | "daemonsets") => {
             json!({"metadata": name, "spec": {"selector": selector, "template": template}})
         }
         ("apps", "statefulsets") => {
