@@ -25,6 +25,7 @@
 
 mod admission;
 mod attach;
+mod auth;
 mod bootstrap;
 mod config;
 mod conversion;
@@ -128,6 +129,9 @@ pub async fn build_state(cfg: ServerConfig, addr: SocketAddr) -> Result<SharedSt
     bootstrap::run(&state)
         .await
         .map_err(|e| ServerError::Bootstrap(e.to_string()))?;
+    auth::bootstrap::run(&state)
+        .await
+        .map_err(|e| ServerError::Bootstrap(e.to_string()))?;
     Ok(state)
 }
 
@@ -211,7 +215,12 @@ pub async fn start(cfg: ServerConfig) -> Result<RunningServer, ServerError> {
     };
     let url = format!("https://{}", SocketAddr::new(host, addr.port()));
     let kubeconfig = tls::write_kubeconfig(&data_dir, &url, &pki)?;
-    let gc = tokio::spawn(gc::run(state.clone()));
+    let gc = tokio::spawn({
+        let (a, b) = (state.clone(), state.clone());
+        async move {
+            tokio::join!(gc::run(a), auth::serviceaccounts::run(b));
+        }
+    });
     let task = tokio::spawn(server::serve(
         listener,
         tls_config,
@@ -309,6 +318,13 @@ async fn serve(state: SharedState, req: Request, parsed: Result<ApiRequest, ApiE
             return e.into_response();
         }
     };
+    let user = match auth::check(&state, &parts, &parsed).await {
+        Ok(u) => u,
+        Err(e) => {
+            let _ = read_body(body, state.cfg.max_body_bytes).await;
+            return e.into_response();
+        }
+    };
     // A stream (pods/exec) takes the request's parts for its upgrade; it has no body.
     let parsed = match parsed {
         ApiRequest::Resource(r) if r.verb == request::Verb::Connect => {
@@ -362,10 +378,24 @@ async fn serve(state: SharedState, req: Request, parsed: Result<ApiRequest, ApiE
             openapi::group_version(&group, &version).map(get_only)
         }
         ApiRequest::SelfReview { rules } => match read_body(body, state.cfg.max_body_bytes).await {
-            Ok(bytes) => discovery::self_review(&bytes, rules)
+            Ok(bytes) => auth::reviews::self_review(&state, &user, &bytes, rules)
+                .await
                 .map(|v| handlers::json_response(StatusCode::CREATED, &v, &[])),
             Err(e) => Err(e),
         },
+        ApiRequest::SelfSubjectReview => match read_body(body, state.cfg.max_body_bytes).await {
+            Ok(bytes) => auth::reviews::whoami(&user, &bytes)
+                .map(|v| handlers::json_response(StatusCode::CREATED, &v, &[])),
+            Err(e) => Err(e),
+        },
+        ApiRequest::TokenRequest { namespace, name } => {
+            match read_body(body, state.cfg.max_body_bytes).await {
+                Ok(bytes) => auth::tokens::token_request(&state, &namespace, &name, &bytes)
+                    .await
+                    .map(|v| handlers::json_response(StatusCode::CREATED, &v, &[])),
+                Err(e) => Err(e),
+            }
+        }
         ApiRequest::Resource(r) => match read_body(body, state.cfg.max_body_bytes).await {
             Ok(bytes) => handlers::handle(state.clone(), *r, parts.headers, bytes).await,
             Err(e) => Err(e),

@@ -46,6 +46,8 @@ pub struct AppState {
     pub(crate) cursors: crate::paging::Cursors,
     /// What `GET /metrics` reports.
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    /// The ServiceAccount token key: signs TokenRequests, verifies bearer tokens.
+    pub(crate) tokens: crate::auth::tokens::Tokens,
 }
 
 /// The handle handlers receive.
@@ -59,6 +61,8 @@ impl AppState {
         addr: SocketAddr,
     ) -> Result<SharedState, crate::ServerError> {
         let admission = Admission::new(&cfg).map_err(crate::ServerError::Config)?;
+        let tokens =
+            crate::auth::tokens::Tokens::load_or_create(&cfg.data_dir, &cfg.cluster_domain)?;
         let metrics = Arc::new(crate::metrics::Metrics::default());
         let store: Arc<dyn Store> =
             Arc::new(crate::metered::MeteredStore::new(store, metrics.clone()));
@@ -72,6 +76,7 @@ impl AppState {
             addr,
             cursors: crate::paging::Cursors::default(),
             metrics,
+            tokens,
         });
         let warnings = state
             .rebuild_allocators()
