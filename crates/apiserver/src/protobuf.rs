@@ -336,7 +336,15 @@ const SELF_SUBJECT_RULES_REVIEW: &[F] = &[
     f(2, "spec", Msg(SELF_SUBJECT_RULES_REVIEW_SPEC)),
     f(3, "status", Msg(SUBJECT_RULES_REVIEW_STATUS)),
 ];
-const SELF_SUBJECT_REVIEW: &[F] = &[f(1, "metadata", Msg(OBJECT_META)), f(2, "status", Msg(&[]))];
+const USER_INFO: &[F] = &[
+    f(1, "username", Str),
+    f(2, "uid", Str),
+    rep(3, "groups", Str),
+];
+const SELF_SUBJECT_REVIEW: &[F] = &[
+    f(1, "metadata", Msg(OBJECT_META)),
+    f(2, "status", Msg(&[f(1, "userInfo", Msg(USER_INFO))])),
+];
 const BOUND_OBJECT_REFERENCE: &[F] = &[
     f(1, "kind", Str),
     f(2, "apiVersion", Str),
