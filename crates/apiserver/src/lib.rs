@@ -2,11 +2,12 @@
 //! and kube-rs clients: discovery, OpenAPI v3 (enough for `kubectl apply` with validation on),
 //! get/list/watch/create/update/patch/delete with resourceVersion semantics, Status errors,
 //! Table output, garbage collection and namespace deletion, over HTTPS with client-certificate
-//! authentication.
+//! and ServiceAccount-token authentication and RBAC authorization.
 //!
 //! Entry points: [`start`] binds, bootstraps and serves, returning a [`RunningServer`];
-//! [`build_state`] + [`router`] give the same handlers in-process without TLS or auth (for
-//! tests that hand the router to `kube::Client::new`).
+//! [`build_state`] + [`router`] give the same handlers in-process without TLS or
+//! authentication (for tests that hand the router to `kube::Client::new`; such in-process
+//! callers are trusted as `system:masters`).
 //!
 //! **Architecture Invariant:** every write goes through one atomic store read-modify-write
 //! (`AppState::write`); service writes hold the service lock across admission (which allocates
@@ -21,7 +22,9 @@
 //! (finalizers, graceful pod deletion); `gc` deletes orphans and empties terminating
 //! namespaces; `metrics` counts requests for `GET /metrics` and `metered` times the store's
 //! operations; `bootstrap` creates the default namespaces and the `kubernetes` service; `tls`
-//! makes the PKI and kubeconfig; `server` is the HTTPS front.
+//! makes the PKI and kubeconfig; `server` is the HTTPS front; `auth` authenticates,
+//! impersonates and authorizes every request (tokens, RBAC, the default roles, the
+//! `default` ServiceAccounts and the self-subject reviews).
 
 mod admission;
 mod attach;
@@ -397,7 +400,12 @@ async fn serve(state: SharedState, req: Request, parsed: Result<ApiRequest, ApiE
             }
         }
         ApiRequest::Resource(r) => match read_body(body, state.cfg.max_body_bytes).await {
-            Ok(bytes) => handlers::handle(state.clone(), *r, parts.headers, bytes).await,
+            Ok(bytes) => {
+                match auth::escalation::guard(&state, &user, &r, &parts.headers, &bytes).await {
+                    Ok(()) => handlers::handle(state.clone(), *r, parts.headers, bytes).await,
+                    Err(e) => Err(e),
+                }
+            }
             Err(e) => Err(e),
         },
     };

@@ -148,7 +148,7 @@ pub struct Query {
 }
 
 /// An operation on one resource collection or object.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ResourceRequest {
     pub verb: Verb,
     pub resource: &'static ResourceInfo,

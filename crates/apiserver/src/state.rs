@@ -48,6 +48,8 @@ pub struct AppState {
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// The ServiceAccount token key: signs TokenRequests, verifies bearer tokens.
     pub(crate) tokens: crate::auth::tokens::Tokens,
+    /// Wakes the serviceaccounts controller (after writes of namespaces and ServiceAccounts).
+    pub(crate) accounts: Notify,
 }
 
 /// The handle handlers receive.
@@ -77,6 +79,7 @@ impl AppState {
             cursors: crate::paging::Cursors::default(),
             metrics,
             tokens,
+            accounts: Notify::new(),
         });
         let warnings = state
             .rebuild_allocators()
@@ -182,6 +185,14 @@ impl AppState {
             && let Ok(Outcome::Deleted(svc)) = &result
         {
             self.admission.release(svc);
+        }
+        if !dry_run
+            && result.is_ok()
+            && res.group.is_empty()
+            && matches!(res.kind, "Namespace" | "ServiceAccount")
+        {
+            // Committed: the serviceaccounts controller sees it when it wakes.
+            self.accounts.notify_one();
         }
         let result = match dry_run && result.is_ok() {
             true => match dry.lock().ok().and_then(|mut s| s.take()) {

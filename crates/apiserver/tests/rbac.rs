@@ -719,3 +719,71 @@ async fn default_service_accounts_and_roles() {
     .unwrap();
     env.ts.stop().await;
 }
+
+/// upstream's escalation check: a namespace `admin` may grant what it holds (bind `view`,
+/// write a Role of its own rules) but not more (`cluster-admin`, a Role over nodes), and
+/// patching a Role is judged on the patched rules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roles_and_bindings_grant_no_more_than_their_writer_holds() {
+    let env = Env::start().await;
+    env.blocking(|k| {
+        k.ok_in(
+            &["apply", "-f", "-"],
+            Some(
+                "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: boss, namespace: rb-a}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: rb-boss, namespace: rb-a}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: admin}\nsubjects: [{kind: ServiceAccount, name: boss}]\n",
+            ),
+        );
+        let boss = "system:serviceaccount:rb-a:boss";
+        let groups = r#"["system:serviceaccounts" "system:serviceaccounts:rb-a" "system:authenticated"]"#;
+        let binding = |name: &str, role: &str| {
+            format!(
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: {name}, namespace: rb-a}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}\nsubjects: [{{kind: ServiceAccount, name: viewer}}]\n"
+            )
+        };
+        let apply = |manifest: &str| {
+            k.run(&["apply", "-f", "-", &format!("--as={boss}")], Some(manifest))
+        };
+        let o = apply(&binding("ok-view", "view"));
+        assert!(o.ok, "{}", o.stderr);
+        let o = apply(&binding("too-much", "cluster-admin"));
+        assert!(!o.ok);
+        assert_eq!(
+            o.stderr.trim(),
+            format!(
+                "Error from server (Forbidden): error when creating \"STDIN\": rolebindings.rbac.authorization.k8s.io \"too-much\" is forbidden: user \"{boss}\" (groups={groups}) is attempting to grant RBAC permissions not currently held:\n{{APIGroups:[\"*\"], Resources:[\"*\"], Verbs:[\"*\"]}}\n{{NonResourceURLs:[\"*\"], Verbs:[\"*\"]}}"
+            )
+        );
+        let role = |rules: &str| {
+            format!(
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: mine, namespace: rb-a}}\nrules: {rules}\n"
+            )
+        };
+        let o = apply(&role(r#"[{apiGroups: [""], resources: [pods], verbs: [get, list]}]"#));
+        assert!(o.ok, "{}", o.stderr);
+        // Applying a change patches the Role: the patched rules are what is judged.
+        let o = apply(&role(
+            r#"[{apiGroups: [""], resources: [pods], verbs: [get, list]}, {apiGroups: [""], resources: [nodes], verbs: [list]}]"#,
+        ));
+        assert!(!o.ok);
+        assert!(
+            o.stderr.trim().ends_with(&format!(
+                "roles.rbac.authorization.k8s.io \"mine\" is forbidden: user \"{boss}\" (groups={groups}) is attempting to grant RBAC permissions not currently held:\n{{APIGroups:[\"\"], Resources:[\"nodes\"], Verbs:[\"list\"]}}"
+            )),
+            "{}",
+            o.stderr
+        );
+        // Nothing was written by the refused requests.
+        k.fails(&["get", "rolebinding", "too-much", "-n", "rb-a"]);
+        let mine = k.get_json(&["role", "mine", "-n", "rb-a"]);
+        assert_eq!(mine["rules"].as_array().unwrap().len(), 1);
+        // The admin (system:masters) may grant anything.
+        k.ok_in(&["apply", "-f", "-"], Some(&binding("by-admin", "cluster-admin")));
+        let table = k.ok(&["get", "rolebindings", "-n", "rb-a", "-o", "wide"]);
+        assert!(
+            table.lines().any(|l| l.starts_with("by-admin") && l.contains("ClusterRole/cluster-admin") && l.trim_end().ends_with(" viewer")),
+            "{table}"
+        );
+    })
+    .await;
+    env.ts.stop().await;
+}

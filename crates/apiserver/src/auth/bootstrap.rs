@@ -315,7 +315,8 @@ pub fn cluster_role_bindings() -> Vec<(&'static str, &'static str, Vec<Value>)> 
     ]
 }
 
-/// Creates (or brings back) the default roles and bindings.
+/// Creates (or brings back) the default roles and bindings, and the bootstrap namespaces'
+/// `default` ServiceAccounts.
 pub async fn run(state: &SharedState) -> Result<(), ApiError> {
     let lookup = |plural: &str| {
         registry::lookup("rbac.authorization.k8s.io", "v1", plural)
@@ -339,5 +340,6 @@ pub async fn run(state: &SharedState) -> Result<(), ApiError> {
         });
         crate::bootstrap::ensure(state, bindings, obj, &["subjects"], true).await?;
     }
-    Ok(())
+    // The bootstrap namespaces have their accounts before the server answers.
+    super::serviceaccounts::reconcile(state).await
 }

@@ -11,6 +11,7 @@
 //! privileged-group authorizer); everyone else gets exactly what RBAC bindings grant.
 
 pub(crate) mod bootstrap;
+pub(crate) mod escalation;
 pub(crate) mod rbac;
 pub(crate) mod reviews;
 pub(crate) mod serviceaccounts;
