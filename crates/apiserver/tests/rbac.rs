@@ -384,14 +384,8 @@ async fn created_tokens_authenticate_and_are_authorized() {
         assert_eq!(can_i(&k, &["auth".into(), "can-i".into(), "create".into(), "services".into()]), "no");
         let who: Value = serde_json::from_str(&k.ok(&["auth", "whoami", "-o", "json"])).unwrap();
         assert_eq!(who["status"]["userInfo"]["username"], PROXY);
-        assert_eq!(
-            who["status"]["userInfo"]["extra"]["authentication.kubernetes.io/credential-id"][0]
-                .as_str()
-                .unwrap()
-                .strip_prefix("JTI=")
-                .is_some(),
-            true
-        );
+        let credential = &who["status"]["userInfo"]["extra"]["authentication.kubernetes.io/credential-id"];
+        assert!(credential[0].as_str().unwrap().starts_with("JTI="), "{who}");
 
         let k = Kubectl::new(KUBECTL, &viewer_kc);
         k.ok(&["get", "pods,services,configmaps"]);
@@ -644,7 +638,7 @@ async fn bad_tokens_get_401() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn default_service_accounts_and_roles() {
     let env = Env::start().await;
-    let kc = env
+    let token = env
         .blocking(|k| {
             for name in [
                 "cluster-admin",
@@ -687,21 +681,19 @@ async fn default_service_accounts_and_roles() {
                 err.contains("roleRef.kind: Unsupported value: \"Secret\": supported values: \"Role\", \"ClusterRole\""),
                 "{err}"
             );
-            let token = create_token(&k, &["default", "-n", "rb-b"]);
-            let dir = k.kubeconfig.parent().unwrap().to_path_buf();
-            (dir, token)
+            create_token(&k, &["default", "-n", "rb-b"])
         })
         .await;
-    let path = env.token_kubeconfig("default-sa", &kc.1);
+    let path = env.token_kubeconfig("default-sa", &token);
     tokio::task::spawn_blocking(move || {
         let k = Kubectl::new(KUBECTL, &path);
         // Discovery and the reviews are every authenticated user's.
         k.ok(&["api-resources", "-o", "name"]);
         k.ok(&["version"]);
-        assert_eq!(
-            k.ok(&["auth", "can-i", "--list", "-n", "rb-b"])
-                .contains("selfsubjectaccessreviews.authorization.k8s.io"),
-            true
+        let rules = k.ok(&["auth", "can-i", "--list", "-n", "rb-b"]);
+        assert!(
+            rules.contains("selfsubjectaccessreviews.authorization.k8s.io"),
+            "{rules}"
         );
         refused(
             &k,

@@ -7,23 +7,12 @@ use serde_json::Value;
 
 use super::UserInfo;
 use super::rbac::{self, Attributes};
+use super::string_list as strings;
 use crate::registry::ResourceInfo;
 use crate::state::SharedState;
 use crate::status::ApiError;
 
 const GROUP: &str = "rbac.authorization.k8s.io";
-
-fn strings(v: &Value, field: &str) -> Vec<String> {
-    v.get(field)
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 /// Go's `%q` of a string slice: `["a" "b"]`.
 fn go_quoted(items: &[String]) -> String {

@@ -239,6 +239,40 @@ async fn impersonate(
     })
 }
 
+/// The body of a request on one of the authentication kinds (`TokenRequest`, the reviews):
+/// protobuf as kubectl sends it, or JSON; an empty body is an empty object.
+pub(crate) fn decode_body(kind: &str, body: &[u8]) -> Result<serde_json::Value, ApiError> {
+    let cannot = |why: String| {
+        ApiError::BadRequest(format!(
+            "{kind} in version \"v1\" cannot be handled as a {kind}: {why}"
+        ))
+    };
+    let v: serde_json::Value = if body.starts_with(crate::protobuf::MAGIC) {
+        crate::protobuf::decode(body).map_err(|e| ApiError::UnsupportedMediaType(e.to_string()))?
+    } else if body.is_empty() {
+        serde_json::json!({})
+    } else {
+        serde_json::from_slice(body).map_err(|e| cannot(e.to_string()))?
+    };
+    if !v.is_object() {
+        return Err(cannot("not an object".into()));
+    }
+    Ok(v)
+}
+
+/// A list of strings at `field` of a JSON object (empty when absent).
+pub(crate) fn string_list(v: &serde_json::Value, field: &str) -> Vec<String> {
+    v.get(field)
+        .and_then(serde_json::Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(serde_json::Value::as_str)
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// `%XX` escapes of an `Impersonate-Extra-` header name's key.
 fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();

@@ -9,26 +9,6 @@ use super::rbac::{self, Attributes};
 use crate::state::SharedState;
 use crate::status::ApiError;
 
-fn decode(kind: &str, body: &[u8]) -> Result<Value, ApiError> {
-    let v: Value = if body.starts_with(crate::protobuf::MAGIC) {
-        crate::protobuf::decode(body).map_err(|e| ApiError::UnsupportedMediaType(e.to_string()))?
-    } else if body.is_empty() {
-        json!({})
-    } else {
-        serde_json::from_slice(body).map_err(|e| {
-            ApiError::BadRequest(format!(
-                "{kind} in version \"v1\" cannot be handled as a {kind}: {e}"
-            ))
-        })?
-    };
-    if !v.is_object() {
-        return Err(ApiError::BadRequest(format!(
-            "{kind} in version \"v1\" cannot be handled as a {kind}: not an object"
-        )));
-    }
-    Ok(v)
-}
-
 fn s<'a>(v: &'a Value, path: &str) -> &'a str {
     v.pointer(path).and_then(Value::as_str).unwrap_or("")
 }
@@ -45,7 +25,7 @@ pub async fn self_review(
     } else {
         "SelfSubjectAccessReview"
     };
-    let mut review = decode(kind, body)?;
+    let mut review = super::decode_body(kind, body)?;
     review["apiVersion"] = json!("authorization.k8s.io/v1");
     review["kind"] = json!(kind);
     if review.get("metadata").is_none() {
@@ -130,7 +110,7 @@ async fn rules_status(
 
 /// `SelfSubjectReview`: who the server takes the client for.
 pub fn whoami(user: &UserInfo, body: &[u8]) -> Result<Value, ApiError> {
-    let mut review = decode("SelfSubjectReview", body)?;
+    let mut review = super::decode_body("SelfSubjectReview", body)?;
     review["apiVersion"] = json!("authentication.k8s.io/v1");
     review["kind"] = json!("SelfSubjectReview");
     review["metadata"] = json!({"creationTimestamp": null});

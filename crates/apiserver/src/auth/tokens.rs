@@ -274,23 +274,7 @@ pub async fn token_request(
     name: &str,
     body: &[u8],
 ) -> Result<Value, ApiError> {
-    let mut req: Value = if body.starts_with(crate::protobuf::MAGIC) {
-        crate::protobuf::decode(body).map_err(|e| ApiError::UnsupportedMediaType(e.to_string()))?
-    } else if body.is_empty() {
-        json!({})
-    } else {
-        serde_json::from_slice(body).map_err(|e| {
-            ApiError::BadRequest(format!(
-                "TokenRequest in version \"v1\" cannot be handled as a TokenRequest: {e}"
-            ))
-        })?
-    };
-    if !req.is_object() {
-        return Err(ApiError::BadRequest(
-            "TokenRequest in version \"v1\" cannot be handled as a TokenRequest: not an object"
-                .into(),
-        ));
-    }
+    let mut req = super::decode_body("TokenRequest", body)?;
     let spec = req.get("spec").cloned().unwrap_or_else(|| json!({}));
     let expiration = match spec.get("expirationSeconds") {
         None | Some(Value::Null) => DEFAULT_EXPIRATION_SECONDS,
@@ -316,16 +300,7 @@ pub async fn token_request(
             ),
         ));
     }
-    let mut audiences: Vec<String> = spec
-        .get("audiences")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut audiences = super::string_list(&spec, "audiences");
     if audiences.is_empty() {
         audiences = vec![state.tokens.issuer.clone()];
     }
