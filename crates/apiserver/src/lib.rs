@@ -318,7 +318,11 @@ async fn serve(state: SharedState, req: Request, parsed: Result<ApiRequest, ApiE
         Err(e) => {
             // Read the body first, so the client is not reset while it is still sending.
             let _ = read_body(body, state.cfg.max_body_bytes).await;
-            return e.into_response();
+            // A bad credential is a 401 before any route is looked at, as upstream.
+            return match auth::authenticate(&state, &parts).await {
+                Ok(_) => e.into_response(),
+                Err(unauthorized) => unauthorized.into_response(),
+            };
         }
     };
     let user = match auth::check(&state, &parts, &parsed).await {

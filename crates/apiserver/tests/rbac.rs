@@ -137,7 +137,11 @@ struct Env {
 
 impl Env {
     async fn start() -> Env {
-        let ts = common::TestServer::start().await;
+        Self::start_with(|_| {}).await
+    }
+
+    async fn start_with(f: impl FnOnce(&mut svcnet_apiserver::ServerConfig)) -> Env {
+        let ts = common::TestServer::start_with(f).await;
         let admin = ts.server().kubeconfig_path().to_path_buf();
         let server = format!("https://{}", ts.server().addr());
         let k = Kubectl::new(KUBECTL, &admin);
@@ -556,8 +560,18 @@ async fn bad_tokens_get_401() {
         ("audience", sign(&key, &vault)),
         ("garbage", "not-a-jwt".to_string()),
     ] {
-        let r = status_of(name, bad).await;
+        let r = status_of(name, bad.clone()).await;
         assert_eq!((r.code, &r.body), (401, &unauthorized()), "{name} token");
+        // Authentication comes first: also where nothing is served.
+        let raw = common::raw::Raw {
+            client: token_client(&env, "nowhere", &bad).await,
+        };
+        let r = raw.get("/api/v1/widgets").await;
+        assert_eq!(
+            (r.code, &r.body),
+            (401, &unauthorized()),
+            "{name} token, unknown path"
+        );
     }
     let expired_kc = env.token_kubeconfig("expired-kc", &sign(&key, &expired));
     let out = tokio::task::spawn_blocking(move || {
@@ -777,5 +791,43 @@ async fn roles_and_bindings_grant_no_more_than_their_writer_holds() {
         );
     })
     .await;
+    env.ts.stop().await;
+}
+
+/// A connection without a client certificate is held to the limits of unauthenticated ones
+/// only until a bearer token authenticates a request on it: then a watch outlives them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_connections_outlive_the_unauthenticated_limits() {
+    let env = Env::start_with(|c| c.limits.unauthenticated_lifetime = Duration::from_secs(1)).await;
+    let token = env
+        .blocking(|k| create_token(&k, &["proxy", "-n", "rb-a"]))
+        .await;
+    let client = token_client(&env, "proxy-watch", &token).await;
+    let services: Api<Service> = Api::all(client);
+    let params = kube::api::WatchParams::default().timeout(20);
+    let mut stream = services.watch(&params, "0").await.unwrap().boxed();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let admin: Api<Service> = Api::namespaced(env.ts.client().await, "rb-b");
+    let svc: Service = serde_json::from_value(
+        json!({"metadata": {"name": "after"}, "spec": {"ports": [{"port": 80}]}}),
+    )
+    .unwrap();
+    admin.create(&PostParams::default(), &svc).await.unwrap();
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(ev) = stream.try_next().await.unwrap() {
+            if let kube::api::WatchEvent::Added(s) = ev
+                && s.metadata.name.as_deref() == Some("after")
+            {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        seen,
+        Ok(true),
+        "the watch on a token's connection ended early"
+    );
     env.ts.stop().await;
 }

@@ -119,7 +119,7 @@ pub fn has_bearer(headers: &HeaderMap) -> bool {
 
 /// Authenticates the request: its certificate's user, else its bearer token's; 401 when
 /// neither holds.
-async fn authenticate(state: &SharedState, parts: &Parts) -> Result<UserInfo, ApiError> {
+pub(crate) async fn authenticate(state: &SharedState, parts: &Parts) -> Result<UserInfo, ApiError> {
     let Some(peer) = parts.extensions.get::<Peer>() else {
         return Ok(UserInfo::in_process());
     };
