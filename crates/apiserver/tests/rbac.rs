@@ -686,6 +686,41 @@ async fn default_service_accounts_and_roles() {
             }
             k.ok(&["delete", "serviceaccount", "default", "-n", "rb-b"]);
             wait_default("rb-b");
+            // kubectl's typed create commands send the RBAC kinds as protobuf.
+            k.ok(&["create", "role", "reader", "--verb=get,list", "--resource=pods,services", "-n", "rb-b"]);
+            k.ok(&["create", "clusterrole", "node-reader", "--verb=get", "--resource=nodes", "--resource-name=n1"]);
+            k.ok(&["create", "rolebinding", "rb", "--role=reader", "--serviceaccount=rb-a:viewer", "--user=u", "--group=g", "-n", "rb-b"]);
+            k.ok(&["create", "clusterrolebinding", "crb", "--clusterrole=node-reader", "--user=u"]);
+            let role = k.get_json(&["role", "reader", "-n", "rb-b"]);
+            assert_eq!(
+                role["rules"],
+                json!([{"apiGroups": [""], "resources": ["pods", "services"], "verbs": ["get", "list"]}])
+            );
+            let cr = k.get_json(&["clusterrole", "node-reader"]);
+            assert_eq!(cr["rules"][0]["resourceNames"], json!(["n1"]));
+            let rb = k.get_json(&["rolebinding", "rb", "-n", "rb-b"]);
+            assert_eq!(
+                rb["subjects"],
+                json!([
+                    {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "u"},
+                    {"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": "g"},
+                    {"kind": "ServiceAccount", "name": "viewer", "namespace": "rb-a"},
+                ])
+            );
+            assert_eq!(
+                rb["roleRef"],
+                json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"})
+            );
+            let table = k.ok(&["get", "clusterrolebinding", "crb", "-o", "wide"]);
+            assert_eq!(
+                table.lines().next().map(|h| h.split_whitespace().collect::<Vec<_>>()),
+                Some(vec!["NAME", "ROLE", "AGE", "USERS", "GROUPS", "SERVICEACCOUNTS"]),
+                "{table}"
+            );
+            let table = k.ok(&["get", "clusterrole", "node-reader"]);
+            assert!(table.starts_with("NAME          CREATED AT"), "{table}");
+            let explained = k.ok(&["explain", "rolebinding.roleRef"]);
+            assert!(explained.contains("RoleRef contains information that points to the role being used"), "{explained}");
             // RBAC objects are validated.
             let err = k.fails_in(
                 &["apply", "-f", "-"],
