@@ -296,6 +296,32 @@ async fn impersonated_service_accounts_get_exactly_their_roles() {
         ] {
             assert_eq!(can_i(&k, &as_user(args, user)), want, "{user}: kubectl {args:?}");
         }
+        // A user and a group, impersonated: a RoleBinding to the group grants in its namespace.
+        k.ok_in(
+            &["apply", "-f", "-"],
+            Some("apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: devs, namespace: rb-b}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}\nsubjects: [{kind: Group, name: devs}]\n"),
+        );
+        let alice = |args: &[&str]| {
+            let mut v = as_user(args, "alice");
+            v.push("--as-group=devs".into());
+            v
+        };
+        ok(&k, &alice(&["create", "configmap", "from-alice", "--from-literal=a=b", "-n", "rb-b"]));
+        refused(
+            &k,
+            &alice(&["get", "configmaps", "-n", "rb-a"]),
+            &forbidden("alice", "list", "configmaps", "", Some("rb-a")),
+        );
+        refused(
+            &k,
+            &as_user(&["get", "configmaps", "-n", "rb-b"], "alice"),
+            &forbidden("alice", "list", "configmaps", "", Some("rb-b")),
+        );
+        let who: Value = serde_json::from_str(&ok(&k, &alice(&["auth", "whoami", "-o", "json"]))).unwrap();
+        assert_eq!(
+            who["status"]["userInfo"],
+            json!({"username": "alice", "groups": ["devs", "system:authenticated"]})
+        );
         let whoami = ok(&k, &as_user(&["auth", "whoami", "-o", "json"], PROXY));
         let who: Value = serde_json::from_str(&whoami).unwrap();
         assert_eq!(
