@@ -161,25 +161,34 @@ async fn impersonate(
     user: UserInfo,
     headers: &HeaderMap,
 ) -> Result<UserInfo, ApiError> {
-    let values = |name: &str| -> Vec<String> {
+    // A value that is not text is refused, never skipped: skipping an `Impersonate-User`
+    // would run the request as the real user.
+    let values = |name: &str| -> Result<Vec<String>, ApiError> {
         headers
             .get_all(name)
             .iter()
-            .filter_map(|v| v.to_str().ok().map(str::to_string))
+            .map(|v| {
+                v.to_str().map(str::to_string).map_err(|_| {
+                    ApiError::BadRequest(format!("the {name} header is not valid text"))
+                })
+            })
             .collect()
     };
-    let groups = values("impersonate-group");
-    let uid = values("impersonate-uid");
+    let groups = values("impersonate-group")?;
+    let uid = values("impersonate-uid")?;
     let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (name, v) in headers {
-        if let Some(key) = name.as_str().strip_prefix("impersonate-extra-")
-            && let Ok(v) = v.to_str()
-        {
-            let key = percent_decode(key);
-            extra.entry(key).or_default().push(v.to_string());
+        if let Some(key) = name.as_str().strip_prefix("impersonate-extra-") {
+            let v = v.to_str().map_err(|_| {
+                ApiError::BadRequest(format!("the {name} header is not valid text"))
+            })?;
+            extra
+                .entry(percent_decode(key))
+                .or_default()
+                .push(v.to_string());
         }
     }
-    let Some(name) = values("impersonate-user").into_iter().next() else {
+    let Some(name) = values("impersonate-user")?.into_iter().next() else {
         if !groups.is_empty() || !uid.is_empty() || !extra.is_empty() {
             return Err(ApiError::BadRequest(
                 "requested impersonation of groups, uid or extra without impersonating a user"
