@@ -892,3 +892,185 @@ async fn token_connections_outlive_the_unauthenticated_limits() {
     );
     env.ts.stop().await;
 }
+
+/// The ServiceAccounts, Roles and bindings of the shipped add-on manifests
+/// (`deploy/svcnet.yaml`), applied unchanged.
+fn shipped_rbac() -> String {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/svcnet.yaml");
+    let text = std::fs::read_to_string(path).unwrap();
+    let wanted = [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ];
+    text.split("\n---\n")
+        .filter(|doc| {
+            doc.lines().any(|l| {
+                l.strip_prefix("kind: ")
+                    .is_some_and(|k| wanted.contains(&k.trim()))
+            })
+        })
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+/// Every role boundary the shipped manifests rely on, both ways, through impersonation of
+/// each part's ServiceAccount: what the proxy, DNS and CNI parts do is allowed, and the
+/// neighbouring rights they do not need are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shipped_manifests_grant_each_part_exactly_its_rights() {
+    let env = Env::start().await;
+    env.blocking(|k| {
+        k.ok_in(&["apply", "-f", "-"], Some(&shipped_rbac()));
+        let proxy = "system:serviceaccount:kube-system:svcnet-proxy";
+        let dns = "system:serviceaccount:kube-system:svcnet-dns";
+        let cni = "system:serviceaccount:kube-system:svcnet-cni";
+        let cases: &[(&str, &[&str], &str)] = &[
+            // The proxy: kube-proxy's reads, its Events, its status Lease in kube-system.
+            (proxy, &["list", "services", "-A"], "yes"),
+            (proxy, &["watch", "services", "-A"], "yes"),
+            (
+                proxy,
+                &["watch", "endpointslices.discovery.k8s.io", "-A"],
+                "yes",
+            ),
+            (proxy, &["list", "endpoints", "-A"], "yes"),
+            (proxy, &["get", "nodes/n1"], "yes"),
+            (proxy, &["create", "events", "-n", "default"], "yes"),
+            (
+                proxy,
+                &["patch", "events.events.k8s.io", "-n", "default"],
+                "yes",
+            ),
+            (
+                proxy,
+                &["create", "leases.coordination.k8s.io", "-n", "kube-system"],
+                "yes",
+            ),
+            (
+                proxy,
+                &[
+                    "update",
+                    "leases.coordination.k8s.io/svcnet-proxy-n1",
+                    "-n",
+                    "kube-system",
+                ],
+                "yes",
+            ),
+            (
+                proxy,
+                &["update", "leases.coordination.k8s.io", "-n", "default"],
+                "no",
+            ),
+            (
+                proxy,
+                &["delete", "leases.coordination.k8s.io", "-n", "kube-system"],
+                "no",
+            ),
+            (proxy, &["create", "services", "-n", "default"], "no"),
+            (
+                proxy,
+                &["update", "endpointslices.discovery.k8s.io", "-n", "default"],
+                "no",
+            ),
+            (proxy, &["list", "pods", "-A"], "no"),
+            (proxy, &["list", "configmaps", "-n", "kube-system"], "no"),
+            (proxy, &["get", "secrets", "-n", "kube-system"], "no"),
+            (proxy, &["patch", "nodes/status"], "no"),
+            // DNS: CoreDNS's reads and nothing else.
+            (dns, &["watch", "services", "-A"], "yes"),
+            (
+                dns,
+                &["list", "endpointslices.discovery.k8s.io", "-A"],
+                "yes",
+            ),
+            (dns, &["watch", "pods", "-A"], "yes"),
+            (dns, &["list", "namespaces"], "yes"),
+            (dns, &["list", "nodes"], "no"),
+            (dns, &["create", "events", "-n", "default"], "no"),
+            (dns, &["update", "services", "-n", "default"], "no"),
+            (dns, &["list", "configmaps", "-A"], "no"),
+            // CNI: flannel's: pods by name, nodes, and only the status of nodes written.
+            (cni, &["get", "pods/p", "-n", "default"], "yes"),
+            (cni, &["watch", "nodes"], "yes"),
+            (cni, &["patch", "nodes/n1", "--subresource=status"], "yes"),
+            (cni, &["patch", "nodes/n1"], "no"),
+            (cni, &["list", "pods", "-A"], "no"),
+            (cni, &["list", "services", "-A"], "no"),
+        ];
+        for (user, args, want) in cases {
+            let mut all = vec!["auth", "can-i"];
+            all.extend_from_slice(args);
+            assert_eq!(
+                can_i(&k, &as_user(&all, user)),
+                *want,
+                "{user}: kubectl auth can-i {args:?}"
+            );
+        }
+        // And the same through real requests.
+        ok(
+            &k,
+            &as_user(&["get", "services,endpointslices", "-A"], proxy),
+        );
+        ok(
+            &k,
+            &as_user(&["get", "pods,services,namespaces", "-A"], dns),
+        );
+        ok(&k, &as_user(&["get", "nodes"], cni));
+        refused(
+            &k,
+            &as_user(&["get", "pods", "-A"], proxy),
+            &forbidden(proxy, "list", "pods", "", None),
+        );
+        refused(
+            &k,
+            &as_user(&["get", "nodes"], dns),
+            &forbidden(dns, "list", "nodes", "", None),
+        );
+        // The CNI part writes a node's status, never the node (its status patch, as flannel
+        // sends it, is below with the part's own token: kubectl's patch reads first).
+        k.ok_in(&["apply", "-f", "-"], Some("apiVersion: v1\nkind: Node\nmetadata: {name: n1}\n"));
+        refused(
+            &k,
+            &as_user(&["label", "node", "n1", "x=y"], cni),
+            &format!(
+                "Error from server (Forbidden): nodes \"n1\" is forbidden: User \"{cni}\" cannot patch resource \"nodes\" in API group \"\" at the cluster scope"
+            ),
+        );
+    })
+    .await;
+    let token = env
+        .blocking(|k| create_token(&k, &["svcnet-cni", "-n", "kube-system"]))
+        .await;
+    let nodes: Api<k8s_openapi::api::core::v1::Node> =
+        Api::all(token_client(&env, "cni", &token).await);
+    let status = json!({"status": {"conditions": [{"type": "NetworkUnavailable", "status": "False", "reason": "SvcnetReady", "message": "m"}]}});
+    nodes
+        .patch_status(
+            "n1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&status),
+        )
+        .await
+        .unwrap();
+    match nodes
+        .patch(
+            "n1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await
+    {
+        Err(kube::Error::Api(e)) => assert_eq!(
+            (e.code, e.message.as_str()),
+            (
+                403,
+                "nodes \"n1\" is forbidden: User \"system:serviceaccount:kube-system:svcnet-cni\" cannot patch resource \"nodes\" in API group \"\" at the cluster scope"
+            )
+        ),
+        other => panic!("the CNI part patched a node: {other:?}"),
+    }
+    env.ts.stop().await;
+}
