@@ -334,6 +334,12 @@ async fn impersonated_service_accounts_get_exactly_their_roles() {
     env.ts.stop().await;
 }
 
+/// A ClusterIP Service of one port.
+fn service(name: &str) -> Service {
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}}))
+        .unwrap()
+}
+
 /// `kubectl create token <sa>`: the token's claims.
 fn create_token(k: &Kubectl, args: &[&str]) -> String {
     let mut all = vec!["create", "token"];
@@ -462,13 +468,8 @@ async fn created_tokens_authenticate_and_are_authorized() {
                 && !created
             {
                 created = true;
-                let svc: Service = serde_json::from_value(json!({
-                    "metadata": {"name": "late"},
-                    "spec": {"ports": [{"port": 81}]},
-                }))
-                .unwrap();
                 admin_svcs
-                    .create(&PostParams::default(), &svc)
+                    .create(&PostParams::default(), &service("late"))
                     .await
                     .unwrap();
             }
@@ -487,11 +488,7 @@ async fn created_tokens_authenticate_and_are_authorized() {
         "the token's watch did not see the new service"
     );
     let own: Api<Service> = Api::namespaced(client.clone(), "rb-a");
-    let svc: Service = serde_json::from_value(
-        json!({"metadata": {"name": "x"}, "spec": {"ports": [{"port": 80}]}}),
-    )
-    .unwrap();
-    match own.create(&PostParams::default(), &svc).await {
+    match own.create(&PostParams::default(), &service("x")).await {
         Err(kube::Error::Api(e)) => {
             assert_eq!((e.code, e.reason.as_str()), (403, "Forbidden"));
             assert_eq!(
@@ -869,11 +866,10 @@ async fn token_connections_outlive_the_unauthenticated_limits() {
     let mut stream = services.watch(&params, "0").await.unwrap().boxed();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let admin: Api<Service> = Api::namespaced(env.ts.client().await, "rb-b");
-    let svc: Service = serde_json::from_value(
-        json!({"metadata": {"name": "after"}, "spec": {"ports": [{"port": 80}]}}),
-    )
-    .unwrap();
-    admin.create(&PostParams::default(), &svc).await.unwrap();
+    admin
+        .create(&PostParams::default(), &service("after"))
+        .await
+        .unwrap();
     let seen = tokio::time::timeout(Duration::from_secs(10), async {
         while let Some(ev) = stream.try_next().await.unwrap() {
             if let kube::api::WatchEvent::Added(s) = ev
