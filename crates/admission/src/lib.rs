@@ -23,6 +23,7 @@ mod error;
 mod misc;
 mod networkpolicy;
 mod pod;
+mod rbac;
 mod service;
 pub mod syntax;
 
@@ -83,6 +84,7 @@ fn admit_plain(kind: &str, obj: Value) -> Result<Value, Vec<FieldError>> {
         "ReplicaSet" => misc::admit_typed::<apps::ReplicaSet>(obj, |o| &o.metadata),
         "Lease" => misc::admit_typed::<coordination::Lease>(obj, |o| &o.metadata),
         "NetworkPolicy" => networkpolicy::admit(obj),
+        "Role" | "ClusterRole" | "RoleBinding" | "ClusterRoleBinding" => rbac::admit(kind, obj),
         "events.k8s.io/Event" => misc::admit_typed::<events::Event>(obj, |o| &o.metadata),
         _ => Ok(obj),
     }
@@ -111,6 +113,7 @@ pub fn admit_update(
         "ConfigMap" => misc::admit_configmap_update(old, new),
         "Event" => misc::admit_event(new),
         "ControllerRevision" => misc::admit_controller_revision_update(old, new),
+        "RoleBinding" | "ClusterRoleBinding" => rbac::admit_binding_update(kind, old, new),
         other => admit_plain(other, new),
     }
 }

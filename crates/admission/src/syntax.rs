@@ -340,6 +340,9 @@ pub enum NameRule {
     Dns1123Subdomain,
     Dns1123Label,
     Dns1035Label,
+    /// upstream `ValidatePathSegmentName`: any name usable as one URL path segment (RBAC
+    /// objects: `system:node-proxier`).
+    PathSegment,
 }
 
 impl NameRule {
@@ -348,8 +351,23 @@ impl NameRule {
             NameRule::Dns1123Subdomain => is_dns1123_subdomain(name),
             NameRule::Dns1123Label => is_dns1123_label(name),
             NameRule::Dns1035Label => is_dns1035_label(name),
+            NameRule::PathSegment => is_path_segment_name(name),
         }
     }
+}
+
+/// upstream `IsValidPathSegmentName`.
+pub fn is_path_segment_name(name: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if name == "." || name == ".." {
+        errs.push(format!("may not be '{name}'"));
+    }
+    for c in ["/", "%"] {
+        if name.contains(c) {
+            errs.push(format!("may not contain '{c}'"));
+        }
+    }
+    errs
 }
 
 /// Upstream `ValidateObjectMeta`: name (or generateName), namespace

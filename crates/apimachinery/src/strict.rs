@@ -53,6 +53,12 @@ pub fn check(kind: &str, obj: &Value) -> Result<Vec<String>, DecodeError> {
         "ServiceAccount" => check_as::<core::ServiceAccount>(kind, obj),
         "Lease" => check_as::<coordination::Lease>(kind, obj),
         "NetworkPolicy" => check_as::<networking::NetworkPolicy>(kind, obj),
+        "Role" => check_as::<k8s_openapi::api::rbac::v1::Role>(kind, obj),
+        "ClusterRole" => check_as::<k8s_openapi::api::rbac::v1::ClusterRole>(kind, obj),
+        "RoleBinding" => check_as::<k8s_openapi::api::rbac::v1::RoleBinding>(kind, obj),
+        "ClusterRoleBinding" => {
+            check_as::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(kind, obj)
+        }
         // events.k8s.io's Event, named with its group (its kind name is core's).
         "events.k8s.io/Event" => check_as::<events::Event>("Event", obj),
         _ => Ok(Vec::new()),

@@ -25,7 +25,7 @@ fn res(group: &str, plural: &str) -> Result<&'static ResourceInfo, ApiError> {
 /// The `kubernetes` Endpoints and EndpointSlice skip admission (`admit: false`): like
 /// upstream's endpoint reconciler they are the server's own record of itself, and on a single
 /// machine that address is loopback, which validation refuses for user-written endpoints.
-async fn ensure(
+pub(crate) async fn ensure(
     state: &SharedState,
     res: &'static ResourceInfo,
     obj: Value,

@@ -1,5 +1,5 @@
-//! Discovery documents (`/api`, `/apis`, group versions), `/version`, and the answers to
-//! `kubectl auth can-i`. The OpenAPI v3 documents are in `openapi`.
+//! Discovery documents (`/api`, `/apis`, group versions) and `/version`. The OpenAPI v3
+//! documents are in `openapi`; `kubectl auth can-i` is answered in `auth::reviews`.
 
 use serde_json::{Value, json};
 
@@ -136,46 +136,4 @@ pub fn resource_list(group: &str, version: &str) -> Result<Value, ApiError> {
     Ok(
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
     )
-}
-
-/// The answer to a `SelfSubjectAccessReview` or `SelfSubjectRulesReview` (`kubectl auth
-/// can-i`): svcnet's API server has one kind of client, the holder of a certificate its CA
-/// signed, and lets it do everything, so every review is allowed and the rules are `*`.
-pub fn self_review(body: &[u8], rules: bool) -> Result<Value, ApiError> {
-    let kind = if rules {
-        "SelfSubjectRulesReview"
-    } else {
-        "SelfSubjectAccessReview"
-    };
-    // kubectl sends reviews as protobuf; the answer does not depend on what was asked, so
-    // such a body is answered without being decoded (the JSON reply carries no spec).
-    let mut review: Value = if body.starts_with(b"k8s\0") {
-        json!({})
-    } else {
-        serde_json::from_slice(body).map_err(|e| {
-            ApiError::BadRequest(format!(
-                "{kind} in version \"v1\" cannot be handled as a {kind}: {e}"
-            ))
-        })?
-    };
-    if !review.is_object() {
-        return Err(ApiError::BadRequest(format!(
-            "{kind} in version \"v1\" cannot be handled as a {kind}: not an object"
-        )));
-    }
-    review["apiVersion"] = json!("authorization.k8s.io/v1");
-    review["kind"] = json!(kind);
-    review["status"] = if rules {
-        json!({
-            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            "incomplete": false,
-        })
-    } else {
-        json!({
-            "allowed": true,
-            "reason": "svcnet's API server lets every client with a certificate of its CA do everything",
-        })
-    };
-    Ok(review)
 }

@@ -2,11 +2,12 @@
 //! and kube-rs clients: discovery, OpenAPI v3 (enough for `kubectl apply` with validation on),
 //! get/list/watch/create/update/patch/delete with resourceVersion semantics, Status errors,
 //! Table output, garbage collection and namespace deletion, over HTTPS with client-certificate
-//! authentication.
+//! and ServiceAccount-token authentication and RBAC authorization.
 //!
 //! Entry points: [`start`] binds, bootstraps and serves, returning a [`RunningServer`];
-//! [`build_state`] + [`router`] give the same handlers in-process without TLS or auth (for
-//! tests that hand the router to `kube::Client::new`).
+//! [`build_state`] + [`router`] give the same handlers in-process without TLS or
+//! authentication (for tests that hand the router to `kube::Client::new`; such in-process
+//! callers are trusted as `system:masters`).
 //!
 //! **Architecture Invariant:** every write goes through one atomic store read-modify-write
 //! (`AppState::write`); service writes hold the service lock across admission (which allocates
@@ -21,10 +22,13 @@
 //! (finalizers, graceful pod deletion); `gc` deletes orphans and empties terminating
 //! namespaces; `metrics` counts requests for `GET /metrics` and `metered` times the store's
 //! operations; `bootstrap` creates the default namespaces and the `kubernetes` service; `tls`
-//! makes the PKI and kubeconfig; `server` is the HTTPS front.
+//! makes the PKI and kubeconfig; `server` is the HTTPS front; `auth` authenticates,
+//! impersonates and authorizes every request (tokens, RBAC, the default roles, the
+//! `default` ServiceAccounts and the self-subject reviews).
 
 mod admission;
 mod attach;
+mod auth;
 mod bootstrap;
 mod config;
 mod conversion;
@@ -126,6 +130,9 @@ pub async fn build_state(cfg: ServerConfig, addr: SocketAddr) -> Result<SharedSt
         .map_err(|e| ServerError::Store(e.to_string()))?;
     let state = AppState::new(Arc::new(store), cfg, addr).await?;
     bootstrap::run(&state)
+        .await
+        .map_err(|e| ServerError::Bootstrap(e.to_string()))?;
+    auth::bootstrap::run(&state)
         .await
         .map_err(|e| ServerError::Bootstrap(e.to_string()))?;
     Ok(state)
@@ -251,7 +258,12 @@ pub async fn start(cfg: ServerConfig) -> Result<RunningServer, ServerError> {
     };
     let url = format!("https://{}", SocketAddr::new(host, addr.port()));
     let kubeconfig = tls::write_kubeconfig(&data_dir, &url, &pki)?;
-    let gc = tokio::spawn(gc::run(state.clone()));
+    let gc = tokio::spawn({
+        let (a, b) = (state.clone(), state.clone());
+        async move {
+            tokio::join!(gc::run(a), auth::serviceaccounts::run(b));
+        }
+    });
     let task = tokio::spawn(server::serve(
         listener,
         tls_config.clone(),
@@ -348,6 +360,17 @@ async fn serve(state: SharedState, req: Request, parsed: Result<ApiRequest, ApiE
         Err(e) => {
             // Read the body first, so the client is not reset while it is still sending.
             let _ = read_body(body, state.cfg.max_body_bytes).await;
+            // A bad credential is a 401 before any route is looked at, as upstream.
+            return match auth::authenticate(&state, &parts).await {
+                Ok(_) => e.into_response(),
+                Err(unauthorized) => unauthorized.into_response(),
+            };
+        }
+    };
+    let user = match auth::check(&state, &parts, &parsed).await {
+        Ok(u) => u,
+        Err(e) => {
+            let _ = read_body(body, state.cfg.max_body_bytes).await;
             return e.into_response();
         }
     };
@@ -404,12 +427,31 @@ async fn serve(state: SharedState, req: Request, parsed: Result<ApiRequest, ApiE
             openapi::group_version(&group, &version).map(get_only)
         }
         ApiRequest::SelfReview { rules } => match read_body(body, state.cfg.max_body_bytes).await {
-            Ok(bytes) => discovery::self_review(&bytes, rules)
+            Ok(bytes) => auth::reviews::self_review(&state, &user, &bytes, rules)
+                .await
                 .map(|v| handlers::json_response(StatusCode::CREATED, &v, &[])),
             Err(e) => Err(e),
         },
+        ApiRequest::SelfSubjectReview => match read_body(body, state.cfg.max_body_bytes).await {
+            Ok(bytes) => auth::reviews::whoami(&user, &bytes)
+                .map(|v| handlers::json_response(StatusCode::CREATED, &v, &[])),
+            Err(e) => Err(e),
+        },
+        ApiRequest::TokenRequest { namespace, name } => {
+            match read_body(body, state.cfg.max_body_bytes).await {
+                Ok(bytes) => auth::tokens::token_request(&state, &namespace, &name, &bytes)
+                    .await
+                    .map(|v| handlers::json_response(StatusCode::CREATED, &v, &[])),
+                Err(e) => Err(e),
+            }
+        }
         ApiRequest::Resource(r) => match read_body(body, state.cfg.max_body_bytes).await {
-            Ok(bytes) => handlers::handle(state.clone(), *r, parts.headers, bytes).await,
+            Ok(bytes) => {
+                match auth::escalation::guard(&state, &user, &r, &parts.headers, &bytes).await {
+                    Ok(()) => handlers::handle(state.clone(), *r, parts.headers, bytes).await,
+                    Err(e) => Err(e),
+                }
+            }
             Err(e) => Err(e),
         },
     };

@@ -18,9 +18,12 @@ use crate::status::ApiError;
 /// Every served kind has one: each is decoded and validated through its typed schema.
 pub fn typed_kind(res: &ResourceInfo) -> Option<&'static str> {
     match res.group {
-        "" | "apps" | "discovery.k8s.io" | "coordination.k8s.io" | "networking.k8s.io" => {
-            Some(res.kind)
-        }
+        ""
+        | "apps"
+        | "discovery.k8s.io"
+        | "coordination.k8s.io"
+        | "networking.k8s.io"
+        | "rbac.authorization.k8s.io" => Some(res.kind),
         "events.k8s.io" => Some("events.k8s.io/Event"),
         _ => None,
     }

@@ -45,6 +45,7 @@ pub(crate) fn components(group: &str, version: &str) -> Components {
     use k8s_openapi::api::discovery::v1 as discovery;
     use k8s_openapi::api::events::v1 as events;
     use k8s_openapi::api::networking::v1 as networking;
+    use k8s_openapi::api::rbac::v1 as rbac;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 
     let mut g = SchemaSettings::openapi3().into_generator();
@@ -73,6 +74,12 @@ pub(crate) fn components(group: &str, version: &str) -> Components {
             ("coordination.k8s.io", "v1", "Lease") => add::<coordination::Lease>(&mut g),
             ("networking.k8s.io", "v1", "NetworkPolicy") => {
                 add::<networking::NetworkPolicy>(&mut g)
+            }
+            ("rbac.authorization.k8s.io", "v1", "Role") => add::<rbac::Role>(&mut g),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRole") => add::<rbac::ClusterRole>(&mut g),
+            ("rbac.authorization.k8s.io", "v1", "RoleBinding") => add::<rbac::RoleBinding>(&mut g),
+            ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding") => {
+                add::<rbac::ClusterRoleBinding>(&mut g)
             }
             // A kind without a compiled-in schema gets an open one (the server, not the
             // client, validates it).

@@ -279,6 +279,90 @@ const NETWORK_POLICY: &[F] = &[
     f(2, "spec", Msg(NETWORK_POLICY_SPEC)),
 ];
 
+const POLICY_RULE: &[F] = &[
+    rep(1, "verbs", Str),
+    rep(2, "apiGroups", Str),
+    rep(3, "resources", Str),
+    rep(4, "resourceNames", Str),
+    rep(5, "nonResourceURLs", Str),
+];
+const ROLE: &[F] = &[
+    f(1, "metadata", Msg(OBJECT_META)),
+    rep(2, "rules", Msg(POLICY_RULE)),
+];
+const SUBJECT: &[F] = &[
+    f(1, "kind", Str),
+    f(2, "apiGroup", Str),
+    f(3, "name", Str),
+    f(4, "namespace", Str),
+];
+const ROLE_REF: &[F] = &[f(1, "apiGroup", Str), f(2, "kind", Str), f(3, "name", Str)];
+const ROLE_BINDING: &[F] = &[
+    f(1, "metadata", Msg(OBJECT_META)),
+    rep(2, "subjects", Msg(SUBJECT)),
+    f(3, "roleRef", Msg(ROLE_REF)),
+];
+
+const RESOURCE_ATTRIBUTES: &[F] = &[
+    f(1, "namespace", Str),
+    f(2, "verb", Str),
+    f(3, "group", Str),
+    f(4, "version", Str),
+    f(5, "resource", Str),
+    f(6, "subresource", Str),
+    f(7, "name", Str),
+];
+const NON_RESOURCE_ATTRIBUTES: &[F] = &[f(1, "path", Str), f(2, "verb", Str)];
+const SELF_SUBJECT_ACCESS_REVIEW_SPEC: &[F] = &[
+    opt(1, "resourceAttributes", Msg(RESOURCE_ATTRIBUTES)),
+    opt(2, "nonResourceAttributes", Msg(NON_RESOURCE_ATTRIBUTES)),
+];
+/// A review's status, which client-go marshals (empty) with the request.
+const SUBJECT_ACCESS_REVIEW_STATUS: &[F] = &[
+    f(1, "allowed", Bool),
+    f(4, "denied", Bool),
+    f(2, "reason", Str),
+    f(3, "evaluationError", Str),
+];
+const SELF_SUBJECT_ACCESS_REVIEW: &[F] = &[
+    f(1, "metadata", Msg(OBJECT_META)),
+    f(2, "spec", Msg(SELF_SUBJECT_ACCESS_REVIEW_SPEC)),
+    f(3, "status", Msg(SUBJECT_ACCESS_REVIEW_STATUS)),
+];
+const SUBJECT_RULES_REVIEW_STATUS: &[F] = &[f(3, "incomplete", Bool), f(4, "evaluationError", Str)];
+const SELF_SUBJECT_RULES_REVIEW_SPEC: &[F] = &[f(1, "namespace", Str)];
+const SELF_SUBJECT_RULES_REVIEW: &[F] = &[
+    f(1, "metadata", Msg(OBJECT_META)),
+    f(2, "spec", Msg(SELF_SUBJECT_RULES_REVIEW_SPEC)),
+    f(3, "status", Msg(SUBJECT_RULES_REVIEW_STATUS)),
+];
+const USER_INFO: &[F] = &[
+    f(1, "username", Str),
+    f(2, "uid", Str),
+    rep(3, "groups", Str),
+];
+const SELF_SUBJECT_REVIEW: &[F] = &[
+    f(1, "metadata", Msg(OBJECT_META)),
+    f(2, "status", Msg(&[f(1, "userInfo", Msg(USER_INFO))])),
+];
+const BOUND_OBJECT_REFERENCE: &[F] = &[
+    f(1, "kind", Str),
+    f(2, "apiVersion", Str),
+    f(3, "name", Str),
+    f(4, "uid", Str),
+];
+const TOKEN_REQUEST_SPEC: &[F] = &[
+    rep(1, "audiences", Str),
+    opt(4, "expirationSeconds", Int),
+    opt(3, "boundObjectRef", Msg(BOUND_OBJECT_REFERENCE)),
+];
+const TOKEN_REQUEST_STATUS: &[F] = &[f(1, "token", Str), f(2, "expirationTimestamp", Time)];
+const TOKEN_REQUEST: &[F] = &[
+    f(1, "metadata", Msg(OBJECT_META)),
+    f(2, "spec", Msg(TOKEN_REQUEST_SPEC)),
+    f(3, "status", Msg(TOKEN_REQUEST_STATUS)),
+];
+
 /// The kinds whose protobuf bodies are understood: (apiVersion, kind, message).
 const KINDS: &[(&str, &str, &[F])] = &[
     ("v1", "Namespace", NAMESPACE),
@@ -288,6 +372,30 @@ const KINDS: &[(&str, &str, &[F])] = &[
     ("v1", "ServiceAccount", SERVICE_ACCOUNT),
     ("apps/v1", "Deployment", DEPLOYMENT),
     ("networking.k8s.io/v1", "NetworkPolicy", NETWORK_POLICY),
+    ("rbac.authorization.k8s.io/v1", "Role", ROLE),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole", ROLE),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding", ROLE_BINDING),
+    (
+        "rbac.authorization.k8s.io/v1",
+        "ClusterRoleBinding",
+        ROLE_BINDING,
+    ),
+    (
+        "authorization.k8s.io/v1",
+        "SelfSubjectAccessReview",
+        SELF_SUBJECT_ACCESS_REVIEW,
+    ),
+    (
+        "authorization.k8s.io/v1",
+        "SelfSubjectRulesReview",
+        SELF_SUBJECT_RULES_REVIEW,
+    ),
+    (
+        "authentication.k8s.io/v1",
+        "SelfSubjectReview",
+        SELF_SUBJECT_REVIEW,
+    ),
+    ("authentication.k8s.io/v1", "TokenRequest", TOKEN_REQUEST),
 ];
 
 /// Whether a Content-Type names Kubernetes protobuf.

@@ -239,6 +239,50 @@ pub static RESOURCES: &[ResourceInfo] = &[
         &[],
         &[]
     ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        "clusterrolebinding",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        "clusterrole",
+        false,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        "rolebinding",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
+    res!(
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "roles",
+        "role",
+        true,
+        &[],
+        &[],
+        &[]
+    ),
 ];
 
 impl ResourceInfo {

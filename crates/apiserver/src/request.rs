@@ -29,6 +29,10 @@ pub enum ApiRequest {
     /// `POST /apis/authorization.k8s.io/v1/selfsubject{access,rules}reviews` (`kubectl auth
     /// can-i`): `rules` for the list of rules (`--list`).
     SelfReview { rules: bool },
+    /// `POST /apis/authentication.k8s.io/v1/selfsubjectreviews` (`kubectl auth whoami`).
+    SelfSubjectReview,
+    /// `POST /api/v1/namespaces/{ns}/serviceaccounts/{name}/token` (`kubectl create token`).
+    TokenRequest { namespace: String, name: String },
     /// An operation on objects.
     Resource(Box<ResourceRequest>),
 }
@@ -144,7 +148,7 @@ pub struct Query {
 }
 
 /// An operation on one resource collection or object.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ResourceRequest {
     pub verb: Verb,
     pub resource: &'static ResourceInfo,
@@ -395,6 +399,23 @@ pub fn parse(method: &Method, uri: &Uri) -> Result<ApiRequest, ApiError> {
         {
             return Ok(ApiRequest::SelfReview {
                 rules: *review == "selfsubjectrulesreviews",
+            });
+        }
+        ["apis", "authentication.k8s.io", "v1", "selfsubjectreviews"] if method == Method::POST => {
+            return Ok(ApiRequest::SelfSubjectReview);
+        }
+        [
+            "api",
+            "v1",
+            "namespaces",
+            ns,
+            "serviceaccounts",
+            name,
+            "token",
+        ] if method == Method::POST => {
+            return Ok(ApiRequest::TokenRequest {
+                namespace: ns.to_string(),
+                name: name.to_string(),
             });
         }
         ["api"] => return Ok(ApiRequest::CoreVersions),

@@ -1,6 +1,7 @@
 //! The HTTPS front: accepts TCP connections, completes TLS (client certificates verified
-//! against the cluster CA), requires a verified certificate for everything but the health
-//! probes, and serves the router over HTTP/1.1 or HTTP/2.
+//! against the cluster CA), requires a verified certificate or a bearer token for everything
+//! but the health probes, and serves the router over HTTP/1.1 or HTTP/2. Each request carries
+//! an [`crate::auth::Peer`] saying what the TLS layer verified.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,11 +80,18 @@ pub(crate) async fn serve(
                 Err(_) => return,
             };
             drop(handshake);
-            let authenticated = tls
+            let cert_user = tls
                 .get_ref()
                 .1
                 .peer_certificates()
-                .is_some_and(|c| !c.is_empty());
+                .and_then(|c| c.first())
+                .and_then(|c| crate::auth::user_from_cert(c.as_ref()));
+            let authenticated = cert_user.is_some();
+            let verified = crate::auth::Peer {
+                cert_user,
+                promote: CancellationToken::new(),
+            };
+            let promoted = verified.promote.clone();
             // A client without a certificate can only ask the probes: its connections are
             // counted (past the bound, the oldest is closed), and each lives a bounded time.
             let (slot, lifetime) = if authenticated {
@@ -97,13 +105,20 @@ pub(crate) async fn serve(
             let service =
                 hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let router = router.clone();
+                    let verified = verified.clone();
                     async move {
-                        if !authenticated && !is_probe(req.uri().path()) {
+                        // Without a certificate, only the probes and requests bearing a token
+                        // (checked by the router) get further.
+                        if !authenticated
+                            && !is_probe(req.uri().path())
+                            && !crate::auth::has_bearer(req.headers())
+                        {
                             return Ok::<_, std::convert::Infallible>(
                                 ApiError::Unauthorized.into_response(),
                             );
                         }
-                        let req = req.map(Body::new);
+                        let mut req = req.map(Body::new);
+                        req.extensions_mut().insert(verified);
                         router.oneshot(req).await
                     }
                 });
@@ -129,6 +144,9 @@ pub(crate) async fn serve(
                         tokio::select! {
                             _ = tokio::time::sleep(d) => {}
                             _ = slot.evicted() => {}
+                            // A valid bearer token made it a client's connection: it lives
+                            // as long as one with a certificate.
+                            _ = promoted.cancelled() => std::future::pending::<()>().await,
                         }
                     }
                     _ => std::future::pending().await,

@@ -46,6 +46,10 @@ pub struct AppState {
     pub(crate) cursors: crate::paging::Cursors,
     /// What `GET /metrics` reports.
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    /// The ServiceAccount token key: signs TokenRequests, verifies bearer tokens.
+    pub(crate) tokens: crate::auth::tokens::Tokens,
+    /// Wakes the serviceaccounts controller (after writes of namespaces and ServiceAccounts).
+    pub(crate) accounts: Notify,
 }
 
 /// The handle handlers receive.
@@ -59,6 +63,8 @@ impl AppState {
         addr: SocketAddr,
     ) -> Result<SharedState, crate::ServerError> {
         let admission = Admission::new(&cfg).map_err(crate::ServerError::Config)?;
+        let tokens =
+            crate::auth::tokens::Tokens::load_or_create(&cfg.data_dir, &cfg.cluster_domain)?;
         let metrics = Arc::new(crate::metrics::Metrics::default());
         let store: Arc<dyn Store> =
             Arc::new(crate::metered::MeteredStore::new(store, metrics.clone()));
@@ -72,6 +78,8 @@ impl AppState {
             addr,
             cursors: crate::paging::Cursors::default(),
             metrics,
+            tokens,
+            accounts: Notify::new(),
         });
         let warnings = state
             .rebuild_allocators()
@@ -177,6 +185,14 @@ impl AppState {
             && let Ok(Outcome::Deleted(svc)) = &result
         {
             self.admission.release(svc);
+        }
+        if !dry_run
+            && result.is_ok()
+            && res.group.is_empty()
+            && matches!(res.kind, "Namespace" | "ServiceAccount")
+        {
+            // Committed: the serviceaccounts controller sees it when it wakes.
+            self.accounts.notify_one();
         }
         let result = match dry_run && result.is_ok() {
             true => match dry.lock().ok().and_then(|mut s| s.take()) {

@@ -53,6 +53,15 @@ pub enum ApiError {
     Unauthorized,
     #[error("{0}")]
     Forbidden(String),
+    /// 403 from authorization (upstream's `NewForbidden`): the details name the group,
+    /// resource and object the user was refused.
+    #[error("{message}")]
+    Denied {
+        group: String,
+        resource: String,
+        name: String,
+        message: String,
+    },
     #[error("{0}")]
     MethodNotAllowed(String),
     #[error("the server could not find the requested resource")]
@@ -123,7 +132,7 @@ impl ApiError {
             ApiError::Gone(_) => 410,
             ApiError::TooLargeResourceVersion(_) => 504,
             ApiError::Unauthorized => 401,
-            ApiError::Forbidden(_) => 403,
+            ApiError::Forbidden(_) | ApiError::Denied { .. } => 403,
             ApiError::MethodNotAllowed(_) => 405,
             ApiError::TooLarge(_) => 413,
             ApiError::UnsupportedMediaType(_) => 415,
@@ -141,7 +150,7 @@ impl ApiError {
             ApiError::Gone(_) => "Expired",
             ApiError::TooLargeResourceVersion(_) => "Timeout",
             ApiError::Unauthorized => "Unauthorized",
-            ApiError::Forbidden(_) => "Forbidden",
+            ApiError::Forbidden(_) | ApiError::Denied { .. } => "Forbidden",
             ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
             ApiError::TooLarge(_) => "RequestEntityTooLarge",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
@@ -184,6 +193,24 @@ impl ApiError {
                 let mut d = json!({"name": name, "kind": kind, "causes": causes_json(causes)});
                 if !group.is_empty() {
                     d["group"] = json!(group);
+                }
+                Some(d)
+            }
+            ApiError::Denied {
+                group,
+                resource,
+                name,
+                ..
+            } => {
+                let mut d = json!({});
+                if !name.is_empty() {
+                    d["name"] = json!(name);
+                }
+                if !group.is_empty() {
+                    d["group"] = json!(group);
+                }
+                if !resource.is_empty() {
+                    d["kind"] = json!(resource);
                 }
                 Some(d)
             }

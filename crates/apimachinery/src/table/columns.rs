@@ -350,6 +350,30 @@ const NETWORK_POLICY: &[Column] = &[
     AGE,
 ];
 
+/// upstream's `roleColumnDefinitions` (Roles and ClusterRoles).
+const ROLE: &[Column] = &[
+    NAME,
+    col(
+        "Created At",
+        "date",
+        "CreationTimestamp is a timestamp representing the server time when this object was created. It is not guaranteed to be set in happens-before order across separate operations. Clients may not set this value. It is represented in RFC3339 form and is in UTC.",
+    ),
+];
+
+/// upstream's `roleBindingsColumnDefinitions` (RoleBindings and ClusterRoleBindings).
+const ROLE_BINDING: &[Column] = &[
+    NAME,
+    col("Role", "string", "Role of the binding."),
+    AGE,
+    wide("Users", "string", "Users in the binding."),
+    wide("Groups", "string", "Groups in the binding."),
+    wide(
+        "ServiceAccounts",
+        "string",
+        "ServiceAccounts in the binding.",
+    ),
+];
+
 const DEFAULT: &[Column] = &[NAME, AGE];
 
 /// The columns of `kind`'s Table; kinds without a printer get `Name` and `Age`.
@@ -369,6 +393,8 @@ pub fn columns(kind: &str) -> &'static [Column] {
         "Event" => EVENT,
         "ConfigMap" => CONFIG_MAP,
         "NetworkPolicy" => NETWORK_POLICY,
+        "Role" | "ClusterRole" => ROLE,
+        "RoleBinding" | "ClusterRoleBinding" => ROLE_BINDING,
         _ => DEFAULT,
     }
 }

@@ -126,8 +126,43 @@ pub(crate) fn cells(kind: &str, obj: &Value, now: Timestamp) -> Vec<Value> {
             .into(),
             age(obj, now).into(),
         ],
+        "Role" | "ClusterRole" => vec![name(obj), text(obj, "/metadata/creationTimestamp").into()],
+        "RoleBinding" | "ClusterRoleBinding" => role_binding(obj, now),
         _ => vec![name(obj), age(obj, now).into()],
     }
+}
+
+/// upstream `printRoleBinding`: the role as `Kind/name`, and the subjects by kind (a
+/// ServiceAccount as `namespace/name` when its namespace is given, as `SubjectsStrings`).
+fn role_binding(obj: &Value, now: Timestamp) -> Vec<Value> {
+    let subjects = at(obj, "/subjects").as_array().cloned().unwrap_or_default();
+    let of_kind = |kind: &str| {
+        let names: Vec<String> = subjects
+            .iter()
+            .filter(|s| s["kind"] == kind)
+            .map(|s| {
+                let n = s["name"].as_str().unwrap_or("");
+                match s["namespace"].as_str().filter(|ns| !ns.is_empty()) {
+                    Some(ns) if kind == "ServiceAccount" => format!("{ns}/{n}"),
+                    _ => n.to_string(),
+                }
+            })
+            .collect();
+        Value::from(names.join(", "))
+    };
+    vec![
+        name(obj),
+        format!(
+            "{}/{}",
+            text(obj, "/roleRef/kind"),
+            text(obj, "/roleRef/name")
+        )
+        .into(),
+        age(obj, now).into(),
+        of_kind("User"),
+        of_kind("Group"),
+        of_kind("ServiceAccount"),
+    ]
 }
 
 /// Row conditions: completed pods are marked so clients can hide them.

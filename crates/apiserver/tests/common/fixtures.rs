@@ -43,6 +43,12 @@ pub fn fixture(collection: &str) -> Value {
         ("apps", "controllerrevisions") => {
             json!({"metadata": name, "revision": 1, "data": {"spec": {"template": template}}})
         }
+        ("rbac.authorization.k8s.io", "roles" | "clusterroles") => {
+            json!({"metadata": name, "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+        }
+        ("rbac.authorization.k8s.io", "rolebindings" | "clusterrolebindings") => {
+            json!({"metadata": name, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"}, "subjects": [{"kind": "ServiceAccount", "name": "fx", "namespace": "default"}]})
+        }
         _ => panic!("no fixture for {collection}: add one for the new resource"),
     }
 }
