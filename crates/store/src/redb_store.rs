@@ -552,12 +552,20 @@ impl Store for RedbStore {
         self.spawn(move |inner| inner.apply(&key, &mut *update))
     }
 
-    fn watch(&self, prefix: &str, from_revision: u64) -> Result<EventStream, StoreError> {
-        crate::watch::watch(&self.inner, prefix, from_revision)
+    fn watch(
+        &self,
+        prefix: &str,
+        from_revision: u64,
+    ) -> BoxFuture<'_, Result<EventStream, StoreError>> {
+        Box::pin(std::future::ready(crate::watch::watch(
+            &self.inner,
+            prefix,
+            from_revision,
+        )))
     }
 
-    fn current_revision(&self) -> Result<u64, StoreError> {
-        self.inner.meta(META_REVISION)
+    fn current_revision(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(std::future::ready(self.inner.meta(META_REVISION)))
     }
 
     fn stats(&self, prefix: &str) -> BoxFuture<'_, Result<PrefixStats, StoreError>> {
