@@ -1,10 +1,12 @@
 //! One module per subcommand.
 
+pub mod apiserver;
 pub mod dns;
 pub mod dns_options;
 pub mod doctor;
 pub mod down;
 pub mod env;
+pub mod etcd_flags;
 pub mod exec;
 pub mod kubeconfig;
 pub mod node_local_dns;
