@@ -190,8 +190,8 @@ impl Stop {
 
 /// Writers create keys through a client on all three members while the leader, then a
 /// follower, are SIGKILLed and restarted; a watch runs throughout. No acknowledged write may
-/// be lost, the watch sees every one of them in order without a duplicate, and writes resume
-/// within [`RESUME_BOUND`] of each kill.
+/// be lost, the watch sees every one of them in order without a duplicate, and after each kill
+/// no stretch without an acknowledged write lasts [`RESUME_BOUND`].
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_members_lose_the_leader_under_load() {
     const RESUME_BOUND: Duration = Duration::from_secs(5);
@@ -246,25 +246,28 @@ async fn three_members_lose_the_leader_under_load() {
         };
         let killed_at = Instant::now();
         cluster.kill(victim);
-        // The first write acknowledged after the kill.
-        let resumed = loop {
-            let first = log
-                .lock()
-                .ok()
-                .and_then(|l| l.iter().copied().find(|t| *t > killed_at));
-            if let Some(t) = first {
-                break t;
-            }
-            assert!(
-                killed_at.elapsed() < RESUME_BOUND * 2,
-                "no write succeeded within {:?} of killing the {round}",
-                RESUME_BOUND * 2
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        };
-        let gap = resumed - killed_at;
+        // The longest stretch without an acknowledged write after the kill (a write that was
+        // in flight may still be answered at once; what counts is the stall after it).
+        let window = RESUME_BOUND + Duration::from_secs(1);
+        tokio::time::sleep(window).await;
+        let mut times: Vec<Instant> = log
+            .lock()
+            .map(|l| {
+                l.iter()
+                    .copied()
+                    .filter(|t| *t >= killed_at && *t <= killed_at + window)
+                    .collect()
+            })
+            .unwrap_or_default();
+        times.sort_unstable();
+        times.push(killed_at + window);
+        let mut prev = killed_at;
+        let mut gap = Duration::ZERO;
+        for t in times {
+            gap = gap.max(t - prev);
+            prev = t;
+        }
         gaps.push((round, gap));
-        tokio::time::sleep(Duration::from_millis(500)).await;
         cluster.restart(victim).await.expect("restart member");
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -305,7 +308,7 @@ async fn three_members_lose_the_leader_under_load() {
         "the watch saw every acknowledged write once"
     );
     for (round, gap) in &gaps {
-        eprintln!("writes resumed {gap:?} after SIGKILL of the {round}");
+        eprintln!("writes stalled at most {gap:?} after SIGKILL of the {round}");
         assert!(
             *gap < RESUME_BOUND,
             "writes resumed only {gap:?} after killing the {round}"
