@@ -5,6 +5,7 @@
 //! concurrent writers), 410 after compaction, reads at a revision, and durability across a
 //! crash. The etcd tests skip with a printed reason when the binary is missing, and fail
 //! instead under `SVCNET_REQUIRE_ETCD=1` (the test command sets it).
+#![allow(clippy::unwrap_used)] // test: a failure here is a test failure
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 //! 3-member cluster losing a member (the leader included) under a concurrent write load.
 //! Skipped with a printed reason when the `etcd` binary is missing (a failure under
 //! `SVCNET_REQUIRE_ETCD=1`).
+#![allow(clippy::unwrap_used)] // test: a failure here is a test failure
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

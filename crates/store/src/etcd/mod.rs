@@ -193,15 +193,17 @@ impl EtcdStore {
             if revision > 0 {
                 opts = opts.with_revision(revision);
             }
-            let mut resp = self.kv().get(start.clone(), Some(opts)).await;
-            if let Err(e) = &resp
-                && let Some(at) = at
-            {
-                if let Some(err) = self.revision_error(e, at).await {
-                    return Err(err);
+            let mut resp = match self.kv().get(start.clone(), Some(opts)).await {
+                Ok(resp) => resp,
+                Err(e) => {
+                    if let Some(at) = at
+                        && let Some(err) = self.revision_error(&e, at).await
+                    {
+                        return Err(err);
+                    }
+                    return Err(backend(e));
                 }
-            }
-            let resp = resp.as_mut().map_err(|e| backend_ref(e))?;
+            };
             if revision == 0 {
                 revision = to_i64(header_revision(resp.header()));
             }
@@ -572,9 +574,5 @@ fn to_i64(revision: u64) -> i64 {
 }
 
 fn backend(e: etcd_client::Error) -> StoreError {
-    StoreError::Backend(format!("etcd: {e}"))
-}
-
-fn backend_ref(e: &etcd_client::Error) -> StoreError {
     StoreError::Backend(format!("etcd: {e}"))
 }
