@@ -35,7 +35,9 @@ pub struct ServerConfig {
     pub bookmark_interval: Duration,
     /// Largest request body accepted (413 beyond).
     pub max_body_bytes: usize,
-    /// How many store events the watch history keeps (older resourceVersions get 410).
+    /// How many store events the embedded store's watch history keeps (older resourceVersions
+    /// get 410). On etcd the history is what the compactor leaves: one to two
+    /// `compaction_interval`s.
     pub watch_history: u64,
     /// Where container logs are, for the `pods/log` subresource (`kubectl logs`). `None`: the
     /// server runs without a node agent and answers log requests with a 400 saying so.

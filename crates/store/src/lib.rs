@@ -214,3 +214,53 @@ pub fn object_revision(object: &Value) -> Option<u64> {
         .as_str()
         .and_then(parse_revision)
 }
+
+/// Sets `metadata.resourceVersion` to the revision; fails unless the object and its metadata
+/// are JSON objects (so it also validates what a back end is asked to store).
+pub(crate) fn stamp(key: &str, object: &mut Value, revision: u64) -> Result<(), StoreError> {
+    let invalid = |reason: &str| StoreError::InvalidObject {
+        key: key.into(),
+        reason: reason.into(),
+    };
+    let map = object
+        .as_object_mut()
+        .ok_or_else(|| invalid("not a JSON object"))?;
+    let metadata = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()))
+        .as_object_mut()
+        .ok_or_else(|| invalid("metadata is not a JSON object"))?;
+    metadata.insert(
+        "resourceVersion".into(),
+        Value::String(revision.to_string()),
+    );
+    Ok(())
+}
+
+/// The object a `create` or `update` wrote.
+pub(crate) fn written(outcome: Outcome, key: &str) -> Result<Value, StoreError> {
+    match outcome {
+        Outcome::Written(object) => Ok(object),
+        _ => Err(StoreError::Backend(format!("{key}: write did not write"))),
+    }
+}
+
+/// [`StoreError::Conflict`] unless `current` is at the `expected` revision (when one is given).
+pub(crate) fn check_revision(
+    key: &str,
+    current: &Value,
+    expected: Option<u64>,
+) -> Result<(), StoreError> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    let actual = object_revision(current).unwrap_or(0);
+    if actual != expected {
+        return Err(StoreError::Conflict {
+            key: key.into(),
+            expected,
+            actual,
+        });
+    }
+    Ok(())
+}

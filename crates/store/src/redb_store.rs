@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 
 use crate::{
     BoxFuture, Event, EventStream, EventType, ListResult, Mutation, Outcome, PrefixStats, Store,
-    StoreError, UpdateFn,
+    StoreError, UpdateFn, check_revision, stamp, written,
 };
 
 const OBJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("objects");
@@ -453,27 +453,6 @@ fn check_key(key: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Sets `metadata.resourceVersion` to the revision.
-fn stamp(key: &str, object: &mut Value, revision: u64) -> Result<(), StoreError> {
-    let invalid = |reason: &str| StoreError::InvalidObject {
-        key: key.into(),
-        reason: reason.into(),
-    };
-    let map = object
-        .as_object_mut()
-        .ok_or_else(|| invalid("not a JSON object"))?;
-    let metadata = map
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Default::default()))
-        .as_object_mut()
-        .ok_or_else(|| invalid("metadata is not a JSON object"))?;
-    metadata.insert(
-        "resourceVersion".into(),
-        Value::String(revision.to_string()),
-    );
-    Ok(())
-}
-
 impl Store for RedbStore {
     fn get(&self, key: &str) -> BoxFuture<'_, Result<Option<Value>, StoreError>> {
         let key = key.to_string();
@@ -582,26 +561,4 @@ impl Inner {
     pub(crate) fn compacted(&self) -> Result<u64, StoreError> {
         self.meta(META_COMPACTED)
     }
-}
-
-fn written(outcome: Outcome, key: &str) -> Result<Value, StoreError> {
-    match outcome {
-        Outcome::Written(object) => Ok(object),
-        _ => Err(StoreError::Backend(format!("{key}: write did not write"))),
-    }
-}
-
-fn check_revision(key: &str, current: &Value, expected: Option<u64>) -> Result<(), StoreError> {
-    let Some(expected) = expected else {
-        return Ok(());
-    };
-    let actual = crate::object_revision(current).unwrap_or(0);
-    if actual != expected {
-        return Err(StoreError::Conflict {
-            key: key.into(),
-            expected,
-            actual,
-        });
-    }
-    Ok(())
 }

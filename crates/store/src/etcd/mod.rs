@@ -34,7 +34,8 @@ use etcd_client::{
 use serde_json::Value;
 
 use crate::{
-    BoxFuture, EventStream, ListResult, Mutation, Outcome, PrefixStats, Store, StoreError, UpdateFn,
+    BoxFuture, EventStream, ListResult, Mutation, Outcome, PrefixStats, Store, StoreError,
+    UpdateFn, check_revision, stamp, written,
 };
 
 pub use compact::{COMPACT_REV_KEY, CompactorState};
@@ -508,49 +509,6 @@ fn encode(key: &str, object: &Value) -> Result<Vec<u8>, StoreError> {
         meta.remove("resourceVersion");
     }
     Ok(serde_json::to_vec(&object)?)
-}
-
-/// Sets `metadata.resourceVersion`; fails unless the object and its metadata are JSON objects.
-pub(crate) fn stamp(key: &str, object: &mut Value, revision: u64) -> Result<(), StoreError> {
-    let invalid = |reason: &str| StoreError::InvalidObject {
-        key: key.into(),
-        reason: reason.into(),
-    };
-    let map = object
-        .as_object_mut()
-        .ok_or_else(|| invalid("not a JSON object"))?;
-    let metadata = map
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Default::default()))
-        .as_object_mut()
-        .ok_or_else(|| invalid("metadata is not a JSON object"))?;
-    metadata.insert(
-        "resourceVersion".into(),
-        Value::String(revision.to_string()),
-    );
-    Ok(())
-}
-
-fn written(outcome: Outcome, key: &str) -> Result<Value, StoreError> {
-    match outcome {
-        Outcome::Written(object) => Ok(object),
-        _ => Err(StoreError::Backend(format!("{key}: write did not write"))),
-    }
-}
-
-fn check_revision(key: &str, current: &Value, expected: Option<u64>) -> Result<(), StoreError> {
-    let Some(expected) = expected else {
-        return Ok(());
-    };
-    let actual = crate::object_revision(current).unwrap_or(0);
-    if actual != expected {
-        return Err(StoreError::Conflict {
-            key: key.into(),
-            expected,
-            actual,
-        });
-    }
-    Ok(())
 }
 
 /// The first key after every key that starts with `prefix` (etcd's `range_end` of a prefix).

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{EventType as EtcdEventType, GetOptions, WatchOptions, WatchStream};
 
-use super::{EtcdStore, MAX_MESSAGE, backend, compact, decode, stamp, to_i64};
-use crate::{Event, EventStream, EventType, StoreError};
+use super::{EtcdStore, MAX_MESSAGE, backend, compact, decode, to_i64};
+use crate::{Event, EventStream, EventType, StoreError, stamp};
 
 /// How long a watch keeps trying to reopen before it gives up with a backend error.
 const RESUME_FOR: Duration = Duration::from_secs(30);
