@@ -104,6 +104,11 @@ async fn values_are_kube_apiserver_keys_and_json() {
     assert_eq!(got["spec"]["ports"][0]["port"], 8080);
     assert_eq!(rv(&got) as i64, put.header().unwrap().revision());
 
+    // The database size (apiserver_storage_size_bytes) is etcd's.
+    let status = raw.status().await.unwrap();
+    assert!(store.size_bytes().is_some_and(|b| b > 0));
+    assert!(status.db_size() > 0);
+
     // A value that is not JSON (kube-apiserver's default protobuf) is a clear error.
     raw.put(
         "/registry/services/specs/default/pb",

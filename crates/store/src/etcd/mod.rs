@@ -26,7 +26,8 @@ mod watch;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, Txn, TxnOp, TxnOpResponse,
@@ -98,7 +99,16 @@ struct Inner {
     client: Client,
     layout: KeyLayout,
     options: EtcdOptions,
+    /// The database size a member last reported (`apiserver_storage_size_bytes`), and when
+    /// (milliseconds after `started`); refreshed by [`Store::stats`] at most every
+    /// [`SIZE_REFRESH`].
+    db_size: AtomicU64,
+    db_size_at: AtomicU64,
+    started: Instant,
 }
+
+/// How stale the reported database size may be.
+const SIZE_REFRESH: Duration = Duration::from_secs(10);
 
 impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -137,8 +147,12 @@ impl EtcdStore {
                 client,
                 layout,
                 options,
+                db_size: AtomicU64::new(0),
+                db_size_at: AtomicU64::new(0),
+                started: Instant::now(),
             }),
         };
+        store.refresh_db_size().await;
         store.revision().await.map_err(|e| {
             StoreError::Backend(format!(
                 "etcd at {} does not answer: {e}",
@@ -163,6 +177,24 @@ impl EtcdStore {
             .client
             .kv_client()
             .max_decoding_message_size(MAX_MESSAGE)
+    }
+
+    /// Asks a member for the database size, at most every [`SIZE_REFRESH`] (the first time
+    /// always); a failure keeps the last figure.
+    async fn refresh_db_size(&self) {
+        let inner = &self.inner;
+        let now = u64::try_from(inner.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = inner.db_size_at.load(Ordering::Relaxed);
+        let fresh = inner.db_size.load(Ordering::Relaxed) > 0
+            && now.saturating_sub(last) < SIZE_REFRESH.as_millis() as u64;
+        if fresh {
+            return;
+        }
+        inner.db_size_at.store(now, Ordering::Relaxed);
+        if let Ok(status) = inner.client.maintenance_client().status().await {
+            let size = u64::try_from(status.db_size()).unwrap_or(0);
+            inner.db_size.store(size, Ordering::Relaxed);
+        }
     }
 
     /// The cluster's current revision (the header of a quorum read).
@@ -442,6 +474,7 @@ impl Store for EtcdStore {
     fn stats(&self, prefix: &str) -> BoxFuture<'_, Result<PrefixStats, StoreError>> {
         let prefix = prefix.to_string();
         Box::pin(async move {
+            self.refresh_db_size().await;
             let eprefix = self.inner.layout.prefix(&prefix)?;
             let (kvs, _) = self.range(&eprefix, None).await?;
             Ok(PrefixStats {
@@ -449,6 +482,15 @@ impl Store for EtcdStore {
                 bytes: kvs.iter().map(|kv| kv.value().len() as u64).sum(),
             })
         })
+    }
+
+    /// The etcd database size a member reported lately (the whole cluster's keyspace, as
+    /// kube-apiserver's `apiserver_storage_size_bytes`).
+    fn size_bytes(&self) -> Option<u64> {
+        match self.inner.db_size.load(Ordering::Relaxed) {
+            0 => None,
+            size => Some(size),
+        }
     }
 }
 
