@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use svcnet_store::local_etcd::{LocalEtcd, etcd_for_test};
-use svcnet_store::{COMPACT_REV_KEY, EtcdOptions, EtcdStore, Store, StoreError};
+use svcnet_store::local_etcd::{LocalEtcd, LocalTls, etcd_for_test};
+use svcnet_store::{COMPACT_REV_KEY, EtcdOptions, EtcdStore, EtcdTls, Store, StoreError};
 
 async fn connect(endpoints: Vec<String>) -> EtcdStore {
     EtcdStore::connect(EtcdOptions {
@@ -321,4 +321,99 @@ async fn three_members_lose_the_leader_under_load() {
         );
     }
     eprintln!("{} acknowledged writes, none lost", acked.len());
+}
+
+/// A CA, a serving certificate for 127.0.0.1 and a client certificate, written to `dir`.
+fn certificates(dir: &std::path::Path) -> LocalTls {
+    use rcgen::{
+        BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    };
+    let write = |name: &str, pem: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, pem).unwrap();
+        path
+    };
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::default();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.clone().self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let leaf = |sans: Vec<String>, usage: ExtendedKeyUsagePurpose| {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(sans).unwrap();
+        params.extended_key_usages = vec![usage];
+        let cert = params.signed_by(&key, &issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server, server_key) = leaf(
+        vec!["127.0.0.1".into(), "localhost".into()],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (client, client_key) = leaf(vec!["svcnet".into()], ExtendedKeyUsagePurpose::ClientAuth);
+    LocalTls {
+        ca_file: write("ca.crt", ca_cert.pem()),
+        cert_file: write("server.crt", server),
+        key_file: write("server.key", server_key),
+        client_cert_file: write("client.crt", client),
+        client_key_file: write("client.key", client_key),
+    }
+}
+
+/// kube-apiserver's `--etcd-cafile/--etcd-certfile/--etcd-keyfile` against a member that
+/// requires client certificates: with them the store works, without a client certificate or
+/// trusting another CA it fails with an error instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_client_certificates() {
+    let Some(bin) = etcd_for_test("tls_with_client_certificates") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tls = certificates(dir.path());
+    let cluster = LocalEtcd::start_with(&bin, 1, Some(tls.clone()))
+        .await
+        .expect("etcd with TLS");
+    assert!(cluster.endpoint(0).starts_with("https://"));
+    let options = |tls: Option<EtcdTls>| EtcdOptions {
+        endpoints: cluster.endpoints(),
+        tls,
+        request_timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let store = EtcdStore::connect(options(Some(EtcdTls {
+        ca_file: Some(tls.ca_file.clone()),
+        cert_file: Some(tls.client_cert_file.clone()),
+        key_file: Some(tls.client_key_file.clone()),
+    })))
+    .await
+    .expect("connecting with the client certificate");
+    let o = store
+        .create("/core/services/default/tls", service("tls"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get("/core/services/default/tls").await.unwrap(),
+        Some(o)
+    );
+
+    let without_cert = EtcdStore::connect(options(Some(EtcdTls {
+        ca_file: Some(tls.ca_file.clone()),
+        ..Default::default()
+    })))
+    .await;
+    assert!(
+        without_cert.is_err(),
+        "a client without a certificate got in"
+    );
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = certificates(other_dir.path());
+    let wrong_ca = EtcdStore::connect(options(Some(EtcdTls {
+        ca_file: Some(other.ca_file.clone()),
+        cert_file: Some(tls.client_cert_file.clone()),
+        key_file: Some(tls.client_key_file.clone()),
+    })))
+    .await;
+    let err = wrong_ca
+        .err()
+        .expect("a member with an untrusted certificate was accepted");
+    eprintln!("untrusted member: {err}");
 }

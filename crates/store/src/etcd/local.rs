@@ -60,6 +60,21 @@ pub struct LocalEtcd {
     dir: PathBuf,
     token: String,
     members: Vec<Member>,
+    tls: Option<LocalTls>,
+}
+
+/// TLS on the members' client URLs (`https://`), requiring client certificates signed by
+/// `ca_file` (etcd's `--client-cert-auth`).
+#[derive(Debug, Clone)]
+pub struct LocalTls {
+    /// The CA the members trust for clients (and clients for the members).
+    pub ca_file: PathBuf,
+    /// The members' serving certificate (valid for 127.0.0.1) and key.
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    /// A client certificate and key the members accept (used to wait for readiness).
+    pub client_cert_file: PathBuf,
+    pub client_key_file: PathBuf,
 }
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -67,6 +82,15 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 impl LocalEtcd {
     /// Starts `members` members and waits until the cluster serves a quorum read.
     pub async fn start(bin: &Path, members: usize) -> Result<Self, StoreError> {
+        Self::start_with(bin, members, None).await
+    }
+
+    /// [`LocalEtcd::start`], with TLS and client-certificate authentication when given.
+    pub async fn start_with(
+        bin: &Path,
+        members: usize,
+        tls: Option<LocalTls>,
+    ) -> Result<Self, StoreError> {
         let unique = format!(
             "svcnet-etcd-{}-{}",
             std::process::id(),
@@ -80,6 +104,7 @@ impl LocalEtcd {
             dir,
             token: unique,
             members: Vec::new(),
+            tls,
         };
         for i in 0..members {
             cluster.members.push(Member {
@@ -103,7 +128,23 @@ impl LocalEtcd {
 
     /// Client URL of member `i`.
     pub fn endpoint(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.members[i].client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.members[i].client_port)
+    }
+
+    /// Connect options for a client of this cluster (its TLS, when it has some).
+    fn connect_options(&self) -> Result<etcd_client::ConnectOptions, StoreError> {
+        let options = etcd_client::ConnectOptions::new()
+            .with_timeout(Duration::from_secs(1))
+            .with_connect_timeout(Duration::from_millis(500));
+        Ok(match &self.tls {
+            None => options,
+            Some(tls) => options.with_tls(super::tls_options(&super::EtcdTls {
+                ca_file: Some(tls.ca_file.clone()),
+                cert_file: Some(tls.client_cert_file.clone()),
+                key_file: Some(tls.client_key_file.clone()),
+            })?),
+        })
     }
 
     /// The member that leads the cluster now, if one answers as leader.
@@ -112,7 +153,11 @@ impl LocalEtcd {
             if self.members[i].child.is_none() {
                 continue;
             }
-            let Ok(mut client) = etcd_client::Client::connect([self.endpoint(i)], None).await
+            let Ok(options) = self.connect_options() else {
+                return None;
+            };
+            let Ok(mut client) =
+                etcd_client::Client::connect([self.endpoint(i)], Some(options)).await
             else {
                 continue;
             };
@@ -157,9 +202,21 @@ impl LocalEtcd {
         let log2 = log
             .try_clone()
             .map_err(|e| StoreError::Backend(format!("etcd log file: {e}")))?;
-        let client = format!("http://127.0.0.1:{}", m.client_port);
+        let client = self.endpoint(i);
+        let m = &self.members[i];
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
-        let child = Command::new(&self.bin)
+        let mut command = Command::new(&self.bin);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert_file)
+                .arg("--key-file")
+                .arg(&tls.key_file)
+                .arg("--trusted-ca-file")
+                .arg(&tls.ca_file)
+                .arg("--client-cert-auth");
+        }
+        let child = command
             .arg("--name")
             .arg(&m.name)
             .arg("--data-dir")
@@ -202,9 +259,7 @@ impl LocalEtcd {
                     self.log(i)
                 )));
             }
-            let options = etcd_client::ConnectOptions::new()
-                .with_timeout(Duration::from_secs(1))
-                .with_connect_timeout(Duration::from_millis(500));
+            let options = self.connect_options()?;
             match etcd_client::Client::connect([self.endpoint(i)], Some(options)).await {
                 Ok(mut client) => match client.get("health", None).await {
                     Ok(_) => return Ok(()),

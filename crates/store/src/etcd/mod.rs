@@ -154,8 +154,12 @@ impl EtcdStore {
         };
         store.refresh_db_size().await;
         store.revision().await.map_err(|e| {
+            let why = match e {
+                StoreError::Backend(why) => why,
+                other => other.to_string(),
+            };
             StoreError::Backend(format!(
-                "etcd at {} does not answer: {e}",
+                "etcd at {} does not answer: {why}",
                 store.inner.options.endpoints.join(",")
             ))
         })?;
@@ -494,7 +498,7 @@ impl Store for EtcdStore {
     }
 }
 
-fn tls_options(tls: &EtcdTls) -> Result<etcd_client::TlsOptions, StoreError> {
+pub(crate) fn tls_options(tls: &EtcdTls) -> Result<etcd_client::TlsOptions, StoreError> {
     let read = |path: &PathBuf, what: &str| {
         std::fs::read(path).map_err(|e| {
             StoreError::Backend(format!("reading the etcd {what} {}: {e}", path.display()))
