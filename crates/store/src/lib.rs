@@ -245,6 +245,29 @@ pub(crate) fn written(outcome: Outcome, key: &str) -> Result<Value, StoreError> 
     }
 }
 
+/// The object a `delete` removed, stamped with the deletion revision.
+pub(crate) fn deleted(outcome: Outcome, key: &str) -> Result<Value, StoreError> {
+    match outcome {
+        Outcome::Deleted(object) => Ok(object),
+        _ => Err(StoreError::Backend(format!("{key}: delete did not delete"))),
+    }
+}
+
+/// What `update` (with `Mutation::Put`) and `delete` (with `Mutation::Delete`) decide: the
+/// object must exist (at `expected`, when given), then `mutation`.
+pub(crate) fn if_exists(
+    key: &str,
+    expected: Option<u64>,
+    mutation: Mutation,
+) -> impl FnMut(Option<&Value>) -> Result<Mutation, StoreError> + Send + use<> {
+    let key = key.to_string();
+    move |current| {
+        let current = current.ok_or_else(|| StoreError::NotFound { key: key.clone() })?;
+        check_revision(&key, current, expected)?;
+        Ok(mutation.clone())
+    }
+}
+
 /// [`StoreError::Conflict`] unless `current` is at the `expected` revision (when one is given).
 pub(crate) fn check_revision(
     key: &str,

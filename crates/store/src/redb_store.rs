@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 
 use crate::{
     BoxFuture, Event, EventStream, EventType, ListResult, Mutation, Outcome, PrefixStats, Store,
-    StoreError, UpdateFn, check_revision, stamp, written,
+    StoreError, UpdateFn, deleted, if_exists, stamp, written,
 };
 
 const OBJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("objects");
@@ -493,12 +493,10 @@ impl Store for RedbStore {
     ) -> BoxFuture<'_, Result<Value, StoreError>> {
         let key = key.to_string();
         self.spawn(move |inner| {
-            let mut object = Some(object);
-            let outcome = inner.apply(&key, &mut |current| {
-                let current = current.ok_or_else(|| StoreError::NotFound { key: key.clone() })?;
-                check_revision(&key, current, expected_revision)?;
-                Ok(Mutation::Put(object.take().unwrap_or_default()))
-            })?;
+            let outcome = inner.apply(
+                &key,
+                &mut if_exists(&key, expected_revision, Mutation::Put(object)),
+            )?;
             written(outcome, &key)
         })
     }
@@ -510,15 +508,11 @@ impl Store for RedbStore {
     ) -> BoxFuture<'_, Result<Value, StoreError>> {
         let key = key.to_string();
         self.spawn(move |inner| {
-            let outcome = inner.apply(&key, &mut |current| {
-                let current = current.ok_or_else(|| StoreError::NotFound { key: key.clone() })?;
-                check_revision(&key, current, expected_revision)?;
-                Ok(Mutation::Delete)
-            })?;
-            match outcome {
-                Outcome::Deleted(object) => Ok(object),
-                _ => Err(StoreError::Backend(format!("{key}: delete did not delete"))),
-            }
+            let outcome = inner.apply(
+                &key,
+                &mut if_exists(&key, expected_revision, Mutation::Delete),
+            )?;
+            deleted(outcome, &key)
         })
     }
 

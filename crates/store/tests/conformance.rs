@@ -7,17 +7,19 @@
 //! instead under `SVCNET_REQUIRE_ETCD=1` (the test command sets it).
 #![allow(clippy::unwrap_used)] // test: a failure here is a test failure
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{Value, json};
+use support::{assert_quiet, next, rv};
 use svcnet_store::local_etcd::{LocalEtcd, etcd_for_test};
 use svcnet_store::{
-    EtcdOptions, EtcdStore, EventStream, EventType, Mutation, Outcome, RedbStore, Store,
-    StoreError, StoreOptions,
+    EtcdOptions, EtcdStore, EventType, Mutation, Outcome, RedbStore, Store, StoreError,
+    StoreOptions,
 };
 
 /// A store under test and what it needs to compact and crash.
@@ -129,23 +131,6 @@ async fn connect(cluster: &LocalEtcd) -> EtcdStore {
 
 fn obj(name: &str, v: i64) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": v}})
-}
-
-fn rv(v: &Value) -> u64 {
-    svcnet_store::object_revision(v).expect("resourceVersion")
-}
-
-async fn next(stream: &mut EventStream) -> svcnet_store::Event {
-    tokio::time::timeout(Duration::from_secs(10), stream.next())
-        .await
-        .expect("watch event within 10 s")
-        .expect("stream open")
-        .expect("event")
-}
-
-async fn assert_quiet(stream: &mut EventStream) {
-    let r = tokio::time::timeout(Duration::from_millis(300), stream.next()).await;
-    assert!(r.is_err(), "unexpected event: {r:?}");
 }
 
 macro_rules! conformance {

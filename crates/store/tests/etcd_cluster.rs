@@ -5,6 +5,8 @@
 //! `SVCNET_REQUIRE_ETCD=1`).
 #![allow(clippy::unwrap_used)] // test: a failure here is a test failure
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{Value, json};
+use support::rv;
 use svcnet_store::local_etcd::{LocalEtcd, LocalTls, etcd_for_test};
 use svcnet_store::{COMPACT_REV_KEY, EtcdOptions, EtcdStore, EtcdTls, Store, StoreError};
 
@@ -23,10 +26,6 @@ async fn connect(endpoints: Vec<String>) -> EtcdStore {
     })
     .await
     .expect("connecting to etcd")
-}
-
-fn rv(v: &Value) -> u64 {
-    svcnet_store::object_revision(v).expect("resourceVersion")
 }
 
 fn service(name: &str) -> Value {
@@ -412,8 +411,6 @@ async fn tls_with_client_certificates() {
         key_file: Some(tls.client_key_file.clone()),
     })))
     .await;
-    let err = wrong_ca
-        .err()
-        .expect("a member with an untrusted certificate was accepted");
+    let err = wrong_ca.expect_err("a member with an untrusted certificate was accepted");
     eprintln!("untrusted member: {err}");
 }

@@ -1,14 +1,13 @@
 //! Behaviour of the redb store through the public `Store` trait.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{Value, json};
-use svcnet_store::{
-    EventStream, EventType, Mutation, Outcome, RedbStore, Store, StoreError, StoreOptions,
-    object_revision,
-};
+use support::{assert_quiet, next, rv};
+use svcnet_store::{EventType, Mutation, Outcome, RedbStore, Store, StoreError, StoreOptions};
 
 fn open(dir: &tempfile::TempDir, history: u64) -> RedbStore {
     RedbStore::open(
@@ -24,23 +23,6 @@ fn open(dir: &tempfile::TempDir, history: u64) -> RedbStore {
 
 fn obj(name: &str, v: i64) -> Value {
     json!({"metadata": {"name": name}, "spec": {"v": v}})
-}
-
-fn rv(v: &Value) -> u64 {
-    object_revision(v).unwrap()
-}
-
-async fn next(stream: &mut EventStream) -> svcnet_store::Event {
-    tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .expect("watch event within 5s")
-        .expect("stream not ended")
-        .expect("no error")
-}
-
-async fn assert_quiet(stream: &mut EventStream) {
-    let r = tokio::time::timeout(Duration::from_millis(100), stream.next()).await;
-    assert!(r.is_err(), "unexpected event: {r:?}");
 }
 
 #[tokio::test]

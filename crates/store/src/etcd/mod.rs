@@ -36,7 +36,7 @@ use serde_json::Value;
 
 use crate::{
     BoxFuture, EventStream, ListResult, Mutation, Outcome, PrefixStats, Store, StoreError,
-    UpdateFn, check_revision, stamp, written,
+    UpdateFn, deleted, if_exists, stamp, written,
 };
 
 pub use compact::{COMPACT_REV_KEY, CompactorState};
@@ -419,14 +419,8 @@ impl Store for EtcdStore {
     ) -> BoxFuture<'_, Result<Value, StoreError>> {
         let key = key.to_string();
         Box::pin(async move {
-            let outcome = self
-                .apply(&key, None, &mut |current| {
-                    let current =
-                        current.ok_or_else(|| StoreError::NotFound { key: key.clone() })?;
-                    check_revision(&key, current, expected_revision)?;
-                    Ok(Mutation::Put(object.clone()))
-                })
-                .await?;
+            let mut decide = if_exists(&key, expected_revision, Mutation::Put(object));
+            let outcome = self.apply(&key, None, &mut decide).await?;
             written(outcome, &key)
         })
     }
@@ -438,18 +432,9 @@ impl Store for EtcdStore {
     ) -> BoxFuture<'_, Result<Value, StoreError>> {
         let key = key.to_string();
         Box::pin(async move {
-            let outcome = self
-                .apply(&key, None, &mut |current| {
-                    let current =
-                        current.ok_or_else(|| StoreError::NotFound { key: key.clone() })?;
-                    check_revision(&key, current, expected_revision)?;
-                    Ok(Mutation::Delete)
-                })
-                .await?;
-            match outcome {
-                Outcome::Deleted(object) => Ok(object),
-                _ => Err(StoreError::Backend(format!("{key}: delete did not delete"))),
-            }
+            let mut decide = if_exists(&key, expected_revision, Mutation::Delete);
+            let outcome = self.apply(&key, None, &mut decide).await?;
+            deleted(outcome, &key)
         })
     }
 
