@@ -306,11 +306,12 @@ impl EtcdStore {
         loop {
             let object = current.as_ref().map(|kv| decode(key, kv)).transpose()?;
             let read = current.as_ref().map_or(0, KeyValue::mod_revision);
-            let (op, written) = match update(object.as_ref())? {
+            let (op, put) = match update(object.as_ref())? {
                 Mutation::Keep => return Ok(Outcome::Unchanged(object)),
-                Mutation::Put(object) => (TxnOp::put(ekey.clone(), encode(key, &object)?, None), {
-                    Some(object)
-                }),
+                Mutation::Put(new) => {
+                    let op = TxnOp::put(ekey.clone(), encode(key, &new)?, None);
+                    (op, Some(new))
+                }
                 Mutation::Delete => {
                     if object.is_none() {
                         return Err(StoreError::NotFound { key: key.into() });
@@ -325,7 +326,7 @@ impl EtcdStore {
             let resp = self.kv().txn(txn).await.map_err(backend)?;
             if resp.succeeded() {
                 let revision = header_revision(resp.header());
-                return match (written, object) {
+                return match (put, object) {
                     (Some(mut w), _) => {
                         stamp(key, &mut w, revision)?;
                         Ok(Outcome::Written(w))
