@@ -38,7 +38,11 @@ pub fn etcd_for_test(test: &str) -> Option<PathBuf> {
              etcd-server (apt-get install etcd-server) or set SVCNET_ETCD_BIN"
         ),
         None => {
-            eprintln!(
+            // Written to the process's stderr itself, past the test harness's capture, so
+            // that the skip shows in a passing run.
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
                 "SKIPPED {test}: no etcd binary on PATH (install etcd-server, or set \
                  {REQUIRE_ETCD_ENV}=1 to make this a failure)"
             );
