@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need=(nft iptables-restore conntrack ip ss dig curl script pgrep linux.uml modprobe ipset ipvsadm)
+need=(nft iptables-restore conntrack ip ss dig curl script pgrep linux.uml modprobe ipset ipvsadm protoc etcd etcdctl)
 missing=()
 for bin in "${need[@]}"; do command -v "$bin" >/dev/null 2>&1 || missing+=("$bin"); done
 # The nftables dataplane loads libnftables at run time (dlopen, no headers needed to build).
@@ -18,10 +18,13 @@ if [ "${#missing[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   # user-mode-linux (+ kmod for its modules): the kernel-matrix tier below; ipset, ipvsadm: what
-  # the IPVS dataplane's tests compare against.
+  # the IPVS dataplane's tests compare against; protobuf-compiler: etcd-client's build (the
+  # default `etcd` feature); etcd-server, etcd-client: the store's etcd conformance tests.
   apt-get install -y -qq nftables libnftables1 iptables conntrack iproute2 bind9-dnsutils curl util-linux procps \
-    user-mode-linux kmod ipset ipvsadm >/dev/null
+    user-mode-linux kmod ipset ipvsadm protobuf-compiler etcd-server etcd-client >/dev/null
 fi
+# The etcd tests fail (instead of skipping) when the etcd binary is missing.
+export SVCNET_REQUIRE_ETCD=1
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings

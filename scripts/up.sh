@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The run command: installs what `svcnet up` and the README's walkthrough need at run time (as
 # root, on Debian: nftables and libnftables1, iptables, conntrack, iproute2, and curl and dig for the
-# walkthrough), then starts `svcnet up` from the repository root, so the default data dir is
+# walkthrough; protobuf-compiler to build it), then starts `svcnet up` from the repository root, so the default data dir is
 # <repository>/svcnet-data. Arguments are passed to `svcnet up` (see `svcnet up --help`).
 # SVCNET_BIN=/path/to/svcnet runs that binary instead of building one with cargo (the README
 # test does, with the binary it was built with).
@@ -14,6 +14,8 @@ for pair in nft:nftables iptables-restore:iptables conntrack:conntrack ip:iprout
 done
 # The nftables mode's proxy loads libnftables at run time (dlopen).
 ldconfig -p 2>/dev/null | grep 'libnftables\.so\.1 ' >/dev/null || missing+=(libnftables1)
+# Building svcnet (its default `etcd` feature: etcd-client's generated gRPC code) needs protoc.
+[ -n "${SVCNET_BIN:-}" ] || command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
     echo "svcnet up needs: ${missing[*]}; run this script as root so it can install them" >&2

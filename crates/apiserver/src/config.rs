@@ -11,7 +11,8 @@ use ipnet::IpNet;
 /// Configuration of the embedded API server.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Where the store (`store.redb`), the PKI (`pki/`) and the `kubeconfig` live.
+    /// Where the store (`store.redb`, unless [`ServerConfig::storage`] is etcd), the PKI
+    /// (`pki/`) and the `kubeconfig` live.
     pub data_dir: PathBuf,
     /// Address to listen on. Port 0 picks a free port (see [`crate::RunningServer::addr`]).
     pub listen: SocketAddr,
@@ -37,7 +38,9 @@ pub struct ServerConfig {
     pub bookmark_interval: Duration,
     /// Largest request body accepted (413 beyond).
     pub max_body_bytes: usize,
-    /// How many store events the watch history keeps (older resourceVersions get 410).
+    /// How many store events the embedded store's watch history keeps (older resourceVersions
+    /// get 410). On etcd the history is what the compactor leaves: one to two
+    /// `compaction_interval`s.
     pub watch_history: u64,
     /// Where container logs are, for the `pods/log` subresource (`kubectl logs`). `None`: the
     /// server runs without a node agent and answers log requests with a 400 saying so.
@@ -53,6 +56,20 @@ pub struct ServerConfig {
     /// Attaches to containers' running processes, for `pods/attach` (`kubectl attach`).
     /// `None`: the server runs without a node agent and says so (a 400).
     pub attach_source: Option<AttachSource>,
+    /// Where the objects are kept: the embedded redb file, or an etcd cluster.
+    pub storage: Storage,
+}
+
+/// The store behind the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Storage {
+    /// `data_dir/store.redb`, in this process (the default; one API server).
+    #[default]
+    Embedded,
+    /// An etcd cluster with kube-apiserver's key layout, which several API servers can share
+    /// (`--etcd-servers`); the server also runs the coordinated compactor.
+    #[cfg(feature = "etcd")]
+    Etcd(svcnet_store::EtcdOptions),
 }
 
 /// The container a `pods/attach` request attaches to; the server has found the pod and
@@ -293,6 +310,7 @@ impl Default for ServerConfig {
             exec_source: None,
             port_forward_source: None,
             attach_source: None,
+            storage: Storage::Embedded,
         }
     }
 }

@@ -698,7 +698,7 @@ async fn delete_collection(
             Err(e) => return Err(e),
         }
     }
-    let rv = state.store.current_revision()?.to_string();
+    let rv = state.store.current_revision().await?.to_string();
     Ok(json_response(
         StatusCode::OK,
         &plain_list(res, deleted, &rv),

@@ -70,16 +70,18 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use svcnet_store::{RedbStore, StoreOptions};
+use svcnet_store::{RedbStore, Store, StoreOptions};
 
 pub use config::{AttachSource, AttachStarter, AttachTarget, Attached};
 pub use config::{
     ConnectionLimits, ExecProcess, ExecSource, ExecStarter, ExecTarget, LogLocator, LogSource,
-    LogTarget, PortDialer, PortForwardSource, PortForwardTarget, ServerConfig,
+    LogTarget, PortDialer, PortForwardSource, PortForwardTarget, ServerConfig, Storage,
 };
 pub use registry::{RESOURCES, ResourceInfo};
 pub use state::{AppState, SharedState};
 pub use status::{ApiError, Cause};
+#[cfg(feature = "etcd")]
+pub use svcnet_store::{EtcdOptions, EtcdTls};
 
 use request::ApiRequest;
 
@@ -111,24 +113,48 @@ impl ServerError {
     }
 }
 
-/// Opens the store in `cfg.data_dir`, rebuilds the allocators and creates the bootstrap
-/// objects. `addr` is where clients reach the server (for the `kubernetes` service).
+/// Opens the store (in `cfg.data_dir`, or the etcd cluster of `cfg.storage`), rebuilds the
+/// allocators and creates the bootstrap objects. `addr` is where clients reach the server (for the `kubernetes` service).
 pub async fn build_state(cfg: ServerConfig, addr: SocketAddr) -> Result<SharedState, ServerError> {
     std::fs::create_dir_all(&cfg.data_dir).map_err(|source| ServerError::Io {
         what: format!("creating {}", cfg.data_dir.display()),
         source,
     })?;
-    let path = cfg.data_dir.join("store.redb");
-    let options = StoreOptions {
-        history: cfg.watch_history,
-        durable: true,
-        ..Default::default()
+    #[cfg(feature = "etcd")]
+    let mut etcd_compactor: Option<svcnet_store::EtcdStore> = None;
+    let storage = cfg.storage.clone();
+    let store: Arc<dyn Store> = match &storage {
+        Storage::Embedded => {
+            let path = cfg.data_dir.join("store.redb");
+            let options = StoreOptions {
+                history: cfg.watch_history,
+                durable: true,
+                ..Default::default()
+            };
+            let store = tokio::task::spawn_blocking(move || RedbStore::open(&path, options))
+                .await
+                .map_err(|e| ServerError::Task(e.to_string()))?
+                .map_err(|e| ServerError::Store(e.to_string()))?;
+            Arc::new(store)
+        }
+        #[cfg(feature = "etcd")]
+        Storage::Etcd(options) => {
+            let store = svcnet_store::EtcdStore::connect(options.clone())
+                .await
+                .map_err(|e| ServerError::Store(e.to_string()))?;
+            etcd_compactor = Some(store.clone());
+            Arc::new(store)
+        }
     };
-    let store = tokio::task::spawn_blocking(move || RedbStore::open(&path, options))
-        .await
-        .map_err(|e| ServerError::Task(e.to_string()))?
-        .map_err(|e| ServerError::Store(e.to_string()))?;
-    let state = AppState::new(Arc::new(store), cfg, addr).await?;
+    let state = AppState::new(store, cfg, addr).await?;
+    #[cfg(feature = "etcd")]
+    if let (Some(store), Storage::Etcd(options)) = (etcd_compactor, &storage)
+        && !options.compaction_interval.is_zero()
+    {
+        // Stops with the server; several servers on one etcd compact once per interval.
+        let stop = state.shutdown.clone().cancelled_owned();
+        tokio::spawn(store.run_compactor(options.compaction_interval, stop));
+    }
     bootstrap::run(&state)
         .await
         .map_err(|e| ServerError::Bootstrap(e.to_string()))?;

@@ -125,11 +125,15 @@ impl Store for MeteredStore {
         })
     }
 
-    fn watch(&self, prefix: &str, from_revision: u64) -> Result<EventStream, StoreError> {
+    fn watch(
+        &self,
+        prefix: &str,
+        from_revision: u64,
+    ) -> BoxFuture<'_, Result<EventStream, StoreError>> {
         self.inner.watch(prefix, from_revision)
     }
 
-    fn current_revision(&self) -> Result<u64, StoreError> {
+    fn current_revision(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
         self.inner.current_revision()
     }
 

@@ -100,7 +100,7 @@ pub async fn serve(
         (None, n)
     };
     let (tx, rx) = mpsc::channel::<Bytes>(64);
-    let stream = match state.store.watch(&prefix, from) {
+    let stream = match state.store.watch(&prefix, from).await {
         Ok(s) => s,
         Err(e @ StoreError::Gone { .. }) => {
             let status = ApiError::from(e).status();

@@ -3,8 +3,9 @@
 //! `/{group-or-core}/{resource}/{namespace-or-empty}/{name}`; each write stamps
 //! `metadata.resourceVersion` with the revision it committed at.
 //!
-//! The API server only sees the narrow [`Store`] trait, so an etcd-backed implementation can be
-//! added later without touching it. [`RedbStore`] is the embedded implementation on `redb`.
+//! The API server only sees the narrow [`Store`] trait. [`RedbStore`] is the embedded
+//! implementation on `redb`; [`EtcdStore`] (cargo feature `etcd`) keeps the objects in an etcd
+//! cluster with kube-apiserver's key layout, so that several API servers can share them.
 //!
 //! **Architecture Invariant:** a write is acknowledged only after its transaction (object +
 //! history event + revision counter) is durably committed, and it is published to watchers only
@@ -12,6 +13,8 @@
 //! HTTP.
 
 mod error;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod redb_store;
 mod watch;
 
@@ -22,6 +25,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use error::StoreError;
+#[cfg(feature = "etcd")]
+pub use etcd::local as local_etcd;
+#[cfg(feature = "etcd")]
+pub use etcd::{COMPACT_REV_KEY, CompactorState, EtcdOptions, EtcdStore, EtcdTls, KeyLayout};
 pub use redb_store::{RedbStore, StoreOptions};
 
 /// A boxed, sendable future, so that [`Store`] stays object safe.
@@ -160,11 +167,16 @@ pub trait Store: Send + Sync + 'static {
 
     /// Events for keys under `prefix` with a revision greater than `from_revision`: first the
     /// retained history, then live changes, with no gap and no duplicate. Fails with
-    /// [`StoreError::Gone`] when `from_revision` is older than the retained history.
-    fn watch(&self, prefix: &str, from_revision: u64) -> Result<EventStream, StoreError>;
+    /// [`StoreError::Gone`] when `from_revision` is older than the retained history (the
+    /// stream itself ends with it when history is compacted while it catches up).
+    fn watch(
+        &self,
+        prefix: &str,
+        from_revision: u64,
+    ) -> BoxFuture<'_, Result<EventStream, StoreError>>;
 
     /// The latest committed revision.
-    fn current_revision(&self) -> Result<u64, StoreError>;
+    fn current_revision(&self) -> BoxFuture<'_, Result<u64, StoreError>>;
 
     /// How many objects `prefix` holds and their encoded size. The default lists them; an
     /// implementation that can count without decoding should.
@@ -201,4 +213,77 @@ pub fn object_revision(object: &Value) -> Option<u64> {
         .get("resourceVersion")?
         .as_str()
         .and_then(parse_revision)
+}
+
+/// Sets `metadata.resourceVersion` to the revision; fails unless the object and its metadata
+/// are JSON objects (so it also validates what a back end is asked to store).
+pub(crate) fn stamp(key: &str, object: &mut Value, revision: u64) -> Result<(), StoreError> {
+    let invalid = |reason: &str| StoreError::InvalidObject {
+        key: key.into(),
+        reason: reason.into(),
+    };
+    let map = object
+        .as_object_mut()
+        .ok_or_else(|| invalid("not a JSON object"))?;
+    let metadata = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Default::default()))
+        .as_object_mut()
+        .ok_or_else(|| invalid("metadata is not a JSON object"))?;
+    metadata.insert(
+        "resourceVersion".into(),
+        Value::String(revision.to_string()),
+    );
+    Ok(())
+}
+
+/// The object a `create` or `update` wrote.
+pub(crate) fn written(outcome: Outcome, key: &str) -> Result<Value, StoreError> {
+    match outcome {
+        Outcome::Written(object) => Ok(object),
+        _ => Err(StoreError::Backend(format!("{key}: write did not write"))),
+    }
+}
+
+/// The object a `delete` removed, stamped with the deletion revision.
+pub(crate) fn deleted(outcome: Outcome, key: &str) -> Result<Value, StoreError> {
+    match outcome {
+        Outcome::Deleted(object) => Ok(object),
+        _ => Err(StoreError::Backend(format!("{key}: delete did not delete"))),
+    }
+}
+
+/// What `update` (with `Mutation::Put`) and `delete` (with `Mutation::Delete`) decide: the
+/// object must exist (at `expected`, when given), then `mutation`.
+pub(crate) fn if_exists(
+    key: &str,
+    expected: Option<u64>,
+    mutation: Mutation,
+) -> impl FnMut(Option<&Value>) -> Result<Mutation, StoreError> + Send + use<> {
+    let key = key.to_string();
+    move |current| {
+        let current = current.ok_or_else(|| StoreError::NotFound { key: key.clone() })?;
+        check_revision(&key, current, expected)?;
+        Ok(mutation.clone())
+    }
+}
+
+/// [`StoreError::Conflict`] unless `current` is at the `expected` revision (when one is given).
+pub(crate) fn check_revision(
+    key: &str,
+    current: &Value,
+    expected: Option<u64>,
+) -> Result<(), StoreError> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    let actual = object_revision(current).unwrap_or(0);
+    if actual != expected {
+        return Err(StoreError::Conflict {
+            key: key.into(),
+            expected,
+            actual,
+        });
+    }
+    Ok(())
 }

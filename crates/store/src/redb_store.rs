@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 
 use crate::{
     BoxFuture, Event, EventStream, EventType, ListResult, Mutation, Outcome, PrefixStats, Store,
-    StoreError, UpdateFn,
+    StoreError, UpdateFn, deleted, if_exists, stamp, written,
 };
 
 const OBJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("objects");
@@ -453,27 +453,6 @@ fn check_key(key: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Sets `metadata.resourceVersion` to the revision.
-fn stamp(key: &str, object: &mut Value, revision: u64) -> Result<(), StoreError> {
-    let invalid = |reason: &str| StoreError::InvalidObject {
-        key: key.into(),
-        reason: reason.into(),
-    };
-    let map = object
-        .as_object_mut()
-        .ok_or_else(|| invalid("not a JSON object"))?;
-    let metadata = map
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Default::default()))
-        .as_object_mut()
-        .ok_or_else(|| invalid("metadata is not a JSON object"))?;
-    metadata.insert(
-        "resourceVersion".into(),
-        Value::String(revision.to_string()),
-    );
-    Ok(())
-}
-
 impl Store for RedbStore {
     fn get(&self, key: &str) -> BoxFuture<'_, Result<Option<Value>, StoreError>> {
         let key = key.to_string();
@@ -514,12 +493,10 @@ impl Store for RedbStore {
     ) -> BoxFuture<'_, Result<Value, StoreError>> {
         let key = key.to_string();
         self.spawn(move |inner| {
-            let mut object = Some(object);
-            let outcome = inner.apply(&key, &mut |current| {
-                let current = current.ok_or_else(|| StoreError::NotFound { key: key.clone() })?;
-                check_revision(&key, current, expected_revision)?;
-                Ok(Mutation::Put(object.take().unwrap_or_default()))
-            })?;
+            let outcome = inner.apply(
+                &key,
+                &mut if_exists(&key, expected_revision, Mutation::Put(object)),
+            )?;
             written(outcome, &key)
         })
     }
@@ -531,15 +508,11 @@ impl Store for RedbStore {
     ) -> BoxFuture<'_, Result<Value, StoreError>> {
         let key = key.to_string();
         self.spawn(move |inner| {
-            let outcome = inner.apply(&key, &mut |current| {
-                let current = current.ok_or_else(|| StoreError::NotFound { key: key.clone() })?;
-                check_revision(&key, current, expected_revision)?;
-                Ok(Mutation::Delete)
-            })?;
-            match outcome {
-                Outcome::Deleted(object) => Ok(object),
-                _ => Err(StoreError::Backend(format!("{key}: delete did not delete"))),
-            }
+            let outcome = inner.apply(
+                &key,
+                &mut if_exists(&key, expected_revision, Mutation::Delete),
+            )?;
+            deleted(outcome, &key)
         })
     }
 
@@ -552,12 +525,20 @@ impl Store for RedbStore {
         self.spawn(move |inner| inner.apply(&key, &mut *update))
     }
 
-    fn watch(&self, prefix: &str, from_revision: u64) -> Result<EventStream, StoreError> {
-        crate::watch::watch(&self.inner, prefix, from_revision)
+    fn watch(
+        &self,
+        prefix: &str,
+        from_revision: u64,
+    ) -> BoxFuture<'_, Result<EventStream, StoreError>> {
+        Box::pin(std::future::ready(crate::watch::watch(
+            &self.inner,
+            prefix,
+            from_revision,
+        )))
     }
 
-    fn current_revision(&self) -> Result<u64, StoreError> {
-        self.inner.meta(META_REVISION)
+    fn current_revision(&self) -> BoxFuture<'_, Result<u64, StoreError>> {
+        Box::pin(std::future::ready(self.inner.meta(META_REVISION)))
     }
 
     fn stats(&self, prefix: &str) -> BoxFuture<'_, Result<PrefixStats, StoreError>> {
@@ -574,26 +555,4 @@ impl Inner {
     pub(crate) fn compacted(&self) -> Result<u64, StoreError> {
         self.meta(META_COMPACTED)
     }
-}
-
-fn written(outcome: Outcome, key: &str) -> Result<Value, StoreError> {
-    match outcome {
-        Outcome::Written(object) => Ok(object),
-        _ => Err(StoreError::Backend(format!("{key}: write did not write"))),
-    }
-}
-
-fn check_revision(key: &str, current: &Value, expected: Option<u64>) -> Result<(), StoreError> {
-    let Some(expected) = expected else {
-        return Ok(());
-    };
-    let actual = crate::object_revision(current).unwrap_or(0);
-    if actual != expected {
-        return Err(StoreError::Conflict {
-            key: key.into(),
-            expected,
-            actual,
-        });
-    }
-    Ok(())
 }

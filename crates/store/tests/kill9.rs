@@ -92,7 +92,7 @@ fn kill9_loses_no_acknowledged_write() {
                 .unwrap_or_else(|| panic!("acknowledged write {i} (rev {rev}) lost"));
             assert_eq!(v["metadata"]["resourceVersion"], rev.to_string());
         }
-        let head = s.current_revision().unwrap();
+        let head = s.current_revision().await.unwrap();
         let last_acked = acked.iter().map(|(_, r)| *r).max().unwrap();
         assert!(
             head >= last_acked && head <= last_acked + 1,

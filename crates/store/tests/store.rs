@@ -1,14 +1,13 @@
 //! Behaviour of the redb store through the public `Store` trait.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{Value, json};
-use svcnet_store::{
-    EventStream, EventType, Mutation, Outcome, RedbStore, Store, StoreError, StoreOptions,
-    object_revision,
-};
+use support::{assert_quiet, next, rv};
+use svcnet_store::{EventType, Mutation, Outcome, RedbStore, Store, StoreError, StoreOptions};
 
 fn open(dir: &tempfile::TempDir, history: u64) -> RedbStore {
     RedbStore::open(
@@ -26,28 +25,11 @@ fn obj(name: &str, v: i64) -> Value {
     json!({"metadata": {"name": name}, "spec": {"v": v}})
 }
 
-fn rv(v: &Value) -> u64 {
-    object_revision(v).unwrap()
-}
-
-async fn next(stream: &mut EventStream) -> svcnet_store::Event {
-    tokio::time::timeout(Duration::from_secs(5), stream.next())
-        .await
-        .expect("watch event within 5s")
-        .expect("stream not ended")
-        .expect("no error")
-}
-
-async fn assert_quiet(stream: &mut EventStream) {
-    let r = tokio::time::timeout(Duration::from_millis(100), stream.next()).await;
-    assert!(r.is_err(), "unexpected event: {r:?}");
-}
-
 #[tokio::test]
 async fn create_get_update_delete() {
     let dir = tempfile::tempdir().unwrap();
     let s = open(&dir, 100);
-    assert_eq!(s.current_revision().unwrap(), 0);
+    assert_eq!(s.current_revision().await.unwrap(), 0);
     let created = s.create("/core/services/ns/a", obj("a", 1)).await.unwrap();
     assert_eq!(created["metadata"]["resourceVersion"], "1");
     assert_eq!(
@@ -111,7 +93,7 @@ async fn create_get_update_delete() {
             .is_not_found()
     );
     assert_eq!(s.get("/core/services/ns/a").await.unwrap(), None);
-    assert_eq!(s.current_revision().unwrap(), 4);
+    assert_eq!(s.current_revision().await.unwrap(), 4);
 }
 
 #[tokio::test]
@@ -138,7 +120,7 @@ async fn rejects_bad_keys_and_values() {
             .is_invalid()
     );
     // Failed writes consume no revision.
-    assert_eq!(s.current_revision().unwrap(), 0);
+    assert_eq!(s.current_revision().await.unwrap(), 0);
 }
 
 #[tokio::test]
@@ -212,7 +194,7 @@ async fn guaranteed_update_reads_modifies_writes() {
         .unwrap();
     assert!(matches!(out, Outcome::Unchanged(Some(_))));
     assert_eq!(
-        s.current_revision().unwrap(),
+        s.current_revision().await.unwrap(),
         2,
         "Keep consumes no revision"
     );
@@ -253,7 +235,7 @@ async fn watch_replays_exactly_then_follows() {
         .unwrap(); // rev 7
     s.delete("/core/pods/ns/p2", None).await.unwrap(); // rev 8
 
-    let mut w = s.watch("/core/pods/", 3).unwrap();
+    let mut w = s.watch("/core/pods/", 3).await.unwrap();
     let got: Vec<_> = [
         next(&mut w).await,
         next(&mut w).await,
@@ -263,7 +245,7 @@ async fn watch_replays_exactly_then_follows() {
     .into_iter()
     .map(|e| (e.revision, e.kind, e.key))
     .collect();
-    let mut w_prev = s.watch("/core/pods/ns/p1", 6).unwrap();
+    let mut w_prev = s.watch("/core/pods/ns/p1", 6).await.unwrap();
     let modified = next(&mut w_prev).await;
     assert_eq!(
         modified.prev_object.unwrap()["spec"]["v"],
@@ -293,7 +275,8 @@ async fn watch_replays_exactly_then_follows() {
 
     // Watching from the head sees only new events.
     let mut w2 = s
-        .watch("/core/pods/", s.current_revision().unwrap())
+        .watch("/core/pods/", s.current_revision().await.unwrap())
+        .await
         .unwrap();
     assert_quiet(&mut w2).await;
     s.delete("/core/pods/ns/live", None).await.unwrap();
@@ -326,7 +309,7 @@ async fn watch_has_no_gap_or_duplicate_under_concurrent_writes() {
     };
     // Start watching while writes are in flight, from an old revision.
     tokio::time::sleep(Duration::from_millis(20)).await;
-    let mut w = s.watch("/x/", 10).unwrap();
+    let mut w = s.watch("/x/", 10).await.unwrap();
     let mut expected = 11;
     while expected <= 2050 {
         let e = next(&mut w).await;
@@ -349,7 +332,7 @@ async fn slow_watcher_that_lags_the_broadcast_misses_nothing() {
         },
     )
     .unwrap();
-    let mut w = s.watch("/x/", 0).unwrap();
+    let mut w = s.watch("/x/", 0).await.unwrap();
     // More writes than the broadcast buffers, while the watcher reads nothing.
     for i in 0..3000 {
         s.create(&format!("/x/k{i}"), obj("k", i)).await.unwrap();
@@ -372,16 +355,16 @@ async fn watch_from_compacted_revision_is_gone() {
         (70..=80).contains(&compacted),
         "automatic compaction keeps ~20: {compacted}"
     );
-    let err = s.watch("/x/", 5).err().unwrap();
+    let err = s.watch("/x/", 5).await.err().unwrap();
     assert!(err.is_gone(), "{err}");
     assert!(matches!(err, StoreError::Gone { requested: 5, .. }));
     // Within the window replay still works.
-    let mut w = s.watch("/x/", 90).unwrap();
+    let mut w = s.watch("/x/", 90).await.unwrap();
     assert_eq!(next(&mut w).await.revision, 91);
 
     assert_eq!(s.compact(5).unwrap(), 95);
-    assert!(s.watch("/x/", 94).err().unwrap().is_gone());
-    let mut w = s.watch("/x/", 95).unwrap();
+    assert!(s.watch("/x/", 94).await.err().unwrap().is_gone());
+    let mut w = s.watch("/x/", 95).await.unwrap();
     assert_eq!(next(&mut w).await.revision, 96);
     // Objects are not affected by compaction.
     assert_eq!(s.list("/x/").await.unwrap().items.len(), 100);
@@ -396,15 +379,15 @@ async fn data_and_revision_survive_reopen() {
         s.create("/a/2", obj("2", 2)).await.unwrap();
         s.delete("/a/1", None).await.unwrap();
         // An open watch must not keep the database open after the store is dropped.
-        let _w = s.watch("/a/", 0).unwrap();
+        let _w = s.watch("/a/", 0).await.unwrap();
     }
     let s = open(&dir, 100);
-    assert_eq!(s.current_revision().unwrap(), 3);
+    assert_eq!(s.current_revision().await.unwrap(), 3);
     assert_eq!(s.get("/a/1").await.unwrap(), None);
     assert_eq!(s.get("/a/2").await.unwrap().unwrap()["spec"]["v"], 2);
     let v = s.create("/a/3", obj("3", 3)).await.unwrap();
     assert_eq!(rv(&v), 4, "revisions continue after reopen");
-    let mut w = s.watch("/a/", 0).unwrap();
+    let mut w = s.watch("/a/", 0).await.unwrap();
     let kinds: Vec<_> = [
         next(&mut w).await,
         next(&mut w).await,
@@ -466,7 +449,7 @@ async fn concurrent_writers_get_distinct_increasing_revisions() {
     all.dedup();
     assert_eq!(all.len(), n, "no revision handed out twice");
     assert_eq!(s.get("/counter/c").await.unwrap().unwrap()["n"], 80);
-    assert_eq!(s.current_revision().unwrap(), 161);
+    assert_eq!(s.current_revision().await.unwrap(), 161);
 }
 
 /// A large object written again and again (create/delete loops of a 1 MiB ConfigMap) must not
@@ -519,11 +502,11 @@ async fn history_is_bounded_by_bytes() {
         compacted > 10,
         "byte bound compacted nothing (compacted at {compacted})"
     );
-    let mut w = s.watch("/core/configmaps/", last - 1).unwrap();
+    let mut w = s.watch("/core/configmaps/", last - 1).await.unwrap();
     let e = next(&mut w).await;
     assert_eq!((e.revision, e.kind), (last, EventType::Deleted));
     assert!(matches!(
-        s.watch("/core/configmaps/", 1),
+        s.watch("/core/configmaps/", 1).await,
         Err(StoreError::Gone { .. })
     ));
     // Freed pages are reused: the file does not keep growing with the rounds.
@@ -577,7 +560,7 @@ async fn list_at_a_revision_is_the_state_then() {
         a["metadata"]["resourceVersion"]
     );
     // At the head it is today's list.
-    let head = s.current_revision().unwrap();
+    let head = s.current_revision().await.unwrap();
     let now = s.list("/core/configmaps/").await.unwrap();
     assert_eq!(
         s.list_at("/core/configmaps/", head).await.unwrap().items,

@@ -19,6 +19,9 @@ struct Cli {
 enum Command {
     /// Run the whole system on this machine: API server, controllers, proxy, DNS and node agent.
     Up(Box<cmd::up::Args>),
+    /// Run only the Kubernetes API server (as kube-apiserver), e.g. one of several on an etcd
+    /// cluster (`--etcd-servers`).
+    Apiserver(Box<cmd::apiserver::Args>),
     /// Run the node proxy (kube-proxy's job) for one node against any API server.
     Proxy(cmd::proxy::Args),
     /// Run cluster DNS (CoreDNS's kubernetes plugin) against any API server.
@@ -81,6 +84,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Command::Up(args) => cmd::up::run(*args).await,
+            Command::Apiserver(args) => cmd::apiserver::run(*args).await,
             Command::Proxy(args) => {
                 cmd::proxy::run(args, matches.subcommand_matches("proxy")).await
             }

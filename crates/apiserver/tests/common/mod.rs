@@ -20,8 +20,26 @@ pub fn config(dir: &Path) -> ServerConfig {
         data_dir: dir.to_path_buf(),
         listen: "127.0.0.1:0".parse().unwrap(),
         bookmark_interval: std::time::Duration::from_millis(300),
+        storage: storage(dir),
         ..ServerConfig::default()
     }
+}
+
+/// redb in the data dir; or, with `SVCNET_TEST_ETCD_SERVERS=http://127.0.0.1:2379,…`, that
+/// etcd cluster under a prefix of the data dir's name, so the API tests run on the etcd store.
+fn storage(dir: &Path) -> svcnet_apiserver::Storage {
+    #[cfg(feature = "etcd")]
+    if let Ok(servers) = std::env::var("SVCNET_TEST_ETCD_SERVERS") {
+        let name = dir.file_name().unwrap().to_string_lossy();
+        return svcnet_apiserver::Storage::Etcd(svcnet_apiserver::EtcdOptions {
+            endpoints: servers.split(',').map(str::to_string).collect(),
+            prefix: format!("/svcnet-test/{name}"),
+            compaction_interval: std::time::Duration::ZERO,
+            ..Default::default()
+        });
+    }
+    let _ = dir;
+    svcnet_apiserver::Storage::Embedded
 }
 
 impl TestServer {

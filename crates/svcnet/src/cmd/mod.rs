@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod apiserver;
 pub mod cni;
 pub mod controller_manager;
 pub mod dns;
@@ -7,6 +8,7 @@ pub mod dns_options;
 pub mod doctor;
 pub mod down;
 pub mod env;
+pub mod etcd_flags;
 pub mod exec;
 pub mod kubeconfig;
 pub mod node_local_dns;

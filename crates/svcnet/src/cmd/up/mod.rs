@@ -26,6 +26,7 @@ use ipnet::{IpNet, Ipv4Net};
 use crate::cmd::kubeconfig::client_from_kubeconfig;
 use cluster::ClusterConfig;
 use objects::NodeSpec;
+pub(crate) use objects::nth_address;
 
 /// Components of `svcnet up` that `--disable` can switch off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -163,6 +164,9 @@ pub struct Args {
     /// always this binary, so the add-on manifests in `deploy/` run unchanged.
     #[arg(long = "image", value_name = "REPOSITORY=PATH", value_parser = parse_image)]
     pub images: Vec<(String, PathBuf)>,
+    /// Where the API server keeps the objects (redb in the data dir, or etcd).
+    #[command(flatten)]
+    pub etcd: crate::cmd::etcd_flags::EtcdFlags,
 }
 
 /// The image svcnet's add-on manifests (`deploy/`) run.
@@ -235,6 +239,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         exec_source: with_agent.then(|| streams::exec_source(&args.data_dir)),
         port_forward_source: with_agent.then(|| streams::port_forward_source(&args.data_dir)),
         attach_source: with_agent.then(streams::attach_source),
+        storage: args.etcd.storage()?,
         ..Default::default()
     };
     let mut server = svcnet_apiserver::start(config)

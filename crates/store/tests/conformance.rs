@@ -1,0 +1,622 @@
+//! The store conformance suite: the same tests against every [`Store`] implementation
+//! (`redb::*` on [`RedbStore`], `etcd::*` on [`EtcdStore`] over a real single-member etcd from
+//! Debian's `etcd` binary). What the API server relies on: key order, revisions, CAS conflicts,
+//! retried read-modify-writes under contention, watches with no gap and no duplicate (also with
+//! concurrent writers), 410 after compaction, reads at a revision, and durability across a
+//! crash. The etcd tests skip with a printed reason when the binary is missing, and fail
+//! instead under `SVCNET_REQUIRE_ETCD=1` (the test command sets it).
+#![allow(clippy::unwrap_used)] // test: a failure here is a test failure
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::{assert_quiet, next, rv};
+use svcnet_store::local_etcd::{LocalEtcd, etcd_for_test};
+use svcnet_store::{
+    EtcdOptions, EtcdStore, EventType, Mutation, Outcome, RedbStore, Store, StoreError,
+    StoreOptions,
+};
+
+/// A store under test and what it needs to compact and crash.
+struct Backend {
+    kind: Kind,
+}
+
+enum Kind {
+    Redb {
+        dir: tempfile::TempDir,
+        /// `None` only while it is being reopened.
+        redb: Option<RedbStore>,
+    },
+    Etcd {
+        cluster: LocalEtcd,
+        etcd: EtcdStore,
+    },
+}
+
+impl Backend {
+    fn redb() -> Backend {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let redb = Some(open_redb(&dir));
+        Backend {
+            kind: Kind::Redb { dir, redb },
+        }
+    }
+
+    async fn etcd(test: &str) -> Option<Backend> {
+        let bin = etcd_for_test(test)?;
+        let cluster = LocalEtcd::start(&bin, 1).await.expect("starting etcd");
+        let etcd = connect(&cluster).await;
+        Some(Backend {
+            kind: Kind::Etcd { cluster, etcd },
+        })
+    }
+
+    fn s(&self) -> &dyn Store {
+        match &self.kind {
+            Kind::Redb { redb, .. } => redb.as_ref().expect("store open"),
+            Kind::Etcd { etcd, .. } => etcd,
+        }
+    }
+
+    /// A handle for tasks.
+    fn arc(&self) -> Arc<dyn Store> {
+        match &self.kind {
+            Kind::Redb { redb, .. } => Arc::new(redb.clone().expect("store open")),
+            Kind::Etcd { etcd, .. } => Arc::new(etcd.clone()),
+        }
+    }
+
+    /// Drops the history before `revision`: afterwards a watch from `revision - 1` or later
+    /// works and one from before answers Gone.
+    async fn forget_before(&self, revision: u64) {
+        match &self.kind {
+            Kind::Redb { redb, .. } => {
+                let redb = redb.as_ref().expect("store open");
+                let head = redb.current_revision().await.expect("head");
+                redb.compact(head - (revision - 1)).expect("compact");
+            }
+            Kind::Etcd { etcd, .. } => etcd.compact(revision).await.expect("compact"),
+        }
+    }
+
+    /// Crashes the store: the etcd member is SIGKILLed (writes in flight fail); redb's SIGKILL
+    /// test is kill9.rs, here it is only closed by [`Backend::restart`].
+    fn crash(&mut self) {
+        if let Kind::Etcd { cluster, .. } = &mut self.kind {
+            cluster.kill(0);
+        }
+    }
+
+    /// Starts the store again on the same data (every other handle must be gone).
+    async fn restart(&mut self) {
+        match &mut self.kind {
+            Kind::Redb { dir, redb } => {
+                *redb = None;
+                *redb = Some(open_redb(dir));
+            }
+            Kind::Etcd { cluster, etcd } => {
+                cluster.restart(0).await.expect("restart etcd");
+                *etcd = connect(cluster).await;
+            }
+        }
+    }
+}
+
+fn small() -> StoreOptions {
+    StoreOptions {
+        history: 100_000,
+        ..Default::default()
+    }
+}
+
+fn open_redb(dir: &tempfile::TempDir) -> RedbStore {
+    RedbStore::open(dir.path().join("s.redb"), small()).expect("open redb")
+}
+
+async fn connect(cluster: &LocalEtcd) -> EtcdStore {
+    EtcdStore::connect(EtcdOptions {
+        endpoints: cluster.endpoints(),
+        request_timeout: Duration::from_secs(2),
+        ..Default::default()
+    })
+    .await
+    .expect("connecting to etcd")
+}
+
+fn obj(name: &str, v: i64) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": v}})
+}
+
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {
+        mod redb {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let mut b = super::Backend::redb();
+                    super::$name(&mut b).await;
+                }
+            )*
+        }
+        mod etcd {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(mut b) = super::Backend::etcd(stringify!($name)).await else {
+                        return;
+                    };
+                    super::$name(&mut b).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    crud_in_key_order,
+    cas_conflicts,
+    guaranteed_update_retries_under_contention,
+    watch_replays_then_follows,
+    watch_has_no_gap_or_duplicate_under_concurrent_writers,
+    compaction_answers_gone,
+    list_at_is_the_state_then,
+    acknowledged_writes_survive_a_crash,
+);
+
+async fn crud_in_key_order(b: &mut Backend) {
+    let s = b.s();
+    let base = s.current_revision().await.unwrap();
+    let a = s
+        .create("/core/configmaps/ns/b", obj("b", 1))
+        .await
+        .unwrap();
+    assert_eq!(rv(&a), base + 1);
+    assert_eq!(s.current_revision().await.unwrap(), base + 1);
+    s.create("/core/configmaps/ns/a", obj("a", 1))
+        .await
+        .unwrap();
+    s.create("/core/configmaps/ot/c", obj("c", 1))
+        .await
+        .unwrap();
+    // Cluster-scoped keys (empty namespace) and a group that is not kube's own.
+    s.create("/core/namespaces//ns", obj("ns", 1))
+        .await
+        .unwrap();
+    s.create("/example.com/widgets/ns/w", obj("w", 1))
+        .await
+        .unwrap();
+    let err = s
+        .create("/core/configmaps/ns/a", obj("a", 2))
+        .await
+        .unwrap_err();
+    assert!(err.is_already_exists(), "{err}");
+
+    let got = s.get("/core/configmaps/ns/b").await.unwrap().unwrap();
+    assert_eq!(got, a, "get returns what create returned");
+    assert_eq!(s.get("/core/configmaps/ns/zz").await.unwrap(), None);
+    assert_eq!(
+        s.get("/core/namespaces//ns").await.unwrap().unwrap()["data"]["v"],
+        1
+    );
+
+    let all = s.list("/core/configmaps/").await.unwrap();
+    let names: Vec<_> = all
+        .items
+        .iter()
+        .map(|o| o["metadata"]["name"].clone())
+        .collect();
+    assert_eq!(names, vec![json!("a"), json!("b"), json!("c")], "key order");
+    assert_eq!(all.revision, base + 5);
+    assert_eq!(s.list("/core/configmaps/ns/").await.unwrap().items.len(), 2);
+    assert_eq!(s.list("/core/namespaces/").await.unwrap().items.len(), 1);
+    assert_eq!(
+        s.list("/example.com/widgets/").await.unwrap().items.len(),
+        1
+    );
+    assert_eq!(s.list("/").await.unwrap().items.len(), 5);
+
+    let up = s
+        .update("/core/configmaps/ns/b", obj("b", 2), None)
+        .await
+        .unwrap();
+    assert_eq!(rv(&up), base + 6);
+    assert_eq!(up["data"]["v"], 2);
+    let err = s
+        .update("/core/configmaps/ns/none", obj("none", 1), None)
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    let gone = s.delete("/core/configmaps/ns/b", None).await.unwrap();
+    assert_eq!(
+        rv(&gone),
+        base + 7,
+        "a deletion is stamped with its revision"
+    );
+    assert_eq!(gone["data"]["v"], 2);
+    assert!(
+        s.delete("/core/configmaps/ns/b", None)
+            .await
+            .unwrap_err()
+            .is_not_found()
+    );
+    assert_eq!(s.get("/core/configmaps/ns/b").await.unwrap(), None);
+
+    // Bad keys and values are refused, never stored.
+    assert!(
+        s.create("/core/configmaps/ns/", obj("x", 1))
+            .await
+            .unwrap_err()
+            .is_invalid()
+    );
+    assert!(
+        s.create("/core/configmaps/ns/x", json!(5))
+            .await
+            .unwrap_err()
+            .is_invalid()
+    );
+    assert!(
+        s.create("/core/configmaps/ns/x", json!({"metadata": 1}))
+            .await
+            .unwrap_err()
+            .is_invalid()
+    );
+    assert_eq!(s.current_revision().await.unwrap(), base + 7);
+}
+
+async fn cas_conflicts(b: &mut Backend) {
+    let s = b.s();
+    let v1 = s
+        .create("/core/configmaps/ns/a", obj("a", 1))
+        .await
+        .unwrap();
+    let v2 = s
+        .update("/core/configmaps/ns/a", obj("a", 2), Some(rv(&v1)))
+        .await
+        .unwrap();
+    // A writer still holding v1 loses, and learns the current revision.
+    match s
+        .update("/core/configmaps/ns/a", obj("a", 3), Some(rv(&v1)))
+        .await
+    {
+        Err(StoreError::Conflict {
+            expected, actual, ..
+        }) => assert_eq!((expected, actual), (rv(&v1), rv(&v2))),
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+    let err = s
+        .delete("/core/configmaps/ns/a", Some(rv(&v1)))
+        .await
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    assert_eq!(
+        s.get("/core/configmaps/ns/a").await.unwrap().unwrap()["data"]["v"],
+        2
+    );
+    let d = s
+        .delete("/core/configmaps/ns/a", Some(rv(&v2)))
+        .await
+        .unwrap();
+    assert_eq!(d["data"]["v"], 2);
+}
+
+async fn guaranteed_update_retries_under_contention(b: &mut Backend) {
+    const TASKS: u64 = 6;
+    const EACH: u64 = 15;
+    let s = b.arc();
+    s.create("/core/configmaps/ns/n", obj("n", 0))
+        .await
+        .unwrap();
+    let calls = Arc::new(AtomicU64::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let (s, calls) = (s.clone(), calls.clone());
+        tasks.push(tokio::spawn(async move {
+            for _ in 0..EACH {
+                let calls = calls.clone();
+                s.guaranteed_update(
+                    "/core/configmaps/ns/n",
+                    Box::new(move |cur| {
+                        calls.fetch_add(1, Ordering::Relaxed);
+                        let mut o = cur.cloned().expect("exists");
+                        let v = o["data"]["v"].as_i64().expect("v");
+                        o["data"]["v"] = json!(v + 1);
+                        Ok(Mutation::Put(o))
+                    }),
+                )
+                .await
+                .unwrap();
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let n = s.get("/core/configmaps/ns/n").await.unwrap().unwrap();
+    assert_eq!(n["data"]["v"], json!(TASKS * EACH), "no increment lost");
+    let runs = calls.load(Ordering::Relaxed);
+    assert!(runs >= TASKS * EACH);
+    eprintln!("{} increments took {runs} UpdateFn runs", TASKS * EACH);
+
+    // Keep writes nothing; Delete of an absent key is NotFound; an aborting fn's error comes back.
+    let head = s.current_revision().await.unwrap();
+    let out = s
+        .guaranteed_update("/core/configmaps/ns/n", Box::new(|_| Ok(Mutation::Keep)))
+        .await
+        .unwrap();
+    assert!(matches!(out, Outcome::Unchanged(Some(_))));
+    assert_eq!(s.current_revision().await.unwrap(), head);
+    let err = s
+        .guaranteed_update(
+            "/core/configmaps/ns/none",
+            Box::new(|_| Ok(Mutation::Delete)),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    let out = s
+        .guaranteed_update("/core/configmaps/ns/n", Box::new(|_| Ok(Mutation::Delete)))
+        .await
+        .unwrap();
+    let Outcome::Deleted(last) = out else {
+        panic!("expected a deletion")
+    };
+    assert_eq!(rv(&last), head + 1);
+}
+
+async fn watch_replays_then_follows(b: &mut Backend) {
+    let s = b.s();
+    let base = s.current_revision().await.unwrap();
+    let a1 = s.create("/core/pods/ns/a", obj("a", 1)).await.unwrap();
+    s.create("/core/configmaps/ns/x", obj("x", 1))
+        .await
+        .unwrap();
+    let a2 = s
+        .update("/core/pods/ns/a", obj("a", 2), None)
+        .await
+        .unwrap();
+    let del = s.delete("/core/pods/ns/a", None).await.unwrap();
+
+    let mut w = s.watch("/core/pods/", base).await.unwrap();
+    let e = next(&mut w).await;
+    assert_eq!(
+        (e.kind, e.revision, &e.key),
+        (EventType::Added, rv(&a1), &"/core/pods/ns/a".to_string())
+    );
+    assert_eq!(e.object, a1);
+    assert_eq!(e.prev_object, None);
+    let e = next(&mut w).await;
+    assert_eq!((e.kind, e.revision), (EventType::Modified, rv(&a2)));
+    assert_eq!(e.object, a2);
+    assert_eq!(e.prev_object.as_ref(), Some(&a1));
+    let e = next(&mut w).await;
+    assert_eq!((e.kind, e.revision), (EventType::Deleted, rv(&del)));
+    assert_eq!(
+        e.object, del,
+        "the last state, stamped with the deletion revision"
+    );
+    assert_eq!(e.prev_object.as_ref(), Some(&a2));
+    assert_quiet(&mut w).await;
+
+    // Live events follow, for this prefix only; a recreated key is ADDED again.
+    s.create("/core/configmaps/ns/y", obj("y", 1))
+        .await
+        .unwrap();
+    let again = s.create("/core/pods/ns/a", obj("a", 3)).await.unwrap();
+    let e = next(&mut w).await;
+    assert_eq!((e.kind, e.revision), (EventType::Added, rv(&again)));
+    // A namespace prefix and a cluster-scoped prefix.
+    let mut wn = s.watch("/core/pods/other/", rv(&again)).await.unwrap();
+    let mut wc = s.watch("/core/namespaces/", rv(&again)).await.unwrap();
+    s.create("/core/pods/ns/b", obj("b", 1)).await.unwrap();
+    let o = s.create("/core/pods/other/c", obj("c", 1)).await.unwrap();
+    let n = s
+        .create("/core/namespaces//other", obj("other", 1))
+        .await
+        .unwrap();
+    assert_eq!(next(&mut wn).await.revision, rv(&o));
+    assert_quiet(&mut wn).await;
+    let e = next(&mut wc).await;
+    assert_eq!(
+        (e.revision, e.key.as_str()),
+        (rv(&n), "/core/namespaces//other")
+    );
+    // Watching from the head sees only what comes next.
+    let head = s.current_revision().await.unwrap();
+    let mut wh = s.watch("/core/pods/", head).await.unwrap();
+    assert_quiet(&mut wh).await;
+    let up = s
+        .update("/core/pods/ns/b", obj("b", 2), None)
+        .await
+        .unwrap();
+    assert_eq!(next(&mut wh).await.revision, rv(&up));
+}
+
+async fn watch_has_no_gap_or_duplicate_under_concurrent_writers(b: &mut Backend) {
+    const WRITERS: usize = 4;
+    const EACH: usize = 40;
+    let s = b.arc();
+    let base = s.current_revision().await.unwrap();
+    let mut w = s.watch("/core/configmaps/", base).await.unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..WRITERS {
+        let s = s.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut acked = Vec::new();
+            for n in 0..EACH {
+                let key = format!("/core/configmaps/w{i}/k{}", n % 10);
+                let o = obj(&format!("k{n}"), n as i64);
+                let written = if n < 10 {
+                    s.create(&key, o).await.unwrap()
+                } else if n % 7 == 0 {
+                    s.delete(&key, None).await.unwrap()
+                } else {
+                    match s.update(&key, o.clone(), None).await {
+                        Ok(v) => v,
+                        Err(e) if e.is_not_found() => s.create(&key, o).await.unwrap(),
+                        Err(e) => panic!("{e}"),
+                    }
+                };
+                // Unrelated writes interleave too.
+                s.create(&format!("/core/secrets/w{i}/s{n}"), obj("s", 0))
+                    .await
+                    .unwrap();
+                acked.push(rv(&written));
+            }
+            acked
+        }));
+    }
+    let mut acked = Vec::new();
+    for t in tasks {
+        acked.extend(t.await.unwrap());
+    }
+    acked.sort_unstable();
+    let mut seen = Vec::new();
+    while seen.len() < acked.len() {
+        let e = next(&mut w).await;
+        if let Some(&last) = seen.last() {
+            assert!(
+                e.revision > last,
+                "out of order or repeated: {} after {last}",
+                e.revision
+            );
+        }
+        assert!(e.key.starts_with("/core/configmaps/"));
+        seen.push(e.revision);
+    }
+    assert_eq!(seen, acked, "the watch saw exactly the acknowledged writes");
+    assert_quiet(&mut w).await;
+}
+
+async fn compaction_answers_gone(b: &mut Backend) {
+    let mut revs = Vec::new();
+    for n in 0..6 {
+        let o = b
+            .s()
+            .create(&format!("/core/configmaps/ns/c{n}"), obj("c", n))
+            .await
+            .unwrap();
+        revs.push(rv(&o));
+    }
+    let keep_from = revs[3];
+    b.forget_before(keep_from).await;
+    let s = b.s();
+    match s.watch("/core/configmaps/", revs[0]).await {
+        Err(StoreError::Gone { requested, .. }) => assert_eq!(requested, revs[0]),
+        Err(e) => panic!("expected Gone, got {e}"),
+        Ok(_) => panic!("expected Gone, got a watch"),
+    }
+    assert!(
+        s.list_at("/core/configmaps/", revs[0])
+            .await
+            .unwrap_err()
+            .is_gone()
+    );
+    // What is retained still serves: watches from just before it, reads at it.
+    let mut w = s.watch("/core/configmaps/", keep_from - 1).await.unwrap();
+    for &r in &revs[3..] {
+        assert_eq!(next(&mut w).await.revision, r);
+    }
+    let at = s.list_at("/core/configmaps/", revs[4]).await.unwrap();
+    assert_eq!(at.items.len(), 5);
+    // A watch that is open keeps following after the compaction.
+    let o = s
+        .create("/core/configmaps/ns/late", obj("late", 1))
+        .await
+        .unwrap();
+    assert_eq!(next(&mut w).await.revision, rv(&o));
+}
+
+async fn list_at_is_the_state_then(b: &mut Backend) {
+    let s = b.s();
+    let a = s
+        .create("/core/configmaps/ns/a", obj("a", 1))
+        .await
+        .unwrap();
+    let bb = s
+        .create("/core/configmaps/ns/b", obj("b", 1))
+        .await
+        .unwrap();
+    let then = rv(&bb);
+    s.update("/core/configmaps/ns/a", obj("a", 2), None)
+        .await
+        .unwrap();
+    s.delete("/core/configmaps/ns/b", None).await.unwrap();
+    s.create("/core/configmaps/ns/c", obj("c", 1))
+        .await
+        .unwrap();
+    s.create("/core/pods/ns/p", obj("p", 1)).await.unwrap();
+
+    let at = s.list_at("/core/configmaps/", then).await.unwrap();
+    assert_eq!(at.revision, then);
+    assert_eq!(at.items, vec![a.clone(), bb.clone()]);
+    let at_ns = s.list_at("/core/configmaps/ns/", rv(&a)).await.unwrap();
+    assert_eq!(at_ns.items, vec![a]);
+    let head = s.current_revision().await.unwrap();
+    assert_eq!(
+        s.list_at("/core/configmaps/", head).await.unwrap().items,
+        s.list("/core/configmaps/").await.unwrap().items
+    );
+    match s.list_at("/core/configmaps/", head + 10).await {
+        Err(StoreError::FutureRevision { requested, current }) => {
+            assert_eq!((requested, current), (head + 10, head))
+        }
+        other => panic!("expected FutureRevision, got {other:?}"),
+    }
+}
+
+async fn acknowledged_writes_survive_a_crash(b: &mut Backend) {
+    let s = b.arc();
+    // Writers run while the crash happens; whatever was acknowledged must be there after.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        let (s, stop) = (s.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut acked = BTreeMap::new();
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) && n < 2000 {
+                let key = format!("/core/configmaps/d{i}/k{n}");
+                if let Ok(o) = s.create(&key, obj("k", n)).await {
+                    acked.insert(key, rv(&o));
+                }
+                n += 1;
+            }
+            acked
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    b.crash();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = BTreeMap::new();
+    for t in tasks {
+        acked.extend(t.await.unwrap());
+    }
+    drop(s);
+    b.restart().await;
+    assert!(
+        acked.len() > 10,
+        "the writers wrote ({} acknowledged)",
+        acked.len()
+    );
+    let s = b.s();
+    for (key, revision) in &acked {
+        let o = s
+            .get(key)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("acknowledged write {key} at {revision} lost"));
+        assert_eq!(rv(&o), *revision, "{key}");
+    }
+    // And the store goes on.
+    s.create("/core/configmaps/ns/after", obj("after", 1))
+        .await
+        .unwrap();
+    eprintln!("{} acknowledged writes survived the crash", acked.len());
+}
