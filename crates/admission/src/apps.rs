@@ -185,6 +185,35 @@ fn validate_int_or_percent(v: &IntOrString, path: &str) -> (Vec<FieldError>, boo
     }
 }
 
+/// A rolling update's `maxUnavailable` and `maxSurge` under `path` (Deployments' and
+/// DaemonSets' rules): each an int ≥ 0 or a percentage ≤ 100 %, and not both 0.
+fn validate_rolling(
+    max_unavailable: Option<&IntOrString>,
+    max_surge: Option<&IntOrString>,
+    path: &str,
+) -> Vec<FieldError> {
+    let (mut errs, unavailable_zero) = max_unavailable.map_or((vec![], false), |v| {
+        validate_int_or_percent(v, &format!("{path}.maxUnavailable"))
+    });
+    let (e2, surge_zero) = max_surge.map_or((vec![], false), |v| {
+        validate_int_or_percent(v, &format!("{path}.maxSurge"))
+    });
+    errs.extend(e2);
+    if unavailable_zero && surge_zero {
+        let rendered = match max_unavailable.cloned().unwrap_or(IntOrString::Int(0)) {
+            IntOrString::Int(n) => n.to_string(),
+            IntOrString::String(s) => crate::error::quote(&s),
+        };
+        errs.push(FieldError {
+            kind: crate::FieldErrorKind::Invalid,
+            field: format!("{path}.maxUnavailable"),
+            value: Some(rendered),
+            detail: "may not be 0 when `maxSurge` is 0".into(),
+        });
+    }
+    errs
+}
+
 /// Bumps `metadata.generation` on a spec change, unless the API server
 /// already did (idempotent with a generic bump).
 fn bump_generation(meta: &mut ObjectMeta, old_meta: &ObjectMeta, spec_changed: bool) {
@@ -241,28 +270,11 @@ fn validate_deployment(d: &Deployment) -> Vec<FieldError> {
             "Recreate" => {}
             "RollingUpdate" => {
                 if let Some(ru) = &s.rolling_update {
-                    let (e1, unavailable_zero) =
-                        ru.max_unavailable.as_ref().map_or((vec![], false), |v| {
-                            validate_int_or_percent(v, "spec.strategy.rollingUpdate.maxUnavailable")
-                        });
-                    let (e2, surge_zero) = ru.max_surge.as_ref().map_or((vec![], false), |v| {
-                        validate_int_or_percent(v, "spec.strategy.rollingUpdate.maxSurge")
-                    });
-                    errs.extend(e1);
-                    errs.extend(e2);
-                    if unavailable_zero && surge_zero {
-                        let v = ru.max_unavailable.clone().unwrap_or(IntOrString::Int(0));
-                        let rendered = match v {
-                            IntOrString::Int(n) => n.to_string(),
-                            IntOrString::String(s) => crate::error::quote(&s),
-                        };
-                        errs.push(FieldError {
-                            kind: crate::FieldErrorKind::Invalid,
-                            field: "spec.strategy.rollingUpdate.maxUnavailable".into(),
-                            value: Some(rendered),
-                            detail: "may not be 0 when `maxSurge` is 0".into(),
-                        });
-                    }
+                    errs.extend(validate_rolling(
+                        ru.max_unavailable.as_ref(),
+                        ru.max_surge.as_ref(),
+                        "spec.strategy.rollingUpdate",
+                    ));
                 }
             }
             other => errs.push(FieldError::not_supported(
@@ -514,44 +526,16 @@ fn validate_daemonset(d: &DaemonSet) -> Vec<FieldError> {
         &spec.template,
         "daemonset",
     );
-    // Upstream: a DaemonSet's pods must restart (`Always`).
-    if let Some(p) = spec
-        .template
-        .spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .filter(|p| *p != "Always")
-    {
-        errs.push(FieldError::not_supported(
-            "spec.template.spec.restartPolicy",
-            p,
-            &["Always"],
-        ));
-    }
     if let Some(us) = &spec.update_strategy {
         match us.type_.as_deref().unwrap_or("") {
             "OnDelete" => {}
             "RollingUpdate" => {
                 if let Some(ru) = &us.rolling_update {
-                    let (e1, unavailable_zero) =
-                        ru.max_unavailable.as_ref().map_or((vec![], true), |v| {
-                            validate_int_or_percent(
-                                v,
-                                "spec.updateStrategy.rollingUpdate.maxUnavailable",
-                            )
-                        });
-                    let (e2, surge_zero) = ru.max_surge.as_ref().map_or((vec![], true), |v| {
-                        validate_int_or_percent(v, "spec.updateStrategy.rollingUpdate.maxSurge")
-                    });
-                    errs.extend(e1);
-                    errs.extend(e2);
-                    if unavailable_zero && surge_zero {
-                        errs.push(FieldError::invalid(
-                            "spec.updateStrategy.rollingUpdate.maxUnavailable",
-                            0,
-                            "may not be 0 when `maxSurge` is 0",
-                        ));
-                    }
+                    errs.extend(validate_rolling(
+                        ru.max_unavailable.as_ref(),
+                        ru.max_surge.as_ref(),
+                        "spec.updateStrategy.rollingUpdate",
+                    ));
                 }
             }
             other => errs.push(FieldError::not_supported(

@@ -1,4 +1,4 @@
-//! Pods, Deployments, StatefulSets, Endpoints, EndpointSlices, Namespaces,
+//! Pods, Deployments, StatefulSets, DaemonSets, Endpoints, EndpointSlices, Namespaces,
 //! Nodes, ConfigMaps: defaulting snapshots and validation messages.
 //! Refresh snapshots with `UPDATE_EXPECT=1 cargo test -p svcnet-admission`.
 
@@ -436,6 +436,82 @@ fn statefulset_defaults_and_updates() {
             "spec: Forbidden: updates to statefulset spec for fields other than 'replicas', 'ordinals', 'template', 'updateStrategy', 'persistentVolumeClaimRetentionPolicy' and 'minReadySeconds' are forbidden",
         ]
     );
+}
+
+#[test]
+fn daemonset_defaults_validation_and_updates() {
+    let ds = |f: &dyn Fn(&mut Value)| {
+        let mut v = deployment("agent", |_| {});
+        v["kind"] = json!("DaemonSet");
+        f(&mut v);
+        v
+    };
+    let mut a = allocs();
+    let stored = admit_create("DaemonSet", ds(&|_| {}), &mut a).unwrap();
+    assert_eq!(
+        stored["spec"]["updateStrategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}})
+    );
+    assert_eq!(stored["spec"]["revisionHistoryLimit"], 10);
+    assert_eq!(
+        stored["spec"]["template"]["spec"]["restartPolicy"],
+        "Always"
+    );
+    assert_eq!(stored["metadata"]["generation"], 1);
+    rejects(
+        "DaemonSet",
+        ds(&|d| set(d, "spec.template.spec.restartPolicy", json!("Never"))),
+        &[
+            "spec.template.spec.restartPolicy: Unsupported value: \"Never\": supported values: \"Always\"",
+        ],
+    );
+    rejects(
+        "DaemonSet",
+        ds(&|d| {
+            set(
+                d,
+                "spec.updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 0}}),
+            )
+        }),
+        &[
+            "spec.updateStrategy.rollingUpdate.maxUnavailable: Invalid value: 0: may not be 0 when `maxSurge` is 0",
+        ],
+    );
+    rejects(
+        "DaemonSet",
+        ds(&|d| set(d, "spec.updateStrategy", json!({"type": "Recreate"}))),
+        &[
+            "spec.updateStrategy.type: Unsupported value: \"Recreate\": supported values: \"OnDelete\", \"RollingUpdate\"",
+        ],
+    );
+    // The selector is immutable; a template change bumps the generation.
+    let mut moved = stored.clone();
+    set(
+        &mut moved,
+        "spec.selector",
+        json!({"matchLabels": {"app": "other"}}),
+    );
+    set(
+        &mut moved,
+        "spec.template.metadata.labels",
+        json!({"app": "other"}),
+    );
+    let errs = messages(&admit_update("DaemonSet", &stored, moved, &mut a).unwrap_err());
+    assert!(
+        errs.iter()
+            .any(|e| e.starts_with("spec.selector: Invalid value")
+                && e.ends_with("field is immutable")),
+        "{errs:?}"
+    );
+    let mut rolled = stored.clone();
+    set(
+        &mut rolled,
+        "spec.template.spec.containers.0.image",
+        json!("nginx:2"),
+    );
+    let updated = admit_update("DaemonSet", &stored, rolled, &mut a).unwrap();
+    assert_eq!(updated["metadata"]["generation"], 2);
 }
 
 #[test]
