@@ -21,7 +21,7 @@ use svcnet_agent::topology::Topology;
 use svcnet_agent::{AgentConfig, ip};
 
 struct Env {
-    _server: svcnet_apiserver::RunningServer,
+    server: svcnet_apiserver::RunningServer,
     client: Client,
     topo: Option<Topology>,
     cfg: AgentConfig,
@@ -66,7 +66,7 @@ impl Env {
         }));
         let agent = tokio::spawn(async move { agent.await.unwrap().unwrap() });
         Env {
-            _server: server,
+            server,
             client,
             topo: Some(topo),
             cfg,
@@ -612,5 +612,83 @@ async fn host_network_pods_share_the_node() {
         ip::netns_list().unwrap().contains(&env.cfg.node_netns),
         "the node's namespace survives its hostNetwork pod"
     );
+    env.stop().await;
+}
+
+/// A projected volume as the API server's ServiceAccount admission writes it: a token of the
+/// pod's ServiceAccount bound to the pod (TokenRequest), a ConfigMap and the namespace. The
+/// token authenticates as the ServiceAccount (its requests are authorized as it: 403, not 401).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn projected_service_account_token_configmap_and_namespace() {
+    let env = Env::start().await;
+    let base = tempfile::tempdir().unwrap();
+    let mnt = base.path().join("sa");
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(env.client.clone(), "default");
+    cms.create(
+        &PostParams::default(),
+        &serde_json::from_value(
+            json!({"metadata": {"name": "root-ca"}, "data": {"ca.crt": env.server.ca_pem()}}),
+        )
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    env.create(
+        "tok",
+        json!({
+            "volumes": [{"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "root-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            ]}}],
+            "containers": [{"name": "c", "image": "busybox", "command": ["sleep", "1000"],
+                "volumeMounts": [{"name": "kube-api-access", "mountPath": mnt.display().to_string(), "readOnly": true}]}],
+        }),
+    )
+    .await;
+    env.wait_for("tok", "Ready", ready).await;
+    let m = mnt.display();
+    let seen = env.exec(
+        "tok",
+        &[
+            "sh",
+            "-c",
+            &format!("cat {m}/namespace; echo; cat {m}/ca.crt | head -1; ls {m}"),
+        ],
+    );
+    assert_eq!(
+        seen, "default\n-----BEGIN CERTIFICATE-----\nca.crt\nnamespace\ntoken\n",
+        "{seen}"
+    );
+    let token = env.exec("tok", &["cat", &format!("{m}/token")]);
+    assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
+    // The token is the pod's ServiceAccount, bound to the pod.
+    let mut kc = Kubeconfig::read_from(env.server.kubeconfig_path()).unwrap();
+    for named in &mut kc.auth_infos {
+        if let Some(auth) = named.auth_info.as_mut() {
+            auth.client_certificate_data = None;
+            auth.client_key_data = None;
+            auth.token = Some(token.trim().to_string().into());
+        }
+    }
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let as_sa = Client::try_from(cfg).unwrap();
+    let err = Api::<Pod>::namespaced(as_sa, "default")
+        .get("tok")
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 403, "{s:?}");
+            assert!(
+                s.message.contains("system:serviceaccount:default:default"),
+                "{s:?}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     env.stop().await;
 }

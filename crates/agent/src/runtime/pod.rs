@@ -264,6 +264,8 @@ impl PodWorker {
             self.start_container(idx).await;
         }
         self.publish().await;
+        let refresh_every = volumes::token_refresh_after(&self.pod);
+        let mut refresh_at = refresh_every.map(|d| Instant::now() + d);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tokio::select! {
@@ -290,6 +292,18 @@ impl PodWorker {
                     // Retry a status report that failed.
                     if self.last_sent.is_none() {
                         self.publish().await;
+                    }
+                    // Renew projected service-account tokens before they expire.
+                    if let (Some(at), Some(every)) = (refresh_at, refresh_every)
+                        && Instant::now() >= at
+                    {
+                        refresh_at = match volumes::refresh_tokens(&self.client, &self.pod, &self.dir).await {
+                            Ok(()) => Some(Instant::now() + every),
+                            Err(e) => {
+                                tracing::warn!(pod = %self.name, "renewing its token: {e}");
+                                Some(Instant::now() + Duration::from_secs(10))
+                            }
+                        };
                     }
                 }
             }

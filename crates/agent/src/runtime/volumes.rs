@@ -4,7 +4,9 @@
 //! removed with the pod; `medium: Memory` is not a tmpfs here), `hostPath` with every `type`
 //! check of the kubelet (`DirectoryOrCreate` and `FileOrCreate` create), and `configMap` (the
 //! keys, or `items`, as files with `defaultMode`/`mode`, written when the pod starts; not
-//! refreshed while it runs). Other sources are refused with a message naming them.
+//! refreshed while it runs), and `projected` with `serviceAccountToken` (a token of the pod's
+//! ServiceAccount bound to the pod, from the TokenRequest API), `configMap` and `downwardAPI`
+//! sources. Other sources are refused with a message naming them.
 //!
 //! Containers share the node's root file system (there are no images), so a mount point must
 //! exist on the node: a missing one is created (a directory, or an empty file when the source
@@ -49,7 +51,7 @@ pub async fn prepare(client: &Client, pod: &Pod, pod_dir: &Path) -> Result<Volum
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let mut out = Volumes::new();
     for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-        let path = prepare_one(client, ns, v, pod_dir)
+        let path = prepare_one(client, pod, ns, v, pod_dir)
             .await
             .map_err(|e| format!("volume {:?}: {e}", v.name))?;
         out.insert(v.name.clone(), path);
@@ -59,6 +61,7 @@ pub async fn prepare(client: &Client, pod: &Pod, pod_dir: &Path) -> Result<Volum
 
 async fn prepare_one(
     client: &Client,
+    pod: &Pod,
     ns: &str,
     v: &Volume,
     pod_dir: &Path,
@@ -73,59 +76,64 @@ async fn prepare_one(
         return host_path(Path::new(&hp.path), hp.type_.as_deref().unwrap_or(""));
     }
     if let Some(cm) = &v.config_map {
-        let optional = cm.optional.unwrap_or(false);
-        let found = Api::<ConfigMap>::namespaced(client.clone(), ns)
-            .get_opt(&cm.name)
-            .await
-            .map_err(|e| format!("reading ConfigMap {ns}/{}: {e}", cm.name))?;
-        let data = match found {
-            Some(obj) => obj.data.unwrap_or_default(),
-            None if optional => BTreeMap::new(),
-            None => return Err(format!("configmap \"{}\" not found", cm.name)),
-        };
-        let default_mode = cm.default_mode.unwrap_or(0o644);
-        let files: Vec<(PathBuf, String, i32)> = match &cm.items {
-            Some(items) => items
-                .iter()
-                .map(|item| {
-                    let value = match data.get(&item.key) {
-                        Some(v) => v.clone(),
-                        None if optional => return Ok(None),
-                        None => {
-                            return Err(format!(
-                                "configmap \"{}\" has no key {:?}",
-                                cm.name, item.key
-                            ));
-                        }
-                    };
-                    Ok(Some((
-                        relative(&item.path, "items[].path")?,
+        let files = config_map_files(
+            client,
+            ns,
+            &cm.name,
+            cm.optional.unwrap_or(false),
+            cm.items.as_deref(),
+            cm.default_mode.unwrap_or(0o644),
+        )
+        .await?;
+        write_volume(&own_dir, files)?;
+        return Ok(own_dir);
+    }
+    if let Some(projected) = &v.projected {
+        let default_mode = projected.default_mode.unwrap_or(0o644);
+        let mut files = Vec::new();
+        for source in projected.sources.iter().flatten() {
+            if let Some(cm) = &source.config_map {
+                files.extend(
+                    config_map_files(
+                        client,
+                        ns,
+                        &cm.name,
+                        cm.optional.unwrap_or(false),
+                        cm.items.as_deref(),
+                        default_mode,
+                    )
+                    .await?,
+                );
+            } else if let Some(d) = &source.downward_api {
+                for item in d.items.iter().flatten() {
+                    let field = item.field_ref.as_ref().ok_or_else(|| {
+                        format!("downwardAPI item {:?}: only fieldRef is served", item.path)
+                    })?;
+                    let value = downward_value(pod, &field.field_path).ok_or_else(|| {
+                        format!("downwardAPI fieldPath {:?} is not served", field.field_path)
+                    })?;
+                    files.push((
+                        relative(&item.path, "downwardAPI path")?,
                         value,
                         item.mode.unwrap_or(default_mode),
-                    )))
-                })
-                .filter_map(Result::transpose)
-                .collect::<Result<_, String>>()?,
-            None => data
-                .iter()
-                .map(|(k, v)| Ok((relative(k, "key")?, v.clone(), default_mode)))
-                .collect::<Result<_, String>>()?,
-        };
-        // Rewritten whole on every start of the pod's sandbox.
-        let _ = std::fs::remove_dir_all(&own_dir);
-        for (rel, value, mode) in files {
-            let path = own_dir.join(rel);
-            if let Some(parent) = path.parent() {
-                std::fs::create_dir_all(parent)
-                    .map_err(|e| format!("create {}: {e}", parent.display()))?;
+                    ));
+                }
+            } else if let Some(t) = &source.service_account_token {
+                let token =
+                    request_token(client, pod, t.audience.as_deref(), t.expiration_seconds).await?;
+                files.push((
+                    relative(&t.path, "serviceAccountToken path")?,
+                    token,
+                    default_mode,
+                ));
+            } else {
+                return Err(
+                    "a projected source other than serviceAccountToken, configMap or downwardAPI"
+                        .into(),
+                );
             }
-            std::fs::write(&path, value).map_err(|e| format!("write {}: {e}", path.display()))?;
-            let mode = u32::try_from(mode & 0o777).unwrap_or(0o644);
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-                .map_err(|e| format!("chmod {}: {e}", path.display()))?;
         }
-        std::fs::create_dir_all(&own_dir)
-            .map_err(|e| format!("create {}: {e}", own_dir.display()))?;
+        write_volume(&own_dir, files)?;
         return Ok(own_dir);
     }
     let kind = serde_json::to_value(v)
@@ -136,8 +144,185 @@ async fn prepare_one(
         })
         .unwrap_or_else(|| "(none)".into());
     Err(format!(
-        "volume source {kind} is not supported by svcnet's process runtime (emptyDir, hostPath and configMap are)"
+        "volume source {kind} is not supported by svcnet's process runtime (emptyDir, hostPath, configMap and projected are)"
     ))
+}
+
+/// A ConfigMap's keys (or `items`) as (path, content, mode) files.
+async fn config_map_files(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    optional: bool,
+    items: Option<&[k8s_openapi::api::core::v1::KeyToPath]>,
+    default_mode: i32,
+) -> Result<Vec<(PathBuf, String, i32)>, String> {
+    let found = Api::<ConfigMap>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| format!("reading ConfigMap {ns}/{name}: {e}"))?;
+    let data = match found {
+        Some(obj) => obj.data.unwrap_or_default(),
+        None if optional => BTreeMap::new(),
+        None => return Err(format!("configmap \"{name}\" not found")),
+    };
+    match items {
+        Some(items) => items
+            .iter()
+            .map(|item| {
+                let value = match data.get(&item.key) {
+                    Some(v) => v.clone(),
+                    None if optional => return Ok(None),
+                    None => {
+                        return Err(format!("configmap \"{name}\" has no key {:?}", item.key));
+                    }
+                };
+                Ok(Some((
+                    relative(&item.path, "items[].path")?,
+                    value,
+                    item.mode.unwrap_or(default_mode),
+                )))
+            })
+            .filter_map(Result::transpose)
+            .collect(),
+        None => data
+            .iter()
+            .map(|(k, v)| Ok((relative(k, "key")?, v.clone(), default_mode)))
+            .collect(),
+    }
+}
+
+/// Writes a volume's files afresh into `dir` (its old content goes).
+fn write_volume(dir: &Path, files: Vec<(PathBuf, String, i32)>) -> Result<(), String> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    for (rel, value, mode) in files {
+        write_file(&dir.join(rel), &value, mode)?;
+    }
+    Ok(())
+}
+
+/// Writes one file through a rename (a reader never sees half a token), with `mode`.
+fn write_file(path: &Path, value: &str, mode: i32) -> Result<(), String> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("create {}: {e}", parent.display()))?;
+    }
+    let tmp = path.with_extension("svcnet-tmp");
+    std::fs::write(&tmp, value).map_err(|e| format!("write {}: {e}", tmp.display()))?;
+    let mode = u32::try_from(mode & 0o777).unwrap_or(0o644);
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("chmod {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("rename to {}: {e}", path.display()))
+}
+
+/// The downward API's value of `field_path` for a file (labels and annotations as
+/// `key="value"` lines, as the kubelet writes them).
+fn downward_value(pod: &Pod, field_path: &str) -> Option<String> {
+    let m = &pod.metadata;
+    let pairs = |map: &Option<BTreeMap<String, String>>| {
+        map.iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={v:?}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    match field_path {
+        "metadata.name" => m.name.clone(),
+        "metadata.namespace" => Some(m.namespace.clone().unwrap_or_else(|| "default".into())),
+        "metadata.uid" => m.uid.clone(),
+        "metadata.labels" => Some(pairs(&m.labels)),
+        "metadata.annotations" => Some(pairs(&m.annotations)),
+        "spec.nodeName" => pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+        "spec.serviceAccountName" => pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone()),
+        _ => None,
+    }
+}
+
+/// The seconds a projected token asks for when the volume names none (upstream's default).
+const TOKEN_SECONDS: i64 = 3600;
+
+/// A token of the pod's ServiceAccount bound to the pod, from the TokenRequest API (what the
+/// kubelet asks for a projected `serviceAccountToken`).
+pub async fn request_token(
+    client: &Client,
+    pod: &Pod,
+    audience: Option<&str>,
+    expiration_seconds: Option<i64>,
+) -> Result<String, String> {
+    use k8s_openapi::api::authentication::v1::{
+        BoundObjectReference, TokenRequest, TokenRequestSpec,
+    };
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let sa = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.service_account_name.clone())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "default".into());
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: audience.map(|a| vec![a.to_string()]).unwrap_or_default(),
+            expiration_seconds: Some(expiration_seconds.unwrap_or(TOKEN_SECONDS)),
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        },
+        ..Default::default()
+    };
+    let got = Api::<ServiceAccount>::namespaced(client.clone(), ns)
+        .create_token_request(&sa, &Default::default(), &request)
+        .await
+        .map_err(|e| format!("requesting a token of ServiceAccount {ns}/{sa}: {e}"))?;
+    got.status
+        .map(|s| s.token)
+        .ok_or_else(|| format!("the TokenRequest of ServiceAccount {ns}/{sa} returned no token"))
+}
+
+/// How long until the pod's projected tokens should be renewed: 80 % of the shortest
+/// lifetime asked for, as the kubelet does; `None` without a projected token.
+pub fn token_refresh_after(pod: &Pod) -> Option<std::time::Duration> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.projected.as_ref())
+        .flat_map(|p| p.sources.iter().flatten())
+        .filter_map(|s| s.service_account_token.as_ref())
+        .map(|t| t.expiration_seconds.unwrap_or(TOKEN_SECONDS).max(1))
+        .min()
+        .map(|secs| std::time::Duration::from_millis(u64::try_from(secs * 800).unwrap_or(0)))
+}
+
+/// Writes fresh tokens into the pod's projected token files (in place, by rename: the
+/// containers see the new file through their mount of the volume's directory).
+pub async fn refresh_tokens(client: &Client, pod: &Pod, pod_dir: &Path) -> Result<(), String> {
+    for v in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
+        let Some(projected) = &v.projected else {
+            continue;
+        };
+        let mode = projected.default_mode.unwrap_or(0o644);
+        for t in projected
+            .sources
+            .iter()
+            .flatten()
+            .filter_map(|s| s.service_account_token.as_ref())
+        {
+            let token =
+                request_token(client, pod, t.audience.as_deref(), t.expiration_seconds).await?;
+            let path = pod_dir
+                .join("volumes")
+                .join(&v.name)
+                .join(relative(&t.path, "serviceAccountToken path")?);
+            write_file(&path, &token, mode)?;
+        }
+    }
+    Ok(())
 }
 
 /// A hostPath volume: the kubelet's checks per `type`, creating for the `…OrCreate` types.
@@ -262,4 +447,41 @@ pub fn ensure_mount_points(mounts: &[Mount]) -> Result<(), String> {
         .map_err(|e| format!("create mount point {}: {e}", m.target.display()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_renewed_at_four_fifths_of_the_shortest_lifetime() {
+        let pod = |sources: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "p"},
+                "spec": {"containers": [], "volumes": [
+                    {"name": "a", "projected": {"sources": sources}},
+                    {"name": "b", "emptyDir": {}},
+                ]},
+            }))
+            .unwrap()
+        };
+        let secs = |s: u64| Some(std::time::Duration::from_secs(s));
+        assert_eq!(
+            token_refresh_after(&pod(
+                serde_json::json!([{"serviceAccountToken": {"path": "t"}}])
+            )),
+            secs(2880)
+        );
+        assert_eq!(
+            token_refresh_after(&pod(serde_json::json!([
+                {"serviceAccountToken": {"path": "t", "expirationSeconds": 3607}},
+                {"serviceAccountToken": {"path": "u", "expirationSeconds": 600}},
+            ]))),
+            secs(480)
+        );
+        assert_eq!(
+            token_refresh_after(&pod(serde_json::json!([{"configMap": {"name": "x"}}]))),
+            None
+        );
+    }
 }
