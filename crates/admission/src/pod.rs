@@ -106,6 +106,80 @@ pub(crate) fn default_pod_spec(spec: &mut PodSpec) {
 
 /// Defaults only a Pod (not a template) gets: `SetDefaults_Pod` and the
 /// Priority and DefaultTolerationSeconds admission plugins.
+/// Where the ServiceAccount admission mounts a pod's API credentials.
+pub const SERVICE_ACCOUNT_MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// The ConfigMap of the cluster CA every namespace holds (upstream's root-ca-cert-publisher).
+pub const ROOT_CA_CONFIGMAP: &str = "kube-root-ca.crt";
+
+/// Upstream's ServiceAccount admission for a new pod: `serviceAccountName` defaults to
+/// `default`, and unless `automountServiceAccountToken: false` the pod gets the projected
+/// volume `kube-api-access-<suffix>` (a bound token of 3607 s, the cluster CA from
+/// `kube-root-ca.crt`, the namespace) mounted read-only at [`SERVICE_ACCOUNT_MOUNT`] in every
+/// container that does not mount something there already. Creation only: on an update the
+/// spec is the stored one.
+fn admit_service_account(pod: &mut Pod) {
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    if empty(&spec.service_account_name) {
+        spec.service_account_name = Some("default".into());
+    }
+    if spec.automount_service_account_token == Some(false) {
+        return;
+    }
+    let volumes = spec.volumes.get_or_insert_with(Vec::new);
+    if volumes
+        .iter()
+        .any(|v| v.name.starts_with("kube-api-access-"))
+    {
+        return;
+    }
+    // Upstream draws the suffix at random; any 5 characters of the safe alphabet will do.
+    let suffix = {
+        let seed = format!(
+            "{}/{}/{:?}",
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.name.as_deref().unwrap_or(""),
+            std::time::SystemTime::now()
+        );
+        let mut h: u32 = 0x811c_9dc5;
+        for b in seed.bytes() {
+            h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+        }
+        const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        (0..5)
+            .map(|i| ALPHABET[((h >> (i * 6)) as usize) % ALPHABET.len()] as char)
+            .collect::<String>()
+    };
+    let name = format!("kube-api-access-{suffix}");
+    let Ok(volume) = serde_json::from_value::<k8s_openapi::api::core::v1::Volume>(
+        serde_json::json!({
+            "name": name,
+            "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": ROOT_CA_CONFIGMAP, "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            ]},
+        }),
+    ) else {
+        return;
+    };
+    volumes.push(volume);
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
+        let mounts = c.volume_mounts.get_or_insert_with(Vec::new);
+        if !mounts.iter().any(|m| m.mount_path == SERVICE_ACCOUNT_MOUNT) {
+            mounts.push(k8s_openapi::api::core::v1::VolumeMount {
+                name: name.clone(),
+                mount_path: SERVICE_ACCOUNT_MOUNT.into(),
+                read_only: Some(true),
+                ..Default::default()
+            });
+        }
+    }
+}
+
 fn default_pod(pod: &mut Pod) {
     let spec = pod.spec.get_or_insert_with(Default::default);
     default_pod_spec(spec);
@@ -306,6 +380,7 @@ pub(crate) fn validate_pod_spec(spec: &PodSpec, path: &str, template: bool) -> V
 
 pub(crate) fn admit_create(obj: Value) -> Result<Value, Vec<FieldError>> {
     let mut pod: Pod = decode(obj)?;
+    admit_service_account(&mut pod);
     default_pod(&mut pod);
     let spec = pod.spec.get_or_insert_with(Default::default);
     let qos = qos_class(spec);

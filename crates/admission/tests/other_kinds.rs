@@ -14,7 +14,21 @@ use svcnet_admission::{admit_create, admit_status_update, admit_update};
 fn check(kind: &str, obj: Value, want: Expect) {
     let got = admit_create(kind, obj, &mut allocs())
         .unwrap_or_else(|e| panic!("refused: {:?}", messages(&e)));
-    want.assert_eq(&serde_json::to_string_pretty(&got).unwrap());
+    want.assert_eq(&stable(&serde_json::to_string_pretty(&got).unwrap()));
+}
+
+/// The ServiceAccount volume's random suffix as `XXXXX`, so a snapshot holds still.
+fn stable(text: &str) -> String {
+    const PREFIX: &str = "kube-api-access-";
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(PREFIX) {
+        out.push_str(&rest[..i + PREFIX.len()]);
+        out.push_str("XXXXX");
+        rest = rest.get(i + PREFIX.len() + 5..).unwrap_or("");
+    }
+    out.push_str(rest);
+    out
 }
 
 fn rejects(kind: &str, obj: Value, want: &[&str]) {
@@ -51,62 +65,110 @@ fn pod_defaults() {
         "Pod",
         pod("web-0", |_| {}),
         expect![[r#"
-        {
-          "apiVersion": "v1",
-          "kind": "Pod",
-          "metadata": {
-            "labels": {
-              "app": "web"
-            },
-            "name": "web-0",
-            "namespace": "default"
-          },
-          "spec": {
-            "containers": [
-              {
-                "image": "nginx:1.25",
-                "imagePullPolicy": "IfNotPresent",
-                "name": "web",
-                "ports": [
+            {
+              "apiVersion": "v1",
+              "kind": "Pod",
+              "metadata": {
+                "labels": {
+                  "app": "web"
+                },
+                "name": "web-0",
+                "namespace": "default"
+              },
+              "spec": {
+                "containers": [
                   {
-                    "containerPort": 80,
-                    "name": "http",
-                    "protocol": "TCP"
+                    "image": "nginx:1.25",
+                    "imagePullPolicy": "IfNotPresent",
+                    "name": "web",
+                    "ports": [
+                      {
+                        "containerPort": 80,
+                        "name": "http",
+                        "protocol": "TCP"
+                      }
+                    ],
+                    "resources": {},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "volumeMounts": [
+                      {
+                        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                        "name": "kube-api-access-XXXXX",
+                        "readOnly": true
+                      }
+                    ]
                   }
                 ],
-                "resources": {},
-                "terminationMessagePath": "/dev/termination-log",
-                "terminationMessagePolicy": "File"
-              }
-            ],
-            "dnsPolicy": "ClusterFirst",
-            "enableServiceLinks": true,
-            "preemptionPolicy": "PreemptLowerPriority",
-            "priority": 0,
-            "restartPolicy": "Always",
-            "schedulerName": "default-scheduler",
-            "securityContext": {},
-            "terminationGracePeriodSeconds": 30,
-            "tolerations": [
-              {
-                "effect": "NoExecute",
-                "key": "node.kubernetes.io/not-ready",
-                "operator": "Exists",
-                "tolerationSeconds": 300
+                "dnsPolicy": "ClusterFirst",
+                "enableServiceLinks": true,
+                "preemptionPolicy": "PreemptLowerPriority",
+                "priority": 0,
+                "restartPolicy": "Always",
+                "schedulerName": "default-scheduler",
+                "securityContext": {},
+                "serviceAccountName": "default",
+                "terminationGracePeriodSeconds": 30,
+                "tolerations": [
+                  {
+                    "effect": "NoExecute",
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "tolerationSeconds": 300
+                  },
+                  {
+                    "effect": "NoExecute",
+                    "key": "node.kubernetes.io/unreachable",
+                    "operator": "Exists",
+                    "tolerationSeconds": 300
+                  }
+                ],
+                "volumes": [
+                  {
+                    "name": "kube-api-access-XXXXX",
+                    "projected": {
+                      "defaultMode": 420,
+                      "sources": [
+                        {
+                          "serviceAccountToken": {
+                            "expirationSeconds": 3607,
+                            "path": "token"
+                          }
+                        },
+                        {
+                          "configMap": {
+                            "items": [
+                              {
+                                "key": "ca.crt",
+                                "path": "ca.crt"
+                              }
+                            ],
+                            "name": "kube-root-ca.crt"
+                          }
+                        },
+                        {
+                          "downwardAPI": {
+                            "items": [
+                              {
+                                "fieldRef": {
+                                  "apiVersion": "v1",
+                                  "fieldPath": "metadata.namespace"
+                                },
+                                "path": "namespace"
+                              }
+                            ]
+                          }
+                        }
+                      ]
+                    }
+                  }
+                ]
               },
-              {
-                "effect": "NoExecute",
-                "key": "node.kubernetes.io/unreachable",
-                "operator": "Exists",
-                "tolerationSeconds": 300
+              "status": {
+                "phase": "Pending",
+                "qosClass": "BestEffort"
               }
-            ]
-          },
-          "status": {
-            "phase": "Pending",
-            "qosClass": "BestEffort"
-          }
-        }"#]],
+            }"#]],
     );
 }
 

@@ -271,11 +271,12 @@ pub async fn start(cfg: ServerConfig) -> Result<RunningServer, ServerError> {
         .copied()
         .chain(cfg.kubernetes_service_ip())
         .collect();
-    let state = build_state(cfg, addr).await?;
+    // The PKI first: the bootstrap publishes the CA (`kube-root-ca.crt`) in every namespace.
     let pki = tls::ensure_pki(
         &data_dir.join("pki"),
         &tls::serving_sans(addr, advertise, &extra_sans),
     )?;
+    let state = build_state(cfg, addr).await?;
     let tls_config = tls::server_tls(&pki)?;
     let host = if addr.ip().is_unspecified() {
         advertise

@@ -20,6 +20,8 @@ async fn collection_deletes_only_where_upstream_has_them() {
             .await;
         assert_eq!(r.code, 201, "{}", r.body);
     }
+    // Each new namespace gets its ServiceAccount and `kube-root-ca.crt` in the background.
+    api.settle().await;
     // kube-apiserver has no collection delete on namespaces: 405, and none goes.
     let s = api
         .refused(405, "DELETE", NS, "application/json", b"")
@@ -52,18 +54,24 @@ async fn collection_deletes_only_where_upstream_has_them() {
     assert!(!verbs("namespaces").contains(&"deletecollection".to_string()));
     assert!(verbs("configmaps").contains(&"deletecollection".to_string()));
 
-    // A collection delete that can go, goes whole.
+    // A collection delete that can go, goes whole (the test's own ConfigMaps, by label: the
+    // namespace also holds `kube-root-ca.crt`, which its publisher puts back).
     let cms = "/api/v1/namespaces/team-a/configmaps";
     for i in 0..3 {
         let r = api
-            .json("POST", cms, &json!({"metadata": {"name": format!("c{i}")}}))
+            .json(
+                "POST",
+                cms,
+                &json!({"metadata": {"name": format!("c{i}"), "labels": {"set": "c"}}}),
+            )
             .await;
         assert_eq!(r.code, 201);
     }
-    let r = api.send("DELETE", cms, "application/json", b"").await;
+    let selected = format!("{cms}?labelSelector=set%3Dc");
+    let r = api.send("DELETE", &selected, "application/json", b"").await;
     assert_eq!(r.code, 200, "{}", r.body);
     assert_eq!(r.body["items"].as_array().unwrap().len(), 3);
-    assert_eq!(api.get(cms).await.body["items"], json!([]));
+    assert_eq!(api.get(&selected).await.body["items"], json!([]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -160,6 +160,20 @@ fn a_daemonset_runs_one_host_network_pod_per_node_and_rolls() {
         "pod/client",
         "--timeout=60s",
     ]);
+    // The pod's own credentials, as an in-cluster client finds them: the ServiceAccount token,
+    // the CA and the namespace the API server's admission mounted.
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let ns = up.exec_sh("client", &format!("cat {sa}/namespace"));
+    assert_eq!(String::from_utf8_lossy(&ns.stdout), "default", "{ns:?}");
+    let in_cluster = format!(
+        "curl -s -m 5 --cacert {sa}/ca.crt -H \"Authorization: Bearer $(cat {sa}/token)\" https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT/version"
+    );
+    let body = wait_for("the API with the pod's own token", || {
+        let out = up.exec_sh("client", &in_cluster);
+        let body = String::from_utf8_lossy(&out.stdout).into_owned();
+        body.contains("gitVersion").then_some(body)
+    });
+    assert!(body.contains("\"major\""), "{body}");
     let body = wait_for("the API through the kubernetes Service from a pod", || {
         let out = up.exec_sh("client", &ask);
         let body = String::from_utf8_lossy(&out.stdout).into_owned();

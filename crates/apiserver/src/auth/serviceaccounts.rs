@@ -1,5 +1,6 @@
-//! Upstream's serviceaccounts controller: every namespace that is not terminating has a
-//! `default` ServiceAccount, created when the namespace appears and again when it is deleted.
+//! Upstream's serviceaccounts controller and root-ca-cert-publisher: every namespace that is not
+//! terminating has a `default` ServiceAccount and the ConfigMap `kube-root-ca.crt` with the
+//! cluster CA, created when the namespace appears and again when they are deleted.
 //!
 //! It wakes on every write of a Namespace or ServiceAccount (`AppState::accounts`) and every
 //! [`PERIOD`], and then reconciles all namespaces. It never cancels a store call midway, so a
@@ -17,6 +18,8 @@ use crate::status::ApiError;
 
 /// The ServiceAccount every namespace gets.
 pub const DEFAULT: &str = "default";
+/// The ConfigMap of the cluster CA every namespace gets.
+pub const ROOT_CA: &str = "kube-root-ca.crt";
 /// A full pass at least this often (a missed wake-up is repaired).
 const PERIOD: Duration = Duration::from_secs(30);
 
@@ -38,9 +41,23 @@ pub(crate) async fn reconcile(state: &SharedState) -> Result<(), ApiError> {
         .filter_map(|sa| meta_str(sa, "namespace").map(str::to_string))
         .collect();
     let namespaces = state.store.list(&res("namespaces")?.prefix()).await?;
+    // Upstream's root-ca-cert-publisher: the cluster CA as `kube-root-ca.crt` in every
+    // namespace, which the pods' `kube-api-access-…` volumes project as `ca.crt`.
+    let ca = std::fs::read_to_string(state.cfg.data_dir.join("pki").join("ca.crt")).ok();
     for ns in namespaces.items.iter().filter(|ns| !is_terminating(ns)) {
         let name = meta_str(ns, "name").unwrap_or("");
-        if name.is_empty() || have.contains(name) {
+        if name.is_empty() {
+            continue;
+        }
+        if let Some(ca) = &ca {
+            let cm = json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": ROOT_CA, "namespace": name},
+                "data": {"ca.crt": ca},
+            });
+            crate::bootstrap::ensure(state, res("configmaps")?, cm, &["data"], true).await?;
+        }
+        if have.contains(name) {
             continue;
         }
         let sa = json!({
