@@ -1,8 +1,9 @@
 //! Fixture builders shared by the admission tests.
 #![allow(dead_code)]
 
+use expect_test::Expect;
 use serde_json::{Value, json};
-use svcnet_admission::{AdmissionConfig, Allocators, FieldError};
+use svcnet_admission::{AdmissionConfig, Allocators, FieldError, admit_create};
 
 /// A minimal Service (`ns/name`, one TCP port 80, selector app=name), then
 /// `f` edits its JSON.
@@ -70,4 +71,31 @@ pub fn int_at(v: &Value, ptr: &str) -> i64 {
     v.pointer(ptr)
         .and_then(Value::as_i64)
         .unwrap_or_else(|| panic!("no integer at {ptr} in {v}"))
+}
+
+/// Admits `obj` as a new `kind` and compares the stored object with a snapshot.
+pub fn check(kind: &str, obj: Value, want: Expect) {
+    let got = admit_create(kind, obj, &mut allocs())
+        .unwrap_or_else(|e| panic!("refused: {:?}", messages(&e)));
+    want.assert_eq(&stable(&serde_json::to_string_pretty(&got).unwrap()));
+}
+
+/// The ServiceAccount volume's random suffix as `XXXXX`, so a snapshot holds still.
+pub fn stable(text: &str) -> String {
+    const PREFIX: &str = "kube-api-access-";
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(i) = rest.find(PREFIX) {
+        out.push_str(&rest[..i + PREFIX.len()]);
+        out.push_str("XXXXX");
+        rest = rest.get(i + PREFIX.len() + 5..).unwrap_or("");
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Admits `obj` as a new `kind`, which must be refused with exactly these messages.
+pub fn rejects(kind: &str, obj: Value, want: &[&str]) {
+    let errs = admit_create(kind, obj, &mut allocs()).expect_err("accepted");
+    assert_eq!(messages(&errs), want);
 }
