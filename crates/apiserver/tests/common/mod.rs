@@ -4,6 +4,7 @@
 pub mod fixtures;
 pub mod kubectl;
 pub mod raw;
+pub mod rbac;
 
 use std::path::Path;
 
