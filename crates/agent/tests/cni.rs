@@ -28,24 +28,19 @@ fn netconf(node: &NodeTopology, data: &Path) -> Value {
     })
 }
 
+/// The plugin called for container `id` in the named namespace `netns`, as a runtime calls it.
 fn call(command: &str, id: &str, netns: &str, conf: &Value) -> (Value, i32) {
-    let env: BTreeMap<String, String> = [
-        ("CNI_COMMAND", command.to_string()),
-        ("CNI_CONTAINERID", id.to_string()),
-        ("CNI_NETNS", format!("/run/netns/{netns}")),
-        ("CNI_IFNAME", "eth0".to_string()),
-        ("CNI_PATH", "/opt/cni/bin".to_string()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v))
-    .collect();
-    let (out, code) = cni::invoke(&env, conf.to_string().as_bytes());
-    let v = if out.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_str(&out).unwrap()
-    };
-    (v, code)
+    let netns = format!("/run/netns/{netns}");
+    call_env(
+        &[
+            ("CNI_COMMAND", command),
+            ("CNI_CONTAINERID", id),
+            ("CNI_NETNS", &netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin"),
+        ],
+        conf,
+    )
 }
 
 fn ip_of(result: &Value) -> Ipv4Addr {
@@ -243,6 +238,8 @@ fn pods_on_two_nodes_reach_each_other_via_host_gw() {
     topo.destroy().unwrap();
 }
 
+/// The plugin called with exactly this environment: its output (JSON, or null when empty) and
+/// exit code.
 fn call_env(env: &[(&str, &str)], conf: &Value) -> (Value, i32) {
     let env: BTreeMap<String, String> = env
         .iter()
