@@ -161,13 +161,18 @@ pub fn agent_config(
     data_dir: &Path,
     dns_ip: std::net::IpAddr,
     cluster_domain: &str,
+    images: &[(String, std::path::PathBuf)],
 ) -> AgentConfig {
     let mut cfg = AgentConfig::for_node(topology, node, data_dir);
     cfg.cluster_dns = vec![dns_ip.to_string()];
     cfg.cluster_domain = cluster_domain.to_string();
-    // Pods are attached the way a kubelet's runtime attaches them: this binary runs as the CNI
-    // plugin, a process per call.
-    let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
-    cfg.cni_plugin = svcnet_agent::cni::exec::Plugin::Binary(exe);
+    // This binary (the agent's default test-server program): pods are attached the way a
+    // kubelet's runtime attaches them, with it run as the CNI plugin, a process per call; and
+    // svcnet's own image runs as it, before the images the operator mapped.
+    let exe = cfg.test_server.clone();
+    cfg.cni_plugin = svcnet_agent::cni::exec::Plugin::Binary(exe.clone());
+    cfg.images = std::iter::once((super::SVCNET_IMAGE.to_string(), exe))
+        .chain(images.iter().cloned())
+        .collect();
     cfg
 }

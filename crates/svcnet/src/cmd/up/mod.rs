@@ -364,13 +364,8 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                 &args.data_dir,
                 dns_service_ip,
                 &args.cluster_domain,
+                &args.images,
             );
-            cfg.images = std::iter::once((
-                SVCNET_IMAGE.to_string(),
-                std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into()),
-            ))
-            .chain(args.images.iter().cloned())
-            .collect();
             if !disabled.contains(&Component::NetworkPolicy) {
                 let np = netpol::NodeNetpol::new(
                     &node.name,
