@@ -210,16 +210,7 @@ impl RunningServer {
     /// pods and host-network pods reach the API). The serving certificate names the address
     /// when it was in [`ServerConfig::extra_sans`] (or is the advertised one).
     pub async fn listen_also(&mut self, addr: SocketAddr) -> Result<SocketAddr, ServerError> {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|source| ServerError::Io {
-                what: format!("binding {addr}"),
-                source,
-            })?;
-        let bound = listener.local_addr().map_err(|source| ServerError::Io {
-            what: "reading the bound address".into(),
-            source,
-        })?;
+        let (listener, bound) = bind(addr).await?;
         self.also.push(tokio::spawn(server::serve(
             listener,
             self.tls.clone(),
@@ -248,21 +239,27 @@ impl RunningServer {
     }
 }
 
+/// A listener on `addr`, and the address it got (the real port for port 0).
+async fn bind(addr: SocketAddr) -> Result<(tokio::net::TcpListener, SocketAddr), ServerError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| ServerError::Io {
+            what: format!("binding {addr}"),
+            source,
+        })?;
+    let bound = listener.local_addr().map_err(|source| ServerError::Io {
+        what: "reading the bound address".into(),
+        source,
+    })?;
+    Ok((listener, bound))
+}
+
 /// Binds `cfg.listen`, prepares the data dir (store, PKI, kubeconfig) and starts serving.
 /// Returns once the listener is bound and the bootstrap objects exist.
 pub async fn start(cfg: ServerConfig) -> Result<RunningServer, ServerError> {
     // Installing the process-wide provider is harmless if someone else already did.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|source| ServerError::Io {
-            what: format!("binding {}", cfg.listen),
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| ServerError::Io {
-        what: "reading the bound address".into(),
-        source,
-    })?;
+    let (listener, addr) = bind(cfg.listen).await?;
     let advertise = cfg.advertise_ip();
     let data_dir = cfg.data_dir.clone();
     let extra_sans: Vec<IpAddr> = cfg
