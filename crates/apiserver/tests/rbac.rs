@@ -411,6 +411,16 @@ async fn shipped_manifests_grant_each_part_exactly_its_rights() {
             (proxy, &["list", "configmaps", "-n", "kube-system"], "no"),
             (proxy, &["get", "secrets", "-n", "kube-system"], "no"),
             (proxy, &["patch", "nodes/status"], "no"),
+            // Both node parts read their own pod and DaemonSet when stopped (an update or the
+            // add-on's deletion), in kube-system only.
+            (proxy, &["get", "pods/p", "-n", "kube-system"], "yes"),
+            (proxy, &["get", "daemonsets.apps/svcnet-proxy", "-n", "kube-system"], "yes"),
+            (proxy, &["get", "pods/p", "-n", "default"], "no"),
+            (proxy, &["get", "daemonsets.apps", "-n", "default"], "no"),
+            (proxy, &["update", "daemonsets.apps", "-n", "kube-system"], "no"),
+            (cni, &["get", "daemonsets.apps/svcnet-cni", "-n", "kube-system"], "yes"),
+            (cni, &["delete", "pods/p", "-n", "kube-system"], "no"),
+            (dns, &["get", "daemonsets.apps", "-n", "kube-system"], "no"),
             // DNS: CoreDNS's reads and nothing else.
             (dns, &["watch", "services", "-A"], "yes"),
             (

@@ -312,7 +312,7 @@ async fn bad_tokens_get_401() {
         .blocking(|k| {
             k.ok_in(
                 &["apply", "-f", "-"],
-                Some("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: rb-a}\nspec:\n  serviceAccountName: proxy\n  containers: [{name: c, image: busybox}]\n"),
+                Some("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: rb-a, finalizers: [example.com/hold]}\nspec:\n  serviceAccountName: proxy\n  containers: [{name: c, image: busybox}]\n"),
             );
             create_token(&k, &["proxy", "-n", "rb-a", "--bound-object-kind=Pod", "--bound-object-name=p"])
         })
@@ -331,6 +331,23 @@ async fn bad_tokens_get_401() {
             "--grace-period=0",
             "--force",
             "--wait=false",
+        ])
+    })
+    .await;
+    // Terminating (held by its finalizer), deleted less than the leeway ago: a pod keeps
+    // its credentials while it shuts down, as upstream's.
+    let r = status_of("terminating", bound.clone()).await;
+    assert_eq!(r.code, 200, "token of a terminating pod: {}", r.body);
+    env.blocking(|k| {
+        k.ok(&[
+            "patch",
+            "pod",
+            "p",
+            "-n",
+            "rb-a",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
         ])
     })
     .await;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Container, Pod, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
@@ -402,6 +402,23 @@ impl PodWorker {
         }
     }
 
+    /// The ConfigMaps the container's environment reads; a failed read (other than not found)
+    /// is the container's error, so it is retried with its next start.
+    async fn env_config_maps(&self, c: &Container) -> Result<spec::ConfigMapData, String> {
+        let api = Api::<ConfigMap>::namespaced(self.client.clone(), &self.ns);
+        let mut out = spec::ConfigMapData::new();
+        for name in spec::env_config_maps(c) {
+            let found = api
+                .get_opt(&name)
+                .await
+                .map_err(|e| format!("reading ConfigMap {}/{name}: {e}", self.ns))?;
+            if let Some(cm) = found {
+                out.insert(name, cm.data.unwrap_or_default());
+            }
+        }
+        Ok(out)
+    }
+
     async fn start_container(&mut self, idx: usize) {
         let Some(pod_ip) = self.ip else { return };
         let services = self.services().await;
@@ -412,8 +429,11 @@ impl PodWorker {
             node_name: &self.cfg.node_name,
         };
         let c = &self.ctrs[idx].spec;
-        let prepared = spec::container_env(&ctx, c, &services)
-            .map_err(|e| e.to_string())
+        let config_maps = self.env_config_maps(c).await;
+        let prepared = config_maps
+            .and_then(|cms| {
+                spec::container_env(&ctx, c, &services, &cms).map_err(|e| e.to_string())
+            })
             .and_then(|mut env| {
                 let mapped = c
                     .image

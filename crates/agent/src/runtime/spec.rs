@@ -42,12 +42,35 @@ fn pod_key(pod: &Pod) -> String {
     )
 }
 
+/// The data of the ConfigMaps a container's environment reads (`envFrom` and
+/// `configMapKeyRef`), by name, in the pod's namespace; a name missing here does not exist.
+pub type ConfigMapData = BTreeMap<String, BTreeMap<String, String>>;
+
+/// The ConfigMaps a container's environment reads, by name (see [`ConfigMapData`]).
+pub fn env_config_maps(container: &Container) -> std::collections::BTreeSet<String> {
+    let from = container
+        .env_from
+        .iter()
+        .flatten()
+        .filter_map(|f| f.config_map_ref.as_ref().map(|r| r.name.clone()));
+    let keys = container.env.iter().flatten().filter_map(|v| {
+        let r = v.value_from.as_ref()?.config_map_key_ref.as_ref()?;
+        Some(r.name.clone())
+    });
+    from.chain(keys).collect()
+}
+
 /// The container's environment, in order: a base PATH/HOME, the service-link variables,
-/// `HOSTNAME`, then the declared `env` (which wins), with `$(VAR)` references expanded.
+/// `HOSTNAME`, the `envFrom` ConfigMaps' keys (with their `prefix`), then the declared `env`
+/// (which wins), with `$(VAR)` references expanded. A ConfigMap that does not exist, or a
+/// key it lacks, is the kubelet's `CreateContainerConfigError` unless marked `optional`;
+/// `envFrom` keys that cannot be variable names (empty, or with `=`) are skipped, as the
+/// kubelet skips invalid ones.
 pub fn container_env(
     ctx: &PodContext<'_>,
     container: &Container,
     services: &[Service],
+    config_maps: &ConfigMapData,
 ) -> Result<Vec<(String, String)>, SpecError> {
     let pod = ctx.pod;
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
@@ -61,18 +84,75 @@ pub fn container_env(
         env.push((var.name, var.value));
     }
     env.push(("HOSTNAME".into(), hostname(pod)));
+    let error = |field: String, message: String| SpecError {
+        pod: pod_key(pod),
+        field,
+        message,
+    };
+    for (i, from) in container.env_from.iter().flatten().enumerate() {
+        let field = |f: &str| format!("spec.containers[{}].envFrom[{i}].{f}", container.name);
+        let Some(r) = &from.config_map_ref else {
+            return Err(error(
+                field("secretRef"),
+                "only configMapRef is supported (Secrets are not served)".into(),
+            ));
+        };
+        let data = match config_maps.get(&r.name) {
+            Some(data) => data,
+            None if r.optional == Some(true) => continue,
+            None => {
+                return Err(error(
+                    field("configMapRef"),
+                    format!("configmap {:?} not found", r.name),
+                ));
+            }
+        };
+        let prefix = from.prefix.as_deref().unwrap_or("");
+        for (k, v) in data {
+            let name = format!("{prefix}{k}");
+            if name.is_empty() || name.contains('=') {
+                continue;
+            }
+            env.retain(|(n, _)| n != &name);
+            env.push((name, v.clone()));
+        }
+    }
     let mut declared: BTreeMap<String, String> = BTreeMap::new();
     for (i, var) in container.env.iter().flatten().enumerate() {
         let field = |f: &str| format!("spec.containers[{}].env[{i}].{f}", container.name);
         let value = if let Some(from) = &var.value_from {
-            let Some(field_ref) = &from.field_ref else {
-                return Err(SpecError { pod: pod_key(pod), field: field("valueFrom"), message: "only fieldRef is supported (no configMapKeyRef/secretKeyRef/resourceFieldRef)".into() });
-            };
-            field_value(ctx, &field_ref.field_path).ok_or_else(|| SpecError {
-                pod: pod_key(pod),
-                field: field("valueFrom.fieldRef.fieldPath"),
-                message: format!("unsupported field path {:?}", field_ref.field_path),
-            })?
+            if let Some(r) = &from.config_map_key_ref {
+                let found = config_maps.get(&r.name).map(|d| d.get(&r.key));
+                match found {
+                    Some(Some(v)) => v.clone(),
+                    _ if r.optional == Some(true) => continue,
+                    None => {
+                        return Err(error(
+                            field("valueFrom.configMapKeyRef"),
+                            format!("configmap {:?} not found", r.name),
+                        ));
+                    }
+                    Some(None) => {
+                        return Err(error(
+                            field("valueFrom.configMapKeyRef"),
+                            format!("couldn't find key {} in ConfigMap {ns}/{}", r.key, r.name),
+                        ));
+                    }
+                }
+            } else {
+                let Some(field_ref) = &from.field_ref else {
+                    return Err(error(
+                        field("valueFrom"),
+                        "only fieldRef and configMapKeyRef are supported (no secretKeyRef/resourceFieldRef)".into(),
+                    ));
+                };
+                field_value(ctx, &field_ref.field_path).ok_or_else(|| {
+                    error(
+                        field("valueFrom.fieldRef.fieldPath"),
+                        format!("unsupported field path {:?}", field_ref.field_path),
+                    )
+                })?
+            }
         } else {
             let lookup = |name: &str| {
                 declared.get(name).cloned().or_else(|| {
@@ -329,7 +409,13 @@ mod tests {
             node_name: "node1",
         };
         let c = &p.spec.as_ref().unwrap().containers[0];
-        let env = container_env(&ctx, c, &[svc("my-app", "192.168.10.12", 8080)]).unwrap();
+        let env = container_env(
+            &ctx,
+            c,
+            &[svc("my-app", "192.168.10.12", 8080)],
+            &ConfigMapData::new(),
+        )
+        .unwrap();
         let text: String = env
             .iter()
             .filter(|(k, _)| k != "PATH")
@@ -365,8 +451,87 @@ mod tests {
             host_ip: "10.0.0.2".parse().unwrap(),
             node_name: "n",
         };
-        let err = container_env(&ctx, &p.spec.as_ref().unwrap().containers[0], &[]).unwrap_err();
+        let err = container_env(
+            &ctx,
+            &p.spec.as_ref().unwrap().containers[0],
+            &[],
+            &ConfigMapData::new(),
+        )
+        .unwrap_err();
         assert_eq!(err.field, "spec.containers[c].env[0].valueFrom");
+    }
+
+    #[test]
+    fn env_from_config_maps_and_key_refs() {
+        let p = pod(json!({"containers": [{"name": "c",
+            "envFrom": [
+                {"configMapRef": {"name": "endpoint"}},
+                {"configMapRef": {"name": "absent", "optional": true}},
+                {"prefix": "CFG_", "configMapRef": {"name": "cfg"}}],
+            "env": [
+                {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "mode"}}},
+                {"name": "GONE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "nope", "optional": true}}},
+                {"name": "URL", "value": "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"}]}]}));
+        let ctx = PodContext {
+            pod: &p,
+            pod_ip: "10.0.0.1".parse().unwrap(),
+            host_ip: "10.0.0.2".parse().unwrap(),
+            node_name: "n",
+        };
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        assert_eq!(
+            env_config_maps(c).into_iter().collect::<Vec<_>>(),
+            ["absent", "cfg", "endpoint"]
+        );
+        let mut cms = ConfigMapData::new();
+        cms.insert(
+            "endpoint".into(),
+            [
+                ("KUBERNETES_SERVICE_HOST", "172.30.0.1"),
+                ("KUBERNETES_SERVICE_PORT", "6443"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        cms.insert(
+            "cfg".into(),
+            [("mode", "nftables"), ("a=b", "skipped")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        let kube_svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "kubernetes", "namespace": "default"},
+            "spec": {"clusterIP": "10.96.0.1", "ports": [{"port": 443, "protocol": "TCP"}]}}))
+        .unwrap();
+        let env = container_env(&ctx, c, &[kube_svc], &cms).unwrap();
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        // The ConfigMap overrides the kubelet's own KUBERNETES_SERVICE_* (Calico's
+        // kubernetes-services-endpoint convention) and declared env reads it.
+        assert_eq!(get("KUBERNETES_SERVICE_HOST"), Some("172.30.0.1"));
+        assert_eq!(get("KUBERNETES_SERVICE_PORT"), Some("6443"));
+        assert_eq!(get("URL"), Some("https://172.30.0.1:6443"));
+        assert_eq!(get("CFG_mode"), Some("nftables"));
+        assert_eq!(get("MODE"), Some("nftables"));
+        assert_eq!(get("GONE"), None);
+        assert!(env.iter().all(|(k, _)| !k.contains('=')));
+        let hosts = env
+            .iter()
+            .filter(|(k, _)| k == "KUBERNETES_SERVICE_HOST")
+            .count();
+        assert_eq!(hosts, 1, "one value per name: {env:?}");
+
+        let err = container_env(&ctx, c, &[], &ConfigMapData::new()).unwrap_err();
+        assert_eq!(err.field, "spec.containers[c].envFrom[0].configMapRef");
+        assert_eq!(err.message, r#"configmap "endpoint" not found"#);
+        cms.get_mut("cfg").unwrap().remove("mode");
+        let err = container_env(&ctx, c, &[], &cms).unwrap_err();
+        assert_eq!(
+            err.field,
+            "spec.containers[c].env[0].valueFrom.configMapKeyRef"
+        );
+        assert_eq!(err.message, "couldn't find key mode in ConfigMap shop/cfg");
     }
 
     #[test]

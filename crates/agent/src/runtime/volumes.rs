@@ -2,7 +2,8 @@
 //! each container's `volumeMounts` become bind mounts in the container's private mount
 //! namespace (read-only where asked). Served: `emptyDir` (a directory in the pod's directory,
 //! removed with the pod; `medium: Memory` is not a tmpfs here), `hostPath` with every `type`
-//! check of the kubelet (`DirectoryOrCreate` and `FileOrCreate` create), and `configMap` (the
+//! check of the kubelet (`DirectoryOrCreate` and `FileOrCreate` create; type `""`, unchecked,
+//! creates a missing source as a directory, as Docker and containerd do), and `configMap` (the
 //! keys, or `items`, as files with `defaultMode`/`mode`, written when the pod starts; not
 //! refreshed while it runs), and `projected` with `serviceAccountToken` (a token of the pod's
 //! ServiceAccount bound to the pod, from the TokenRequest API), `configMap` and `downwardAPI`
@@ -388,9 +389,10 @@ fn host_path(path: &Path, kind: &str) -> Result<PathBuf, String> {
         "Directory" | "File" | "Socket" | "CharDevice" | "BlockDevice" => {}
         other => return Err(format!("hostPath type {other:?} is not a known type")),
     }
-    if !path.exists() {
-        // Type "" mounts whatever is there; nothing there is the kubelet's error too.
-        return Err(format!("hostPath {} does not exist", path.display()));
+    if kind.is_empty() && !path.exists() {
+        // Type "" does no check; the container runtime (Docker, containerd's CRI) creates a
+        // missing source as an empty directory (root, 0755), and so does svcnet.
+        std::fs::create_dir_all(path).map_err(|e| format!("create {}: {e}", path.display()))?;
     }
     Ok(path.to_path_buf())
 }
@@ -452,6 +454,29 @@ pub fn ensure_mount_points(mounts: &[Mount]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_path_types_check_and_create_as_the_runtime_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("lib/modules");
+        // Type "" checks nothing and a missing source becomes an empty directory.
+        assert_eq!(host_path(&missing, "").unwrap(), missing);
+        assert!(missing.is_dir());
+        let file = dir.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        assert_eq!(host_path(&file, "").unwrap(), file);
+        assert!(
+            host_path(&file, "Directory")
+                .unwrap_err()
+                .contains("is not a directory")
+        );
+        assert!(host_path(&dir.path().join("nope"), "File").is_err());
+        assert!(
+            host_path(Path::new("rel"), "")
+                .unwrap_err()
+                .contains("absolute")
+        );
+    }
 
     #[test]
     fn tokens_are_renewed_at_four_fifths_of_the_shortest_lifetime() {

@@ -191,7 +191,9 @@ impl Tokens {
                     .await
                     .map_err(|e| TokenError::Store(e.to_string()))?;
                 match obj {
-                    Some(o) if meta_str(&o, "uid") == Some(uid.as_str()) && !is_terminating(&o) => {
+                    Some(o)
+                        if meta_str(&o, "uid") == Some(uid.as_str()) && !deleted_long_ago(&o) =>
+                    {
                         Ok(())
                     }
                     _ => Err(TokenError::Revoked {
@@ -232,6 +234,22 @@ impl Tokens {
             groups,
             extra,
         })
+    }
+}
+
+/// Whether `obj` was deleted more than the token leeway ago, upstream's test for a token's
+/// ServiceAccount and pod: a pod's deletionTimestamp is the end of its grace period, so a
+/// terminating pod keeps its credentials while it shuts down (and releases what it holds).
+fn deleted_long_ago(obj: &serde_json::Value) -> bool {
+    let Some(at) = obj
+        .pointer("/metadata/deletionTimestamp")
+        .and_then(|v| v.as_str())
+    else {
+        return false;
+    };
+    match at.parse::<jiff::Timestamp>() {
+        Ok(at) => at.as_second() < jiff::Timestamp::now().as_second() - LEEWAY_SECONDS as i64,
+        Err(_) => true,
     }
 }
 

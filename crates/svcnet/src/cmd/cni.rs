@@ -69,6 +69,11 @@ pub struct InstallArgs {
     /// Exit after installing instead of staying until stopped.
     #[arg(long)]
     pub once: bool,
+    /// When stopped as a pod of an add-on that is being deleted, remove the plugin and the
+    /// network list it installed (an update or eviction keeps them); see `svcnet proxy
+    /// --cleanup-on-uninstall`.
+    #[arg(long)]
+    pub remove_on_uninstall: bool,
 }
 
 /// Writes `bytes` to `path` through a temporary file in the same directory and a rename, so
@@ -163,7 +168,26 @@ pub async fn install(args: InstallArgs) -> anyhow::Result<()> {
     if args.once {
         return Ok(());
     }
-    super::shutdown_signal().await
+    super::shutdown_signal().await?;
+    if args.remove_on_uninstall {
+        let client = crate::cmd::kubeconfig::client(args.kubeconfig.as_deref()).await?;
+        match super::addon::why_stopping(&client).await {
+            super::addon::Stopping::Uninstall(why) => {
+                for path in [&plugin, &conflist] {
+                    match std::fs::remove_file(path) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                        Err(e) => tracing::warn!("cannot remove {}: {e}", path.display()),
+                    }
+                }
+                tracing::info!(%why, plugin = %plugin.display(), conflist = %conflist.display(), "add-on removed: CNI plugin removed");
+            }
+            super::addon::Stopping::Restart(why) => {
+                tracing::info!(%why, "CNI plugin kept");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// True when this process was started the way a runtime starts a CNI plugin: `CNI_COMMAND`

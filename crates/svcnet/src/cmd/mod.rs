@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub mod addon;
 pub mod apiserver;
 pub mod cni;
 pub mod controller_manager;

@@ -80,6 +80,12 @@ pub struct Args {
     /// SVCNET- chains and hooks on both back ends, the userspace proxy's tables), and exit.
     #[arg(long)]
     pub cleanup: bool,
+    /// When stopped as a pod of an add-on that is being deleted (its DaemonSet gone, or its
+    /// credentials removed with it), remove the rules as `--cleanup` does; when the pod is
+    /// only replaced, keep them for the next proxy (see `deploy/svcnet.yaml`, which sets
+    /// `POD_NAME`/`POD_NAMESPACE` from the downward API).
+    #[arg(long)]
+    pub cleanup_on_uninstall: bool,
 }
 
 /// An `address:port` to serve on, or none (`""`). A newtype, not an `Option` field: clap
@@ -189,7 +195,20 @@ pub async fn run(mut args: Args, matches: Option<&clap::ArgMatches>) -> anyhow::
             tracing::warn!("{e:#}; stopping");
         }
     };
-    svcnet_proxyd::run(cfg, client, shutdown)
+    let netns = cfg.netns.clone();
+    svcnet_proxyd::run(cfg, client.clone(), shutdown)
         .await
-        .context("node proxy")
+        .context("node proxy")?;
+    if args.cleanup_on_uninstall {
+        match super::addon::why_stopping(&client).await {
+            super::addon::Stopping::Uninstall(why) => {
+                let c = svcnet_proxyd::cleanup(netns.as_deref(), svcnet_nft::names::TABLE)?;
+                tracing::info!(%why, nft_tables = c.nft_tables, iptables = c.iptables, "add-on removed: rules removed");
+            }
+            super::addon::Stopping::Restart(why) => {
+                tracing::info!(%why, "rules kept for the next proxy");
+            }
+        }
+    }
+    Ok(())
 }

@@ -285,6 +285,13 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     for node in &nodes {
         objects::register_node(&client, node).await?;
     }
+    if let Some(t) = &topology
+        && !with_proxy
+    {
+        // The proxy is an add-on (deploy/svcnet.yaml): its pods reach the API directly.
+        let addr = SocketAddr::new(t.host_ip().into(), server.addr().port());
+        objects::ensure_services_endpoint(&client, addr).await?;
+    }
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();

@@ -1,9 +1,10 @@
-//! The API objects `svcnet up` owns: the Node objects of its nodes and cluster DNS's Service.
+//! The API objects `svcnet up` owns: the Node objects of its nodes, cluster DNS's Service and,
+//! without the built-in proxy, the API server's direct address for node add-ons.
 
 use std::net::IpAddr;
 
 use anyhow::Context as _;
-use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Node, Service};
 
 /// A node `svcnet up` registers.
 #[derive(Debug, Clone)]
@@ -90,6 +91,38 @@ pub async fn ensure_kube_dns(
                 .context("cannot create kube-system/kube-dns endpoints")?;
         }
     }
+    Ok(())
+}
+
+/// The ConfigMap that tells node add-ons where the API server is when no proxy serves the
+/// `kubernetes` Service yet: Calico's convention for clusters without kube-proxy, read by
+/// `deploy/svcnet.yaml`'s DaemonSets through an optional `envFrom`.
+pub const SERVICES_ENDPOINT: &str = "kubernetes-services-endpoint";
+
+/// Writes `kube-system/kubernetes-services-endpoint` with the API server's direct address
+/// (`KUBERNETES_SERVICE_HOST`/`PORT`), as an installer does for a cluster whose proxy is an
+/// add-on: the proxy's own pods cannot reach the API through the Service IP they program.
+pub async fn ensure_services_endpoint(
+    client: &kube::Client,
+    api: std::net::SocketAddr,
+) -> anyhow::Result<()> {
+    let maps: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), "kube-system");
+    let object = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": SERVICES_ENDPOINT, "namespace": "kube-system"},
+        "data": {
+            "KUBERNETES_SERVICE_HOST": api.ip().to_string(),
+            "KUBERNETES_SERVICE_PORT": api.port().to_string(),
+        },
+    });
+    maps.patch(
+        SERVICES_ENDPOINT,
+        &kube::api::PatchParams::apply("svcnet-up").force(),
+        &kube::api::Patch::Apply(&object),
+    )
+    .await
+    .with_context(|| format!("cannot write kube-system/{SERVICES_ENDPOINT}"))?;
     Ok(())
 }
 
