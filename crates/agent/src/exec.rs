@@ -127,7 +127,7 @@ pub fn exec_command(
         .unwrap_or_default();
     record
         .sandbox
-        .command_with(argv, &env, false, tty, &mounts)
+        .command_with(argv, &env, false, tty, &mounts, None)
         .map_err(ExecError::Spawn)
 }
 

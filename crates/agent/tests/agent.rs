@@ -130,7 +130,7 @@ impl Env {
             .unwrap_or_default();
         let out = rec
             .sandbox
-            .command_with(&argv, &rec.containers[0].1, false, false, &mounts)
+            .command_with(&argv, &rec.containers[0].1, false, false, &mounts, None)
             .unwrap()
             .output()
             .unwrap();
@@ -690,5 +690,100 @@ async fn projected_service_account_token_configmap_and_namespace() {
         }
         other => panic!("{other:?}"),
     }
+    env.stop().await;
+}
+
+/// Capabilities as far as a process runtime honours them: a container's bounding,
+/// permitted and effective sets are what its `securityContext` gives (the runtime's defaults,
+/// `add`, `drop`), `privileged` keeps all, and an unknown name is a
+/// `CreateContainerConfigError` naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capabilities_follow_the_security_context() {
+    let env = Env::start().await;
+    let base = tempfile::tempdir().unwrap();
+    let b = base.path().display().to_string();
+    let pods = [
+        (
+            "caps-dns",
+            json!({"capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}),
+        ),
+        (
+            "caps-proxy",
+            json!({"capabilities": {"add": ["NET_ADMIN", "SYS_MODULE"]}}),
+        ),
+        ("caps-priv", json!({"privileged": true})),
+    ];
+    for (name, sc) in &pods {
+        env.create(
+            name,
+            json!({
+                "volumes": [{"name": "out", "hostPath": {"path": format!("{b}/{name}"), "type": "DirectoryOrCreate"}}],
+                "containers": [{"name": "c", "image": "busybox", "securityContext": sc,
+                    "command": ["sh", "-c", format!("grep -E '^Cap(Bnd|Prm|Eff):' /proc/self/status > {b}/{name}/caps.tmp && mv {b}/{name}/caps.tmp {b}/{name}/caps && sleep 1000")],
+                    "volumeMounts": [{"name": "out", "mountPath": format!("{b}/{name}")}]}],
+            }),
+        )
+        .await;
+    }
+    let read = |name: &str| -> Vec<u64> {
+        let text = std::fs::read_to_string(base.path().join(name).join("caps")).unwrap();
+        text.lines()
+            .map(|l| u64::from_str_radix(l.split_whitespace().nth(1).unwrap(), 16).unwrap())
+            .collect()
+    };
+    for (name, _) in &pods {
+        env.wait_for(name, "Ready", ready).await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !base.path().join(name).join("caps").exists() {
+            assert!(Instant::now() < deadline, "{name} wrote no capabilities");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    // CapPrm, CapEff, CapBnd: all the same for a root process.
+    let net_bind = 1u64 << 10;
+    assert_eq!(read("caps-dns"), vec![net_bind; 3]);
+    let proxy = read("caps-proxy");
+    let defaults: u64 = [0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31]
+        .iter()
+        .map(|b| 1u64 << b)
+        .sum();
+    assert_eq!(proxy, vec![defaults | (1 << 12) | (1 << 16); 3]);
+    let own = std::fs::read_to_string("/proc/self/status").unwrap();
+    let own_bnd = own
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap();
+    assert_eq!(
+        read("caps-priv")[2],
+        own_bnd,
+        "privileged keeps every capability"
+    );
+
+    env.create(
+        "caps-bad",
+        json!({"containers": [{"name": "c", "image": "busybox", "command": ["sleep", "1000"],
+            "securityContext": {"capabilities": {"add": ["NET_ADMN"]}}}]}),
+    )
+    .await;
+    let pod = env
+        .wait_for("caps-bad", "CreateContainerConfigError", |p| {
+            p.status.as_ref().is_some_and(|s| {
+                s.container_statuses.iter().flatten().any(|c| {
+                    c.state
+                        .as_ref()
+                        .and_then(|st| st.waiting.as_ref())
+                        .is_some_and(|w| w.reason.as_deref() == Some("CreateContainerConfigError"))
+                })
+            })
+        })
+        .await;
+    let message = format!("{:?}", pod.status);
+    assert!(
+        message.contains(
+            "spec.containers[c].securityContext.capabilities: unknown capability \\\"NET_ADMN\\\""
+        ),
+        "{message}"
+    );
     env.stop().await;
 }

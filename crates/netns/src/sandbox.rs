@@ -32,6 +32,8 @@ pub struct Sandbox {
     hostname: Option<String>,
     die_with_parent: bool,
     controlling_tty: bool,
+    /// Capabilities kept in the bounding set (bit n = capability n); `None` keeps them all.
+    capabilities: Option<u64>,
 }
 
 impl Sandbox {
@@ -81,6 +83,15 @@ impl Sandbox {
         self
     }
 
+    /// Limits the program to the capabilities in `keep` (bit n = capability n, as in
+    /// `linux/capability.h`): the others are dropped from its bounding set last, after the
+    /// namespaces and mounts are made, so a program run as root gets exactly these (a root
+    /// process's permitted and effective sets are its bounding set after `exec`).
+    pub fn capabilities(mut self, keep: u64) -> Self {
+        self.capabilities = Some(keep);
+        self
+    }
+
     /// Prepares `cmd` to start inside this sandbox, in a new session (its pid is its process
     /// group id, see [`signal_group`]). Fails if the namespace or a bind source is missing.
     pub fn apply(&self, cmd: &mut Command) -> Result<(), NetnsError> {
@@ -118,6 +129,14 @@ impl Sandbox {
         let die_with_parent = self.die_with_parent;
         let controlling_tty = self.controlling_tty;
         let private_mounts = !binds.is_empty();
+        // The capabilities to drop, known before the fork (reading a file allocates).
+        let drop_caps: Vec<i32> = match self.capabilities {
+            None => Vec::new(),
+            Some(keep) => (0..=last_capability().map_err(|e| io_err("cap_last_cap", e))?)
+                .filter(|c| *c >= 64 || keep & (1u64 << c) == 0)
+                .map(|c| c as i32)
+                .collect(),
+        };
         let closure = move || -> io::Result<()> {
             if die_with_parent {
                 nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
@@ -174,6 +193,14 @@ impl Sandbox {
             if let Some(name) = &hostname {
                 nix::unistd::sethostname(name).map_err(io::Error::from)?;
             }
+            for cap in &drop_caps {
+                // SAFETY: prctl with integer arguments only.
+                #[allow(unsafe_code)]
+                let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, *cap, 0, 0, 0) };
+                if rc != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
             Ok(())
         };
         // SAFETY: the closure only makes system calls (prctl, setsid, ioctl, setns, unshare,
@@ -185,6 +212,14 @@ impl Sandbox {
         }
         Ok(())
     }
+}
+
+/// The highest capability number this kernel knows (`/proc/sys/kernel/cap_last_cap`).
+fn last_capability() -> io::Result<u32> {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")?
+        .trim()
+        .parse()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
 }
 
 fn c_path(path: &Path) -> io::Result<CString> {

@@ -463,12 +463,18 @@ impl PodWorker {
                     .map_err(|e| format!("spec.containers[{}].livenessProbe: {e}", c.name))?;
                 let mounts = volumes::mounts(c, &self.volumes)?;
                 volumes::ensure_mount_points(&mounts)?;
-                Ok((env, argv, readiness, liveness, mounts))
+                let caps = spec::capabilities(c).map_err(|e| {
+                    format!(
+                        "spec.containers[{}].securityContext.capabilities: {e}",
+                        c.name
+                    )
+                })?;
+                Ok((env, argv, readiness, liveness, mounts, caps))
             });
         let ctr = &mut self.ctrs[idx];
         ctr.generation += 1;
         let generation = ctr.generation;
-        let (env, argv, readiness, liveness, mounts) = match prepared {
+        let (env, argv, readiness, liveness, mounts, caps) = match prepared {
             Ok(p) => p,
             Err(msg) => {
                 ctr.state = CState::Waiting {
@@ -497,6 +503,7 @@ impl PodWorker {
             stdin.stdin,
             stdin.tty,
             &ctr.mounts,
+            caps,
         ) {
             Ok(process::Spawned {
                 mut child,
@@ -869,7 +876,7 @@ async fn exec_probe(target: &ExecContext, command: &[String], timeout: Duration)
     let Ok(mut cmd) =
         target
             .sandbox
-            .command_with(command, &target.env, true, false, &target.mounts)
+            .command_with(command, &target.env, true, false, &target.mounts, None)
     else {
         return false;
     };

@@ -35,12 +35,13 @@ impl PodSandbox {
         env: &[(String, String)],
         die_with_parent: bool,
     ) -> std::io::Result<Command> {
-        self.command_with(argv, env, die_with_parent, false, &[])
+        self.command_with(argv, env, die_with_parent, false, &[], None)
     }
 
     /// [`PodSandbox::command`], with the program's stdin as its controlling terminal when
-    /// `tty` (the caller gives it a pty slave as stdin, stdout and stderr), and the
-    /// container's volume `mounts`.
+    /// `tty` (the caller gives it a pty slave as stdin, stdout and stderr), the container's
+    /// volume `mounts`, and, when `caps` is given, only those capabilities (see
+    /// [`super::spec::capabilities`]).
     pub fn command_with(
         &self,
         argv: &[String],
@@ -48,6 +49,7 @@ impl PodSandbox {
         die_with_parent: bool,
         tty: bool,
         mounts: &[Mount],
+        caps: Option<u64>,
     ) -> std::io::Result<Command> {
         let (program, args) = argv.split_first().ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command")
@@ -74,6 +76,9 @@ impl PodSandbox {
         }
         if tty {
             sandbox = sandbox.controlling_tty();
+        }
+        if let Some(keep) = caps {
+            sandbox = sandbox.capabilities(keep);
         }
         sandbox
             .apply(&mut cmd)
@@ -102,6 +107,7 @@ pub fn spawn(
     stdin: bool,
     tty: bool,
     mounts: &[Mount],
+    caps: Option<u64>,
 ) -> std::io::Result<Spawned> {
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
@@ -110,7 +116,7 @@ pub fn spawn(
         .create(true)
         .append(true)
         .open(log)?;
-    let mut cmd = sandbox.command_with(argv, env, true, tty, mounts)?;
+    let mut cmd = sandbox.command_with(argv, env, true, tty, mounts, caps)?;
     if tty {
         let pty = svcnet_netns::pty::Pty::open(24, 80)?;
         cmd.stdin(pty.slave.try_clone()?)

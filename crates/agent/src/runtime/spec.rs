@@ -171,6 +171,109 @@ pub fn container_env(
     Ok(env)
 }
 
+/// Linux capability names by number (`linux/capability.h`), without the `CAP_` prefix.
+const CAPABILITIES: [&str; 41] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
+    "LINUX_IMMUTABLE",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_ADMIN",
+    "NET_RAW",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_NICE",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
+    "SYSLOG",
+    "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+];
+
+/// The capabilities a container runtime (containerd, Docker) gives a container by default.
+const DEFAULT_CAPABILITIES: [&str; 14] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FSETID",
+    "FOWNER",
+    "MKNOD",
+    "NET_RAW",
+    "SETGID",
+    "SETUID",
+    "SETFCAP",
+    "SETPCAP",
+    "NET_BIND_SERVICE",
+    "SYS_CHROOT",
+    "KILL",
+    "AUDIT_WRITE",
+];
+
+fn capability_bit(name: &str) -> Option<u64> {
+    let bare = name.strip_prefix("CAP_").unwrap_or(name);
+    CAPABILITIES
+        .iter()
+        .position(|c| *c == bare)
+        .map(|i| 1u64 << i)
+}
+
+/// The capabilities container `c` runs with, as containerd computes them from its
+/// `securityContext` (bit n = capability n): `privileged` keeps all (`None`); otherwise the
+/// runtime's defaults, plus `add`, minus `drop` (`ALL` in `add` is every capability; `ALL` in
+/// `drop` starts from none, and `add` still adds). An unknown name is an error, as the
+/// runtime's.
+pub fn capabilities(c: &Container) -> Result<Option<u64>, String> {
+    let sc = c.security_context.as_ref();
+    if sc.and_then(|s| s.privileged) == Some(true) {
+        return Ok(None);
+    }
+    let caps = sc.and_then(|s| s.capabilities.as_ref());
+    let add = caps.and_then(|c| c.add.as_deref()).unwrap_or_default();
+    let drop = caps.and_then(|c| c.drop.as_deref()).unwrap_or_default();
+    let all = (1u64 << CAPABILITIES.len()) - 1;
+    let bits = |names: &[String]| -> Result<u64, String> {
+        names.iter().try_fold(0u64, |acc, n| {
+            if n == "ALL" {
+                return Ok(all);
+            }
+            capability_bit(n)
+                .map(|b| acc | b)
+                .ok_or_else(|| format!("unknown capability {n:?}"))
+        })
+    };
+    let (add, drop) = (bits(add)?, bits(drop)?);
+    let defaults = DEFAULT_CAPABILITIES
+        .iter()
+        .filter_map(|n| capability_bit(n))
+        .fold(0, |a, b| a | b);
+    Ok(Some((defaults & !drop) | add))
+}
+
 /// The value of a `fieldRef` path, as the kubelet's downward API gives it.
 pub fn field_value(ctx: &PodContext<'_>, path: &str) -> Option<String> {
     let m = &ctx.pod.metadata;
@@ -459,6 +562,42 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.field, "spec.containers[c].env[0].valueFrom");
+    }
+
+    #[test]
+    fn capabilities_as_containerd_computes_them() {
+        let caps = |sc: serde_json::Value| {
+            let p = pod(json!({"containers": [{"name": "c", "securityContext": sc}]}));
+            capabilities(&p.spec.unwrap().containers[0])
+        };
+        let names = |bits: u64| -> Vec<&str> {
+            (0..CAPABILITIES.len())
+                .filter(|i| bits & (1 << i) != 0)
+                .map(|i| CAPABILITIES[i])
+                .collect()
+        };
+        assert_eq!(caps(json!({"privileged": true})), Ok(None));
+        let default = caps(json!({})).unwrap().unwrap();
+        assert_eq!(names(default).len(), 14);
+        assert!(!names(default).contains(&"NET_ADMIN"));
+        // The proxy DaemonSet's: the defaults and NET_ADMIN, SYS_MODULE.
+        let proxy = caps(json!({"capabilities": {"add": ["NET_ADMIN", "SYS_MODULE"]}}));
+        assert_eq!(proxy, Ok(Some(default | (1 << 12) | (1 << 16))));
+        // CoreDNS's: nothing but binding low ports (the CAP_ prefix is accepted too).
+        let dns = caps(json!({"capabilities": {"drop": ["ALL"], "add": ["CAP_NET_BIND_SERVICE"]}}));
+        assert_eq!(dns.map(|b| names(b.unwrap())), Ok(vec!["NET_BIND_SERVICE"]));
+        let no_raw = caps(json!({"capabilities": {"drop": ["NET_RAW"]}}))
+            .unwrap()
+            .unwrap();
+        assert_eq!(no_raw, default & !(1 << 13));
+        let all = caps(json!({"capabilities": {"add": ["ALL"]}}))
+            .unwrap()
+            .unwrap();
+        assert_eq!(names(all).len(), CAPABILITIES.len());
+        assert_eq!(
+            caps(json!({"capabilities": {"add": ["NET_ADMN"]}})),
+            Err(r#"unknown capability "NET_ADMN""#.into())
+        );
     }
 
     #[test]
