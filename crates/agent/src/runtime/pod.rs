@@ -495,16 +495,13 @@ impl PodWorker {
             tty: ctr.spec.tty.unwrap_or(false),
         };
         ctr.mounts = mounts;
-        match process::spawn(
-            &self.sandbox,
-            &argv,
-            &env,
-            &log,
-            stdin.stdin,
-            stdin.tty,
-            &ctr.mounts,
+        let how = process::SpawnSpec {
+            stdin: stdin.stdin,
+            tty: stdin.tty,
+            mounts: &ctr.mounts,
             caps,
-        ) {
+        };
+        match process::spawn(&self.sandbox, &argv, &env, &log, &how) {
             Ok(process::Spawned {
                 mut child,
                 log,

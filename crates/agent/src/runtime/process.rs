@@ -87,6 +87,16 @@ impl PodSandbox {
     }
 }
 
+/// How a container's process is started: a piped stdin, a terminal, its volume mounts and its
+/// capabilities (`None`: all, see [`super::spec::capabilities`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SpawnSpec<'a> {
+    pub stdin: bool,
+    pub tty: bool,
+    pub mounts: &'a [Mount],
+    pub caps: Option<u64>,
+}
+
 /// A started container: the process, its log file opened for appending, and with `tty: true`
 /// the master of the terminal it runs on.
 pub struct Spawned {
@@ -104,11 +114,14 @@ pub fn spawn(
     argv: &[String],
     env: &[(String, String)],
     log: &Path,
-    stdin: bool,
-    tty: bool,
-    mounts: &[Mount],
-    caps: Option<u64>,
+    how: &SpawnSpec<'_>,
 ) -> std::io::Result<Spawned> {
+    let SpawnSpec {
+        stdin,
+        tty,
+        mounts,
+        caps,
+    } = *how;
     if let Some(dir) = log.parent() {
         std::fs::create_dir_all(dir)?;
     }
