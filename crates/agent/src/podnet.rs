@@ -14,6 +14,7 @@ use crate::routes::{FLANNEL_ANNOTATION_PREFIX, VxlanPeer};
 use crate::topology::NodeTopology;
 
 pub mod bgp;
+pub mod condition;
 pub mod ipip;
 pub mod watch;
 

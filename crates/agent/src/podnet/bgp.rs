@@ -666,11 +666,13 @@ pub fn cleanup_speakers(data_dir: &Path) -> std::io::Result<SpeakerCleanup> {
         }
         std::fs::remove_dir_all(entry.path())?;
     }
+    std::fs::remove_dir(&root)?;
     Ok(report)
 }
 
-/// Calico's BGP for one node until `shutdown`: starts its speaker once the Nodes are listed,
-/// rewrites its config and reloads it whenever the mesh changes, stops it at the end.
+/// Calico's BGP for one node until `shutdown`: starts its speaker once the Nodes are listed
+/// (then reports the Node's network available), rewrites its config and reloads it whenever the
+/// mesh changes, stops it at the end.
 pub async fn run_bgp(
     client: Client,
     node: NodeTopology,
@@ -679,7 +681,7 @@ pub async fn run_bgp(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), BgpError> {
     let this = BgpNode::of(&node);
-    let mut watch = NodeWatch::new(client, &node.name);
+    let mut watch = NodeWatch::new(client.clone(), &node.name);
     let mut speaker: Option<std::sync::Arc<Speaker>> = None;
     let mut applied: Option<String> = None;
     tokio::pin!(shutdown);
@@ -710,6 +712,12 @@ pub async fn run_bgp(
                             what: format!("start task: {e}"),
                         })??;
                 speaker = Some(std::sync::Arc::new(started));
+                let network = crate::routes::PodNetwork::Bgp;
+                if let Err(e) =
+                    super::condition::report_network_available(&client, &node.name, network).await
+                {
+                    tracing::warn!(node = %node.name, "cannot report NetworkUnavailable=False: {e}");
+                }
             }
             Some(s) => {
                 let (s, text) = (s.clone(), config.clone());
