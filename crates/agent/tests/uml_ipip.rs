@@ -1,0 +1,128 @@
+//! Calico's IPIP backend against a kernel that has `ipip` (the user-mode Linux tier, through
+//! `scripts/uml/cargo-runner`; skipped on a host without it, such as the 6.18 kernel svcnet is
+//! developed on): two node namespaces on the topology's underlay bridge, `tunl0` at MTU 1480
+//! with the node's tunnel address, the plan's onlink routes exactly, pods on both nodes reaching
+//! each other over TCP and UDP with their source addresses kept, carried by `tunl0` (its
+//! counters move), and a transfer far larger than one MTU, byte-exact.
+
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
+
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::time::Duration;
+
+use svcnet_agent::cni::{self, Invocation};
+use svcnet_agent::ip;
+use svcnet_agent::podnet::ipip::{IPIP_DEVICE, kernel_support, plan, tunnel_addr, IpipMode};
+use svcnet_agent::routes::PodNetwork;
+use svcnet_agent::test_support::{Slot, pod_netconf, tcp_transfer, transfer_byte};
+use svcnet_agent::topology::Topology;
+use svcnet_netns::NetNs;
+use svcnet_netns::test_support::{serve_tcp, serve_udp, tcp_ask, udp_ask, uml_guest};
+
+fn link(netns: &str, dev: &str) -> serde_json::Value {
+    ip::ip_json(Some(netns), &["-s", "-d", "link", "show", "dev", dev])
+        .unwrap()
+        .remove(0)
+}
+
+fn packets(netns: &str, dir: &str) -> u64 {
+    link(netns, IPIP_DEVICE)["stats64"][dir]["packets"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn pods_on_two_nodes_reach_each_other_over_calico_ipip() {
+    if !uml_guest() {
+        return;
+    }
+    // Loaded before the namespaces exist, so each gets its fallback `tunl0`.
+    kernel_support().unwrap();
+    let slot = Slot::acquire().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut config = slot.config(2, data.path().to_path_buf());
+    config.pod_network = PodNetwork::Ipip;
+    let underlay = config.underlay;
+    let prefix = config.prefix.clone();
+    let topo = Topology::create(config).unwrap();
+    let (n1, n2) = (topo.nodes()[0].clone(), topo.nodes()[1].clone());
+
+    // The device and the route as planned.
+    let tunl = link(&n1.netns, IPIP_DEVICE);
+    assert_eq!(tunl["mtu"], 1480, "{tunl}");
+    let addrs = ip::ip(Some(&n1.netns), &["-4", "addr", "show", "dev", IPIP_DEVICE]).unwrap();
+    assert!(
+        addrs.contains(&format!("inet {}/32", tunnel_addr(n1.pod_cidr))),
+        "{addrs}"
+    );
+    let routes = ip::ip(Some(&n1.netns), &["route", "show"]).unwrap();
+    let planned = plan(&n1, underlay, &[&n2], IpipMode::Always);
+    assert!(planned.last().unwrap().to_string().ends_with("dev tunl0 onlink"));
+    assert!(
+        routes.contains(&format!(
+            "{} via {} dev {IPIP_DEVICE} onlink",
+            n2.pod_cidr, n2.internal_ip
+        )),
+        "{routes}"
+    );
+
+    let p1 = NetNs::create(&format!("{prefix}-pod-1")).unwrap();
+    let p2 = NetNs::create(&format!("{prefix}-pod-2")).unwrap();
+    let mtu = PodNetwork::Ipip.pod_mtu();
+    let (c1, c2) = (
+        pod_netconf(&n1, data.path(), mtu),
+        pod_netconf(&n2, data.path(), mtu),
+    );
+    let ip1 = cni::add(&c1, &Invocation::new("one", p1.name()))
+        .unwrap()
+        .pod_ip()
+        .unwrap();
+    let ip2 = cni::add(&c2, &Invocation::new("two", p2.name()))
+        .unwrap()
+        .pod_ip()
+        .unwrap();
+    assert_eq!(link(p1.name(), "eth0")["mtu"], 1480);
+
+    let _tcp = serve_tcp(&p2, 9000, "two").unwrap();
+    let _udp = serve_udp(&p2, 9001, "two").unwrap();
+    let tx_before = packets(&n1.netns, "tx");
+    let rx_before = packets(&n2.netns, "rx");
+    let to = SocketAddr::new(IpAddr::V4(ip2), 9000);
+    let reply = p1
+        .run(move || tcp_ask(to, Duration::from_secs(5)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (reply.identity.as_str(), reply.client),
+        ("two", IpAddr::V4(ip1)),
+        "TCP across nodes, no NAT"
+    );
+    let to = SocketAddr::new(IpAddr::V4(ip2), 9001);
+    let reply = p1
+        .run(move || udp_ask(to, Duration::from_secs(5)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (reply.identity.as_str(), reply.client),
+        ("two", IpAddr::V4(ip1)),
+        "UDP across nodes, no NAT"
+    );
+    assert!(packets(&n1.netns, "tx") > tx_before, "node 1's tunl0 sent");
+    assert!(packets(&n2.netns, "rx") > rx_before, "node 2's tunl0 received");
+
+    let listener = p2
+        .run(move || TcpListener::bind((ip2, 9100)))
+        .unwrap()
+        .unwrap();
+    let (kept, total, _) = tcp_transfer(&p1, listener, 4 << 20).unwrap();
+    assert_eq!(total, 4 << 20);
+    assert!(
+        kept.iter().enumerate().all(|(i, b)| *b == transfer_byte(i)),
+        "transfer not byte-exact"
+    );
+
+    cni::del(&c1, &Invocation::new("one", p1.name())).unwrap();
+    cni::del(&c2, &Invocation::new("two", p2.name())).unwrap();
+    drop((_tcp, _udp, p1, p2));
+    topo.destroy().unwrap();
+}
