@@ -59,7 +59,8 @@ if grep -qw amx_tile /proc/cpuinfo 2>/dev/null && [ "${SVCNET_UML_AMX:-}" != shi
 # KERNEL-MATRIX TIER NOT RUN: this host CPU has AMX, and Debian's user-mode Linux (6.1) panics
 # at boot on it ("ptrace set fp regs failed, errno = 14"). IPVS, legacy iptables in a second
 # kernel, Calico's IPIP pod network and the seeds' walkthrough in IPVS mode were not tested in
-# this run. To run the tier here anyway: SVCNET_UML_AMX=shim ./scripts/test.sh (FXSAVE-only FPU state in the guest).
+# this run. To run the tier here anyway: SVCNET_UML_AMX=shim ./scripts/test.sh (FXSAVE-only
+# FPU state in the guest).
 ################################################################################################
 NOTE
   exit 0
