@@ -14,13 +14,13 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use svcnet_agent::NodeTopology;
 use svcnet_agent::cni::{self, Invocation};
 use svcnet_agent::ip;
 use svcnet_agent::podnet::bgp::{BgpSettings, Speaker, cleanup_speakers, mesh_configs};
 use svcnet_agent::routes::PodNetwork;
 use svcnet_agent::test_support::{Slot, pod_netconf, transfer_byte};
 use svcnet_agent::topology::Topology;
-use svcnet_agent::NodeTopology;
 use svcnet_netns::NetNs;
 use svcnet_netns::test_support::{serve_tcp, serve_udp, tcp_ask, udp_ask};
 
@@ -123,9 +123,11 @@ fn pods_reach_each_other_over_routes_learnt_from_bird() {
     };
     let s1 = start(n1, &two[&n1.name]);
     let mut s2 = Some(start(n2, &two[&n2.name]));
-    wait("node 1 and 2 exchanging blocks", Duration::from_secs(20), || {
-        has_route(n1, n2) && has_route(n2, n1)
-    });
+    wait(
+        "node 1 and 2 exchanging blocks",
+        Duration::from_secs(20),
+        || has_route(n1, n2) && has_route(n2, n1),
+    );
     assert!(!has_route(n1, n3));
 
     // Node 3 joins: the others' configs are rewritten and reloaded, its speaker starts.
@@ -202,22 +204,30 @@ fn pods_reach_each_other_over_routes_learnt_from_bird() {
         !has_route(n1, n2) && !has_route(n3, n2)
     });
     eprintln!("withdrawn after {:?}", stopped_at.elapsed());
-    assert_eq!(bird_routes(&n2.netns), "", "a stopped speaker leaves no routes");
+    assert_eq!(
+        bird_routes(&n2.netns),
+        "",
+        "a stopped speaker leaves no routes"
+    );
     assert!(ask_tcp().is_err(), "node 2 unreachable without its route");
 
     // Restarted, it re-announces.
     let s2 = start(n2, &three[&n2.name]);
-    wait("node 2's block re-announced", Duration::from_secs(20), || {
-        has_route(n1, n2) && has_route(n3, n2) && has_route(n2, n1)
-    });
+    wait(
+        "node 2's block re-announced",
+        Duration::from_secs(20),
+        || has_route(n1, n2) && has_route(n3, n2) && has_route(n2, n1),
+    );
     assert_eq!(ask_tcp().unwrap().identity, "two");
 
     // Node 3 leaves the mesh by reload: the others drop their session and its block.
     s1.configure(&two[&n1.name]).unwrap();
     s2.configure(&two[&n2.name]).unwrap();
-    wait("node 3's block gone after the reload", Duration::from_secs(10), || {
-        !has_route(n1, n3) && !has_route(n2, n3)
-    });
+    wait(
+        "node 3's block gone after the reload",
+        Duration::from_secs(10),
+        || !has_route(n1, n3) && !has_route(n2, n3),
+    );
     s1.configure(&three[&n1.name]).unwrap();
     s2.configure(&three[&n2.name]).unwrap();
     wait("node 3 back in the mesh", Duration::from_secs(20), || {
@@ -231,9 +241,11 @@ fn pods_reach_each_other_over_routes_learnt_from_bird() {
     let killed_at = Instant::now();
     std::thread::sleep(Duration::from_millis(300));
     assert!(has_route(n1, n3), "kept through graceful restart");
-    wait("node 3's stale block expired", Duration::from_secs(15), || {
-        !has_route(n1, n3) && !has_route(n2, n3)
-    });
+    wait(
+        "node 3's stale block expired",
+        Duration::from_secs(15),
+        || !has_route(n1, n3) && !has_route(n2, n3),
+    );
     let held = killed_at.elapsed();
     assert!(held >= Duration::from_secs(2), "held only {held:?}");
     assert!(has_route(n3, n1), "a killed BIRD leaves its routes");

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use svcnet_agent::cni::{self, Invocation};
 use svcnet_agent::ip;
-use svcnet_agent::podnet::ipip::{IPIP_DEVICE, kernel_support, plan, tunnel_addr, IpipMode};
+use svcnet_agent::podnet::ipip::{IPIP_DEVICE, IpipMode, kernel_support, plan, tunnel_addr};
 use svcnet_agent::routes::PodNetwork;
 use svcnet_agent::test_support::{Slot, pod_netconf, tcp_transfer, transfer_byte};
 use svcnet_agent::topology::Topology;
@@ -57,7 +57,13 @@ fn pods_on_two_nodes_reach_each_other_over_calico_ipip() {
     );
     let routes = ip::ip(Some(&n1.netns), &["route", "show"]).unwrap();
     let planned = plan(&n1, underlay, &[&n2], IpipMode::Always);
-    assert!(planned.last().unwrap().to_string().ends_with("dev tunl0 onlink"));
+    assert!(
+        planned
+            .last()
+            .unwrap()
+            .to_string()
+            .ends_with("dev tunl0 onlink")
+    );
     assert!(
         routes.contains(&format!(
             "{} via {} dev {IPIP_DEVICE} onlink",
@@ -108,7 +114,10 @@ fn pods_on_two_nodes_reach_each_other_over_calico_ipip() {
         "UDP across nodes, no NAT"
     );
     assert!(packets(&n1.netns, "tx") > tx_before, "node 1's tunl0 sent");
-    assert!(packets(&n2.netns, "rx") > rx_before, "node 2's tunl0 received");
+    assert!(
+        packets(&n2.netns, "rx") > rx_before,
+        "node 2's tunl0 received"
+    );
 
     let listener = p2
         .run(move || TcpListener::bind((ip2, 9100)))

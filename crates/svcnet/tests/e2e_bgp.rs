@@ -109,15 +109,18 @@ fn pods_on_two_nodes_talk_over_calico_bgp() {
             "{yaml}"
         );
     }
-    wait_for("NetworkUnavailable=False (CalicoIsUp) on both nodes", || {
-        let out = up.ok(&[
+    wait_for(
+        "NetworkUnavailable=False (CalicoIsUp) on both nodes",
+        || {
+            let out = up.ok(&[
             "get",
             "nodes",
             "-o",
             r#"jsonpath={range .items[*]}{.status.conditions[?(@.type=="NetworkUnavailable")].status}/{.status.conditions[?(@.type=="NetworkUnavailable")].reason} {end}"#,
         ]);
-        (out.trim() == "False/CalicoIsUp False/CalicoIsUp").then_some(out)
-    });
+            (out.trim() == "False/CalicoIsUp False/CalicoIsUp").then_some(out)
+        },
+    );
 
     // One BIRD per node, in its namespace; the route to the other node's pods is BIRD's.
     let pids = bird_pids(up.data_dir.path());
@@ -177,10 +180,7 @@ fn pods_on_two_nodes_talk_over_calico_bgp() {
 
     // A Node added while running enters both speakers' mesh (config rewritten, BIRD reloaded);
     // deleted, it leaves.
-    let conf1 = up
-        .data_dir
-        .path()
-        .join("bird/e2ebgp-node1/bird.conf");
+    let conf1 = up.data_dir.path().join("bird/e2ebgp-node1/bird.conf");
     let ghost = up.data_dir.path().join("ghost.yaml");
     std::fs::write(&ghost, GHOST).unwrap();
     up.ok(&["apply", "-f", ghost.to_str().unwrap()]);

@@ -101,8 +101,7 @@ pub struct Args {
     /// How pod traffic crosses nodes: `host-gw` (flannel's host-gw: a route per node via its
     /// underlay address; the default here, since the embedded nodes share one bridge), `vxlan`
     /// (flannel's VXLAN: a `flannel.1` VTEP per node, VNI 1, UDP 8472, pod MTU 1450; needs no
-    /// layer-2 adjacency: the default of the real-cluster add-on in `deploy/`, as flannel's
-    /// own), `bgp` (Calico's: no encapsulation, a BIRD 2 per node in a full iBGP mesh, AS 64512,
+    /// layer-2 adjacency, hence flannel's own default and the one for a real cluster), `bgp` (Calico's: no encapsulation, a BIRD 2 per node in a full iBGP mesh, AS 64512,
     /// announcing its pod CIDR; needs `bird2`) or `ipip` (Calico's: `tunl0`, pod MTU 1480; needs
     /// the kernel's `ipip` module). Nodes carry flannel's annotations, and Calico's for bgp/ipip.
     #[arg(long, default_value = "host-gw")]
