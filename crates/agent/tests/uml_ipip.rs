@@ -3,7 +3,9 @@
 //! developed on): two node namespaces on the topology's underlay bridge, `tunl0` at MTU 1480
 //! with the node's tunnel address, the plan's onlink routes exactly, pods on both nodes reaching
 //! each other over TCP and UDP with their source addresses kept, carried by `tunl0` (its
-//! counters move), and a transfer far larger than one MTU, byte-exact.
+//! counters move), and a transfer far larger than one MTU, byte-exact. And Calico's IPIP mode
+//! over BGP: BIRD in each node (upstream BIRD 2's `onlink`, not Calico's fork) installs the
+//! learnt blocks through `tunl0`, and pods reach each other through them.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
@@ -12,7 +14,10 @@ use std::time::Duration;
 
 use svcnet_agent::cni::{self, Invocation};
 use svcnet_agent::ip;
-use svcnet_agent::podnet::ipip::{IPIP_DEVICE, IpipMode, kernel_support, plan, tunnel_addr};
+use svcnet_agent::podnet::bgp::{BgpSettings, Speaker, mesh_configs};
+use svcnet_agent::podnet::ipip::{
+    IPIP_DEVICE, IpipMode, device_steps, kernel_support, plan, tunnel_addr,
+};
 use svcnet_agent::routes::PodNetwork;
 use svcnet_agent::test_support::{Slot, pod_netconf, tcp_transfer, transfer_byte};
 use svcnet_agent::topology::Topology;
@@ -133,5 +138,88 @@ fn pods_on_two_nodes_reach_each_other_over_calico_ipip() {
     cni::del(&c1, &Invocation::new("one", p1.name())).unwrap();
     cni::del(&c2, &Invocation::new("two", p2.name())).unwrap();
     drop((_tcp, _udp, p1, p2));
+    topo.destroy().unwrap();
+}
+
+#[test]
+fn calico_ipip_mode_over_bgp_installs_learnt_routes_through_tunl0() {
+    if !uml_guest() {
+        return;
+    }
+    kernel_support().unwrap();
+    let slot = Slot::acquire().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut config = slot.config(2, data.path().to_path_buf());
+    // No static routes: they come from BIRD.
+    config.pod_network = PodNetwork::Bgp;
+    let prefix = config.prefix.clone();
+    let settings = BgpSettings {
+        ipip: true,
+        ..BgpSettings::calico(config.pod_cidr)
+    };
+    let topo = Topology::create(config).unwrap();
+    let nodes = topo.nodes().to_vec();
+    for n in &nodes {
+        for step in device_steps(n) {
+            step.run().unwrap();
+        }
+    }
+    let configs = mesh_configs(&settings, &nodes);
+    let speakers: Vec<Speaker> = nodes
+        .iter()
+        .map(|n| Speaker::start(data.path(), &n.name, &n.netns, &configs[&n.name]).unwrap())
+        .collect();
+    let (n1, n2) = (&nodes[0], &nodes[1]);
+    let through_tunl0 = |from: &svcnet_agent::NodeTopology, to: &svcnet_agent::NodeTopology| {
+        let want = format!(
+            "{} via {} dev {IPIP_DEVICE} proto bird metric 32 onlink",
+            to.pod_cidr, to.internal_ip
+        );
+        ip::ip(Some(&from.netns), &["route", "show"])
+            .unwrap()
+            .contains(&want)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !(through_tunl0(n1, n2) && through_tunl0(n2, n1)) {
+        let routes = ip::ip(Some(&n1.netns), &["route", "show"]).unwrap();
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no learnt route through tunl0:\n{routes}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let p1 = NetNs::create(&format!("{prefix}-pod-1")).unwrap();
+    let p2 = NetNs::create(&format!("{prefix}-pod-2")).unwrap();
+    let mtu = PodNetwork::Ipip.pod_mtu();
+    let (c1, c2) = (
+        pod_netconf(n1, data.path(), mtu),
+        pod_netconf(n2, data.path(), mtu),
+    );
+    let ip1 = cni::add(&c1, &Invocation::new("one", p1.name()))
+        .unwrap()
+        .pod_ip()
+        .unwrap();
+    let ip2 = cni::add(&c2, &Invocation::new("two", p2.name()))
+        .unwrap()
+        .pod_ip()
+        .unwrap();
+    let _tcp = serve_tcp(&p2, 9000, "two").unwrap();
+    let tx_before = packets(&n1.netns, "tx");
+    let to = SocketAddr::new(IpAddr::V4(ip2), 9000);
+    let reply = p1
+        .run(move || tcp_ask(to, Duration::from_secs(5)))
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (reply.identity.as_str(), reply.client),
+        ("two", IpAddr::V4(ip1)),
+        "TCP across nodes over IPIP routes from BGP"
+    );
+    assert!(packets(&n1.netns, "tx") > tx_before, "node 1's tunl0 sent");
+
+    cni::del(&c1, &Invocation::new("one", p1.name())).unwrap();
+    cni::del(&c2, &Invocation::new("two", p2.name())).unwrap();
+    drop((_tcp, p1, p2, speakers));
     topo.destroy().unwrap();
 }

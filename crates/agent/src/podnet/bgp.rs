@@ -81,6 +81,9 @@ pub struct BgpSettings {
     /// How long peers keep a vanished speaker's routes (graceful restart): Calico's 120 s;
     /// tests make it short.
     pub graceful_restart_secs: u32,
+    /// Calico's IPIP mode over BGP (`ipipMode: Always`): learnt routes go through `tunl0`,
+    /// onlink to the peer's address, instead of plainly via it.
+    pub ipip: bool,
 }
 
 impl BgpSettings {
@@ -90,6 +93,7 @@ impl BgpSettings {
             as_number: CALICO_AS,
             pool,
             graceful_restart_secs: 120,
+            ipip: false,
         }
     }
 }
@@ -106,7 +110,24 @@ pub fn bird_config(settings: &BgpSettings, this: &BgpNode, nodes: &[BgpNode]) ->
         as_number,
         pool,
         graceful_restart_secs,
+        ipip,
     } = settings;
+    let program = if *ipip {
+        // Upstream BIRD's `onlink` (2.0.12) instead of the `krt_tunnel` of Calico's fork. The
+        // order matters: `ifname` drops the gateway, and a gateway set before `onlink` is
+        // resolved to eth0 again.
+        format!(
+            r#"  if source = RTS_BGP && net ~ {pool} then {{
+    ifname = "{tunl}";
+    onlink = true;
+    gw = bgp_next_hop;
+    accept;
+  }}"#,
+            tunl = super::ipip::IPIP_DEVICE
+        )
+    } else {
+        format!("  if source = RTS_BGP && net ~ {pool} then accept;")
+    };
     let (me, block) = (this.ip, this.pod_cidr);
     let mut peers: Vec<&BgpNode> = nodes.iter().filter(|n| n.ip != this.ip).collect();
     peers.sort_by_key(|n| n.ip);
@@ -122,7 +143,7 @@ router id {me};
 
 # Only pod routes learnt over BGP reach the kernel (calico_kernel_programming).
 filter svcnet_kernel_programming {{
-  if source = RTS_BGP && net ~ {pool} then accept;
+{program}
   reject;
 }}
 
@@ -842,6 +863,30 @@ mod tests {
             protocol bgp Mesh_172_30_0_4 from svcnet_mesh { neighbor 172.30.0.4 as 64512; source address 172.30.0.3; passive on; description "n3"; }
         "#]]
         .assert_eq(&bird_config(&settings, &node(2), &nodes));
+    }
+
+    #[test]
+    fn ipip_over_bgp_programs_learnt_routes_through_tunl0() {
+        let mut settings = BgpSettings::calico("10.244.0.0/16".parse().unwrap());
+        settings.ipip = true;
+        let text = bird_config(&settings, &node(1), &[node(1), node(2)]);
+        let filter: String = text
+            .lines()
+            .skip_while(|l| !l.starts_with("filter svcnet_kernel_programming"))
+            .take_while(|l| *l != "}")
+            .map(|l| format!("{l}\n"))
+            .collect();
+        expect![[r#"
+            filter svcnet_kernel_programming {
+              if source = RTS_BGP && net ~ 10.244.0.0/16 then {
+                ifname = "tunl0";
+                onlink = true;
+                gw = bgp_next_hop;
+                accept;
+              }
+              reject;
+        "#]]
+        .assert_eq(&filter);
     }
 
     #[test]
