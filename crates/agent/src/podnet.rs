@@ -31,13 +31,7 @@ pub fn vxlan_lease(node: &Node) -> Result<Option<VxlanPeer>, String> {
     {
         return Ok(None);
     }
-    let pod_cidr = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.pod_cidr.as_deref())
-        .ok_or("no spec.podCIDR")?
-        .parse()
-        .map_err(|e| format!("spec.podCIDR: {e}"))?;
+    let pod_cidr = spec_pod_cidr(node)?;
     let public_ip = get("public-ip")
         .ok_or("no public-ip annotation")?
         .parse()
@@ -56,6 +50,16 @@ pub fn vxlan_lease(node: &Node) -> Result<Option<VxlanPeer>, String> {
         public_ip,
         vtep_mac,
     }))
+}
+
+/// A Node's `spec.podCIDR`, or what is wrong with it.
+pub(crate) fn spec_pod_cidr(node: &Node) -> Result<ipnet::Ipv4Net, String> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.pod_cidr.as_deref())
+        .ok_or("no spec.podCIDR")?
+        .parse()
+        .map_err(|e| format!("spec.podCIDR: {e}"))
 }
 
 fn is_mac(s: &str) -> bool {

@@ -15,11 +15,10 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use svcnet_agent::NodeTopology;
-use svcnet_agent::cni::{self, Invocation};
 use svcnet_agent::ip;
 use svcnet_agent::podnet::bgp::{BgpSettings, Speaker, cleanup_speakers, mesh_configs};
 use svcnet_agent::routes::PodNetwork;
-use svcnet_agent::test_support::{Slot, pod_netconf, transfer_byte};
+use svcnet_agent::test_support::{PodPair, Slot, transfer_byte};
 use svcnet_agent::topology::Topology;
 use svcnet_netns::NetNs;
 use svcnet_netns::test_support::{serve_tcp, serve_udp, tcp_ask, udp_ask};
@@ -152,23 +151,10 @@ fn pods_reach_each_other_over_routes_learnt_from_bird() {
     assert!(!learnt.contains(&n1.pod_cidr.to_string()), "{learnt}");
 
     // Pods on nodes 1 and 2.
-    let p1 = NetNs::create(&format!("{prefix}-pod-1")).unwrap();
-    let p2 = NetNs::create(&format!("{prefix}-pod-2")).unwrap();
-    let mtu = PodNetwork::Bgp.pod_mtu();
-    let (c1, c2) = (
-        pod_netconf(n1, data.path(), mtu),
-        pod_netconf(n2, data.path(), mtu),
-    );
-    let ip1 = cni::add(&c1, &Invocation::new("one", p1.name()))
-        .unwrap()
-        .pod_ip()
-        .unwrap();
-    let ip2 = cni::add(&c2, &Invocation::new("two", p2.name()))
-        .unwrap()
-        .pod_ip()
-        .unwrap();
-    let _tcp = serve_tcp(&p2, 9000, "two").unwrap();
-    let _udp = serve_udp(&p2, 9001, "two").unwrap();
+    let pods = PodPair::attach(&prefix, (n1, n2), data.path(), PodNetwork::Bgp.pod_mtu()).unwrap();
+    let (p1, p2, ip1, ip2) = (&pods.p1, &pods.p2, pods.ip1, pods.ip2);
+    let _tcp = serve_tcp(p2, 9000, "two").unwrap();
+    let _udp = serve_udp(p2, 9001, "two").unwrap();
     let tcp2 = SocketAddr::new(IpAddr::V4(ip2), 9000);
     let udp2 = SocketAddr::new(IpAddr::V4(ip2), 9001);
     let ask_tcp = || {
@@ -194,7 +180,7 @@ fn pods_reach_each_other_over_routes_learnt_from_bird() {
         .run(move || TcpListener::bind((ip2, 9100)))
         .unwrap()
         .unwrap();
-    assert_eq!(transfer_checked(&p1, listener, 10_000_000), 10_000_000);
+    assert_eq!(transfer_checked(p1, listener, 10_000_000), 10_000_000);
 
     // Node 2's speaker stops (SIGTERM: a Cease): the others withdraw its block at once, and its
     // own learnt routes go with it; node 2's pods are unreachable.
@@ -280,9 +266,7 @@ fn pods_reach_each_other_over_routes_learnt_from_bird() {
     }
     drop((s1, s2));
 
-    cni::del(&c1, &Invocation::new("one", p1.name())).unwrap();
-    cni::del(&c2, &Invocation::new("two", p2.name())).unwrap();
-    drop((_tcp, _udp, p1, p2));
+    drop((_tcp, _udp, pods));
     topo.destroy().unwrap();
     let left: Vec<String> = ip::link_names(None)
         .unwrap()

@@ -12,16 +12,14 @@
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::time::Duration;
 
-use svcnet_agent::cni::{self, Invocation};
 use svcnet_agent::ip;
 use svcnet_agent::podnet::bgp::{BgpSettings, Speaker, mesh_configs};
 use svcnet_agent::podnet::ipip::{
     IPIP_DEVICE, IpipMode, device_steps, kernel_support, plan, tunnel_addr,
 };
 use svcnet_agent::routes::PodNetwork;
-use svcnet_agent::test_support::{Slot, pod_netconf, tcp_transfer, transfer_byte};
+use svcnet_agent::test_support::{PodPair, Slot, tcp_transfer, transfer_byte};
 use svcnet_agent::topology::Topology;
-use svcnet_netns::NetNs;
 use svcnet_netns::test_support::{serve_tcp, serve_udp, tcp_ask, udp_ask, uml_guest};
 
 fn link(netns: &str, dev: &str) -> serde_json::Value {
@@ -36,20 +34,35 @@ fn packets(netns: &str, dir: &str) -> u64 {
         .unwrap()
 }
 
-#[test]
-fn pods_on_two_nodes_reach_each_other_over_calico_ipip() {
-    if !uml_guest() {
-        return;
-    }
+/// Two node namespaces with `network`'s plan, in a slot of their own. Bind it as
+/// `Lab { _slot, data, topo }`, so the topology, which needs the data dir, is dropped first.
+struct Lab {
+    topo: Topology,
+    data: tempfile::TempDir,
+    _slot: Slot,
+}
+
+fn lab(network: PodNetwork) -> Lab {
     // Loaded before the namespaces exist, so each gets its fallback `tunl0`.
     kernel_support().unwrap();
     let slot = Slot::acquire().unwrap();
     let data = tempfile::tempdir().unwrap();
     let mut config = slot.config(2, data.path().to_path_buf());
-    config.pod_network = PodNetwork::Ipip;
-    let underlay = config.underlay;
-    let prefix = config.prefix.clone();
-    let topo = Topology::create(config).unwrap();
+    config.pod_network = network;
+    Lab {
+        topo: Topology::create(config).unwrap(),
+        data,
+        _slot: slot,
+    }
+}
+
+#[test]
+fn pods_on_two_nodes_reach_each_other_over_calico_ipip() {
+    if !uml_guest() {
+        return;
+    }
+    let Lab { _slot, data, topo } = lab(PodNetwork::Ipip);
+    let (underlay, prefix) = (topo.config().underlay, topo.config().prefix.clone());
     let (n1, n2) = (topo.nodes()[0].clone(), topo.nodes()[1].clone());
 
     // The device and the route as planned.
@@ -77,25 +90,13 @@ fn pods_on_two_nodes_reach_each_other_over_calico_ipip() {
         "{routes}"
     );
 
-    let p1 = NetNs::create(&format!("{prefix}-pod-1")).unwrap();
-    let p2 = NetNs::create(&format!("{prefix}-pod-2")).unwrap();
-    let mtu = PodNetwork::Ipip.pod_mtu();
-    let (c1, c2) = (
-        pod_netconf(&n1, data.path(), mtu),
-        pod_netconf(&n2, data.path(), mtu),
-    );
-    let ip1 = cni::add(&c1, &Invocation::new("one", p1.name()))
-        .unwrap()
-        .pod_ip()
-        .unwrap();
-    let ip2 = cni::add(&c2, &Invocation::new("two", p2.name()))
-        .unwrap()
-        .pod_ip()
-        .unwrap();
+    let pods =
+        PodPair::attach(&prefix, (&n1, &n2), data.path(), PodNetwork::Ipip.pod_mtu()).unwrap();
+    let (p1, p2, ip1, ip2) = (&pods.p1, &pods.p2, pods.ip1, pods.ip2);
     assert_eq!(link(p1.name(), "eth0")["mtu"], 1480);
 
-    let _tcp = serve_tcp(&p2, 9000, "two").unwrap();
-    let _udp = serve_udp(&p2, 9001, "two").unwrap();
+    let _tcp = serve_tcp(p2, 9000, "two").unwrap();
+    let _udp = serve_udp(p2, 9001, "two").unwrap();
     let tx_before = packets(&n1.netns, "tx");
     let rx_before = packets(&n2.netns, "rx");
     let to = SocketAddr::new(IpAddr::V4(ip2), 9000);
@@ -128,16 +129,14 @@ fn pods_on_two_nodes_reach_each_other_over_calico_ipip() {
         .run(move || TcpListener::bind((ip2, 9100)))
         .unwrap()
         .unwrap();
-    let (kept, total, _) = tcp_transfer(&p1, listener, 4 << 20).unwrap();
+    let (kept, total, _) = tcp_transfer(p1, listener, 4 << 20).unwrap();
     assert_eq!(total, 4 << 20);
     assert!(
         kept.iter().enumerate().all(|(i, b)| *b == transfer_byte(i)),
         "transfer not byte-exact"
     );
 
-    cni::del(&c1, &Invocation::new("one", p1.name())).unwrap();
-    cni::del(&c2, &Invocation::new("two", p2.name())).unwrap();
-    drop((_tcp, _udp, p1, p2));
+    drop((_tcp, _udp, pods));
     topo.destroy().unwrap();
 }
 
@@ -146,18 +145,13 @@ fn calico_ipip_mode_over_bgp_installs_learnt_routes_through_tunl0() {
     if !uml_guest() {
         return;
     }
-    kernel_support().unwrap();
-    let slot = Slot::acquire().unwrap();
-    let data = tempfile::tempdir().unwrap();
-    let mut config = slot.config(2, data.path().to_path_buf());
     // No static routes: they come from BIRD.
-    config.pod_network = PodNetwork::Bgp;
-    let prefix = config.prefix.clone();
+    let Lab { _slot, data, topo } = lab(PodNetwork::Bgp);
+    let prefix = topo.config().prefix.clone();
     let settings = BgpSettings {
         ipip: true,
-        ..BgpSettings::calico(config.pod_cidr)
+        ..BgpSettings::calico(topo.config().pod_cidr)
     };
-    let topo = Topology::create(config).unwrap();
     let nodes = topo.nodes().to_vec();
     for n in &nodes {
         for step in device_steps(n) {
@@ -189,22 +183,9 @@ fn calico_ipip_mode_over_bgp_installs_learnt_routes_through_tunl0() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    let p1 = NetNs::create(&format!("{prefix}-pod-1")).unwrap();
-    let p2 = NetNs::create(&format!("{prefix}-pod-2")).unwrap();
-    let mtu = PodNetwork::Ipip.pod_mtu();
-    let (c1, c2) = (
-        pod_netconf(n1, data.path(), mtu),
-        pod_netconf(n2, data.path(), mtu),
-    );
-    let ip1 = cni::add(&c1, &Invocation::new("one", p1.name()))
-        .unwrap()
-        .pod_ip()
-        .unwrap();
-    let ip2 = cni::add(&c2, &Invocation::new("two", p2.name()))
-        .unwrap()
-        .pod_ip()
-        .unwrap();
-    let _tcp = serve_tcp(&p2, 9000, "two").unwrap();
+    let pods = PodPair::attach(&prefix, (n1, n2), data.path(), PodNetwork::Ipip.pod_mtu()).unwrap();
+    let (p1, p2, ip1, ip2) = (&pods.p1, &pods.p2, pods.ip1, pods.ip2);
+    let _tcp = serve_tcp(p2, 9000, "two").unwrap();
     let tx_before = packets(&n1.netns, "tx");
     let to = SocketAddr::new(IpAddr::V4(ip2), 9000);
     let reply = p1
@@ -218,8 +199,6 @@ fn calico_ipip_mode_over_bgp_installs_learnt_routes_through_tunl0() {
     );
     assert!(packets(&n1.netns, "tx") > tx_before, "node 1's tunl0 sent");
 
-    cni::del(&c1, &Invocation::new("one", p1.name())).unwrap();
-    cni::del(&c2, &Invocation::new("two", p2.name())).unwrap();
-    drop((_tcp, p1, p2, speakers));
+    drop((_tcp, pods, speakers));
     topo.destroy().unwrap();
 }

@@ -185,7 +185,8 @@ fn pods_on_two_nodes_talk_over_calico_bgp() {
     std::fs::write(&ghost, GHOST).unwrap();
     up.ok(&["apply", "-f", ghost.to_str().unwrap()]);
     let session = "Mesh_172_29_67_99";
-    wait_for("the new node in node1's running BIRD", || {
+    // Node 1's config file and its running BIRD's protocols.
+    let node1 = || {
         let conf = std::fs::read_to_string(&conf1).unwrap_or_default();
         let out = Command::new("birdc")
             .arg("-s")
@@ -193,20 +194,16 @@ fn pods_on_two_nodes_talk_over_calico_bgp() {
             .args(["show", "protocols"])
             .output()
             .unwrap();
-        let protocols = String::from_utf8_lossy(&out.stdout).into_owned();
+        (conf, String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    wait_for("the new node in node1's running BIRD", || {
+        let (conf, protocols) = node1();
         (conf.contains("neighbor 172.29.67.99 as 64512") && protocols.contains(session))
             .then_some(protocols)
     });
     up.ok(&["delete", "node", "e2ebgp-ghost"]);
     wait_for("the deleted node out of node1's BIRD", || {
-        let conf = std::fs::read_to_string(&conf1).unwrap_or_default();
-        let out = Command::new("birdc")
-            .arg("-s")
-            .arg(conf1.with_file_name("bird.ctl"))
-            .args(["show", "protocols"])
-            .output()
-            .unwrap();
-        let protocols = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (conf, protocols) = node1();
         (!conf.contains("172.29.67.99") && !protocols.contains(session)).then_some(protocols)
     });
 

@@ -240,13 +240,7 @@ pub fn bgp_node(node: &Node) -> Result<Option<BgpNode>, String> {
         .unwrap_or_default()
         .parse()
         .map_err(|e| format!("{CALICO_IPV4_ADDRESS} {addr:?}: {e}"))?;
-    let pod_cidr = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.pod_cidr.as_deref())
-        .ok_or("no spec.podCIDR")?
-        .parse()
-        .map_err(|e| format!("spec.podCIDR: {e}"))?;
+    let pod_cidr = super::spec_pod_cidr(node)?;
     Ok(Some(BgpNode { name, ip, pod_cidr }))
 }
 
