@@ -229,6 +229,43 @@ impl PodPair {
     }
 }
 
+impl PodPair {
+    /// Asks pod 2's TCP echo server on `port` from pod 1.
+    pub fn ask_tcp(&self, port: u16) -> std::io::Result<svcnet_netns::test_support::Reply> {
+        let to = std::net::SocketAddr::new(self.ip2.into(), port);
+        let timeout = std::time::Duration::from_secs(5);
+        self.p1
+            .run(move || svcnet_netns::test_support::tcp_ask(to, timeout))
+            .map_err(std::io::Error::other)?
+    }
+
+    /// Asks pod 2's UDP echo server on `port` from pod 1.
+    pub fn ask_udp(&self, port: u16) -> std::io::Result<svcnet_netns::test_support::Reply> {
+        let to = std::net::SocketAddr::new(self.ip2.into(), port);
+        let timeout = std::time::Duration::from_secs(5);
+        self.p1
+            .run(move || svcnet_netns::test_support::udp_ask(to, timeout))
+            .map_err(std::io::Error::other)?
+    }
+
+    /// The reply of pod 2's server `identity` when it saw pod 1's own address (no NAT).
+    pub fn direct_reply(&self, identity: &str) -> svcnet_netns::test_support::Reply {
+        svcnet_netns::test_support::Reply {
+            identity: identity.to_string(),
+            client: self.ip1.into(),
+        }
+    }
+}
+
+/// Host links whose names start with `prefix` (what a test must leave none of).
+pub fn links_with_prefix(prefix: &str) -> Vec<String> {
+    crate::ip::link_names(None)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|l| l.starts_with(prefix))
+        .collect()
+}
+
 impl Drop for PodPair {
     fn drop(&mut self) {
         for ((conf, id), pod) in self.attached.iter().zip([&self.p1, &self.p2]) {

@@ -11,17 +11,17 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use svcnet_agent::NodeTopology;
 use svcnet_agent::ip;
 use svcnet_agent::podnet::bgp::{BgpSettings, Speaker, cleanup_speakers, mesh_configs};
 use svcnet_agent::routes::PodNetwork;
-use svcnet_agent::test_support::{PodPair, Slot, transfer_byte};
+use svcnet_agent::test_support::{PodPair, Slot, links_with_prefix, transfer_byte};
 use svcnet_agent::topology::Topology;
 use svcnet_netns::NetNs;
-use svcnet_netns::test_support::{serve_tcp, serve_udp, tcp_ask, udp_ask};
+use svcnet_netns::test_support::{serve_tcp, serve_udp};
 
 fn bird_routes(netns: &str) -> String {
     ip::ip(Some(netns), &["route", "show", "proto", "bird"]).unwrap()
@@ -152,28 +152,18 @@ fn pods_reach_each_other_over_routes_learnt_from_bird() {
 
     // Pods on nodes 1 and 2.
     let pods = PodPair::attach(&prefix, (n1, n2), data.path(), PodNetwork::Bgp.pod_mtu()).unwrap();
-    let (p1, p2, ip1, ip2) = (&pods.p1, &pods.p2, pods.ip1, pods.ip2);
+    let (p1, p2, ip2) = (&pods.p1, &pods.p2, pods.ip2);
     let _tcp = serve_tcp(p2, 9000, "two").unwrap();
     let _udp = serve_udp(p2, 9001, "two").unwrap();
-    let tcp2 = SocketAddr::new(IpAddr::V4(ip2), 9000);
-    let udp2 = SocketAddr::new(IpAddr::V4(ip2), 9001);
-    let ask_tcp = || {
-        p1.run(move || tcp_ask(tcp2, Duration::from_secs(1)))
-            .unwrap()
-    };
-    let reply = ask_tcp().unwrap();
+    let direct = pods.direct_reply("two");
     assert_eq!(
-        (reply.identity.as_str(), reply.client),
-        ("two", IpAddr::V4(ip1)),
+        pods.ask_tcp(9000).unwrap(),
+        direct,
         "TCP across nodes, no NAT"
     );
-    let reply = p1
-        .run(move || udp_ask(udp2, Duration::from_secs(2)))
-        .unwrap()
-        .unwrap();
     assert_eq!(
-        (reply.identity.as_str(), reply.client),
-        ("two", IpAddr::V4(ip1)),
+        pods.ask_udp(9001).unwrap(),
+        direct,
         "UDP across nodes, no NAT"
     );
     let listener = p2
@@ -195,7 +185,10 @@ fn pods_reach_each_other_over_routes_learnt_from_bird() {
         "",
         "a stopped speaker leaves no routes"
     );
-    assert!(ask_tcp().is_err(), "node 2 unreachable without its route");
+    assert!(
+        pods.ask_tcp(9000).is_err(),
+        "node 2 unreachable without its route"
+    );
 
     // Restarted, it re-announces.
     let s2 = start(n2, &three[&n2.name]);
@@ -204,7 +197,7 @@ fn pods_reach_each_other_over_routes_learnt_from_bird() {
         Duration::from_secs(20),
         || has_route(n1, n2) && has_route(n3, n2) && has_route(n2, n1),
     );
-    assert_eq!(ask_tcp().unwrap().identity, "two");
+    assert_eq!(pods.ask_tcp(9000).unwrap().identity, "two");
 
     // Node 3 leaves the mesh by reload: the others drop their session and its block.
     s1.configure(&two[&n1.name]).unwrap();
@@ -268,10 +261,6 @@ fn pods_reach_each_other_over_routes_learnt_from_bird() {
 
     drop((_tcp, _udp, pods));
     topo.destroy().unwrap();
-    let left: Vec<String> = ip::link_names(None)
-        .unwrap()
-        .into_iter()
-        .filter(|l| l.starts_with(&prefix))
-        .collect();
+    let left = links_with_prefix(&prefix);
     assert!(left.is_empty(), "{left:?}");
 }

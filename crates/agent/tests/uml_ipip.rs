@@ -9,7 +9,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::time::Duration;
 
 use svcnet_agent::ip;
@@ -20,7 +20,7 @@ use svcnet_agent::podnet::ipip::{
 use svcnet_agent::routes::PodNetwork;
 use svcnet_agent::test_support::{PodPair, Slot, tcp_transfer, transfer_byte};
 use svcnet_agent::topology::Topology;
-use svcnet_netns::test_support::{serve_tcp, serve_udp, tcp_ask, udp_ask, uml_guest};
+use svcnet_netns::test_support::{serve_tcp, serve_udp, uml_guest};
 
 fn link(netns: &str, dev: &str) -> serde_json::Value {
     ip::ip_json(Some(netns), &["-s", "-d", "link", "show", "dev", dev])
@@ -92,31 +92,22 @@ fn pods_on_two_nodes_reach_each_other_over_calico_ipip() {
 
     let pods =
         PodPair::attach(&prefix, (&n1, &n2), data.path(), PodNetwork::Ipip.pod_mtu()).unwrap();
-    let (p1, p2, ip1, ip2) = (&pods.p1, &pods.p2, pods.ip1, pods.ip2);
+    let (p1, p2, ip2) = (&pods.p1, &pods.p2, pods.ip2);
     assert_eq!(link(p1.name(), "eth0")["mtu"], 1480);
 
     let _tcp = serve_tcp(p2, 9000, "two").unwrap();
     let _udp = serve_udp(p2, 9001, "two").unwrap();
     let tx_before = packets(&n1.netns, "tx");
     let rx_before = packets(&n2.netns, "rx");
-    let to = SocketAddr::new(IpAddr::V4(ip2), 9000);
-    let reply = p1
-        .run(move || tcp_ask(to, Duration::from_secs(5)))
-        .unwrap()
-        .unwrap();
+    let direct = pods.direct_reply("two");
     assert_eq!(
-        (reply.identity.as_str(), reply.client),
-        ("two", IpAddr::V4(ip1)),
+        pods.ask_tcp(9000).unwrap(),
+        direct,
         "TCP across nodes, no NAT"
     );
-    let to = SocketAddr::new(IpAddr::V4(ip2), 9001);
-    let reply = p1
-        .run(move || udp_ask(to, Duration::from_secs(5)))
-        .unwrap()
-        .unwrap();
     assert_eq!(
-        (reply.identity.as_str(), reply.client),
-        ("two", IpAddr::V4(ip1)),
+        pods.ask_udp(9001).unwrap(),
+        direct,
         "UDP across nodes, no NAT"
     );
     assert!(packets(&n1.netns, "tx") > tx_before, "node 1's tunl0 sent");
@@ -184,17 +175,12 @@ fn calico_ipip_mode_over_bgp_installs_learnt_routes_through_tunl0() {
     }
 
     let pods = PodPair::attach(&prefix, (n1, n2), data.path(), PodNetwork::Ipip.pod_mtu()).unwrap();
-    let (p1, p2, ip1, ip2) = (&pods.p1, &pods.p2, pods.ip1, pods.ip2);
+    let p2 = &pods.p2;
     let _tcp = serve_tcp(p2, 9000, "two").unwrap();
     let tx_before = packets(&n1.netns, "tx");
-    let to = SocketAddr::new(IpAddr::V4(ip2), 9000);
-    let reply = p1
-        .run(move || tcp_ask(to, Duration::from_secs(5)))
-        .unwrap()
-        .unwrap();
     assert_eq!(
-        (reply.identity.as_str(), reply.client),
-        ("two", IpAddr::V4(ip1)),
+        pods.ask_tcp(9000).unwrap(),
+        pods.direct_reply("two"),
         "TCP across nodes over IPIP routes from BGP"
     );
     assert!(packets(&n1.netns, "tx") > tx_before, "node 1's tunl0 sent");
