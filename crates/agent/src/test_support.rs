@@ -248,6 +248,14 @@ impl PodPair {
             .map_err(std::io::Error::other)?
     }
 
+    /// A TCP listener on pod 2's address (for [`tcp_transfer`] from pod 1).
+    pub fn listen_on_pod2(&self, port: u16) -> std::io::Result<std::net::TcpListener> {
+        let ip2 = self.ip2;
+        self.p2
+            .run(move || std::net::TcpListener::bind((ip2, port)))
+            .map_err(std::io::Error::other)?
+    }
+
     /// The reply of pod 2's server `identity` when it saw pod 1's own address (no NAT).
     pub fn direct_reply(&self, identity: &str) -> svcnet_netns::test_support::Reply {
         svcnet_netns::test_support::Reply {

@@ -152,7 +152,7 @@ fn pods_reach_each_other_over_routes_learnt_from_bird() {
 
     // Pods on nodes 1 and 2.
     let pods = PodPair::attach(&prefix, (n1, n2), data.path(), PodNetwork::Bgp.pod_mtu()).unwrap();
-    let (p1, p2, ip2) = (&pods.p1, &pods.p2, pods.ip2);
+    let (p1, p2) = (&pods.p1, &pods.p2);
     let _tcp = serve_tcp(p2, 9000, "two").unwrap();
     let _udp = serve_udp(p2, 9001, "two").unwrap();
     let direct = pods.direct_reply("two");
@@ -166,10 +166,7 @@ fn pods_reach_each_other_over_routes_learnt_from_bird() {
         direct,
         "UDP across nodes, no NAT"
     );
-    let listener = p2
-        .run(move || TcpListener::bind((ip2, 9100)))
-        .unwrap()
-        .unwrap();
+    let listener = pods.listen_on_pod2(9100).unwrap();
     assert_eq!(transfer_checked(p1, listener, 10_000_000), 10_000_000);
 
     // Node 2's speaker stops (SIGTERM: a Cease): the others withdraw its block at once, and its

@@ -9,7 +9,6 @@
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use svcnet_agent::ip;
@@ -92,7 +91,7 @@ fn pods_on_two_nodes_reach_each_other_over_calico_ipip() {
 
     let pods =
         PodPair::attach(&prefix, (&n1, &n2), data.path(), PodNetwork::Ipip.pod_mtu()).unwrap();
-    let (p1, p2, ip2) = (&pods.p1, &pods.p2, pods.ip2);
+    let (p1, p2) = (&pods.p1, &pods.p2);
     assert_eq!(link(p1.name(), "eth0")["mtu"], 1480);
 
     let _tcp = serve_tcp(p2, 9000, "two").unwrap();
@@ -116,10 +115,7 @@ fn pods_on_two_nodes_reach_each_other_over_calico_ipip() {
         "node 2's tunl0 received"
     );
 
-    let listener = p2
-        .run(move || TcpListener::bind((ip2, 9100)))
-        .unwrap()
-        .unwrap();
+    let listener = pods.listen_on_pod2(9100).unwrap();
     let (kept, total, _) = tcp_transfer(p1, listener, 4 << 20).unwrap();
     assert_eq!(total, 4 << 20);
     assert!(
