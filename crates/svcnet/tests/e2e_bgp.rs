@@ -102,7 +102,10 @@ fn pods_on_two_nodes_talk_over_calico_bgp() {
     };
 
     // Calico's annotation and the condition calico-node sets.
-    let yaml = up.ok(&["get", "nodes", "-o", "yaml"]);
+    let yaml = wait_for("both nodes with Calico's address", || {
+        let yaml = up.ok(&["get", "nodes", "-o", "yaml"]);
+        (yaml.matches("projectcalico.org/IPv4Address:").count() == 2).then_some(yaml)
+    });
     for ip in ["172.29.67.2/24", "172.29.67.3/24"] {
         assert!(
             yaml.contains(&format!("projectcalico.org/IPv4Address: {ip}")),
