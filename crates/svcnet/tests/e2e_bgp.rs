@@ -4,8 +4,9 @@
 //! different nodes reach each other (source kept) and a Service; a Node added while running
 //! enters every speaker's config (reloaded), deleted leaves it; a clean stop leaves no BIRD and
 //! nothing else; after a `kill -9` of `svcnet up`, no BIRD survives and `svcnet down` leaves
-//! nothing. And `--pod-network ipip` on a kernel without `ipip` fails at start, naming the
-//! module, having created nothing. Ranges and prefixes are these tests' own.
+//! nothing; restarted with host-gw, no Calico annotation is left. And `--pod-network ipip` on a
+//! kernel without `ipip` fails at start, naming the module, having created nothing. Ranges and
+//! prefixes are these tests' own.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -82,6 +83,21 @@ fn bird_pids(data_dir: &Path) -> Vec<u32> {
 
 fn is_bird(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "bird")
+}
+
+/// Starts `svcnet up` again, after it stopped, with its (possibly changed) flags and data dir.
+fn start_again(up: &mut common::Up) {
+    up.child = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+        .arg("up")
+        .arg("--data-dir")
+        .arg(up.data_dir.path())
+        .arg("--api-listen")
+        .arg(up.api.to_string())
+        .args(&up.extra)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    up.wait_ready();
 }
 
 fn bird_installed() -> bool {
@@ -217,17 +233,7 @@ fn pods_on_two_nodes_talk_over_calico_bgp() {
     }
 
     // Again, then `kill -9`: the speakers die with svcnet up; `svcnet down` leaves nothing.
-    up.child = Command::new(env!("CARGO_BIN_EXE_svcnet"))
-        .arg("up")
-        .arg("--data-dir")
-        .arg(up.data_dir.path())
-        .arg("--api-listen")
-        .arg(up.api.to_string())
-        .args(&up.extra)
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    up.wait_ready();
+    start_again(&mut up);
     let pids = wait_for("both speakers up again", || {
         let pids = bird_pids(up.data_dir.path());
         (pids.len() == 2 && pids.iter().all(|p| is_bird(*p))).then(|| format!("{pids:?}"))
@@ -248,6 +254,34 @@ fn pods_on_two_nodes_talk_over_calico_bgp() {
     let left = NET.leftovers();
     assert!(left.is_empty(), "left behind: {left:?}");
     assert!(!up.data_dir.path().join("bird").exists());
+
+    // Switching backends is a restart on the same data dir: host-gw keeps no Calico annotation.
+    up.extra = up
+        .extra
+        .iter()
+        .map(|a| {
+            if a == "bgp" {
+                "host-gw".into()
+            } else {
+                a.clone()
+            }
+        })
+        .collect();
+    start_again(&mut up);
+    let yaml = wait_for("both nodes re-registered with host-gw", || {
+        let yaml = up.ok(&["get", "nodes", "-o", "yaml"]);
+        (yaml
+            .matches("flannel.alpha.coreos.com/backend-type: host-gw")
+            .count()
+            == 2)
+            .then_some(yaml)
+    });
+    assert!(!yaml.contains("projectcalico.org/"), "{yaml}");
+    assert!(
+        !up.data_dir.path().join("bird").exists(),
+        "no speaker with host-gw"
+    );
+    NET.stop(&mut up);
 }
 
 #[test]
