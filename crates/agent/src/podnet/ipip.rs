@@ -172,6 +172,34 @@ mod tests {
     }
 
     #[test]
+    fn topology_plans_route_peers_through_tunl0_for_ipip_and_not_at_all_for_bgp() {
+        use crate::topology::{TopologyConfig, plan_create};
+        let config = TopologyConfig {
+            nodes: 2,
+            ..TopologyConfig::default()
+        };
+        let node_routes = |backend: &dyn PodRouteBackend| -> String {
+            plan_create(&config, backend)
+                .unwrap()
+                .iter()
+                .map(|s| s.to_string())
+                .filter(|s| s.starts_with("ip -n svcnet-node") && s.contains(" via "))
+                .map(|s| format!("{s}\n"))
+                .collect()
+        };
+        expect![[r#"
+            ip -n svcnet-node1 route add 10.244.2.0/24 via 172.30.0.3 dev tunl0 onlink
+            ip -n svcnet-node2 route add 10.244.1.0/24 via 172.30.0.2 dev tunl0 onlink
+        "#]]
+        .assert_eq(&node_routes(&Ipip));
+        assert_eq!(
+            node_routes(&crate::podnet::bgp::Bgp),
+            "",
+            "bgp's routes are BIRD's"
+        );
+    }
+
+    #[test]
     fn ipip_plan_always_and_cross_subnet() {
         let n1 = node(1, [172, 30, 0]);
         let same = node(2, [172, 30, 0]);
