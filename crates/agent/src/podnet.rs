@@ -16,6 +16,7 @@ use crate::topology::NodeTopology;
 pub mod bgp;
 pub mod condition;
 pub mod ipip;
+pub mod speaker;
 pub mod watch;
 
 pub use watch::NodeWatch;
