@@ -232,19 +232,25 @@ impl PodPair {
 impl PodPair {
     /// Asks pod 2's TCP echo server on `port` from pod 1.
     pub fn ask_tcp(&self, port: u16) -> std::io::Result<svcnet_netns::test_support::Reply> {
-        let to = std::net::SocketAddr::new(self.ip2.into(), port);
-        let timeout = std::time::Duration::from_secs(5);
-        self.p1
-            .run(move || svcnet_netns::test_support::tcp_ask(to, timeout))
-            .map_err(std::io::Error::other)?
+        self.ask(port, svcnet_netns::test_support::tcp_ask)
     }
 
     /// Asks pod 2's UDP echo server on `port` from pod 1.
     pub fn ask_udp(&self, port: u16) -> std::io::Result<svcnet_netns::test_support::Reply> {
+        self.ask(port, svcnet_netns::test_support::udp_ask)
+    }
+
+    fn ask(
+        &self,
+        port: u16,
+        ask: fn(
+            std::net::SocketAddr,
+            std::time::Duration,
+        ) -> std::io::Result<svcnet_netns::test_support::Reply>,
+    ) -> std::io::Result<svcnet_netns::test_support::Reply> {
         let to = std::net::SocketAddr::new(self.ip2.into(), port);
-        let timeout = std::time::Duration::from_secs(5);
         self.p1
-            .run(move || svcnet_netns::test_support::udp_ask(to, timeout))
+            .run(move || ask(to, std::time::Duration::from_secs(5)))
             .map_err(std::io::Error::other)?
     }
 
