@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need=(nft iptables-restore conntrack ip ss dig curl script pgrep linux.uml modprobe ipset ipvsadm protoc etcd etcdctl)
+need=(nft iptables-restore conntrack ip ss dig curl script pgrep linux.uml modprobe ipset ipvsadm protoc etcd etcdctl bird birdc)
 missing=()
 for bin in "${need[@]}"; do command -v "$bin" >/dev/null 2>&1 || missing+=("$bin"); done
 # The nftables dataplane loads libnftables at run time (dlopen, no headers needed to build).
@@ -19,9 +19,11 @@ if [ "${#missing[@]}" -gt 0 ]; then
   apt-get update -qq
   # user-mode-linux (+ kmod for its modules): the kernel-matrix tier below; ipset, ipvsadm: what
   # the IPVS dataplane's tests compare against; protobuf-compiler: etcd-client's build (the
-  # default `etcd` feature); etcd-server, etcd-client: the store's etcd conformance tests.
+  # default `etcd` feature); etcd-server, etcd-client: the store's etcd conformance tests; bird2:
+  # the BGP speaker of `--pod-network bgp` (svcnet runs its own per node namespace; the package's
+  # bird.service is not used).
   apt-get install -y -qq nftables libnftables1 iptables conntrack iproute2 bind9-dnsutils curl util-linux procps \
-    user-mode-linux kmod ipset ipvsadm protobuf-compiler etcd-server etcd-client >/dev/null
+    user-mode-linux kmod ipset ipvsadm protobuf-compiler etcd-server etcd-client bird2 >/dev/null
 fi
 # The etcd tests fail (instead of skipping) when the etcd binary is missing.
 export SVCNET_REQUIRE_ETCD=1
@@ -56,8 +58,9 @@ if grep -qw amx_tile /proc/cpuinfo 2>/dev/null && [ "${SVCNET_UML_AMX:-}" != shi
 ################################################################################################
 # KERNEL-MATRIX TIER NOT RUN: this host CPU has AMX, and Debian's user-mode Linux (6.1) panics
 # at boot on it ("ptrace set fp regs failed, errno = 14"). IPVS, legacy iptables in a second
-# kernel and the seeds' walkthrough in IPVS mode were not tested in this run. To run the tier
-# here anyway: SVCNET_UML_AMX=shim ./scripts/test.sh (FXSAVE-only FPU state in the guest).
+# kernel, Calico's IPIP pod network and the seeds' walkthrough in IPVS mode were not tested in
+# this run. To run the tier here anyway: SVCNET_UML_AMX=shim ./scripts/test.sh (FXSAVE-only
+# FPU state in the guest).
 ################################################################################################
 NOTE
   exit 0
@@ -66,6 +69,8 @@ uml=(env SVCNET_UML=1 CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$PWD/scripts
 "${uml[@]}" cargo test -p svcnet-iptables --test uml
 "${uml[@]}" cargo test -p svcnet-ipvs --test uml
 "${uml[@]}" cargo test -p svcnet-proxyd --test e2e ipvs_
+# Calico's IPIP pod network (this host's kernel has no `ipip`; UML's has the module).
+"${uml[@]}" cargo test -p svcnet-agent --test uml_ipip
 # The userspace dataplane's data path (unprivileged mode: frontends bound directly, no kernel
 # rules) on the second kernel; its privileged redirect table is nftables, which that kernel
 # lacks for ip/ip6.

@@ -14,6 +14,10 @@ for pair in nft:nftables iptables-restore:iptables conntrack:conntrack ip:iprout
 done
 # The nftables mode's proxy loads libnftables at run time (dlopen).
 ldconfig -p 2>/dev/null | grep 'libnftables\.so\.1 ' >/dev/null || missing+=(libnftables1)
+# `--pod-network bgp` runs BIRD 2 (Debian's bird2) in every node namespace.
+case " $* " in
+  *" --pod-network bgp "* | *" --pod-network=bgp "*) command -v bird >/dev/null 2>&1 || missing+=(bird2) ;;
+esac
 # Building svcnet (its default `etcd` feature: etcd-client's generated gRPC code) needs protoc.
 [ -n "${SVCNET_BIN:-}" ] || command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 if [ "${#missing[@]}" -gt 0 ]; then

@@ -1,7 +1,8 @@
-//! S11 (first part): cross-node pod-to-pod TCP throughput, host-gw against flannel's VXLAN, in
-//! alternating rounds on the same kind of topology (two node namespaces on their own bridge,
-//! one pod each, made by the agent's topology and CNI plugin), printed side by side as the ratio
-//! vxlan / host-gw. Needs root; traffic stays in the namespaces it creates, which are removed
+//! S11 (first part): cross-node pod-to-pod TCP throughput, host-gw against flannel's VXLAN and
+//! Calico's BGP (routes learnt by a BIRD per node), in alternating rounds on the same kind of
+//! topology (two node namespaces on their own bridge, one pod each, made by the agent's topology
+//! and CNI plugin), printed side by side as ratios to host-gw. BGP's rounds include no
+//! convergence time: the transfer starts once both nodes have learnt the other's block. Needs root; traffic stays in the namespaces it creates, which are removed
 //! after each round (also on failure: the topology is dropped).
 //!
 //!     cargo bench -p svcnet-agent --bench podnet [-- ROUNDS MIB]   (default 4 rounds, 256 MiB)
@@ -11,6 +12,7 @@
 use std::net::TcpListener;
 
 use svcnet_agent::cni::{self, Invocation};
+use svcnet_agent::podnet::bgp::{BgpSettings, Speaker, mesh_configs};
 use svcnet_agent::routes::PodNetwork;
 use svcnet_agent::test_support::{Slot, pod_netconf, program_vxlan_peers, tcp_transfer};
 use svcnet_agent::topology::Topology;
@@ -28,6 +30,7 @@ fn round(network: PodNetwork, bytes: usize) -> f64 {
     if network == PodNetwork::Vxlan {
         program_vxlan_peers(&nodes).unwrap();
     }
+    let _speakers = (network == PodNetwork::Bgp).then(|| start_bgp(&topo, data.path()));
     let p1 = NetNs::create(&format!("{prefix}-pod-1")).unwrap();
     let p2 = NetNs::create(&format!("{prefix}-pod-2")).unwrap();
     let c1 = pod_netconf(&nodes[0], data.path(), network.pod_mtu());
@@ -44,9 +47,34 @@ fn round(network: PodNetwork, bytes: usize) -> f64 {
     let (_, received, took) = tcp_transfer(&p1, listener, bytes).unwrap();
     let secs = took.as_secs_f64();
     assert_eq!(received, bytes, "transfer incomplete");
-    drop((p1, p2));
+    drop((p1, p2, _speakers));
     topo.destroy().unwrap();
     bytes as f64 / secs / 1e6
+}
+
+/// A BIRD per node in a full mesh; returns once every node has a BGP route to every other.
+fn start_bgp(topo: &Topology, data: &std::path::Path) -> Vec<Speaker> {
+    let nodes = topo.nodes();
+    let configs = mesh_configs(&BgpSettings::calico(topo.config().pod_cidr), nodes);
+    let speakers: Vec<Speaker> = nodes
+        .iter()
+        .map(|n| Speaker::start(data, &n.name, &n.netns, &configs[&n.name]).unwrap())
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    for n in nodes {
+        loop {
+            let out = std::process::Command::new("ip")
+                .args(["-n", &n.netns, "route", "show", "proto", "bird"])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&out.stdout).lines().count() == nodes.len() - 1 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "BGP did not converge");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+    speakers
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -76,26 +104,22 @@ fn main() {
         "S11 pod-to-pod TCP across nodes, {mib} MiB per transfer, {rounds} rounds alternating; loadavg {}",
         load.trim()
     );
-    let (mut hostgw, mut vxlan) = (Vec::new(), Vec::new());
+    let networks = [PodNetwork::HostGw, PodNetwork::Vxlan, PodNetwork::Bgp];
+    let mut results: Vec<Vec<f64>> = vec![Vec::new(); networks.len()];
     for r in 0..rounds {
-        // Alternate which goes first so drift in the machine's load hits both alike.
-        let order = if r % 2 == 0 {
-            [PodNetwork::HostGw, PodNetwork::Vxlan]
-        } else {
-            [PodNetwork::Vxlan, PodNetwork::HostGw]
-        };
-        for network in order {
-            let mbps = round(network, mib << 20);
-            println!("round {r} {network:8} {mbps:8.1} MB/s");
-            match network {
-                PodNetwork::HostGw => hostgw.push(mbps),
-                PodNetwork::Vxlan => vxlan.push(mbps),
-            }
+        // Rotate which goes first so drift in the machine's load hits all alike.
+        for k in 0..networks.len() {
+            let i = (r + k) % networks.len();
+            let mbps = round(networks[i], mib << 20);
+            println!("round {r} {:8} {mbps:8.1} MB/s", networks[i].name());
+            results[i].push(mbps);
         }
     }
-    let (h, v) = (median(hostgw), median(vxlan));
-    println!(
-        "median   host-gw {h:8.1} MB/s   vxlan {v:8.1} MB/s   vxlan/host-gw {:.2}x",
-        v / h
-    );
+    let medians: Vec<f64> = results.into_iter().map(median).collect();
+    let line: Vec<String> = networks
+        .iter()
+        .zip(&medians)
+        .map(|(n, m)| format!("{n} {m:.1} MB/s ({:.2}x)", m / medians[0]))
+        .collect();
+    println!("median   {}   (ratio to host-gw)", line.join("   "));
 }

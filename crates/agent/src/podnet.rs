@@ -7,14 +7,19 @@
 
 use std::collections::BTreeMap;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
-use kube::{Api, Client};
+use kube::Client;
 
 use crate::routes::{FLANNEL_ANNOTATION_PREFIX, VxlanPeer};
 use crate::topology::NodeTopology;
+
+pub mod bgp;
+pub mod condition;
+pub mod ipip;
+pub mod speaker;
+pub mod watch;
+
+pub use watch::NodeWatch;
 
 /// The VXLAN lease a Node announces: `Ok(None)` when it announces none (another backend, or no
 /// flannel annotations yet), an error naming what is malformed.
@@ -27,13 +32,7 @@ pub fn vxlan_lease(node: &Node) -> Result<Option<VxlanPeer>, String> {
     {
         return Ok(None);
     }
-    let pod_cidr = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.pod_cidr.as_deref())
-        .ok_or("no spec.podCIDR")?
-        .parse()
-        .map_err(|e| format!("spec.podCIDR: {e}"))?;
+    let pod_cidr = spec_pod_cidr(node)?;
     let public_ip = get("public-ip")
         .ok_or("no public-ip annotation")?
         .parse()
@@ -52,6 +51,16 @@ pub fn vxlan_lease(node: &Node) -> Result<Option<VxlanPeer>, String> {
         public_ip,
         vtep_mac,
     }))
+}
+
+/// A Node's `spec.podCIDR`, or what is wrong with it.
+pub(crate) fn spec_pod_cidr(node: &Node) -> Result<ipnet::Ipv4Net, String> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.pod_cidr.as_deref())
+        .ok_or("no spec.podCIDR")?
+        .parse()
+        .map_err(|e| format!("spec.podCIDR: {e}"))
 }
 
 fn is_mac(s: &str) -> bool {
@@ -89,48 +98,17 @@ pub fn desired_peers<'a>(
 /// Keeps `node`'s VTEP entries equal to the other Nodes' VXLAN leases until `shutdown`.
 /// (The VTEP itself is made with the topology; it goes with the node's namespace.)
 pub async fn run_vxlan(client: Client, node: NodeTopology, shutdown: impl Future<Output = ()>) {
-    let api: Api<Node> = Api::all(client);
-    let mut events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
-    let mut relist: Option<BTreeMap<String, Node>> = None;
+    let mut watch = NodeWatch::new(client, &node.name);
     let mut applied: BTreeMap<String, VxlanPeer> = BTreeMap::new();
     tokio::pin!(shutdown);
     loop {
-        let event = tokio::select! {
+        let desired = tokio::select! {
             () = &mut shutdown => break,
-            ev = events.next() => ev,
+            nodes = watch.changed() => match nodes {
+                Some(nodes) => desired_peers(&node.name, nodes.values()),
+                None => break,
+            },
         };
-        match event {
-            None => break,
-            Some(Err(e)) => {
-                tracing::warn!(node = %node.name, "node watch: {e}");
-                continue;
-            }
-            Some(Ok(Event::Init)) => {
-                relist = Some(BTreeMap::new());
-                continue;
-            }
-            Some(Ok(Event::InitApply(n))) => {
-                if let (Some(seen), Some(name)) = (relist.as_mut(), n.metadata.name.clone()) {
-                    seen.insert(name, n);
-                }
-                continue;
-            }
-            Some(Ok(Event::InitDone)) => nodes = relist.take().unwrap_or_default(),
-            Some(Ok(Event::Apply(n))) => {
-                if let Some(name) = n.metadata.name.clone() {
-                    nodes.insert(name, n);
-                }
-            }
-            Some(Ok(Event::Delete(n))) => {
-                if let Some(name) = &n.metadata.name {
-                    nodes.remove(name);
-                }
-            }
-        }
-        let desired = desired_peers(&node.name, nodes.values());
         applied = reconcile(&node, applied, desired).await;
     }
 }

@@ -41,15 +41,26 @@ pub enum PodNetwork {
     HostGw,
     /// flannel's VXLAN overlay (works without layer-2 adjacency; 50 bytes per packet).
     Vxlan,
+    /// Calico's BGP: no encapsulation, routes learnt from a BIRD per node ([`crate::podnet::bgp`]).
+    Bgp,
+    /// Calico's IPIP: `tunl0`, 20 bytes per packet ([`crate::podnet::ipip`]).
+    Ipip,
 }
 
 impl PodNetwork {
-    pub const ALL: [PodNetwork; 2] = [PodNetwork::HostGw, PodNetwork::Vxlan];
+    pub const ALL: [PodNetwork; 4] = [
+        PodNetwork::HostGw,
+        PodNetwork::Vxlan,
+        PodNetwork::Bgp,
+        PodNetwork::Ipip,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             PodNetwork::HostGw => "host-gw",
             PodNetwork::Vxlan => "vxlan",
+            PodNetwork::Bgp => "bgp",
+            PodNetwork::Ipip => "ipip",
         }
     }
 
@@ -58,14 +69,17 @@ impl PodNetwork {
         match self {
             PodNetwork::HostGw => &HostGw,
             PodNetwork::Vxlan => &Vxlan,
+            PodNetwork::Bgp => &crate::podnet::bgp::Bgp,
+            PodNetwork::Ipip => &crate::podnet::ipip::Ipip,
         }
     }
 
     /// The MTU of the pods' interfaces (the CNI veths): the underlay's minus the encapsulation.
     pub fn pod_mtu(self) -> u32 {
         match self {
-            PodNetwork::HostGw => UNDERLAY_MTU,
+            PodNetwork::HostGw | PodNetwork::Bgp => UNDERLAY_MTU,
             PodNetwork::Vxlan => UNDERLAY_MTU - VXLAN_OVERHEAD,
+            PodNetwork::Ipip => UNDERLAY_MTU - crate::podnet::ipip::IPIP_OVERHEAD,
         }
     }
 
@@ -73,7 +87,7 @@ impl PodNetwork {
     /// lease as the other nodes see it.
     pub fn node_annotations(self, node: &NodeTopology) -> Vec<(String, String)> {
         let data = match self {
-            PodNetwork::HostGw => "null".to_string(),
+            PodNetwork::HostGw | PodNetwork::Bgp | PodNetwork::Ipip => "null".to_string(),
             PodNetwork::Vxlan => serde_json::json!({
                 "VNI": VXLAN_VNI,
                 "VtepMAC": vtep_mac(node.internal_ip),
@@ -369,6 +383,10 @@ mod tests {
         assert_eq!("host-gw".parse::<PodNetwork>(), Ok(PodNetwork::HostGw));
         let err = "udp".parse::<PodNetwork>().unwrap_err();
         assert!(err.contains("host-gw, vxlan"), "{err}");
+        assert_eq!("bgp".parse::<PodNetwork>(), Ok(PodNetwork::Bgp));
+        assert_eq!("ipip".parse::<PodNetwork>(), Ok(PodNetwork::Ipip));
+        assert_eq!(PodNetwork::Bgp.pod_mtu(), 1500);
+        assert_eq!(PodNetwork::Ipip.pod_mtu(), 1480);
         assert_eq!(PodNetwork::Vxlan.pod_mtu(), 1450);
         assert_eq!(PodNetwork::HostGw.pod_mtu(), 1500);
     }

@@ -184,3 +184,108 @@ pub fn program_vxlan_peers(nodes: &[crate::NodeTopology]) -> Result<(), crate::T
     }
     Ok(())
 }
+
+/// One pod on each of two nodes, `<prefix>-pod-1` and `<prefix>-pod-2`, attached by the CNI
+/// plugin at `mtu` with IPAM in `data_dir`; detached (CNI DEL) and removed when dropped.
+pub struct PodPair {
+    pub p1: svcnet_netns::NetNs,
+    pub p2: svcnet_netns::NetNs,
+    pub ip1: std::net::Ipv4Addr,
+    pub ip2: std::net::Ipv4Addr,
+    attached: [(crate::cni::NetConf, &'static str); 2],
+}
+
+impl PodPair {
+    pub fn attach(
+        prefix: &str,
+        nodes: (&crate::NodeTopology, &crate::NodeTopology),
+        data_dir: &std::path::Path,
+        mtu: u32,
+    ) -> Result<Self, String> {
+        use crate::cni::{self, Invocation};
+        let ns = |i| {
+            svcnet_netns::NetNs::create(&format!("{prefix}-pod-{i}")).map_err(|e| e.to_string())
+        };
+        let (p1, p2) = (ns(1)?, ns(2)?);
+        let (c1, c2) = (
+            pod_netconf(nodes.0, data_dir, mtu),
+            pod_netconf(nodes.1, data_dir, mtu),
+        );
+        let add = |conf: &crate::cni::NetConf, id: &str, pod: &svcnet_netns::NetNs| {
+            cni::add(conf, &Invocation::new(id, pod.name()))
+                .map_err(|e| e.to_string())?
+                .pod_ip()
+                .ok_or_else(|| format!("no IPv4 address for {id}"))
+        };
+        let ip1 = add(&c1, "one", &p1)?;
+        let ip2 = add(&c2, "two", &p2)?;
+        Ok(Self {
+            p1,
+            p2,
+            ip1,
+            ip2,
+            attached: [(c1, "one"), (c2, "two")],
+        })
+    }
+}
+
+impl PodPair {
+    /// Asks pod 2's TCP echo server on `port` from pod 1.
+    pub fn ask_tcp(&self, port: u16) -> std::io::Result<svcnet_netns::test_support::Reply> {
+        self.ask(port, svcnet_netns::test_support::tcp_ask)
+    }
+
+    /// Asks pod 2's UDP echo server on `port` from pod 1.
+    pub fn ask_udp(&self, port: u16) -> std::io::Result<svcnet_netns::test_support::Reply> {
+        self.ask(port, svcnet_netns::test_support::udp_ask)
+    }
+
+    fn ask(
+        &self,
+        port: u16,
+        ask: fn(
+            std::net::SocketAddr,
+            std::time::Duration,
+        ) -> std::io::Result<svcnet_netns::test_support::Reply>,
+    ) -> std::io::Result<svcnet_netns::test_support::Reply> {
+        let to = std::net::SocketAddr::new(self.ip2.into(), port);
+        self.p1
+            .run(move || ask(to, std::time::Duration::from_secs(5)))
+            .map_err(std::io::Error::other)?
+    }
+
+    /// A TCP listener on pod 2's address (for [`tcp_transfer`] from pod 1).
+    pub fn listen_on_pod2(&self, port: u16) -> std::io::Result<std::net::TcpListener> {
+        let ip2 = self.ip2;
+        self.p2
+            .run(move || std::net::TcpListener::bind((ip2, port)))
+            .map_err(std::io::Error::other)?
+    }
+
+    /// The reply of pod 2's server `identity` when it saw pod 1's own address (no NAT).
+    pub fn direct_reply(&self, identity: &str) -> svcnet_netns::test_support::Reply {
+        svcnet_netns::test_support::Reply {
+            identity: identity.to_string(),
+            client: self.ip1.into(),
+        }
+    }
+}
+
+/// Host links whose names start with `prefix` (what a test must leave none of).
+pub fn links_with_prefix(prefix: &str) -> Vec<String> {
+    crate::ip::link_names(None)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|l| l.starts_with(prefix))
+        .collect()
+}
+
+impl Drop for PodPair {
+    fn drop(&mut self) {
+        for ((conf, id), pod) in self.attached.iter().zip([&self.p1, &self.p2]) {
+            if let Err(e) = crate::cni::del(conf, &crate::cni::Invocation::new(id, pod.name())) {
+                tracing::warn!("cni del {id}: {e}");
+            }
+        }
+    }
+}

@@ -20,6 +20,9 @@ pub struct Args {
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
     args.data_dir = crate::cmd::absolute_data_dir(&args.data_dir)?;
+    // Calico BGP's speakers first (by pid file), while their namespaces still exist.
+    let speakers = svcnet_agent::podnet::bgp::cleanup_speakers(&args.data_dir)
+        .context("stopping leftover BGP speakers")?;
     let (dir, prefix) = (args.data_dir.clone(), args.prefix.clone());
     let report =
         tokio::task::spawn_blocking(move || svcnet_agent::topology::cleanup(&dir, &prefix))
@@ -32,6 +35,13 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                 )
             })?;
     println!("svcnet down: {report}");
+    if !speakers.killed.is_empty() || !speakers.routes.is_empty() {
+        println!(
+            "  stopped {} BGP speakers, removed {} BGP routes",
+            speakers.killed.len(),
+            speakers.routes.len()
+        );
+    }
     for ns in &report.namespaces {
         println!("  namespace {ns}");
     }

@@ -133,9 +133,28 @@ pub fn node_specs(topology: &Topology) -> Vec<NodeSpec> {
             name: node.name.clone(),
             internal_ip: node.internal_ip.into(),
             pod_cidr: node.pod_cidr.into(),
-            annotations: network.node_annotations(node),
+            annotations: [
+                network.node_annotations(node),
+                network.calico_annotations(node, topology.config().underlay),
+            ]
+            .concat(),
         })
         .collect()
+}
+
+/// Calico's BGP on one node (its BIRD, configured from the Nodes) until `stop`.
+pub async fn run_bgp(
+    client: kube::Client,
+    node: svcnet_agent::NodeTopology,
+    pool: Ipv4Net,
+    data_dir: std::path::PathBuf,
+    stop: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let settings = svcnet_agent::podnet::bgp::BgpSettings::calico(pool);
+    let name = node.name.clone();
+    svcnet_agent::podnet::bgp::run_bgp(client, node, settings, data_dir, stop)
+        .await
+        .with_context(|| format!("BGP speaker on {name}"))
 }
 
 /// The proxy's configuration for one node of the topology.

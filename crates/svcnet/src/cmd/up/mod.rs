@@ -99,9 +99,11 @@ pub struct Args {
     #[arg(long, default_value = "172.30.0.0/24")]
     pub underlay: Ipv4Net,
     /// How pod traffic crosses nodes: `host-gw` (flannel's host-gw: a route per node via its
-    /// underlay address; the default here, since the embedded nodes share one bridge) or
-    /// `vxlan` (flannel's VXLAN: a `flannel.1` VTEP per node, VNI 1, UDP 8472, pod MTU 1450;
-    /// needs no layer-2 adjacency, flannel's own default). Nodes carry flannel's annotations.
+    /// underlay address; the default here, since the embedded nodes share one bridge), `vxlan`
+    /// (flannel's VXLAN: a `flannel.1` VTEP per node, VNI 1, UDP 8472, pod MTU 1450; needs no
+    /// layer-2 adjacency, hence flannel's own default and the one for a real cluster), `bgp` (Calico's: no encapsulation, a BIRD 2 per node in a full iBGP mesh, AS 64512,
+    /// announcing its pod CIDR; needs `bird2`) or `ipip` (Calico's: `tunl0`, pod MTU 1480; needs
+    /// the kernel's `ipip` module). Nodes carry flannel's annotations, and Calico's for bgp/ipip.
     #[arg(long, default_value = "host-gw")]
     pub pod_network: svcnet_agent::routes::PodNetwork,
     /// Prefix of every namespace and link svcnet creates (at most 11 characters).
@@ -213,6 +215,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                 ),
             ipvs: with_proxy && args.proxy_mode == svcnet_proxyd::ProxyMode::Ipvs,
         })?;
+        args.pod_network.check_host().map_err(anyhow::Error::msg)?;
     }
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create the data dir {}", args.data_dir.display()))?;
@@ -284,6 +287,16 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     };
     for node in &nodes {
         objects::register_node(&client, node).await?;
+        // The routes of host-gw/vxlan/ipip exist now; bgp's speakers report theirs once up.
+        if topology.is_some() && args.pod_network != svcnet_agent::routes::PodNetwork::Bgp {
+            svcnet_agent::podnet::condition::report_network_available(
+                &client,
+                &node.name,
+                args.pod_network,
+            )
+            .await
+            .with_context(|| format!("cannot set node {}'s NetworkUnavailable", node.name))?;
+        }
     }
     if let Some(t) = &topology
         && !with_proxy
@@ -364,6 +377,15 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                     svcnet_agent::podnet::run_vxlan(client, node, stop).await;
                     Ok(())
                 });
+            }
+            if args.pod_network == svcnet_agent::routes::PodNetwork::Bgp {
+                tasks.spawn(cluster::run_bgp(
+                    client.clone(),
+                    node.clone(),
+                    args.pod_cidr,
+                    args.data_dir.clone(),
+                    stopped(stop_rx.clone()),
+                ));
             }
             let mut cfg = cluster::agent_config(
                 topology,

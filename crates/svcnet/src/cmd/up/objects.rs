@@ -156,6 +156,11 @@ pub async fn register_node(client: &kube::Client, node: &NodeSpec) -> anyhow::Re
             // The pod CIDR follows the topology of this run.
             current.spec = object.spec.clone();
             let annotations = current.metadata.annotations.get_or_insert_default();
+            // A Calico backend's annotations go when this run's backend is not one.
+            let calico = svcnet_agent::podnet::bgp::CALICO_ANNOTATION_PREFIX;
+            annotations.retain(|k, _| {
+                !k.starts_with(calico) || node.annotations.iter().any(|(n, _)| n == k)
+            });
             annotations.extend(node.annotations.iter().cloned());
             nodes
                 .replace(name, &Default::default(), &current)
