@@ -205,6 +205,45 @@ fn a_daemonset_runs_one_host_network_pod_per_node_and_rolls() {
     );
     assert_eq!(String::from_utf8_lossy(&env.stdout).trim(), "2");
 
+    // The DaemonSet's history (ControllerRevisions): `kubectl rollout history` lists both
+    // templates and `kubectl rollout undo` goes back to the first, renumbered as revision 3.
+    let revisions = |up: &common::Up| -> Vec<String> {
+        let out = up.ok(&["rollout", "history", "ds/agent", "-n", "kube-system"]);
+        out.lines()
+            .skip_while(|l| !l.starts_with("REVISION"))
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+            .collect()
+    };
+    assert_eq!(revisions(&up), ["1", "2"]);
+    let undo = up.ok(&["rollout", "undo", "ds/agent", "-n", "kube-system"]);
+    assert_eq!(undo.trim(), "daemonset.apps/agent rolled back", "{undo}");
+    up.ok(&[
+        "rollout",
+        "status",
+        "ds/agent",
+        "-n",
+        "kube-system",
+        "--timeout=90s",
+    ]);
+    let undone = wait_for("both pods back on the first template", || {
+        let now = placements(&up);
+        (now.len() == 2 && now.iter().all(|l| !rolled.contains(&l.as_str())))
+            .then_some(now.join("\n"))
+    });
+    let pod = undone
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(2)
+        .unwrap();
+    let env = up.exec_sh_in("kube-system", pod, "echo ${ROLL:-unset}");
+    assert_eq!(String::from_utf8_lossy(&env.stdout).trim(), "unset");
+    wait_for("revision 1 renumbered as 3", || {
+        (revisions(&up) == ["2", "3"]).then(String::new)
+    });
+
     // A node that stops matching the nodeSelector loses its pod.
     up.ok(&[
         "label",

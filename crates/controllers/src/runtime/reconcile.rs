@@ -307,10 +307,15 @@ impl Controllers {
         for owner in r
             .owner_references()
             .iter()
-            .filter(|o| o.controller == Some(true) && o.kind == "StatefulSet")
+            .filter(|o| o.controller == Some(true))
         {
+            let kind = match owner.kind.as_str() {
+                "StatefulSet" => Kind::StatefulSets,
+                "DaemonSet" => Kind::DaemonSets,
+                _ => continue,
+            };
             let ns = r.namespace().unwrap_or_default();
-            self.enqueue(Kind::StatefulSets, Key::new(ns, owner.name.clone()));
+            self.enqueue(kind, Key::new(ns, owner.name.clone()));
         }
     }
 

@@ -7,7 +7,9 @@
 //!   `pid-pressure`, `unschedulable` NoSchedule; `network-unavailable` with `hostNetwork`);
 //! - a pod is created bound to its node (`spec.nodeName`, with upstream's required node
 //!   affinity on `metadata.name`), named `<ds>-<random>` by the API server, labelled
-//!   `controller-revision-hash` (a hash of the template) and `pod-template-generation`;
+//!   `controller-revision-hash` (the hash of its ControllerRevision, see
+//!   [`super::history`], so `kubectl rollout history/undo ds` work) and
+//!   `pod-template-generation`;
 //! - a node that should not run it loses its pods; a node with more than one keeps the
 //!   oldest; a failed pod is deleted (and recreated on the next pass); a node whose pod is
 //!   terminating waits for it to go;
@@ -17,8 +19,7 @@
 //!   replacements. `OnDelete` leaves that to the user. `maxSurge` is not served (upstream's
 //!   surge mode runs old and new pod side by side): a surge is treated as 0.
 //!
-//! Not done: adopting orphans that match the selector, ControllerRevisions (so `kubectl
-//! rollout history/undo ds` has no history), `minReadySeconds` backed by a requeue.
+//! Not done: adopting orphans that match the selector, `minReadySeconds` backed by a requeue.
 
 use std::collections::BTreeMap;
 
@@ -185,7 +186,7 @@ pub fn plan(
         }
         Ok(true) => {}
     }
-    let hash = super::pod_template_hash(&spec.template);
+    let hash = super::history::revision_hash(&super::history::Owner::daemonset(ds));
     let generation = ds.metadata.generation.unwrap_or(1);
     let pod_spec = spec.template.spec.clone().unwrap_or_default();
     let min_ready = spec.min_ready_seconds.unwrap_or(0);
@@ -429,7 +430,8 @@ mod tests {
     }
 
     fn daemon_pod(d: &DaemonSet, name: &str, node_name: &str, ready: bool, current: bool) -> Pod {
-        let hash = super::super::pod_template_hash(&d.spec.as_ref().unwrap().template);
+        let hash =
+            super::super::history::revision_hash(&super::super::history::Owner::daemonset(&d));
         let mut p = pod("kube-system", name, |p| {
             p.node(node_name).ready(ready).phase("Running").created(10);
         });

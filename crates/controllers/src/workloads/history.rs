@@ -1,10 +1,11 @@
-//! ControllerRevisions of a StatefulSet, as upstream's `pkg/controller/history` and the
-//! StatefulSet controller's use of it:
+//! ControllerRevisions of a StatefulSet or a DaemonSet, as upstream's `pkg/controller/history`
+//! and the two controllers' use of it:
 //!
 //! - a revision's `data` is the strategic merge patch that restores the template,
 //!   `{"spec":{"template":{…,"$patch":"replace"}}}` (what `kubectl rollout undo` applies), its
-//!   labels the template's, its controller the StatefulSet, its name
-//!   `<statefulset>-<hash>` with the hash FNV-32 of the data (plus the collision count);
+//!   labels the template's, its controller the workload, its name `<workload>-<hash>` with the
+//!   hash FNV-32 of the data (plus the collision count); a StatefulSet's pods carry the
+//!   revision's name in `controller-revision-hash`, a DaemonSet's the hash alone;
 //! - the update revision is the latest one when its data equals the StatefulSet's; an older
 //!   equal one (a rollback) gets its `revision` bumped past every other; otherwise a new
 //!   revision numbered one above the highest is created;
@@ -12,7 +13,7 @@
 //!   `controller-revision-hash` are deleted beyond `revisionHistoryLimit` (default 10), the
 //!   lowest numbers first.
 
-use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
+use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
@@ -37,12 +38,63 @@ pub struct RevisionPlan {
     pub current: Option<(String, PodTemplateSpec)>,
 }
 
+/// What the history needs of its workload.
+#[derive(Debug, Clone)]
+pub struct Owner<'a> {
+    pub kind: &'static str,
+    pub meta: &'a ObjectMeta,
+    pub template: Option<&'a PodTemplateSpec>,
+    pub collision_count: Option<i32>,
+    pub history_limit: Option<i32>,
+    /// `status.currentRevision` (StatefulSets; a DaemonSet has none).
+    pub current_revision: Option<String>,
+    /// Whether pods carry the hash alone (DaemonSets) or the revision's name (StatefulSets).
+    pub label_is_hash: bool,
+}
+
+impl<'a> Owner<'a> {
+    pub fn statefulset(sts: &'a StatefulSet) -> Self {
+        Owner {
+            kind: "StatefulSet",
+            meta: &sts.metadata,
+            template: sts.spec.as_ref().map(|s| &s.template),
+            collision_count: sts.status.as_ref().and_then(|s| s.collision_count),
+            history_limit: sts.spec.as_ref().and_then(|s| s.revision_history_limit),
+            current_revision: sts.status.as_ref().and_then(|s| s.current_revision.clone()),
+            label_is_hash: false,
+        }
+    }
+
+    pub fn daemonset(ds: &'a DaemonSet) -> Self {
+        Owner {
+            kind: "DaemonSet",
+            meta: &ds.metadata,
+            template: ds.spec.as_ref().map(|s| &s.template),
+            collision_count: ds.status.as_ref().and_then(|s| s.collision_count),
+            history_limit: ds.spec.as_ref().and_then(|s| s.revision_history_limit),
+            current_revision: None,
+            label_is_hash: true,
+        }
+    }
+
+    /// The `controller-revision-hash` its pods of revision `name` carry.
+    fn pod_label<'n>(&self, name: &'n str) -> &'n str {
+        if !self.label_is_hash {
+            return name;
+        }
+        name.rsplit_once('-').map_or(name, |(_, hash)| hash)
+    }
+}
+
 /// The revision data of `sts`: the patch restoring its template.
 pub fn revision_data(sts: &StatefulSet) -> Value {
-    let template = sts
-        .spec
-        .as_ref()
-        .map(|s| serde_json::to_value(&s.template).unwrap_or(Value::Null))
+    template_data(Owner::statefulset(sts).template)
+}
+
+/// The patch restoring `template` (none: an empty one).
+fn template_data(template: Option<&PodTemplateSpec>) -> Value {
+    let template = template
+        .map(|t| serde_json::to_value(t).unwrap_or(Value::Null))
         .unwrap_or(Value::Null);
     let mut template = match template {
         Value::Object(m) => m,
@@ -69,11 +121,19 @@ fn hash(data: &Value, collision_count: Option<i32>) -> String {
 
 /// The name of the revision `sts` is at now: `<name>-<hash>`.
 pub fn revision_name(sts: &StatefulSet) -> String {
-    let collision = sts.status.as_ref().and_then(|s| s.collision_count);
-    let name = sts.metadata.name.clone().unwrap_or_default();
+    name_of(&Owner::statefulset(sts))
+}
+
+/// The hash of the revision `owner` is at now (a DaemonSet's pods' `controller-revision-hash`).
+pub fn revision_hash(owner: &Owner<'_>) -> String {
+    hash(&template_data(owner.template), owner.collision_count)
+}
+
+fn name_of(owner: &Owner<'_>) -> String {
+    let name = owner.meta.name.clone().unwrap_or_default();
     // Upstream truncates the prefix so the name stays a valid label value with the hash.
     let prefix: String = name.chars().take(223).collect();
-    format!("{prefix}-{}", hash(&revision_data(sts), collision))
+    format!("{prefix}-{}", revision_hash(owner))
 }
 
 fn number(r: &ControllerRevision) -> i64 {
@@ -93,13 +153,15 @@ pub fn template_of(r: &ControllerRevision) -> Option<PodTemplateSpec> {
     serde_json::from_value(t).ok()
 }
 
-/// Computes the history writes for `sts`; `revisions` and `pods` may be all of its namespace.
-pub fn plan(sts: &StatefulSet, revisions: &[&ControllerRevision], pods: &[&Pod]) -> RevisionPlan {
-    let uid = sts.metadata.uid.clone().unwrap_or_default();
+/// Computes the history writes for `owner`; `revisions` and `pods` may be all of its
+/// namespace.
+pub fn plan(owner: &Owner<'_>, revisions: &[&ControllerRevision], pods: &[&Pod]) -> RevisionPlan {
+    let meta = owner.meta;
+    let uid = meta.uid.clone().unwrap_or_default();
     let mut mine: Vec<&ControllerRevision> = revisions
         .iter()
         .copied()
-        .filter(|r| r.metadata.namespace == sts.metadata.namespace)
+        .filter(|r| r.metadata.namespace == meta.namespace)
         .filter(|r| controller_uid(&r.metadata) == Some(uid.as_str()))
         .collect();
     mine.sort_by(|a, b| {
@@ -112,7 +174,7 @@ pub fn plan(sts: &StatefulSet, revisions: &[&ControllerRevision], pods: &[&Pod])
             })
             .then_with(|| a.metadata.name.cmp(&b.metadata.name))
     });
-    let data = revision_data(sts);
+    let data = template_data(owner.template);
     let next = mine.last().map_or(1, |r| number(r) + 1);
     let mut out = RevisionPlan::default();
     let equal: Vec<&ControllerRevision> = mine
@@ -131,22 +193,20 @@ pub fn plan(sts: &StatefulSet, revisions: &[&ControllerRevision], pods: &[&Pod])
             out.update = Some(bumped);
         }
         (None, _) => {
-            let name = revision_name(sts);
+            let name = name_of(owner);
             out.update_revision = name.clone();
             out.create = Some(ControllerRevision {
                 metadata: ObjectMeta {
                     name: Some(name),
-                    namespace: sts.metadata.namespace.clone(),
-                    labels: sts
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.template.metadata.as_ref())
+                    namespace: meta.namespace.clone(),
+                    labels: owner
+                        .template
+                        .and_then(|t| t.metadata.as_ref())
                         .and_then(|m| m.labels.clone()),
-                    owner_references: Some(vec![controller_ref(
-                        "apps/v1",
-                        "StatefulSet",
-                        &sts.metadata,
-                    )]),
+                    // The workload's annotations (`kubernetes.io/change-cause` is what
+                    // `kubectl rollout history` shows), as upstream copies them.
+                    annotations: meta.annotations.clone(),
+                    owner_references: Some(vec![controller_ref("apps/v1", owner.kind, meta)]),
                     ..Default::default()
                 },
                 data: Some(RawExtension(data)),
@@ -156,12 +216,8 @@ pub fn plan(sts: &StatefulSet, revisions: &[&ControllerRevision], pods: &[&Pod])
     }
 
     // History beyond the limit: never the current or update revision, nor one a pod runs.
-    let current = sts
-        .status
-        .as_ref()
-        .and_then(|s| s.current_revision.clone())
-        .unwrap_or_default();
-    if current != out.update_revision {
+    let current = owner.current_revision.clone().unwrap_or_default();
+    if !current.is_empty() && current != out.update_revision {
         out.current = mine
             .iter()
             .find(|r| r.metadata.name.as_deref() == Some(current.as_str()))
@@ -172,22 +228,17 @@ pub fn plan(sts: &StatefulSet, revisions: &[&ControllerRevision], pods: &[&Pod])
         name == current
             || name == out.update_revision
             || pods.iter().any(|p| {
-                p.metadata.namespace == sts.metadata.namespace
+                p.metadata.namespace == meta.namespace
                     && controller_uid(&p.metadata) == Some(uid.as_str())
                     && podutil::is_active(p)
                     && p.metadata
                         .labels
                         .as_ref()
                         .and_then(|l| l.get(LABEL_REVISION))
-                        .is_some_and(|h| h == name)
+                        .is_some_and(|h| h == owner.pod_label(name))
             })
     };
-    let limit = sts
-        .spec
-        .as_ref()
-        .and_then(|s| s.revision_history_limit)
-        .unwrap_or(10)
-        .max(0);
+    let limit = owner.history_limit.unwrap_or(10).max(0);
     let historic: Vec<&ControllerRevision> = mine
         .iter()
         .copied()
@@ -252,7 +303,7 @@ mod tests {
     fn creates_then_keeps_then_rolls_back_by_renumbering() {
         let mut history = Vec::new();
         let one = sts("nginx:1");
-        let p = plan(&one, &[], &[]);
+        let p = plan(&Owner::statefulset(&one), &[], &[]);
         let r1 = p.create.clone().expect("a first revision");
         assert_eq!(r1.revision, 1);
         assert_eq!(
@@ -272,18 +323,18 @@ mod tests {
         assert_eq!(p.update_revision, r1.metadata.name.clone().unwrap());
         apply(&mut history, &p);
         let refs: Vec<&ControllerRevision> = history.iter().collect();
-        let again = plan(&one, &refs, &[]);
+        let again = plan(&Owner::statefulset(&one), &refs, &[]);
         assert!(again.create.is_none() && again.update.is_none() && again.delete.is_empty());
 
         let two = sts("nginx:2");
         let refs: Vec<&ControllerRevision> = history.iter().collect();
-        let p = plan(&two, &refs, &[]);
+        let p = plan(&Owner::statefulset(&two), &refs, &[]);
         assert_eq!(p.create.as_ref().unwrap().revision, 2);
         assert_ne!(p.update_revision, r1.metadata.name.clone().unwrap());
         apply(&mut history, &p);
         // Back to the first template: revision 1 becomes 3, no new object.
         let refs: Vec<&ControllerRevision> = history.iter().collect();
-        let p = plan(&one, &refs, &[]);
+        let p = plan(&Owner::statefulset(&one), &refs, &[]);
         assert!(p.create.is_none());
         assert_eq!(p.update.as_ref().unwrap().revision, 3);
         apply(&mut history, &p);
@@ -301,7 +352,7 @@ mod tests {
         for i in 1..=3 {
             let s = sts(&format!("img:{i}"));
             let refs: Vec<&ControllerRevision> = history.iter().collect();
-            let p = plan(&s, &refs, &[]);
+            let p = plan(&Owner::statefulset(&s), &refs, &[]);
             apply(&mut history, &p);
         }
         // Limit 1: of the two old revisions, the lowest went.
@@ -320,7 +371,7 @@ mod tests {
         for i in 4..=5 {
             let s = sts(&format!("img:{i}"));
             let refs: Vec<&ControllerRevision> = history.iter().collect();
-            let p = plan(&s, &refs, &[&p2]);
+            let p = plan(&Owner::statefulset(&s), &refs, &[&p2]);
             apply(&mut history, &p);
         }
         let nums: Vec<i64> = numbers(&history).iter().map(|(_, n)| *n).collect();
@@ -328,20 +379,87 @@ mod tests {
     }
 
     #[test]
+    fn a_daemonsets_history_labels_pods_with_the_hash() {
+        use k8s_openapi::api::apps::v1::DaemonSetSpec;
+        let ds = |image: &str| {
+            let (selector, template) = workload_parts("agent", image);
+            let mut d = DaemonSet {
+                metadata: meta("kube-system", "agent"),
+                spec: Some(DaemonSetSpec {
+                    selector,
+                    template,
+                    revision_history_limit: Some(1),
+                    ..Default::default()
+                }),
+                status: None,
+            };
+            d.metadata.annotations = Some(map(&[("kubernetes.io/change-cause", image)]));
+            d
+        };
+        let mut history = Vec::new();
+        let one = ds("agent:1");
+        let p = plan(&Owner::daemonset(&one), &[], &[]);
+        let r1 = p.create.clone().unwrap();
+        let hash1 = revision_hash(&Owner::daemonset(&one));
+        assert_eq!(
+            r1.metadata.name.as_deref(),
+            Some(format!("agent-{hash1}").as_str())
+        );
+        assert_eq!(
+            r1.metadata.owner_references.as_ref().unwrap()[0].kind,
+            "DaemonSet"
+        );
+        assert_eq!(
+            r1.metadata.annotations,
+            Some(map(&[("kubernetes.io/change-cause", "agent:1")]))
+        );
+        assert!(p.current.is_none());
+        apply(&mut history, &p);
+        // A pod of revision 1 (labelled with the hash alone) keeps it beyond the limit.
+        let mut old_pod = pod("kube-system", "agent-x", |p| {
+            p.labels(&[("app", "agent"), (LABEL_REVISION, hash1.as_str())]);
+        });
+        old_pod.metadata.owner_references =
+            Some(vec![controller_ref("apps/v1", "DaemonSet", &one.metadata)]);
+        // Revisions 2 to 4, and one more pass at 4 (a sync sees its own creation the next time).
+        for i in [2, 3, 4, 4] {
+            let d = ds(&format!("agent:{i}"));
+            let refs: Vec<&ControllerRevision> = history.iter().collect();
+            let p = plan(&Owner::daemonset(&d), &refs, &[&old_pod]);
+            apply(&mut history, &p);
+        }
+        let nums: Vec<i64> = numbers(&history).iter().map(|(_, n)| *n).collect();
+        assert_eq!(
+            nums,
+            vec![1, 3, 4],
+            "revision 1 is live, 4 the update revision, 3 the one kept, 2 beyond the limit"
+        );
+        // Undo to revision 1's template: renumbered, not recreated.
+        let refs: Vec<&ControllerRevision> = history.iter().collect();
+        let back = plan(&Owner::daemonset(&one), &refs, &[&old_pod]);
+        assert!(back.create.is_none());
+        assert_eq!(back.update.as_ref().unwrap().revision, 5);
+    }
+
+    #[test]
     fn the_current_revision_is_offered_while_it_differs() {
         let mut history = Vec::new();
         let one = sts("nginx:1");
-        apply(&mut history, &plan(&one, &[], &[]));
+        apply(&mut history, &plan(&Owner::statefulset(&one), &[], &[]));
         let mut two = sts("nginx:2");
         two.status = Some(k8s_openapi::api::apps::v1::StatefulSetStatus {
             current_revision: Some(revision_name(&one)),
             ..Default::default()
         });
         let refs: Vec<&ControllerRevision> = history.iter().collect();
-        let p = plan(&two, &refs, &[]);
+        let p = plan(&Owner::statefulset(&two), &refs, &[]);
         let (name, template) = p.current.expect("the current revision");
         assert_eq!(name, revision_name(&one));
         assert_eq!(template, one.spec.unwrap().template);
-        assert!(plan(&sts("nginx:1"), &refs, &[]).current.is_none());
+        assert!(
+            plan(&Owner::statefulset(&sts("nginx:1")), &refs, &[])
+                .current
+                .is_none()
+        );
     }
 }

@@ -167,6 +167,15 @@ impl Controllers {
         Ok(None)
     }
 
+    /// The ControllerRevisions of namespace `ns` the informer holds.
+    fn revisions_in(inf: &Informers, ns: &str) -> Vec<Arc<ControllerRevision>> {
+        inf.revisions
+            .state()
+            .into_iter()
+            .filter(|r| r.metadata.namespace.as_deref() == Some(ns))
+            .collect()
+    }
+
     pub(super) async fn sync_statefulset(
         &self,
         key: &Key,
@@ -182,14 +191,13 @@ impl Controllers {
         };
         let pods = Self::pods_in(inf, &key.namespace);
         let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
-        let revisions: Vec<Arc<ControllerRevision>> = inf
-            .revisions
-            .state()
-            .into_iter()
-            .filter(|r| r.metadata.namespace.as_deref() == Some(key.namespace.as_str()))
-            .collect();
+        let revisions = Self::revisions_in(inf, &key.namespace);
         let revisions: Vec<&ControllerRevision> = revisions.iter().map(AsRef::as_ref).collect();
-        let history = workloads::history::plan(&s, &revisions, &pods);
+        let history = workloads::history::plan(
+            &workloads::history::Owner::statefulset(&s),
+            &revisions,
+            &pods,
+        );
         self.apply_history(key, &history).await?;
         let current = history.current.as_ref().map(|(n, t)| (n.as_str(), t));
         let plan = workloads::statefulset::plan_at(&s, &pods, &history.update_revision, current)?;
@@ -228,6 +236,11 @@ impl Controllers {
         let nodes: Vec<&Node> = nodes.iter().map(AsRef::as_ref).collect();
         let pods = Self::pods_in(inf, &key.namespace);
         let pods: Vec<&Pod> = pods.iter().map(AsRef::as_ref).collect();
+        let revisions = Self::revisions_in(inf, &key.namespace);
+        let revisions: Vec<&ControllerRevision> = revisions.iter().map(AsRef::as_ref).collect();
+        let history =
+            workloads::history::plan(&workloads::history::Owner::daemonset(&d), &revisions, &pods);
+        self.apply_history(key, &history).await?;
         let plan = workloads::daemonset::plan(&d, &nodes, &pods, now())?;
         if plan.is_empty() {
             return Ok(None);
