@@ -431,7 +431,7 @@ mod tests {
 
     fn daemon_pod(d: &DaemonSet, name: &str, node_name: &str, ready: bool, current: bool) -> Pod {
         let hash =
-            super::super::history::revision_hash(&super::super::history::Owner::daemonset(&d));
+            super::super::history::revision_hash(&super::super::history::Owner::daemonset(d));
         let mut p = pod("kube-system", name, |p| {
             p.node(node_name).ready(ready).phase("Running").created(10);
         });
