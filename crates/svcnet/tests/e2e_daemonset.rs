@@ -266,6 +266,18 @@ fn a_daemonset_runs_one_host_network_pod_per_node_and_rolls() {
         "jsonpath={.status.desiredNumberScheduled}",
     ]);
     assert_eq!(desired, "1");
+    // Matching again, as a node that joins: it gets a pod.
+    up.ok(&[
+        "label",
+        "node",
+        "e2eds-node2",
+        "--overwrite",
+        "kubernetes.io/os=linux",
+    ]);
+    wait_for("node2's pod back", || {
+        let now = placements(&up);
+        (now.len() == 2 && now[1].starts_with("e2eds-node2 ")).then_some(now.join("\n"))
+    });
 
     // Deleting the DaemonSet deletes its pods.
     up.ok(&["delete", "ds", "agent", "-n", "kube-system"]);
