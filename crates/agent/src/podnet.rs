@@ -4,26 +4,37 @@
 //! and `backend-data`'s `VtepMAC`, on Nodes with `kube-subnet-manager: "true"` and
 //! `backend-type: vxlan`). A Node added while running gets its entries; a Node deleted (or no
 //! longer a VXLAN lease) loses them. The kernel programming itself is [`VxlanPeer`]'s.
+//! [`udp`] does the same for the UDP backend's peer table.
+
+pub mod udp;
 
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
+use ipnet::Ipv4Net;
 use kube::{Api, Client};
 
 use crate::routes::{FLANNEL_ANNOTATION_PREFIX, VxlanPeer};
 use crate::topology::NodeTopology;
 
-/// The VXLAN lease a Node announces: `Ok(None)` when it announces none (another backend, or no
-/// flannel annotations yet), an error naming what is malformed.
-pub fn vxlan_lease(node: &Node) -> Result<Option<VxlanPeer>, String> {
-    let empty = BTreeMap::new();
-    let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
-    let get = |key: &str| annotations.get(&format!("{FLANNEL_ANNOTATION_PREFIX}{key}"));
-    if get("kube-subnet-manager").map(String::as_str) != Some("true")
-        || get("backend-type").map(String::as_str) != Some("vxlan")
+/// The annotation `key` (without flannel's prefix) of `node`.
+fn annotation<'a>(node: &'a Node, key: &str) -> Option<&'a String> {
+    node.metadata
+        .annotations
+        .as_ref()?
+        .get(&format!("{FLANNEL_ANNOTATION_PREFIX}{key}"))
+}
+
+/// The pod CIDR and public IP of the lease a Node announces for `backend_type` (every flannel
+/// backend's common part): `Ok(None)` when it announces none (another backend, or no flannel
+/// annotations yet), an error naming what is malformed.
+pub fn lease(node: &Node, backend_type: &str) -> Result<Option<(Ipv4Net, Ipv4Addr)>, String> {
+    if annotation(node, "kube-subnet-manager").map(String::as_str) != Some("true")
+        || annotation(node, "backend-type").map(String::as_str) != Some(backend_type)
     {
         return Ok(None);
     }
@@ -34,12 +45,21 @@ pub fn vxlan_lease(node: &Node) -> Result<Option<VxlanPeer>, String> {
         .ok_or("no spec.podCIDR")?
         .parse()
         .map_err(|e| format!("spec.podCIDR: {e}"))?;
-    let public_ip = get("public-ip")
+    let public_ip = annotation(node, "public-ip")
         .ok_or("no public-ip annotation")?
         .parse()
         .map_err(|e| format!("public-ip: {e}"))?;
+    Ok(Some((pod_cidr, public_ip)))
+}
+
+/// The VXLAN lease a Node announces: `Ok(None)` when it announces none (another backend, or no
+/// flannel annotations yet), an error naming what is malformed.
+pub fn vxlan_lease(node: &Node) -> Result<Option<VxlanPeer>, String> {
+    let Some((pod_cidr, public_ip)) = lease(node, "vxlan")? else {
+        return Ok(None);
+    };
     let data: serde_json::Value =
-        serde_json::from_str(get("backend-data").ok_or("no backend-data")?)
+        serde_json::from_str(annotation(node, "backend-data").ok_or("no backend-data")?)
             .map_err(|e| format!("backend-data: {e}"))?;
     let vtep_mac = data
         .get("VtepMAC")
@@ -68,6 +88,15 @@ pub fn desired_peers<'a>(
     self_name: &str,
     nodes: impl IntoIterator<Item = &'a Node>,
 ) -> BTreeMap<String, VxlanPeer> {
+    peers_by(self_name, nodes, vxlan_lease)
+}
+
+/// Every other Node's lease as `parse` reads it, by name; malformed ones skipped with a warning.
+pub fn peers_by<'a, P>(
+    self_name: &str,
+    nodes: impl IntoIterator<Item = &'a Node>,
+    parse: impl Fn(&Node) -> Result<Option<P>, String>,
+) -> BTreeMap<String, P> {
     nodes
         .into_iter()
         .filter_map(|node| {
@@ -75,10 +104,10 @@ pub fn desired_peers<'a>(
             if name == self_name {
                 return None;
             }
-            match vxlan_lease(node) {
+            match parse(node) {
                 Ok(lease) => lease.map(|l| (name, l)),
                 Err(e) => {
-                    tracing::warn!(node = %name, "ignoring its VXLAN lease: {e}");
+                    tracing::warn!(node = %name, "ignoring its flannel lease: {e}");
                     None
                 }
             }
@@ -86,51 +115,76 @@ pub fn desired_peers<'a>(
         .collect()
 }
 
-/// Keeps `node`'s VTEP entries equal to the other Nodes' VXLAN leases until `shutdown`.
-/// (The VTEP itself is made with the topology; it goes with the node's namespace.)
-pub async fn run_vxlan(client: Client, node: NodeTopology, shutdown: impl Future<Output = ()>) {
-    let api: Api<Node> = Api::all(client);
-    let mut events = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .boxed();
-    let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
-    let mut relist: Option<BTreeMap<String, Node>> = None;
-    let mut applied: BTreeMap<String, VxlanPeer> = BTreeMap::new();
-    tokio::pin!(shutdown);
-    loop {
-        let event = tokio::select! {
-            () = &mut shutdown => break,
-            ev = events.next() => ev,
-        };
-        match event {
-            None => break,
-            Some(Err(e)) => {
-                tracing::warn!(node = %node.name, "node watch: {e}");
-                continue;
-            }
-            Some(Ok(Event::Init)) => {
-                relist = Some(BTreeMap::new());
-                continue;
-            }
-            Some(Ok(Event::InitApply(n))) => {
-                if let (Some(seen), Some(name)) = (relist.as_mut(), n.metadata.name.clone()) {
-                    seen.insert(name, n);
+/// Every Node, kept current by a watch (flannel's kube subnet manager's informer): each call of
+/// [`NodeWatch::changed`] waits for the next change (a relist counts once).
+pub struct NodeWatch {
+    events: futures::stream::BoxStream<'static, Result<Event<Node>, watcher::Error>>,
+    nodes: BTreeMap<String, Node>,
+    relist: Option<BTreeMap<String, Node>>,
+    who: String,
+}
+
+impl NodeWatch {
+    /// Watches all Nodes for node `who` (named in logs).
+    pub fn new(client: Client, who: &str) -> Self {
+        let api: Api<Node> = Api::all(client);
+        Self {
+            events: watcher::watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed(),
+            nodes: BTreeMap::new(),
+            relist: None,
+            who: who.to_string(),
+        }
+    }
+
+    /// The Nodes after the next change; `None` when the watch ends.
+    pub async fn changed(&mut self) -> Option<&BTreeMap<String, Node>> {
+        loop {
+            match self.events.next().await? {
+                Err(e) => tracing::warn!(node = %self.who, "node watch: {e}"),
+                Ok(Event::Init) => self.relist = Some(BTreeMap::new()),
+                Ok(Event::InitApply(n)) => {
+                    if let (Some(seen), Some(name)) = (self.relist.as_mut(), n.metadata.name.clone())
+                    {
+                        seen.insert(name, n);
+                    }
                 }
-                continue;
-            }
-            Some(Ok(Event::InitDone)) => nodes = relist.take().unwrap_or_default(),
-            Some(Ok(Event::Apply(n))) => {
-                if let Some(name) = n.metadata.name.clone() {
-                    nodes.insert(name, n);
+                Ok(Event::InitDone) => {
+                    self.nodes = self.relist.take().unwrap_or_default();
+                    return Some(&self.nodes);
                 }
-            }
-            Some(Ok(Event::Delete(n))) => {
-                if let Some(name) = &n.metadata.name {
-                    nodes.remove(name);
+                Ok(Event::Apply(n)) => {
+                    if let Some(name) = n.metadata.name.clone() {
+                        self.nodes.insert(name, n);
+                    }
+                    return Some(&self.nodes);
+                }
+                Ok(Event::Delete(n)) => {
+                    if let Some(name) = &n.metadata.name {
+                        self.nodes.remove(name);
+                    }
+                    return Some(&self.nodes);
                 }
             }
         }
-        let desired = desired_peers(&node.name, nodes.values());
+    }
+}
+
+/// Keeps `node`'s VTEP entries equal to the other Nodes' VXLAN leases until `shutdown`.
+/// (The VTEP itself is made with the topology; it goes with the node's namespace.)
+pub async fn run_vxlan(client: Client, node: NodeTopology, shutdown: impl Future<Output = ()>) {
+    let mut watch = NodeWatch::new(client, &node.name);
+    let mut applied: BTreeMap<String, VxlanPeer> = BTreeMap::new();
+    tokio::pin!(shutdown);
+    loop {
+        let desired = tokio::select! {
+            () = &mut shutdown => break,
+            nodes = watch.changed() => match nodes {
+                None => break,
+                Some(nodes) => desired_peers(&node.name, nodes.values()),
+            },
+        };
         applied = reconcile(&node, applied, desired).await;
     }
 }

@@ -41,15 +41,19 @@ pub enum PodNetwork {
     HostGw,
     /// flannel's VXLAN overlay (works without layer-2 adjacency; 50 bytes per packet).
     Vxlan,
+    /// flannel's UDP backend: a TUN `flannel0` and svcnet's user-space loop on UDP 8285
+    /// ([`crate::udpencap`]; 28 bytes per packet).
+    Udp,
 }
 
 impl PodNetwork {
-    pub const ALL: [PodNetwork; 2] = [PodNetwork::HostGw, PodNetwork::Vxlan];
+    pub const ALL: [PodNetwork; 3] = [PodNetwork::HostGw, PodNetwork::Vxlan, PodNetwork::Udp];
 
     pub fn name(self) -> &'static str {
         match self {
             PodNetwork::HostGw => "host-gw",
             PodNetwork::Vxlan => "vxlan",
+            PodNetwork::Udp => "udp",
         }
     }
 
@@ -58,6 +62,7 @@ impl PodNetwork {
         match self {
             PodNetwork::HostGw => &HostGw,
             PodNetwork::Vxlan => &Vxlan,
+            PodNetwork::Udp => &Udp,
         }
     }
 
@@ -66,6 +71,7 @@ impl PodNetwork {
         match self {
             PodNetwork::HostGw => UNDERLAY_MTU,
             PodNetwork::Vxlan => UNDERLAY_MTU - VXLAN_OVERHEAD,
+            PodNetwork::Udp => UNDERLAY_MTU - crate::udpencap::UDP_OVERHEAD,
         }
     }
 
@@ -73,7 +79,7 @@ impl PodNetwork {
     /// lease as the other nodes see it.
     pub fn node_annotations(self, node: &NodeTopology) -> Vec<(String, String)> {
         let data = match self {
-            PodNetwork::HostGw => "null".to_string(),
+            PodNetwork::HostGw | PodNetwork::Udp => "null".to_string(),
             PodNetwork::Vxlan => serde_json::json!({
                 "VNI": VXLAN_VNI,
                 "VtepMAC": vtep_mac(node.internal_ip),
@@ -334,6 +340,22 @@ impl PodRouteBackend for Vxlan {
     }
 }
 
+/// flannel's UDP backend: nothing in the topology plan. The TUN, its address and route are made
+/// by the loop that holds the device open ([`crate::udpencap::UdpEncap::start`]), and the peers
+/// come from the Node objects ([`crate::podnet::udp::run_udp`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Udp;
+
+impl PodRouteBackend for Udp {
+    fn name(&self) -> &'static str {
+        "udp"
+    }
+
+    fn node_steps(&self, _node: &NodeTopology, _peers: &[&NodeTopology]) -> Vec<Step> {
+        Vec::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,9 +389,11 @@ mod tests {
     fn pod_network_names_and_mtus() {
         assert_eq!("vxlan".parse::<PodNetwork>(), Ok(PodNetwork::Vxlan));
         assert_eq!("host-gw".parse::<PodNetwork>(), Ok(PodNetwork::HostGw));
-        let err = "udp".parse::<PodNetwork>().unwrap_err();
-        assert!(err.contains("host-gw, vxlan"), "{err}");
+        assert_eq!("udp".parse::<PodNetwork>(), Ok(PodNetwork::Udp));
+        let err = "geneve".parse::<PodNetwork>().unwrap_err();
+        assert!(err.contains("host-gw, vxlan, udp"), "{err}");
         assert_eq!(PodNetwork::Vxlan.pod_mtu(), 1450);
+        assert_eq!(PodNetwork::Udp.pod_mtu(), 1472);
         assert_eq!(PodNetwork::HostGw.pod_mtu(), 1500);
     }
 }

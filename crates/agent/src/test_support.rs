@@ -122,7 +122,8 @@ pub fn transfer_byte(offset: usize) -> u8 {
 
 /// Sends `bytes` over one TCP connection from namespace `from` to `listener` (bound in the
 /// destination namespace) and returns the first 4 MiB the receiver got, how many bytes it got,
-/// and the time from the first write to the receiver seeing the end.
+/// and the time from the first write to the receiver seeing the end. Fails (`InvalidData`) if
+/// any received byte differs from what was sent.
 pub fn tcp_transfer(
     from: &svcnet_netns::NetNs,
     listener: std::net::TcpListener,
@@ -133,7 +134,9 @@ pub fn tcp_transfer(
     let sink = std::thread::spawn(move || -> std::io::Result<(Vec<u8>, usize)> {
         let (mut conn, _) = listener.accept()?;
         conn.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
-        // Keeps the first 4 MiB for byte-exact checks; counts the rest.
+        // Keeps the first 4 MiB for the caller; checks every byte against the pattern (which
+        // repeats every 64 KiB, so one comparison per read).
+        let pattern: Vec<u8> = (0..2 << 16).map(transfer_byte).collect();
         let mut kept = Vec::new();
         let mut buf = vec![0u8; 1 << 16];
         let mut total = 0;
@@ -141,6 +144,13 @@ pub fn tcp_transfer(
             let n = conn.read(&mut buf)?;
             if n == 0 {
                 return Ok((kept, total));
+            }
+            let at = total % (1 << 16);
+            if buf[..n] != pattern[at..at + n] {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("transfer: the {n} bytes at offset {total} differ from what was sent"),
+                ));
             }
             let room = (4usize << 20).saturating_sub(kept.len()).min(n);
             kept.extend_from_slice(&buf[..room]);
@@ -174,7 +184,7 @@ pub fn tcp_transfer(
 /// [`crate::podnet::run_vxlan`] does (for tests and benches without an API server).
 pub fn program_vxlan_peers(nodes: &[crate::NodeTopology]) -> Result<(), crate::TopologyError> {
     let network = crate::routes::PodNetwork::Vxlan;
-    let objects: Vec<_> = nodes.iter().map(|n| node_object(n, network)).collect();
+    let objects = node_objects(nodes, network);
     for node in nodes {
         for peer in crate::podnet::desired_peers(&node.name, &objects).values() {
             peer.add_steps(&node.netns)
@@ -183,4 +193,38 @@ pub fn program_vxlan_peers(nodes: &[crate::NodeTopology]) -> Result<(), crate::T
         }
     }
     Ok(())
+}
+
+/// Starts the UDP backend's loop on each of `nodes` with the peer table their Node objects give
+/// (as [`crate::podnet::udp::run_udp`] does, for tests and benches without an API server).
+pub fn start_udp_backends(
+    nodes: &[crate::NodeTopology],
+    cluster_cidr: ipnet::Ipv4Net,
+) -> Result<Vec<crate::udpencap::UdpEncap>, crate::TopologyError> {
+    let cfg = crate::udpencap::UdpEncapConfig::new(cluster_cidr);
+    let objects = node_objects(nodes, crate::routes::PodNetwork::Udp);
+    nodes
+        .iter()
+        .map(|node| {
+            let encap = crate::udpencap::UdpEncap::start(node, &cfg)?;
+            encap.set_peers(udp_table(node, &objects));
+            Ok(encap)
+        })
+        .collect()
+}
+
+/// The Node objects of `nodes` for `network`.
+pub fn node_objects(
+    nodes: &[crate::NodeTopology],
+    network: crate::routes::PodNetwork,
+) -> Vec<k8s_openapi::api::core::v1::Node> {
+    nodes.iter().map(|n| node_object(n, network)).collect()
+}
+
+/// `node`'s UDP peer table among `objects` (its own Node excluded).
+pub fn udp_table(
+    node: &crate::NodeTopology,
+    objects: &[k8s_openapi::api::core::v1::Node],
+) -> crate::udpencap::PeerTable {
+    crate::podnet::udp::desired_table(&node.name, objects, crate::udpencap::UDP_PORT)
 }

@@ -101,7 +101,9 @@ pub struct Args {
     /// How pod traffic crosses nodes: `host-gw` (flannel's host-gw: a route per node via its
     /// underlay address; the default here, since the embedded nodes share one bridge) or
     /// `vxlan` (flannel's VXLAN: a `flannel.1` VTEP per node, VNI 1, UDP 8472, pod MTU 1450;
-    /// needs no layer-2 adjacency, flannel's own default). Nodes carry flannel's annotations.
+    /// needs no layer-2 adjacency, flannel's own default) or `udp` (flannel's UDP: a TUN
+    /// `flannel0` per node and svcnet's user-space loop on UDP 8285, pod MTU 1472). Nodes carry
+    /// flannel's annotations.
     #[arg(long, default_value = "host-gw")]
     pub pod_network: svcnet_agent::routes::PodNetwork,
     /// Prefix of every namespace and link svcnet creates (at most 11 characters).
@@ -356,6 +358,20 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                 tasks.spawn(async move {
                     svcnet_agent::podnet::run_vxlan(client, node, stop).await;
                     Ok(())
+                });
+            }
+            if args.pod_network == svcnet_agent::routes::PodNetwork::Udp {
+                // flanneld's UDP backend: the loop runs in this process (dies with it) and its
+                // peer table follows the other Nodes' leases.
+                let client = client.clone();
+                let stop = stopped(stop_rx.clone());
+                let node = node.clone();
+                let cidr = args.pod_cidr;
+                tasks.spawn(async move {
+                    let name = node.name.clone();
+                    svcnet_agent::podnet::udp::run_udp(client, node, cidr, stop)
+                        .await
+                        .with_context(|| format!("udp backend on {name}"))
                 });
             }
             let mut cfg = cluster::agent_config(
