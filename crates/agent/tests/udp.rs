@@ -131,12 +131,15 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
             .run(move || TcpListener::bind((ip, 9100)))
             .unwrap()
             .unwrap();
-        let (_, total, _) = tcp_transfer(&pods[from], listener, 10 << 20).unwrap();
+        let (_, total, took) = tcp_transfer(&pods[from], listener, 10 << 20).unwrap();
         assert_eq!(total, 10 << 20);
+        eprintln!("10 MiB node {} -> node {}: {took:?}", from + 1, to + 1);
     }
 
     // Node 3 is not running its loop and not in the others' tables: unreachable.
+    let t = std::time::Instant::now();
     assert!(ask(&pods[0], to3).is_err(), "node 3 has no loop yet");
+    eprintln!("unreachable after {:?}", t.elapsed());
     // It starts; the others learn its lease (a Node added): reachable both ways.
     let objects = node_objects(&nodes, PodNetwork::Udp);
     let third = UdpEncap::start(n3, &UdpEncapConfig::new(cluster)).unwrap();

@@ -219,6 +219,10 @@ impl RecvBatch {
     /// Receives what is queued without blocking (`WouldBlock` when nothing is).
     pub fn recv(&mut self, sock: &UdpSocket, out: &mut Vec<Received>) -> io::Result<usize> {
         out.clear();
+        // Fresh headers per call: the kernel shrinks each header's `msg_controllen` to what it
+        // used and nix's `recvmmsg` does not restore it, so a message without a GRO cmsg would
+        // leave its slot unable to receive one ever after.
+        self.headers = MultiHeaders::preallocate(self.bufs.len(), Some(nix::cmsg_space!(libc::c_int)));
         let mut slices: Vec<[IoSliceMut<'_>; 1]> = self
             .bufs
             .iter_mut()
