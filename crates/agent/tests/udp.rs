@@ -14,7 +14,7 @@ use svcnet_agent::cni::{self, Invocation};
 use svcnet_agent::ip;
 use svcnet_agent::routes::PodNetwork;
 use svcnet_agent::test_support::{
-    Slot, node_objects, pod_netconf, start_udp_backends, tcp_transfer, udp_table,
+    Slot, node_objects, pod_netconf, tcp_transfer, udp_table,
 };
 use svcnet_agent::topology::Topology;
 use svcnet_agent::udpencap::{PeerTable, UDP_DEVICE, UdpEncap, UdpEncapConfig};
@@ -50,7 +50,19 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
     let nodes = topo.nodes().to_vec();
     let (n1, n2, n3) = (&nodes[0], &nodes[1], &nodes[2]);
     // Nodes 1 and 2 first; node 3 joins later. Dropped (threads joined, TUN closed) on any exit.
-    let first = start_udp_backends(&nodes[..2], cluster).unwrap();
+    // Node 1 splits TSO super-packets itself, node 2 lets the kernel segment: both paths run.
+    let objects = node_objects(&nodes, PodNetwork::Udp);
+    let first: Vec<UdpEncap> = nodes[..2]
+        .iter()
+        .zip([true, false])
+        .map(|(node, tun_offload)| {
+            let mut cfg = UdpEncapConfig::new(cluster);
+            cfg.tun_offload = tun_offload;
+            let encap = UdpEncap::start(node, &cfg).unwrap();
+            encap.set_peers(udp_table(node, &objects[..2]));
+            encap
+        })
+        .collect();
 
     // The TUN as flannel makes it: MTU 1472, the pod CIDR's .0/32, one route for the cluster.
     let tun = link(&n1.netns, UDP_DEVICE);
@@ -76,6 +88,7 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
     let offloads = first[0].offloads();
     eprintln!("udp backend offloads on this kernel: {offloads:?}");
     assert!(offloads.queues >= 1);
+    assert_eq!(first[1].offloads().tun_offload, 0, "node 2: the kernel segments");
 
     // Pods at MTU 1472 on all three nodes.
     let mtu = PodNetwork::Udp.pod_mtu();
@@ -141,7 +154,6 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
     assert!(ask(&pods[0], to3).is_err(), "node 3 has no loop yet");
     eprintln!("unreachable after {:?}", t.elapsed());
     // It starts; the others learn its lease (a Node added): reachable both ways.
-    let objects = node_objects(&nodes, PodNetwork::Udp);
     let third = UdpEncap::start(n3, &UdpEncapConfig::new(cluster)).unwrap();
     third.set_peers(udp_table(n3, &objects));
     for (node, encap) in nodes.iter().zip(&first) {
