@@ -62,6 +62,16 @@ impl Up {
         self.wait_ready();
     }
 
+    /// Starts it again with `extra` on the same data dir after it exited (a crash, `kill -9`).
+    pub fn respawn(&mut self) {
+        assert!(
+            self.child.try_wait().unwrap().is_some(),
+            "respawn: svcnet up is still running"
+        );
+        self.child = spawn(self.data_dir.path(), self.api, &self.extra);
+        self.wait_ready();
+    }
+
     pub fn kubeconfig(&self) -> PathBuf {
         self.data_dir.path().join("kubeconfig")
     }
