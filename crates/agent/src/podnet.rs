@@ -174,8 +174,19 @@ impl NodeWatch {
 /// Keeps `node`'s VTEP entries equal to the other Nodes' VXLAN leases until `shutdown`.
 /// (The VTEP itself is made with the topology; it goes with the node's namespace.)
 pub async fn run_vxlan(client: Client, node: NodeTopology, shutdown: impl Future<Output = ()>) {
+    run_vxlan_with(client, node, false, shutdown).await;
+}
+
+/// [`run_vxlan`] with flannel's `DirectRouting` option when `direct_routing`: peers on this
+/// node's underlay subnet get a host-gw route instead of VXLAN entries.
+pub async fn run_vxlan_with(
+    client: Client,
+    node: NodeTopology,
+    direct_routing: bool,
+    shutdown: impl Future<Output = ()>,
+) {
     let mut watch = NodeWatch::new(client, &node.name);
-    let mut applied: BTreeMap<String, VxlanPeer> = BTreeMap::new();
+    let mut applied = AppliedPeers::new();
     tokio::pin!(shutdown);
     loop {
         let desired = tokio::select! {
@@ -185,62 +196,84 @@ pub async fn run_vxlan(client: Client, node: NodeTopology, shutdown: impl Future
                 Some(nodes) => desired_peers(&node.name, nodes.values()),
             },
         };
-        applied = reconcile(&node, applied, desired).await;
+        if applied.iter().all(|(p, (l, _))| desired.get(p) == Some(l)) && applied.len() == desired.len() {
+            continue;
+        }
+        let job_node = node.clone();
+        let job = move || sync_vxlan_peers(&job_node, applied, &desired, direct_routing);
+        applied = match tokio::task::spawn_blocking(job).await {
+            Ok(now) => now,
+            Err(e) => {
+                tracing::warn!(node = %node.name, "vxlan reconcile task: {e}");
+                AppliedPeers::new()
+            }
+        };
     }
 }
 
+/// The VXLAN peers programmed on a node, each with whether it got the direct (host-gw) route.
+pub type AppliedPeers = BTreeMap<String, (VxlanPeer, bool)>;
+
+/// flannel's `DirectRouting` test (`pkg/ip` `DirectRouting`): the route to a peer's public IP
+/// is exactly one route without a gateway, so the peer is on this node's own subnet.
+pub fn is_direct(route_get: &[serde_json::Value]) -> bool {
+    route_get.len() == 1 && route_get[0].get("gateway").is_none()
+}
+
 /// Removes the entries of peers that went or changed, then adds the new and changed ones
-/// (flannel's order per peer). Returns what is now programmed.
-async fn reconcile(
+/// (flannel's order per peer; with `direct_routing`, a host-gw route for a peer on the node's
+/// subnet). Blocking. Returns what is now programmed.
+pub fn sync_vxlan_peers(
     node: &NodeTopology,
-    applied: BTreeMap<String, VxlanPeer>,
-    desired: BTreeMap<String, VxlanPeer>,
-) -> BTreeMap<String, VxlanPeer> {
-    if applied == desired {
-        return applied;
-    }
-    let netns = node.netns.clone();
-    let name = node.name.clone();
-    let job = move || {
-        let mut now = applied;
-        let gone: Vec<String> = now
-            .iter()
-            .filter(|(peer, lease)| desired.get(*peer) != Some(*lease))
-            .map(|(peer, _)| peer.clone())
-            .collect();
-        for peer in gone {
-            if let Some(lease) = now.remove(&peer) {
-                // As flannel: errors deleting are logged, not fatal (an entry may be gone).
-                for step in lease.del_steps(&netns) {
-                    if let Err(e) = step.run() {
-                        tracing::debug!(node = %name, %peer, "{step}: {e}");
-                    }
+    applied: AppliedPeers,
+    desired: &BTreeMap<String, VxlanPeer>,
+    direct_routing: bool,
+) -> AppliedPeers {
+    let (netns, name) = (&node.netns, &node.name);
+    let mut now = applied;
+    let gone: Vec<String> = now
+        .iter()
+        .filter(|(peer, (lease, _))| desired.get(*peer) != Some(lease))
+        .map(|(peer, _)| peer.clone())
+        .collect();
+    for peer in gone {
+        if let Some((lease, direct)) = now.remove(&peer) {
+            let steps = if direct {
+                lease.direct_del_steps(netns)
+            } else {
+                lease.del_steps(netns)
+            };
+            // As flannel: errors deleting are logged, not fatal (an entry may be gone).
+            for step in steps {
+                if let Err(e) = step.run() {
+                    tracing::debug!(node = %name, %peer, "{step}: {e}");
                 }
-                tracing::info!(node = %name, %peer, "vxlan peer removed");
             }
-        }
-        for (peer, lease) in &desired {
-            if now.contains_key(peer) {
-                continue;
-            }
-            match lease.add_steps(&netns).iter().try_for_each(|s| s.run()) {
-                Ok(()) => {
-                    tracing::info!(node = %name, %peer, pod_cidr = %lease.pod_cidr, "vxlan peer added");
-                    now.insert(peer.clone(), lease.clone());
-                }
-                // Retried at the next Node event (leases are re-sent on every watch relist).
-                Err(e) => tracing::warn!(node = %name, %peer, "vxlan peer: {e}"),
-            }
-        }
-        now
-    };
-    match tokio::task::spawn_blocking(job).await {
-        Ok(now) => now,
-        Err(e) => {
-            tracing::warn!(node = %node.name, "vxlan reconcile task: {e}");
-            BTreeMap::new()
+            tracing::info!(node = %name, %peer, "vxlan peer removed");
         }
     }
+    for (peer, lease) in desired {
+        if now.contains_key(peer) {
+            continue;
+        }
+        let direct = direct_routing
+            && crate::ip::ip_json(Some(netns), &["route", "get", &lease.public_ip.to_string()])
+                .is_ok_and(|r| is_direct(&r));
+        let steps = if direct {
+            lease.direct_add_steps(netns)
+        } else {
+            lease.add_steps(netns)
+        };
+        match steps.iter().try_for_each(|s| s.run()) {
+            Ok(()) => {
+                tracing::info!(node = %name, %peer, pod_cidr = %lease.pod_cidr, direct, "vxlan peer added");
+                now.insert(peer.clone(), (lease.clone(), direct));
+            }
+            // Retried at the next Node event (leases are re-sent on every watch relist).
+            Err(e) => tracing::warn!(node = %name, %peer, "vxlan peer: {e}"),
+        }
+    }
+    now
 }
 
 #[cfg(test)]
@@ -280,6 +313,18 @@ mod tests {
         assert_eq!(n2.pod_cidr.to_string(), "10.244.2.0/24");
         assert_eq!(n2.public_ip.to_string(), "172.30.0.3");
         assert_eq!(n2.vtep_mac, vtep_mac([172, 30, 0, 3].into()));
+    }
+
+    #[test]
+    fn direct_routing_needs_one_route_without_a_gateway() {
+        let j = |s: &str| serde_json::from_str::<Vec<serde_json::Value>>(s).unwrap();
+        assert!(is_direct(&j(
+            r#"[{"dst":"172.30.0.3","dev":"eth0","prefsrc":"172.30.0.2"}]"#
+        )));
+        assert!(!is_direct(&j(
+            r#"[{"dst":"10.9.0.1","gateway":"172.30.0.1","dev":"eth0"}]"#
+        )));
+        assert!(!is_direct(&[]));
     }
 
     #[test]

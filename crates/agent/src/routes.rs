@@ -279,6 +279,22 @@ impl VxlanPeer {
     }
 }
 
+impl VxlanPeer {
+    /// flannel's DirectRouting for a peer on the node's own subnet: the host-gw route instead
+    /// of the neighbour, FDB and onlink entries.
+    pub fn direct_add_steps(&self, netns: &str) -> Vec<Step> {
+        let (cidr, via) = (self.pod_cidr.to_string(), self.public_ip.to_string());
+        let args = ["route", "replace", &cidr, "via", &via, "dev", NODE_UNDERLAY_IF];
+        vec![Step::ip(Some(netns), &args)]
+    }
+
+    pub fn direct_del_steps(&self, netns: &str) -> Vec<Step> {
+        let (cidr, via) = (self.pod_cidr.to_string(), self.public_ip.to_string());
+        let args = ["route", "del", &cidr, "via", &via, "dev", NODE_UNDERLAY_IF];
+        vec![Step::ip(Some(netns), &args)]
+    }
+}
+
 /// flannel's VXLAN backend.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Vxlan;
@@ -372,6 +388,8 @@ mod tests {
             .add_steps("n1")
             .iter()
             .chain(&peer.del_steps("n1"))
+            .chain(&peer.direct_add_steps("n1"))
+            .chain(&peer.direct_del_steps("n1"))
             .map(|s| format!("{s}\n"))
             .collect();
         expect![[r#"
@@ -381,6 +399,8 @@ mod tests {
             ip -n n1 neigh del 10.244.2.0 dev flannel.1
             bridge -n n1 fdb del 0e:f1:ac:1e:00:03 dev flannel.1 dst 172.30.0.3 self
             ip -n n1 route del 10.244.2.0/24 dev flannel.1
+            ip -n n1 route replace 10.244.2.0/24 via 172.30.0.3 dev eth0
+            ip -n n1 route del 10.244.2.0/24 via 172.30.0.3 dev eth0
         "#]]
         .assert_eq(&text);
     }

@@ -170,3 +170,72 @@ fn pods_on_two_nodes_reach_each_other_over_flannel_vxlan() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// flannel's DirectRouting: the two nodes share the underlay subnet, so each gets a host-gw route
+/// to the other instead of the VXLAN entries; pods still reach each other, not through the VTEP.
+#[test]
+fn direct_routing_gives_same_subnet_peers_a_host_gw_route() {
+    use svcnet_agent::podnet::{AppliedPeers, desired_peers, sync_vxlan_peers};
+    use svcnet_agent::test_support::node_objects;
+
+    let slot = Slot::acquire().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut config = slot.config(2, data.path().to_path_buf());
+    config.pod_network = PodNetwork::Vxlan;
+    let prefix = config.prefix.clone();
+    let topo = Topology::create(config).unwrap();
+    let (n1, n2) = (topo.nodes()[0].clone(), topo.nodes()[1].clone());
+    let objects = node_objects(topo.nodes(), PodNetwork::Vxlan);
+    let mut applied = Vec::new();
+    for node in [&n1, &n2] {
+        let desired = desired_peers(&node.name, &objects);
+        applied.push(sync_vxlan_peers(node, AppliedPeers::new(), &desired, true));
+    }
+    assert!(applied[0][&n2.name].1, "node 2 is on node 1's subnet");
+    let routes = ip::ip(Some(&n1.netns), &["route", "show"]).unwrap();
+    assert!(
+        routes.contains(&format!("{} via {} dev eth0", n2.pod_cidr, n2.internal_ip)),
+        "{routes}"
+    );
+    assert!(!routes.contains(VXLAN_DEVICE), "{routes}");
+    let neigh = ip::ip(Some(&n1.netns), &["neigh", "show", "dev", VXLAN_DEVICE]).unwrap();
+    assert!(neigh.trim().is_empty(), "{neigh}");
+
+    let p1 = NetNs::create(&format!("{prefix}-pod-1")).unwrap();
+    let p2 = NetNs::create(&format!("{prefix}-pod-2")).unwrap();
+    let mtu = PodNetwork::Vxlan.pod_mtu();
+    let (c1, c2) = (
+        pod_netconf(&n1, data.path(), mtu),
+        pod_netconf(&n2, data.path(), mtu),
+    );
+    cni::add(&c1, &Invocation::new("one", p1.name())).unwrap();
+    let ip2 = cni::add(&c2, &Invocation::new("two", p2.name()))
+        .unwrap()
+        .pod_ip()
+        .unwrap();
+    let _srv = serve_tcp(&p2, 9000, "two").unwrap();
+    let tx_before = packets(&n1.netns, VXLAN_DEVICE, "tx");
+    let to2 = SocketAddr::new(IpAddr::V4(ip2), 9000);
+    assert_eq!(ask(&p1, to2).unwrap().identity, "two");
+    assert_eq!(
+        packets(&n1.netns, VXLAN_DEVICE, "tx"),
+        tx_before,
+        "not through the VTEP"
+    );
+
+    // The peer goes: its direct route goes too.
+    let now = sync_vxlan_peers(
+        &n1,
+        applied.remove(0),
+        &Default::default(),
+        true,
+    );
+    assert!(now.is_empty());
+    let routes = ip::ip(Some(&n1.netns), &["route", "show"]).unwrap();
+    assert!(!routes.contains(&n2.pod_cidr.to_string()), "{routes}");
+
+    cni::del(&c1, &Invocation::new("one", p1.name())).unwrap();
+    cni::del(&c2, &Invocation::new("two", p2.name())).unwrap();
+    drop((_srv, p1, p2));
+    topo.destroy().unwrap();
+}

@@ -106,6 +106,11 @@ pub struct Args {
     /// flannel's annotations.
     #[arg(long, default_value = "host-gw")]
     pub pod_network: svcnet_agent::routes::PodNetwork,
+    /// With `--pod-network vxlan`: flannel's DirectRouting. Peers on a node's own underlay
+    /// subnet get a host-gw route (`<podCIDR> via <InternalIP> dev eth0`) instead of the VXLAN
+    /// entries; the others keep VXLAN. (The embedded nodes share one bridge, so all go direct.)
+    #[arg(long)]
+    pub vxlan_direct_routing: bool,
     /// Prefix of every namespace and link svcnet creates (at most 11 characters).
     #[arg(long, default_value = "svcnet")]
     pub prefix: String,
@@ -355,8 +360,9 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                 let client = client.clone();
                 let stop = stopped(stop_rx.clone());
                 let node = node.clone();
+                let direct = args.vxlan_direct_routing;
                 tasks.spawn(async move {
-                    svcnet_agent::podnet::run_vxlan(client, node, stop).await;
+                    svcnet_agent::podnet::run_vxlan_with(client, node, direct, stop).await;
                     Ok(())
                 });
             }
