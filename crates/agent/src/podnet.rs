@@ -138,6 +138,11 @@ impl NodeWatch {
         }
     }
 
+    /// The Nodes as last seen.
+    pub fn nodes(&self) -> &BTreeMap<String, Node> {
+        &self.nodes
+    }
+
     /// The Nodes after the next change; `None` when the watch ends.
     pub async fn changed(&mut self) -> Option<&BTreeMap<String, Node>> {
         loop {
@@ -187,10 +192,21 @@ pub async fn run_vxlan_with(
 ) {
     let mut watch = NodeWatch::new(client, &node.name);
     let mut applied = AppliedPeers::new();
+    // flanneld recreates a deleted VTEP (`watchVXLANDevice`); svcnet checks on a timer.
+    let mut check = tokio::time::interval(VTEP_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     loop {
         let desired = tokio::select! {
             () = &mut shutdown => break,
+            _ = check.tick() => {
+                if !recreate_vtep_if_gone(&node).await {
+                    continue;
+                }
+                // Its entries went with it: program every peer again.
+                applied = AppliedPeers::new();
+                desired_peers(&node.name, watch.nodes().values())
+            }
             nodes = watch.changed() => match nodes {
                 None => break,
                 Some(nodes) => desired_peers(&node.name, nodes.values()),
@@ -209,6 +225,26 @@ pub async fn run_vxlan_with(
             }
         };
     }
+}
+
+/// How often the VTEP's presence is checked.
+const VTEP_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Makes `node`'s VTEP again if someone deleted it; whether it did.
+async fn recreate_vtep_if_gone(node: &NodeTopology) -> bool {
+    let node = node.clone();
+    let job = move || {
+        let links = crate::ip::link_names(Some(&node.netns)).ok()?;
+        if links.iter().any(|l| l == crate::routes::VXLAN_DEVICE) {
+            return Some(false);
+        }
+        match crate::routes::Vxlan::device_steps(&node).iter().try_for_each(|s| s.run()) {
+            Ok(()) => tracing::info!(node = %node.name, "vxlan: flannel.1 was deleted; recreated"),
+            Err(e) => tracing::warn!(node = %node.name, "vxlan: recreating flannel.1: {e}"),
+        }
+        Some(true)
+    };
+    matches!(tokio::task::spawn_blocking(job).await, Ok(Some(true)))
 }
 
 /// The VXLAN peers programmed on a node, each with whether it got the direct (host-gw) route.

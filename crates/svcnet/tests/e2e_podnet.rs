@@ -167,6 +167,23 @@ fn pods_on_two_nodes_talk_over_flannel_vxlan() {
     let rx_after = ip_in("e2evx-node2", &["-s", "link", "show", "flannel.1"]);
     assert_ne!(rx_before, rx_after, "node2's VTEP carried the traffic");
 
+    // flannel.1 deleted by hand: recreated with its peers' entries, as flanneld does.
+    let gone = Command::new("ip")
+        .args(["-n", "e2evx-node1", "link", "del", "flannel.1"])
+        .status()
+        .unwrap();
+    assert!(gone.success());
+    wait_for("node1's VTEP and route back", || {
+        let routes = ip_in("e2evx-node1", &["route", "show"]);
+        routes
+            .contains("10.131.2.0/24 via 10.131.2.0 dev flannel.1 onlink")
+            .then_some(routes)
+    });
+    wait_for("pod a to pod b again", || {
+        let reply = exec_in("a", &format!("curl -s -m 3 http://{ip_b}/"));
+        reply.starts_with("pod=b ").then_some(reply)
+    });
+
     // A Node added while running: its lease reaches the nodes; deleted: its entries go.
     let ghost = up.data_dir.path().join("ghost.yaml");
     std::fs::write(&ghost, GHOST).unwrap();
