@@ -71,7 +71,10 @@ fn round(network: PodNetwork, bytes: usize) -> Round {
         .run(move || TcpListener::bind((ip2, 9100)))
         .unwrap()
         .unwrap();
-    let (cpu0, loop0) = (process_cpu(), udp.iter().map(|u| u.cpu_seconds()).sum::<f64>());
+    let (cpu0, loop0) = (
+        process_cpu(),
+        udp.iter().map(|u| u.cpu_seconds()).sum::<f64>(),
+    );
     let (_, received, took) = tcp_transfer(&p1, listener, bytes).unwrap();
     let gb = bytes as f64 / 1e9;
     let cpu_per_gb = (process_cpu() - cpu0) / gb;

@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use futures::StreamExt;
+use ipnet::Ipv4Net;
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use ipnet::Ipv4Net;
 use kube::{Api, Client};
 
 use crate::routes::{FLANNEL_ANNOTATION_PREFIX, VxlanPeer};
@@ -150,7 +150,8 @@ impl NodeWatch {
                 Err(e) => tracing::warn!(node = %self.who, "node watch: {e}"),
                 Ok(Event::Init) => self.relist = Some(BTreeMap::new()),
                 Ok(Event::InitApply(n)) => {
-                    if let (Some(seen), Some(name)) = (self.relist.as_mut(), n.metadata.name.clone())
+                    if let (Some(seen), Some(name)) =
+                        (self.relist.as_mut(), n.metadata.name.clone())
                     {
                         seen.insert(name, n);
                     }
@@ -212,7 +213,9 @@ pub async fn run_vxlan_with(
                 Some(nodes) => desired_peers(&node.name, nodes.values()),
             },
         };
-        if applied.iter().all(|(p, (l, _))| desired.get(p) == Some(l)) && applied.len() == desired.len() {
+        if applied.iter().all(|(p, (l, _))| desired.get(p) == Some(l))
+            && applied.len() == desired.len()
+        {
             continue;
         }
         let job_node = node.clone();
@@ -238,7 +241,10 @@ async fn recreate_vtep_if_gone(node: &NodeTopology) -> bool {
         if links.iter().any(|l| l == crate::routes::VXLAN_DEVICE) {
             return Some(false);
         }
-        match crate::routes::Vxlan::device_steps(&node).iter().try_for_each(|s| s.run()) {
+        match crate::routes::Vxlan::device_steps(&node)
+            .iter()
+            .try_for_each(|s| s.run())
+        {
             Ok(()) => tracing::info!(node = %node.name, "vxlan: flannel.1 was deleted; recreated"),
             Err(e) => tracing::warn!(node = %node.name, "vxlan: recreating flannel.1: {e}"),
         }

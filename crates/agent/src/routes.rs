@@ -284,7 +284,15 @@ impl VxlanPeer {
     /// of the neighbour, FDB and onlink entries.
     pub fn direct_add_steps(&self, netns: &str) -> Vec<Step> {
         let (cidr, via) = (self.pod_cidr.to_string(), self.public_ip.to_string());
-        let args = ["route", "replace", &cidr, "via", &via, "dev", NODE_UNDERLAY_IF];
+        let args = [
+            "route",
+            "replace",
+            &cidr,
+            "via",
+            &via,
+            "dev",
+            NODE_UNDERLAY_IF,
+        ];
         vec![Step::ip(Some(netns), &args)]
     }
 

@@ -13,9 +13,7 @@ use std::time::Duration;
 use svcnet_agent::cni::{self, Invocation};
 use svcnet_agent::ip;
 use svcnet_agent::routes::PodNetwork;
-use svcnet_agent::test_support::{
-    Slot, node_objects, pod_netconf, tcp_transfer, udp_table,
-};
+use svcnet_agent::test_support::{Slot, node_objects, pod_netconf, tcp_transfer, udp_table};
 use svcnet_agent::topology::Topology;
 use svcnet_agent::udpencap::{PeerTable, UDP_DEVICE, UdpEncap, UdpEncapConfig};
 use svcnet_netns::NetNs;
@@ -88,7 +86,11 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
     let offloads = first[0].offloads();
     eprintln!("udp backend offloads on this kernel: {offloads:?}");
     assert!(offloads.queues >= 1);
-    assert_eq!(first[1].offloads().tun_offload, 0, "node 2: the kernel segments");
+    assert_eq!(
+        first[1].offloads().tun_offload,
+        0,
+        "node 2: the kernel segments"
+    );
 
     // Pods at MTU 1472 on all three nodes.
     let mtu = PodNetwork::Udp.pod_mtu();
@@ -178,7 +180,9 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
     // Stopping the loop closes the TUN: the device and its route are gone with it.
     third.stop();
     assert!(
-        !ip::link_names(Some(&n3.netns)).unwrap().contains(&UDP_DEVICE.to_string()),
+        !ip::link_names(Some(&n3.netns))
+            .unwrap()
+            .contains(&UDP_DEVICE.to_string()),
         "flannel0 goes with its loop"
     );
     let routes = ip::ip(Some(&n3.netns), &["route", "show"]).unwrap();

@@ -224,12 +224,7 @@ fn direct_routing_gives_same_subnet_peers_a_host_gw_route() {
     );
 
     // The peer goes: its direct route goes too.
-    let now = sync_vxlan_peers(
-        &n1,
-        applied.remove(0),
-        &Default::default(),
-        true,
-    );
+    let now = sync_vxlan_peers(&n1, applied.remove(0), &Default::default(), true);
     assert!(now.is_empty());
     let routes = ip::ip(Some(&n1.netns), &["route", "show"]).unwrap();
     assert!(!routes.contains(&n2.pod_cidr.to_string()), "{routes}");

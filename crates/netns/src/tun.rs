@@ -146,7 +146,12 @@ pub fn udp_gso_supported(sock: &UdpSocket) -> bool {
 
 /// Sends `buf` to `to` as datagrams of `seg_size` bytes each (the last may be shorter): one
 /// `sendmsg` with `UDP_SEGMENT`.
-pub fn send_gso(sock: &UdpSocket, buf: &[u8], seg_size: u16, to: SocketAddrV4) -> io::Result<usize> {
+pub fn send_gso(
+    sock: &UdpSocket,
+    buf: &[u8],
+    seg_size: u16,
+    to: SocketAddrV4,
+) -> io::Result<usize> {
     let iov = [IoSlice::new(buf)];
     let cmsg = [ControlMessage::UdpGsoSegments(&seg_size)];
     socket::sendmsg(
@@ -204,7 +209,12 @@ pub struct RecvBatch {
 
 impl std::fmt::Debug for RecvBatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RecvBatch({} x {})", self.bufs.len(), self.bufs.first().map_or(0, Vec::len))
+        write!(
+            f,
+            "RecvBatch({} x {})",
+            self.bufs.len(),
+            self.bufs.first().map_or(0, Vec::len)
+        )
     }
 }
 
@@ -222,12 +232,10 @@ impl RecvBatch {
         // Fresh headers per call: the kernel shrinks each header's `msg_controllen` to what it
         // used and nix's `recvmmsg` does not restore it, so a message without a GRO cmsg would
         // leave its slot unable to receive one ever after.
-        self.headers = MultiHeaders::preallocate(self.bufs.len(), Some(nix::cmsg_space!(libc::c_int)));
-        let mut slices: Vec<[IoSliceMut<'_>; 1]> = self
-            .bufs
-            .iter_mut()
-            .map(|b| [IoSliceMut::new(b)])
-            .collect();
+        self.headers =
+            MultiHeaders::preallocate(self.bufs.len(), Some(nix::cmsg_space!(libc::c_int)));
+        let mut slices: Vec<[IoSliceMut<'_>; 1]> =
+            self.bufs.iter_mut().map(|b| [IoSliceMut::new(b)]).collect();
         let results = socket::recvmmsg(
             sock.as_raw_fd(),
             &mut self.headers,

@@ -69,14 +69,21 @@ fn pods_on_two_nodes_talk_over_flannel_udp_and_nothing_is_left() {
     // flannel's UDP leases on both Nodes.
     let yaml = wait_for("both nodes with their UDP leases", || {
         let yaml = up.ok(&["get", "nodes", "-o", "yaml"]);
-        (yaml.matches("flannel.alpha.coreos.com/backend-type: udp").count() == 2).then_some(yaml)
+        (yaml
+            .matches("flannel.alpha.coreos.com/backend-type: udp")
+            .count()
+            == 2)
+            .then_some(yaml)
     });
     for (i, ip) in [(1, "172.29.57.2"), (2, "172.29.57.3")] {
         assert!(
             yaml.contains(&format!("flannel.alpha.coreos.com/public-ip: {ip}")),
             "{yaml}"
         );
-        assert!(yaml.contains(&format!("podCIDR: 10.197.{i}.0/24")), "{yaml}");
+        assert!(
+            yaml.contains(&format!("podCIDR: 10.197.{i}.0/24")),
+            "{yaml}"
+        );
     }
 
     // Each node: flannel0 as flannel makes it, and no host-gw route.
@@ -84,16 +91,28 @@ fn pods_on_two_nodes_talk_over_flannel_udp_and_nothing_is_left() {
         let tun = ip_in("e2eud-node1", &["-d", "link", "show", "flannel0"]);
         tun.contains("mtu 1472").then_some(tun)
     });
-    assert!(tun.contains("tun type tun") && tun.contains("multi_queue"), "{tun}");
+    assert!(
+        tun.contains("tun type tun") && tun.contains("multi_queue"),
+        "{tun}"
+    );
     let routes = ip_in("e2eud-node1", &["route", "show"]);
     assert!(routes.contains("10.197.0.0/16 dev flannel0"), "{routes}");
-    assert!(!routes.contains("via 172.29.57.3"), "no host-gw route: {routes}");
+    assert!(
+        !routes.contains("via 172.29.57.3"),
+        "no host-gw route: {routes}"
+    );
 
     // Pods on both nodes, at MTU 1472.
     let manifest = up.data_dir.path().join("pods.yaml");
     std::fs::write(&manifest, PODS).unwrap();
     up.ok(&["apply", "-f", manifest.to_str().unwrap()]);
-    up.ok(&["wait", "--for=condition=Ready", "pod/a", "pod/b", "--timeout=60s"]);
+    up.ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod/a",
+        "pod/b",
+        "--timeout=60s",
+    ]);
     let ip_a = up.ok(&["get", "pod", "a", "-o", "jsonpath={.status.podIP}"]);
     let ip_b = up.ok(&["get", "pod", "b", "-o", "jsonpath={.status.podIP}"]);
     assert!(
@@ -110,9 +129,16 @@ fn pods_on_two_nodes_talk_over_flannel_udp_and_nothing_is_left() {
         let reply = exec_in(&up, "a", &format!("curl -s -m 3 http://{ip_b}/"));
         reply.starts_with("pod=b ").then_some(reply)
     });
-    assert!(direct.contains(&format!("client={ip_a}:")), "source kept: {direct}");
+    assert!(
+        direct.contains(&format!("client={ip_a}:")),
+        "source kept: {direct}"
+    );
     wait_for("the Service from the other node", || {
-        let reply = exec_in(&up, "a", "curl -s -m 3 http://b.default.svc.cluster.local:8080/");
+        let reply = exec_in(
+            &up,
+            "a",
+            "curl -s -m 3 http://b.default.svc.cluster.local:8080/",
+        );
         reply.starts_with("pod=b ").then_some(reply)
     });
     let big = exec_in(
@@ -128,7 +154,10 @@ fn pods_on_two_nodes_talk_over_flannel_udp_and_nothing_is_left() {
     up.child.kill().unwrap();
     up.child.wait().unwrap();
     let links = ip_in("e2eud-node1", &["link", "show"]);
-    assert!(!links.contains("flannel0"), "flannel0 died with up: {links}");
+    assert!(
+        !links.contains("flannel0"),
+        "flannel0 died with up: {links}"
+    );
     let down = Command::new(env!("CARGO_BIN_EXE_svcnet"))
         .args(["down", "--prefix", "e2eud", "--data-dir"])
         .arg(up.data_dir.path())

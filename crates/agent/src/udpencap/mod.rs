@@ -35,7 +35,7 @@ use ipnet::Ipv4Net;
 use svcnet_netns::tun;
 
 use crate::topology::{NodeTopology, Step, TopologyError};
-use packet::{Coalescer, GSO_NONE, F_NEEDS_CSUM, VNET_HDR_LEN, VnetHdr};
+use packet::{Coalescer, F_NEEDS_CSUM, GSO_NONE, VNET_HDR_LEN, VnetHdr};
 pub use table::{PeerTable, UDP_PORT, UdpPeer};
 
 /// flannel's TUN name (`flannel%d` → `flannel0`).
@@ -59,7 +59,10 @@ pub fn device_steps(node: &NodeTopology, cluster_cidr: Ipv4Net, mtu: u32) -> Vec
                 UDP_DEVICE,
             ],
         ),
-        Step::ip(ns, &["link", "set", UDP_DEVICE, "mtu", &mtu.to_string(), "up"]),
+        Step::ip(
+            ns,
+            &["link", "set", UDP_DEVICE, "mtu", &mtu.to_string(), "up"],
+        ),
         Step::ip(
             ns,
             &["route", "add", &cluster_cidr.to_string(), "dev", UDP_DEVICE],
@@ -239,7 +242,12 @@ impl UdpEncap {
 
     /// CPU seconds (user + system) the loop's threads used so far.
     pub fn cpu_seconds(&self) -> f64 {
-        let tids = self.shared.tids.lock().map(|t| t.clone()).unwrap_or_default();
+        let tids = self
+            .shared
+            .tids
+            .lock()
+            .map(|t| t.clone())
+            .unwrap_or_default();
         tids.iter().map(|tid| thread_cpu_seconds(*tid)).sum()
     }
 
@@ -374,8 +382,7 @@ fn send_segments(
             .try_for_each(|c| tun::send_gso(sock, c, segment as u16, to).map(drop))
     } else {
         buf.chunks(segment * 32).try_for_each(|group| {
-            let msgs: Vec<(&[u8], SocketAddrV4)> =
-                group.chunks(segment).map(|d| (d, to)).collect();
+            let msgs: Vec<(&[u8], SocketAddrV4)> = group.chunks(segment).map(|d| (d, to)).collect();
             tun::send_batch(sock, headers, &msgs).map(drop)
         })
     };

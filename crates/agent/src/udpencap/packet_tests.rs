@@ -97,7 +97,10 @@ fn a_tso_super_packet_splits_into_valid_segments_and_coalesces_back() {
     assert_eq!(back[40..], payload[..]);
     assert_eq!(back[33], TCP_ACK | TCP_PSH);
     assert!(complete_checksum(&mut back, 20, 16));
-    assert!(valid(&back), "the partial checksum completes to a valid one");
+    assert!(
+        valid(&back),
+        "the partial checksum completes to a valid one"
+    );
 }
 
 #[test]

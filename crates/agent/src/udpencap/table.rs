@@ -30,11 +30,7 @@ impl PeerTable {
             .into_iter()
             .map(|p| (p.pod_cidr, SocketAddrV4::new(p.public_ip, port)))
             .collect();
-        entries.sort_by(|a, b| {
-            b.0.prefix_len()
-                .cmp(&a.0.prefix_len())
-                .then(a.0.cmp(&b.0))
-        });
+        entries.sort_by(|a, b| b.0.prefix_len().cmp(&a.0.prefix_len()).then(a.0.cmp(&b.0)));
         entries.dedup_by_key(|e| e.0);
         Self { entries }
     }
