@@ -228,3 +228,73 @@ pub fn udp_table(
 ) -> crate::udpencap::PeerTable {
     crate::podnet::udp::desired_table(&node.name, objects, crate::udpencap::UDP_PORT)
 }
+
+/// A pod namespace attached to `node`'s `cni0` by the CNI plugin, for kernel tests and benches;
+/// detached (CNI DEL) and its namespace removed on drop.
+#[derive(Debug)]
+pub struct TestPod {
+    pub ns: svcnet_netns::NetNs,
+    pub conf: crate::cni::NetConf,
+    pub ip: std::net::Ipv4Addr,
+    id: String,
+}
+
+impl TestPod {
+    /// The pod `<prefix>-pod-<id>` on `node` at `mtu`, with IPAM in `data_dir`.
+    pub fn add(
+        node: &crate::NodeTopology,
+        data_dir: &std::path::Path,
+        mtu: u32,
+        prefix: &str,
+        id: &str,
+    ) -> Result<Self, String> {
+        let ns = svcnet_netns::NetNs::create(&format!("{prefix}-pod-{id}"))
+            .map_err(|e| e.to_string())?;
+        let conf = pod_netconf(node, data_dir, mtu);
+        let ip = crate::cni::add(&conf, &crate::cni::Invocation::new(id, ns.name()))
+            .map_err(|e| e.to_string())?
+            .pod_ip()
+            .ok_or("CNI ADD returned no address")?;
+        Ok(Self {
+            ns,
+            conf,
+            ip,
+            id: id.to_string(),
+        })
+    }
+}
+
+impl Drop for TestPod {
+    fn drop(&mut self) {
+        let inv = crate::cni::Invocation::new(&self.id, self.ns.name());
+        if let Err(e) = crate::cni::del(&self.conf, &inv) {
+            tracing::warn!(pod = %self.id, "test pod CNI DEL: {e}");
+        }
+    }
+}
+
+/// `ip -s -d link show dev DEV` in `netns`, as JSON.
+pub fn link_json(netns: &str, dev: &str) -> Result<serde_json::Value, String> {
+    crate::ip::ip_json(Some(netns), &["-s", "-d", "link", "show", "dev", dev])
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("no link {dev} in {netns}"))
+}
+
+/// The packets `dev` in `netns` sent (`dir` = `tx`) or received (`rx`).
+pub fn link_packets(netns: &str, dev: &str, dir: &str) -> Result<u64, String> {
+    let link = link_json(netns, dev)?;
+    link["stats64"][dir]["packets"]
+        .as_u64()
+        .ok_or_else(|| format!("no {dir} packet count in {link}"))
+}
+
+/// One question to the test server at `to` over TCP from inside `from` (2 s timeout).
+pub fn ask_tcp(
+    from: &svcnet_netns::NetNs,
+    to: std::net::SocketAddr,
+) -> std::io::Result<svcnet_netns::test_support::Reply> {
+    from.run(move || svcnet_netns::test_support::tcp_ask(to, std::time::Duration::from_secs(2)))
+        .map_err(std::io::Error::other)?
+}

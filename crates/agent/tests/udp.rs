@@ -10,30 +10,21 @@
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::time::Duration;
 
-use svcnet_agent::cni::{self, Invocation};
 use svcnet_agent::ip;
 use svcnet_agent::routes::PodNetwork;
-use svcnet_agent::test_support::{Slot, node_objects, pod_netconf, tcp_transfer, udp_table};
+use svcnet_agent::test_support::{
+    Slot, TestPod, ask_tcp, link_json, link_packets, node_objects, tcp_transfer, udp_table,
+};
 use svcnet_agent::topology::Topology;
 use svcnet_agent::udpencap::{PeerTable, UDP_DEVICE, UdpEncap, UdpEncapConfig};
-use svcnet_netns::NetNs;
-use svcnet_netns::test_support::{serve_tcp, serve_udp, tcp_ask, udp_ask};
+use svcnet_netns::test_support::{serve_tcp, serve_udp, udp_ask};
 
 fn link(netns: &str, dev: &str) -> serde_json::Value {
-    ip::ip_json(Some(netns), &["-s", "-d", "link", "show", "dev", dev])
-        .unwrap()
-        .remove(0)
+    link_json(netns, dev).unwrap()
 }
 
 fn packets(netns: &str, dev: &str, dir: &str) -> u64 {
-    link(netns, dev)["stats64"][dir]["packets"]
-        .as_u64()
-        .unwrap()
-}
-
-fn ask(from: &NetNs, to: SocketAddr) -> std::io::Result<svcnet_netns::test_support::Reply> {
-    from.run(move || tcp_ask(to, Duration::from_secs(2)))
-        .unwrap()
+    link_packets(netns, dev, dir).unwrap()
 }
 
 #[test]
@@ -94,34 +85,22 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
 
     // Pods at MTU 1472 on all three nodes.
     let mtu = PodNetwork::Udp.pod_mtu();
-    let pods: Vec<NetNs> = (1..=3)
-        .map(|i| NetNs::create(&format!("{prefix}-pod-{i}")).unwrap())
-        .collect();
-    let confs: Vec<_> = nodes
+    let pods: Vec<TestPod> = nodes
         .iter()
-        .map(|n| pod_netconf(n, data.path(), mtu))
-        .collect();
-    let ips: Vec<_> = pods
-        .iter()
-        .zip(&confs)
         .enumerate()
-        .map(|(i, (p, c))| {
-            cni::add(c, &Invocation::new(&format!("p{i}"), p.name()))
-                .unwrap()
-                .pod_ip()
-                .unwrap()
-        })
+        .map(|(i, n)| TestPod::add(n, data.path(), mtu, &prefix, &(i + 1).to_string()).unwrap())
         .collect();
-    assert_eq!(link(pods[0].name(), "eth0")["mtu"], 1472);
+    let ips: Vec<_> = pods.iter().map(|p| p.ip).collect();
+    assert_eq!(link(pods[0].ns.name(), "eth0")["mtu"], 1472);
 
-    let _srv2 = serve_tcp(&pods[1], 9000, "two").unwrap();
-    let _udp2 = serve_udp(&pods[1], 9001, "two-udp").unwrap();
-    let _srv3 = serve_tcp(&pods[2], 9000, "three").unwrap();
+    let _srv2 = serve_tcp(&pods[1].ns, 9000, "two").unwrap();
+    let _udp2 = serve_udp(&pods[1].ns, 9001, "two-udp").unwrap();
+    let _srv3 = serve_tcp(&pods[2].ns, 9000, "three").unwrap();
     let to2 = SocketAddr::new(IpAddr::V4(ips[1]), 9000);
     let to3 = SocketAddr::new(IpAddr::V4(ips[2]), 9000);
     let tx_before = packets(&n1.netns, UDP_DEVICE, "tx");
     let rx_before = packets(&n2.netns, UDP_DEVICE, "rx");
-    let reply = ask(&pods[0], to2).unwrap();
+    let reply = ask_tcp(&pods[0].ns, to2).unwrap();
     assert_eq!(
         (reply.identity.as_str(), reply.client),
         ("two", IpAddr::V4(ips[0])),
@@ -129,6 +108,7 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
     );
     let udp_to2 = SocketAddr::new(IpAddr::V4(ips[1]), 9001);
     let reply = pods[0]
+        .ns
         .run(move || udp_ask(udp_to2, Duration::from_secs(2)))
         .unwrap()
         .unwrap();
@@ -143,17 +123,18 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
     // 10 MiB, every byte checked, in both directions (the transfer fails on any difference).
     for (from, to, ip) in [(0, 1, ips[1]), (1, 0, ips[0])] {
         let listener = pods[to]
+            .ns
             .run(move || TcpListener::bind((ip, 9100)))
             .unwrap()
             .unwrap();
-        let (_, total, took) = tcp_transfer(&pods[from], listener, 10 << 20).unwrap();
+        let (_, total, took) = tcp_transfer(&pods[from].ns, listener, 10 << 20).unwrap();
         assert_eq!(total, 10 << 20);
         eprintln!("10 MiB node {} -> node {}: {took:?}", from + 1, to + 1);
     }
 
     // Node 3 is not running its loop and not in the others' tables: unreachable.
     let t = std::time::Instant::now();
-    assert!(ask(&pods[0], to3).is_err(), "node 3 has no loop yet");
+    assert!(ask_tcp(&pods[0].ns, to3).is_err(), "node 3 has no loop yet");
     eprintln!("unreachable after {:?}", t.elapsed());
     // It starts; the others learn its lease (a Node added): reachable both ways.
     let third = UdpEncap::start(n3, &UdpEncapConfig::new(cluster)).unwrap();
@@ -161,8 +142,8 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
     for (node, encap) in nodes.iter().zip(&first) {
         encap.set_peers(udp_table(node, &objects));
     }
-    assert_eq!(ask(&pods[0], to3).unwrap().identity, "three");
-    assert_eq!(ask(&pods[1], to3).unwrap().identity, "three");
+    assert_eq!(ask_tcp(&pods[0].ns, to3).unwrap().identity, "three");
+    assert_eq!(ask_tcp(&pods[1].ns, to3).unwrap().identity, "three");
 
     // Node 2's lease goes from node 1's table: its pods are cut off from node 1 (and only
     // them); re-added, traffic flows again.
@@ -172,10 +153,10 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
         .cloned()
         .collect();
     first[0].set_peers(udp_table(n1, &without2));
-    assert!(ask(&pods[0], to2).is_err(), "node 2 cut off");
-    assert_eq!(ask(&pods[0], to3).unwrap().identity, "three");
+    assert!(ask_tcp(&pods[0].ns, to2).is_err(), "node 2 cut off");
+    assert_eq!(ask_tcp(&pods[0].ns, to3).unwrap().identity, "three");
     first[0].set_peers(udp_table(n1, &objects));
-    assert_eq!(ask(&pods[0], to2).unwrap().identity, "two");
+    assert_eq!(ask_tcp(&pods[0].ns, to2).unwrap().identity, "two");
 
     // Stopping the loop closes the TUN: the device and its route are gone with it.
     third.stop();
@@ -189,9 +170,6 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
     assert!(!routes.contains(UDP_DEVICE), "{routes}");
     assert_ne!(*first[0].peers(), PeerTable::default());
 
-    for (i, (p, c)) in pods.iter().zip(&confs).enumerate() {
-        cni::del(c, &Invocation::new(&format!("p{i}"), p.name())).unwrap();
-    }
     drop((_srv2, _udp2, _srv3, pods, first));
     topo.destroy().unwrap();
     let left: Vec<String> = ip::link_names(None)

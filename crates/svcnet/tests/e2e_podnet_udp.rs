@@ -11,40 +11,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Net, free_udp_port, is_root, wait_for};
-
-const PODS: &str = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: a, labels: {app: a}}
-spec:
-  nodeName: e2eud-node1
-  containers: [{name: web, image: test-server, ports: [{name: http, containerPort: 80}]}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: b, labels: {app: b}}
-spec:
-  nodeName: e2eud-node2
-  containers: [{name: web, image: test-server, ports: [{name: http, containerPort: 80}]}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: b}
-spec:
-  selector: {app: b}
-  ports: [{port: 8080, targetPort: http}]
-"#;
-
-fn ip_in(netns: &str, args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .arg("-n")
-        .arg(netns)
-        .args(args)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use common::{Net, free_udp_port, ip_in, is_root, wait_for};
 
 #[test]
 fn pods_on_two_nodes_talk_over_flannel_udp_and_nothing_is_left() {
@@ -104,7 +71,7 @@ fn pods_on_two_nodes_talk_over_flannel_udp_and_nothing_is_left() {
 
     // Pods on both nodes, at MTU 1472.
     let manifest = up.data_dir.path().join("pods.yaml");
-    std::fs::write(&manifest, PODS).unwrap();
+    std::fs::write(&manifest, common::pods_a_b("e2eud")).unwrap();
     up.ok(&["apply", "-f", manifest.to_str().unwrap()]);
     up.ok(&[
         "wait",

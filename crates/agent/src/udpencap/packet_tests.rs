@@ -26,6 +26,16 @@ fn tcp(seq: u32, flags: u8, payload: &[u8]) -> Vec<u8> {
     p
 }
 
+/// What a TUN hands over with a 1432-byte-MSS TCP super-packet.
+const TSO_1432: VnetHdr = VnetHdr {
+    flags: F_NEEDS_CSUM,
+    gso_type: GSO_TCPV4,
+    hdr_len: 40,
+    gso_size: 1432,
+    csum_start: 20,
+    csum_offset: 16,
+};
+
 fn valid(p: &[u8]) -> bool {
     let ps = pseudo_sum(p, p[9], p.len() - 20);
     fold(sum(&p[..20], 0)) == 0xffff && fold(sum(&p[20..], ps)) == 0xffff
@@ -37,14 +47,7 @@ fn bytes(n: usize) -> Vec<u8> {
 
 #[test]
 fn vnet_header_round_trips() {
-    let h = VnetHdr {
-        flags: F_NEEDS_CSUM,
-        gso_type: GSO_TCPV4,
-        hdr_len: 40,
-        gso_size: 1432,
-        csum_start: 20,
-        csum_offset: 16,
-    };
+    let h = TSO_1432;
     let mut b = [0u8; VNET_HDR_LEN];
     h.write(&mut b);
     assert_eq!(b, [1, 1, 40, 0, 0x98, 5, 20, 0, 16, 0]);
@@ -59,14 +62,7 @@ fn a_tso_super_packet_splits_into_valid_segments_and_coalesces_back() {
     // As the TUN hands it: a partial checksum (pseudo-header only).
     let ps = fold(pseudo_sum(&sup, PROTO_TCP, sup.len() - 20));
     sup[36..38].copy_from_slice(&ps.to_be_bytes());
-    let hdr = VnetHdr {
-        flags: F_NEEDS_CSUM,
-        gso_type: GSO_TCPV4,
-        hdr_len: 40,
-        gso_size: 1432,
-        csum_start: 20,
-        csum_offset: 16,
-    };
+    let hdr = TSO_1432;
     let mut out = Vec::new();
     let seg = segment(&sup, &hdr, &mut out).unwrap();
     assert_eq!(seg, 1472, "40 bytes of headers + 1432");

@@ -335,3 +335,43 @@ pub fn is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// Pod `a` on `<prefix>-node1`, pod `b` on `<prefix>-node2` (the test server, port `http` = 80)
+/// and Service `b` (8080 → `http`): the pod network tests' manifest.
+pub fn pods_a_b(prefix: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: a, labels: {{app: a}}}}
+spec:
+  nodeName: {prefix}-node1
+  containers: [{{name: web, image: test-server, ports: [{{name: http, containerPort: 80}}]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: b, labels: {{app: b}}}}
+spec:
+  nodeName: {prefix}-node2
+  containers: [{{name: web, image: test-server, ports: [{{name: http, containerPort: 80}}]}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: b}}
+spec:
+  selector: {{app: b}}
+  ports: [{{port: 8080, targetPort: http}}]
+"#
+    )
+}
+
+/// `ip -n NETNS args...`'s stdout (empty when it fails).
+pub fn ip_in(netns: &str, args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .arg("-n")
+        .arg(netns)
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
