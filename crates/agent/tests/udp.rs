@@ -91,7 +91,12 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
         .map(|(i, n)| TestPod::add(n, data.path(), mtu, &prefix, &(i + 1).to_string()).unwrap())
         .collect();
     let ips: Vec<_> = pods.iter().map(|p| p.ip).collect();
+    // The pod's eth0, its host-side veth and cni0 all at 1472: nothing needs fragmenting.
     assert_eq!(link(pods[0].ns.name(), "eth0")["mtu"], 1472);
+    assert_eq!(link(&n1.netns, "cni0")["mtu"], 1472);
+    let ports = ip::ip_json(Some(&n1.netns), &["link", "show", "master", "cni0"]).unwrap();
+    assert!(!ports.is_empty());
+    assert!(ports.iter().all(|p| p["mtu"] == 1472), "{ports:?}");
 
     let _srv2 = serve_tcp(&pods[1].ns, 9000, "two").unwrap();
     let _udp2 = serve_udp(&pods[1].ns, 9001, "two-udp").unwrap();
