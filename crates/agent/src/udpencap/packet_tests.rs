@@ -132,3 +132,35 @@ fn partial_checksums_complete() {
     assert!(valid(&p));
     assert_eq!(ipv4_dst(&p), Some(Ipv4Addr::new(10, 0, 0, 2)));
 }
+
+#[test]
+fn the_wide_sum_equals_the_textbook_one() {
+    // RFC 1071's loop: big-endian 16-bit words, an odd last byte padded with zero.
+    let textbook = |d: &[u8]| -> u16 {
+        let mut acc: u32 = 0;
+        for pair in d.chunks(2) {
+            acc += u32::from(pair[0]) << 8 | u32::from(*pair.get(1).unwrap_or(&0));
+        }
+        while acc > 0xffff {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        acc as u16
+    };
+    let data: Vec<u8> = (0..3000u32).map(|i| (i * 7919 % 256) as u8).collect();
+    let ones = vec![0xffu8; 100];
+    for len in [0, 1, 2, 15, 16, 17, 31, 33, 1431, 1432, 3000] {
+        assert_eq!(
+            fold(sum(&data[..len], 0)),
+            textbook(&data[..len]),
+            "len {len}"
+        );
+        assert_eq!(
+            fold(sum(&ones[..len.min(100)], 0)),
+            textbook(&ones[..len.min(100)])
+        );
+    }
+    assert_eq!(fold(sum(&data[..40], 0x1_2345)), {
+        let t = u32::from(textbook(&data[..40])) + 0x1_2345;
+        fold(u64::from(t))
+    });
+}
