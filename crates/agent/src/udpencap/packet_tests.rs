@@ -147,7 +147,7 @@ fn the_wide_sum_equals_the_textbook_one() {
         acc as u16
     };
     let data: Vec<u8> = (0..3000u32).map(|i| (i * 7919 % 256) as u8).collect();
-    let ones = vec![0xffu8; 100];
+    let ones = [0xffu8; 100];
     for len in [0, 1, 2, 15, 16, 17, 31, 33, 1431, 1432, 3000] {
         assert_eq!(
             fold(sum(&data[..len], 0)),
