@@ -27,6 +27,7 @@ pub mod runtime;
 pub mod test_support;
 pub mod testserver;
 pub mod topology;
+pub mod udpencap;
 
 pub use runtime::{AgentConfig, AgentError, BeforeStart, run};
 pub use topology::{NodeTopology, Topology, TopologyConfig, TopologyError};

@@ -4,9 +4,12 @@
 //! and `backend-data`'s `VtepMAC`, on Nodes with `kube-subnet-manager: "true"` and
 //! `backend-type: vxlan`). A Node added while running gets its entries; a Node deleted (or no
 //! longer a VXLAN lease) loses them. The kernel programming itself is [`VxlanPeer`]'s.
+//! [`udp`] does the same for the UDP backend's peer table.
 
 use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
 
+use ipnet::Ipv4Net;
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 
@@ -17,28 +20,50 @@ pub mod bgp;
 pub mod condition;
 pub mod ipip;
 pub mod speaker;
+pub mod udp;
 pub mod watch;
 
 pub use watch::NodeWatch;
 
-/// The VXLAN lease a Node announces: `Ok(None)` when it announces none (another backend, or no
-/// flannel annotations yet), an error naming what is malformed.
-pub fn vxlan_lease(node: &Node) -> Result<Option<VxlanPeer>, String> {
-    let empty = BTreeMap::new();
-    let annotations = node.metadata.annotations.as_ref().unwrap_or(&empty);
-    let get = |key: &str| annotations.get(&format!("{FLANNEL_ANNOTATION_PREFIX}{key}"));
-    if get("kube-subnet-manager").map(String::as_str) != Some("true")
-        || get("backend-type").map(String::as_str) != Some("vxlan")
+/// The annotation `key` (without flannel's prefix) of `node`.
+fn annotation<'a>(node: &'a Node, key: &str) -> Option<&'a String> {
+    node.metadata
+        .annotations
+        .as_ref()?
+        .get(&format!("{FLANNEL_ANNOTATION_PREFIX}{key}"))
+}
+
+/// The pod CIDR and public IP of the lease a Node announces for `backend_type` (every flannel
+/// backend's common part): `Ok(None)` when it announces none (another backend, or no flannel
+/// annotations yet), an error naming what is malformed.
+pub fn lease(node: &Node, backend_type: &str) -> Result<Option<(Ipv4Net, Ipv4Addr)>, String> {
+    if annotation(node, "kube-subnet-manager").map(String::as_str) != Some("true")
+        || annotation(node, "backend-type").map(String::as_str) != Some(backend_type)
     {
         return Ok(None);
     }
-    let pod_cidr = spec_pod_cidr(node)?;
-    let public_ip = get("public-ip")
+    let pod_cidr = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.pod_cidr.as_deref())
+        .ok_or("no spec.podCIDR")?
+        .parse()
+        .map_err(|e| format!("spec.podCIDR: {e}"))?;
+    let public_ip = annotation(node, "public-ip")
         .ok_or("no public-ip annotation")?
         .parse()
         .map_err(|e| format!("public-ip: {e}"))?;
+    Ok(Some((pod_cidr, public_ip)))
+}
+
+/// The VXLAN lease a Node announces: `Ok(None)` when it announces none (another backend, or no
+/// flannel annotations yet), an error naming what is malformed.
+pub fn vxlan_lease(node: &Node) -> Result<Option<VxlanPeer>, String> {
+    let Some((pod_cidr, public_ip)) = lease(node, "vxlan")? else {
+        return Ok(None);
+    };
     let data: serde_json::Value =
-        serde_json::from_str(get("backend-data").ok_or("no backend-data")?)
+        serde_json::from_str(annotation(node, "backend-data").ok_or("no backend-data")?)
             .map_err(|e| format!("backend-data: {e}"))?;
     let vtep_mac = data
         .get("VtepMAC")
@@ -77,6 +102,15 @@ pub fn desired_peers<'a>(
     self_name: &str,
     nodes: impl IntoIterator<Item = &'a Node>,
 ) -> BTreeMap<String, VxlanPeer> {
+    peers_by(self_name, nodes, vxlan_lease)
+}
+
+/// Every other Node's lease as `parse` reads it, by name; malformed ones skipped with a warning.
+pub fn peers_by<'a, P>(
+    self_name: &str,
+    nodes: impl IntoIterator<Item = &'a Node>,
+    parse: impl Fn(&Node) -> Result<Option<P>, String>,
+) -> BTreeMap<String, P> {
     nodes
         .into_iter()
         .filter_map(|node| {
@@ -84,10 +118,10 @@ pub fn desired_peers<'a>(
             if name == self_name {
                 return None;
             }
-            match vxlan_lease(node) {
+            match parse(node) {
                 Ok(lease) => lease.map(|l| (name, l)),
                 Err(e) => {
-                    tracing::warn!(node = %name, "ignoring its VXLAN lease: {e}");
+                    tracing::warn!(node = %name, "ignoring its flannel lease: {e}");
                     None
                 }
             }
@@ -98,73 +132,142 @@ pub fn desired_peers<'a>(
 /// Keeps `node`'s VTEP entries equal to the other Nodes' VXLAN leases until `shutdown`.
 /// (The VTEP itself is made with the topology; it goes with the node's namespace.)
 pub async fn run_vxlan(client: Client, node: NodeTopology, shutdown: impl Future<Output = ()>) {
+    run_vxlan_with(client, node, false, shutdown).await;
+}
+
+/// [`run_vxlan`] with flannel's `DirectRouting` option when `direct_routing`: peers on this
+/// node's underlay subnet get a host-gw route instead of VXLAN entries.
+pub async fn run_vxlan_with(
+    client: Client,
+    node: NodeTopology,
+    direct_routing: bool,
+    shutdown: impl Future<Output = ()>,
+) {
     let mut watch = NodeWatch::new(client, &node.name);
-    let mut applied: BTreeMap<String, VxlanPeer> = BTreeMap::new();
+    let mut applied = AppliedPeers::new();
+    // flanneld recreates a deleted VTEP (`watchVXLANDevice`); svcnet checks on a timer.
+    let mut check = tokio::time::interval(VTEP_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tokio::pin!(shutdown);
     loop {
         let desired = tokio::select! {
             () = &mut shutdown => break,
+            _ = check.tick() => {
+                if !recreate_vtep_if_gone(&node).await {
+                    continue;
+                }
+                // Its entries went with it: program every peer again.
+                applied = AppliedPeers::new();
+                desired_peers(&node.name, watch.nodes().values())
+            }
             nodes = watch.changed() => match nodes {
-                Some(nodes) => desired_peers(&node.name, nodes.values()),
                 None => break,
+                Some(nodes) => desired_peers(&node.name, nodes.values()),
             },
         };
-        applied = reconcile(&node, applied, desired).await;
+        if applied.iter().all(|(p, (l, _))| desired.get(p) == Some(l))
+            && applied.len() == desired.len()
+        {
+            continue;
+        }
+        let job_node = node.clone();
+        let job = move || sync_vxlan_peers(&job_node, applied, &desired, direct_routing);
+        applied = match tokio::task::spawn_blocking(job).await {
+            Ok(now) => now,
+            Err(e) => {
+                tracing::warn!(node = %node.name, "vxlan reconcile task: {e}");
+                AppliedPeers::new()
+            }
+        };
     }
 }
 
-/// Removes the entries of peers that went or changed, then adds the new and changed ones
-/// (flannel's order per peer). Returns what is now programmed.
-async fn reconcile(
-    node: &NodeTopology,
-    applied: BTreeMap<String, VxlanPeer>,
-    desired: BTreeMap<String, VxlanPeer>,
-) -> BTreeMap<String, VxlanPeer> {
-    if applied == desired {
-        return applied;
-    }
-    let netns = node.netns.clone();
-    let name = node.name.clone();
+/// How often the VTEP's presence is checked.
+const VTEP_CHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Makes `node`'s VTEP again if someone deleted it; whether it did.
+async fn recreate_vtep_if_gone(node: &NodeTopology) -> bool {
+    let node = node.clone();
     let job = move || {
-        let mut now = applied;
-        let gone: Vec<String> = now
+        let links = crate::ip::link_names(Some(&node.netns)).ok()?;
+        if links.iter().any(|l| l == crate::routes::VXLAN_DEVICE) {
+            return Some(false);
+        }
+        match crate::routes::Vxlan::device_steps(&node)
             .iter()
-            .filter(|(peer, lease)| desired.get(*peer) != Some(*lease))
-            .map(|(peer, _)| peer.clone())
-            .collect();
-        for peer in gone {
-            if let Some(lease) = now.remove(&peer) {
-                // As flannel: errors deleting are logged, not fatal (an entry may be gone).
-                for step in lease.del_steps(&netns) {
-                    if let Err(e) = step.run() {
-                        tracing::debug!(node = %name, %peer, "{step}: {e}");
-                    }
-                }
-                tracing::info!(node = %name, %peer, "vxlan peer removed");
-            }
+            .try_for_each(|s| s.run())
+        {
+            Ok(()) => tracing::info!(node = %node.name, "vxlan: flannel.1 was deleted; recreated"),
+            Err(e) => tracing::warn!(node = %node.name, "vxlan: recreating flannel.1: {e}"),
         }
-        for (peer, lease) in &desired {
-            if now.contains_key(peer) {
-                continue;
-            }
-            match lease.add_steps(&netns).iter().try_for_each(|s| s.run()) {
-                Ok(()) => {
-                    tracing::info!(node = %name, %peer, pod_cidr = %lease.pod_cidr, "vxlan peer added");
-                    now.insert(peer.clone(), lease.clone());
-                }
-                // Retried at the next Node event (leases are re-sent on every watch relist).
-                Err(e) => tracing::warn!(node = %name, %peer, "vxlan peer: {e}"),
-            }
-        }
-        now
+        Some(true)
     };
-    match tokio::task::spawn_blocking(job).await {
-        Ok(now) => now,
-        Err(e) => {
-            tracing::warn!(node = %node.name, "vxlan reconcile task: {e}");
-            BTreeMap::new()
+    matches!(tokio::task::spawn_blocking(job).await, Ok(Some(true)))
+}
+
+/// The VXLAN peers programmed on a node, each with whether it got the direct (host-gw) route.
+pub type AppliedPeers = BTreeMap<String, (VxlanPeer, bool)>;
+
+/// flannel's `DirectRouting` test (`pkg/ip` `DirectRouting`): the route to a peer's public IP
+/// is exactly one route without a gateway, so the peer is on this node's own subnet.
+pub fn is_direct(route_get: &[serde_json::Value]) -> bool {
+    route_get.len() == 1 && route_get[0].get("gateway").is_none()
+}
+
+/// Removes the entries of peers that went or changed, then adds the new and changed ones
+/// (flannel's order per peer; with `direct_routing`, a host-gw route for a peer on the node's
+/// subnet). Blocking. Returns what is now programmed.
+pub fn sync_vxlan_peers(
+    node: &NodeTopology,
+    applied: AppliedPeers,
+    desired: &BTreeMap<String, VxlanPeer>,
+    direct_routing: bool,
+) -> AppliedPeers {
+    let (netns, name) = (&node.netns, &node.name);
+    let mut now = applied;
+    let gone: Vec<String> = now
+        .iter()
+        .filter(|(peer, (lease, _))| desired.get(*peer) != Some(lease))
+        .map(|(peer, _)| peer.clone())
+        .collect();
+    for peer in gone {
+        if let Some((lease, direct)) = now.remove(&peer) {
+            let steps = if direct {
+                lease.direct_del_steps(netns)
+            } else {
+                lease.del_steps(netns)
+            };
+            // As flannel: errors deleting are logged, not fatal (an entry may be gone).
+            for step in steps {
+                if let Err(e) = step.run() {
+                    tracing::debug!(node = %name, %peer, "{step}: {e}");
+                }
+            }
+            tracing::info!(node = %name, %peer, "vxlan peer removed");
         }
     }
+    for (peer, lease) in desired {
+        if now.contains_key(peer) {
+            continue;
+        }
+        let direct = direct_routing
+            && crate::ip::ip_json(Some(netns), &["route", "get", &lease.public_ip.to_string()])
+                .is_ok_and(|r| is_direct(&r));
+        let steps = if direct {
+            lease.direct_add_steps(netns)
+        } else {
+            lease.add_steps(netns)
+        };
+        match steps.iter().try_for_each(|s| s.run()) {
+            Ok(()) => {
+                tracing::info!(node = %name, %peer, pod_cidr = %lease.pod_cidr, direct, "vxlan peer added");
+                now.insert(peer.clone(), (lease.clone(), direct));
+            }
+            // Retried at the next Node event (leases are re-sent on every watch relist).
+            Err(e) => tracing::warn!(node = %name, %peer, "vxlan peer: {e}"),
+        }
+    }
+    now
 }
 
 #[cfg(test)]
@@ -204,6 +307,18 @@ mod tests {
         assert_eq!(n2.pod_cidr.to_string(), "10.244.2.0/24");
         assert_eq!(n2.public_ip.to_string(), "172.30.0.3");
         assert_eq!(n2.vtep_mac, vtep_mac([172, 30, 0, 3].into()));
+    }
+
+    #[test]
+    fn direct_routing_needs_one_route_without_a_gateway() {
+        let j = |s: &str| serde_json::from_str::<Vec<serde_json::Value>>(s).unwrap();
+        assert!(is_direct(&j(
+            r#"[{"dst":"172.30.0.3","dev":"eth0","prefsrc":"172.30.0.2"}]"#
+        )));
+        assert!(!is_direct(&j(
+            r#"[{"dst":"10.9.0.1","gateway":"172.30.0.1","dev":"eth0"}]"#
+        )));
+        assert!(!is_direct(&[]));
     }
 
     #[test]

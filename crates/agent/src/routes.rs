@@ -41,6 +41,9 @@ pub enum PodNetwork {
     HostGw,
     /// flannel's VXLAN overlay (works without layer-2 adjacency; 50 bytes per packet).
     Vxlan,
+    /// flannel's UDP backend: a TUN `flannel0` and svcnet's user-space loop on UDP 8285
+    /// ([`crate::udpencap`]; 28 bytes per packet).
+    Udp,
     /// Calico's BGP: no encapsulation, routes learnt from a BIRD per node ([`crate::podnet::bgp`]).
     Bgp,
     /// Calico's IPIP: `tunl0`, 20 bytes per packet ([`crate::podnet::ipip`]).
@@ -48,9 +51,10 @@ pub enum PodNetwork {
 }
 
 impl PodNetwork {
-    pub const ALL: [PodNetwork; 4] = [
+    pub const ALL: [PodNetwork; 5] = [
         PodNetwork::HostGw,
         PodNetwork::Vxlan,
+        PodNetwork::Udp,
         PodNetwork::Bgp,
         PodNetwork::Ipip,
     ];
@@ -59,6 +63,7 @@ impl PodNetwork {
         match self {
             PodNetwork::HostGw => "host-gw",
             PodNetwork::Vxlan => "vxlan",
+            PodNetwork::Udp => "udp",
             PodNetwork::Bgp => "bgp",
             PodNetwork::Ipip => "ipip",
         }
@@ -69,6 +74,7 @@ impl PodNetwork {
         match self {
             PodNetwork::HostGw => &HostGw,
             PodNetwork::Vxlan => &Vxlan,
+            PodNetwork::Udp => &Udp,
             PodNetwork::Bgp => &crate::podnet::bgp::Bgp,
             PodNetwork::Ipip => &crate::podnet::ipip::Ipip,
         }
@@ -79,6 +85,7 @@ impl PodNetwork {
         match self {
             PodNetwork::HostGw | PodNetwork::Bgp => UNDERLAY_MTU,
             PodNetwork::Vxlan => UNDERLAY_MTU - VXLAN_OVERHEAD,
+            PodNetwork::Udp => UNDERLAY_MTU - crate::udpencap::UDP_OVERHEAD,
             PodNetwork::Ipip => UNDERLAY_MTU - crate::podnet::ipip::IPIP_OVERHEAD,
         }
     }
@@ -87,7 +94,9 @@ impl PodNetwork {
     /// lease as the other nodes see it.
     pub fn node_annotations(self, node: &NodeTopology) -> Vec<(String, String)> {
         let data = match self {
-            PodNetwork::HostGw | PodNetwork::Bgp | PodNetwork::Ipip => "null".to_string(),
+            PodNetwork::HostGw | PodNetwork::Udp | PodNetwork::Bgp | PodNetwork::Ipip => {
+                "null".to_string()
+            }
             PodNetwork::Vxlan => serde_json::json!({
                 "VNI": VXLAN_VNI,
                 "VtepMAC": vtep_mac(node.internal_ip),
@@ -287,6 +296,30 @@ impl VxlanPeer {
     }
 }
 
+impl VxlanPeer {
+    /// flannel's DirectRouting for a peer on the node's own subnet: the host-gw route instead
+    /// of the neighbour, FDB and onlink entries.
+    pub fn direct_add_steps(&self, netns: &str) -> Vec<Step> {
+        let (cidr, via) = (self.pod_cidr.to_string(), self.public_ip.to_string());
+        let args = [
+            "route",
+            "replace",
+            &cidr,
+            "via",
+            &via,
+            "dev",
+            NODE_UNDERLAY_IF,
+        ];
+        vec![Step::ip(Some(netns), &args)]
+    }
+
+    pub fn direct_del_steps(&self, netns: &str) -> Vec<Step> {
+        let (cidr, via) = (self.pod_cidr.to_string(), self.public_ip.to_string());
+        let args = ["route", "del", &cidr, "via", &via, "dev", NODE_UNDERLAY_IF];
+        vec![Step::ip(Some(netns), &args)]
+    }
+}
+
 /// flannel's VXLAN backend.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Vxlan;
@@ -348,6 +381,22 @@ impl PodRouteBackend for Vxlan {
     }
 }
 
+/// flannel's UDP backend: nothing in the topology plan. The TUN, its address and route are made
+/// by the loop that holds the device open ([`crate::udpencap::UdpEncap::start`]), and the peers
+/// come from the Node objects ([`crate::podnet::udp::run_udp`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Udp;
+
+impl PodRouteBackend for Udp {
+    fn name(&self) -> &'static str {
+        "udp"
+    }
+
+    fn node_steps(&self, _node: &NodeTopology, _peers: &[&NodeTopology]) -> Vec<Step> {
+        Vec::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,6 +413,8 @@ mod tests {
             .add_steps("n1")
             .iter()
             .chain(&peer.del_steps("n1"))
+            .chain(&peer.direct_add_steps("n1"))
+            .chain(&peer.direct_del_steps("n1"))
             .map(|s| format!("{s}\n"))
             .collect();
         expect![[r#"
@@ -373,6 +424,8 @@ mod tests {
             ip -n n1 neigh del 10.244.2.0 dev flannel.1
             bridge -n n1 fdb del 0e:f1:ac:1e:00:03 dev flannel.1 dst 172.30.0.3 self
             ip -n n1 route del 10.244.2.0/24 dev flannel.1
+            ip -n n1 route replace 10.244.2.0/24 via 172.30.0.3 dev eth0
+            ip -n n1 route del 10.244.2.0/24 via 172.30.0.3 dev eth0
         "#]]
         .assert_eq(&text);
     }
@@ -381,13 +434,15 @@ mod tests {
     fn pod_network_names_and_mtus() {
         assert_eq!("vxlan".parse::<PodNetwork>(), Ok(PodNetwork::Vxlan));
         assert_eq!("host-gw".parse::<PodNetwork>(), Ok(PodNetwork::HostGw));
-        let err = "udp".parse::<PodNetwork>().unwrap_err();
-        assert!(err.contains("host-gw, vxlan"), "{err}");
+        assert_eq!("udp".parse::<PodNetwork>(), Ok(PodNetwork::Udp));
         assert_eq!("bgp".parse::<PodNetwork>(), Ok(PodNetwork::Bgp));
         assert_eq!("ipip".parse::<PodNetwork>(), Ok(PodNetwork::Ipip));
+        let err = "geneve".parse::<PodNetwork>().unwrap_err();
+        assert!(err.contains("host-gw, vxlan, udp, bgp, ipip"), "{err}");
         assert_eq!(PodNetwork::Bgp.pod_mtu(), 1500);
         assert_eq!(PodNetwork::Ipip.pod_mtu(), 1480);
         assert_eq!(PodNetwork::Vxlan.pod_mtu(), 1450);
+        assert_eq!(PodNetwork::Udp.pod_mtu(), 1472);
         assert_eq!(PodNetwork::HostGw.pod_mtu(), 1500);
     }
 }

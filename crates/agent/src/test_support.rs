@@ -122,7 +122,8 @@ pub fn transfer_byte(offset: usize) -> u8 {
 
 /// Sends `bytes` over one TCP connection from namespace `from` to `listener` (bound in the
 /// destination namespace) and returns the first 4 MiB the receiver got, how many bytes it got,
-/// and the time from the first write to the receiver seeing the end.
+/// and the time from the first write to the receiver seeing the end. Fails (`InvalidData`) if
+/// any received byte differs from what was sent.
 pub fn tcp_transfer(
     from: &svcnet_netns::NetNs,
     listener: std::net::TcpListener,
@@ -133,7 +134,9 @@ pub fn tcp_transfer(
     let sink = std::thread::spawn(move || -> std::io::Result<(Vec<u8>, usize)> {
         let (mut conn, _) = listener.accept()?;
         conn.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
-        // Keeps the first 4 MiB for byte-exact checks; counts the rest.
+        // Keeps the first 4 MiB for the caller; checks every byte against the pattern (which
+        // repeats every 64 KiB, so one comparison per read).
+        let pattern: Vec<u8> = (0..2 << 16).map(transfer_byte).collect();
         let mut kept = Vec::new();
         let mut buf = vec![0u8; 1 << 16];
         let mut total = 0;
@@ -141,6 +144,13 @@ pub fn tcp_transfer(
             let n = conn.read(&mut buf)?;
             if n == 0 {
                 return Ok((kept, total));
+            }
+            let at = total % (1 << 16);
+            if buf[..n] != pattern[at..at + n] {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("transfer: the {n} bytes at offset {total} differ from what was sent"),
+                ));
             }
             let room = (4usize << 20).saturating_sub(kept.len()).min(n);
             kept.extend_from_slice(&buf[..room]);
@@ -174,7 +184,7 @@ pub fn tcp_transfer(
 /// [`crate::podnet::run_vxlan`] does (for tests and benches without an API server).
 pub fn program_vxlan_peers(nodes: &[crate::NodeTopology]) -> Result<(), crate::TopologyError> {
     let network = crate::routes::PodNetwork::Vxlan;
-    let objects: Vec<_> = nodes.iter().map(|n| node_object(n, network)).collect();
+    let objects = node_objects(nodes, network);
     for node in nodes {
         for peer in crate::podnet::desired_peers(&node.name, &objects).values() {
             peer.add_steps(&node.netns)
@@ -225,6 +235,75 @@ impl PodPair {
             ip1,
             ip2,
             attached: [(c1, "one"), (c2, "two")],
+        })
+    }
+}
+
+/// Starts the UDP backend's loop on each of `nodes` with the peer table their Node objects give
+/// (as [`crate::podnet::udp::run_udp`] does, for tests and benches without an API server).
+pub fn start_udp_backends(
+    nodes: &[crate::NodeTopology],
+    cluster_cidr: ipnet::Ipv4Net,
+) -> Result<Vec<crate::udpencap::UdpEncap>, crate::TopologyError> {
+    let cfg = crate::udpencap::UdpEncapConfig::new(cluster_cidr);
+    let objects = node_objects(nodes, crate::routes::PodNetwork::Udp);
+    nodes
+        .iter()
+        .map(|node| {
+            let encap = crate::udpencap::UdpEncap::start(node, &cfg)?;
+            encap.set_peers(udp_table(node, &objects));
+            Ok(encap)
+        })
+        .collect()
+}
+
+/// The Node objects of `nodes` for `network`.
+pub fn node_objects(
+    nodes: &[crate::NodeTopology],
+    network: crate::routes::PodNetwork,
+) -> Vec<k8s_openapi::api::core::v1::Node> {
+    nodes.iter().map(|n| node_object(n, network)).collect()
+}
+
+/// `node`'s UDP peer table among `objects` (its own Node excluded).
+pub fn udp_table(
+    node: &crate::NodeTopology,
+    objects: &[k8s_openapi::api::core::v1::Node],
+) -> crate::udpencap::PeerTable {
+    crate::podnet::udp::desired_table(&node.name, objects, crate::udpencap::UDP_PORT)
+}
+
+/// A pod namespace attached to `node`'s `cni0` by the CNI plugin, for kernel tests and benches;
+/// detached (CNI DEL) and its namespace removed on drop.
+#[derive(Debug)]
+pub struct TestPod {
+    pub ns: svcnet_netns::NetNs,
+    pub conf: crate::cni::NetConf,
+    pub ip: std::net::Ipv4Addr,
+    id: String,
+}
+
+impl TestPod {
+    /// The pod `<prefix>-pod-<id>` on `node` at `mtu`, with IPAM in `data_dir`.
+    pub fn add(
+        node: &crate::NodeTopology,
+        data_dir: &std::path::Path,
+        mtu: u32,
+        prefix: &str,
+        id: &str,
+    ) -> Result<Self, String> {
+        let ns = svcnet_netns::NetNs::create(&format!("{prefix}-pod-{id}"))
+            .map_err(|e| e.to_string())?;
+        let conf = pod_netconf(node, data_dir, mtu);
+        let ip = crate::cni::add(&conf, &crate::cni::Invocation::new(id, ns.name()))
+            .map_err(|e| e.to_string())?
+            .pod_ip()
+            .ok_or("CNI ADD returned no address")?;
+        Ok(Self {
+            ns,
+            conf,
+            ip,
+            id: id.to_string(),
         })
     }
 }
@@ -288,4 +367,39 @@ impl Drop for PodPair {
             }
         }
     }
+}
+
+impl Drop for TestPod {
+    fn drop(&mut self) {
+        let inv = crate::cni::Invocation::new(&self.id, self.ns.name());
+        if let Err(e) = crate::cni::del(&self.conf, &inv) {
+            tracing::warn!(pod = %self.id, "test pod CNI DEL: {e}");
+        }
+    }
+}
+
+/// `ip -s -d link show dev DEV` in `netns`, as JSON.
+pub fn link_json(netns: &str, dev: &str) -> Result<serde_json::Value, String> {
+    crate::ip::ip_json(Some(netns), &["-s", "-d", "link", "show", "dev", dev])
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("no link {dev} in {netns}"))
+}
+
+/// The packets `dev` in `netns` sent (`dir` = `tx`) or received (`rx`).
+pub fn link_packets(netns: &str, dev: &str, dir: &str) -> Result<u64, String> {
+    let link = link_json(netns, dev)?;
+    link["stats64"][dir]["packets"]
+        .as_u64()
+        .ok_or_else(|| format!("no {dir} packet count in {link}"))
+}
+
+/// One question to the test server at `to` over TCP from inside `from` (2 s timeout).
+pub fn ask_tcp(
+    from: &svcnet_netns::NetNs,
+    to: std::net::SocketAddr,
+) -> std::io::Result<svcnet_netns::test_support::Reply> {
+    from.run(move || svcnet_netns::test_support::tcp_ask(to, std::time::Duration::from_secs(2)))
+        .map_err(std::io::Error::other)?
 }

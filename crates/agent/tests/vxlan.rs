@@ -7,33 +7,24 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
 use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::time::Duration;
 
 use svcnet_agent::cni::{self, Invocation};
 use svcnet_agent::ip;
 use svcnet_agent::routes::{PodNetwork, VXLAN_DEVICE, VxlanPeer, vtep_mac};
 use svcnet_agent::test_support::{
-    Slot, pod_netconf, program_vxlan_peers, tcp_transfer, transfer_byte,
+    Slot, TestPod, ask_tcp, link_json, link_packets, pod_netconf, program_vxlan_peers,
+    tcp_transfer, transfer_byte,
 };
 use svcnet_agent::topology::Topology;
 use svcnet_netns::NetNs;
-use svcnet_netns::test_support::{serve_tcp, tcp_ask};
+use svcnet_netns::test_support::serve_tcp;
 
 fn link(netns: &str, dev: &str) -> serde_json::Value {
-    ip::ip_json(Some(netns), &["-s", "-d", "link", "show", "dev", dev])
-        .unwrap()
-        .remove(0)
+    link_json(netns, dev).unwrap()
 }
 
 fn packets(netns: &str, dev: &str, dir: &str) -> u64 {
-    link(netns, dev)["stats64"][dir]["packets"]
-        .as_u64()
-        .unwrap()
-}
-
-fn ask(from: &NetNs, to: SocketAddr) -> std::io::Result<svcnet_netns::test_support::Reply> {
-    from.run(move || tcp_ask(to, Duration::from_secs(2)))
-        .unwrap()
+    link_packets(netns, dev, dir).unwrap()
 }
 
 #[test]
@@ -117,7 +108,7 @@ fn pods_on_two_nodes_reach_each_other_over_flannel_vxlan() {
     let to2 = SocketAddr::new(IpAddr::V4(ip2), 9000);
     let tx_before = packets(&n1.netns, VXLAN_DEVICE, "tx");
     let rx_before = packets(&n2.netns, VXLAN_DEVICE, "rx");
-    let reply = ask(&p1, to2).unwrap();
+    let reply = ask_tcp(&p1, to2).unwrap();
     assert_eq!(
         (reply.identity.as_str(), reply.client),
         ("two", IpAddr::V4(ip1)),
@@ -151,13 +142,13 @@ fn pods_on_two_nodes_reach_each_other_over_flannel_vxlan() {
         "{neigh}{routes}"
     );
     assert!(
-        ask(&p1, to2).is_err(),
+        ask_tcp(&p1, to2).is_err(),
         "node 2 unreachable without its entries"
     );
     for step in peer.add_steps(&n1.netns) {
         step.run().unwrap();
     }
-    assert_eq!(ask(&p1, to2).unwrap().identity, "two");
+    assert_eq!(ask_tcp(&p1, to2).unwrap().identity, "two");
 
     cni::del(&c1, &Invocation::new("one", p1.name())).unwrap();
     cni::del(&c2, &Invocation::new("two", p2.name())).unwrap();
@@ -169,4 +160,58 @@ fn pods_on_two_nodes_reach_each_other_over_flannel_vxlan() {
         .filter(|l| l.starts_with(&prefix))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// flannel's DirectRouting: the two nodes share the underlay subnet, so each gets a host-gw route
+/// to the other instead of the VXLAN entries; pods still reach each other, not through the VTEP.
+#[test]
+fn direct_routing_gives_same_subnet_peers_a_host_gw_route() {
+    use svcnet_agent::podnet::{AppliedPeers, desired_peers, sync_vxlan_peers};
+    use svcnet_agent::test_support::node_objects;
+
+    let slot = Slot::acquire().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let mut config = slot.config(2, data.path().to_path_buf());
+    config.pod_network = PodNetwork::Vxlan;
+    let prefix = config.prefix.clone();
+    let topo = Topology::create(config).unwrap();
+    let (n1, n2) = (topo.nodes()[0].clone(), topo.nodes()[1].clone());
+    let objects = node_objects(topo.nodes(), PodNetwork::Vxlan);
+    let mut applied = Vec::new();
+    for node in [&n1, &n2] {
+        let desired = desired_peers(&node.name, &objects);
+        applied.push(sync_vxlan_peers(node, AppliedPeers::new(), &desired, true));
+    }
+    assert!(applied[0][&n2.name].1, "node 2 is on node 1's subnet");
+    let routes = ip::ip(Some(&n1.netns), &["route", "show"]).unwrap();
+    assert!(
+        routes.contains(&format!("{} via {} dev eth0", n2.pod_cidr, n2.internal_ip)),
+        "{routes}"
+    );
+    assert!(!routes.contains(VXLAN_DEVICE), "{routes}");
+    let neigh = ip::ip(Some(&n1.netns), &["neigh", "show", "dev", VXLAN_DEVICE]).unwrap();
+    assert!(neigh.trim().is_empty(), "{neigh}");
+
+    let mtu = PodNetwork::Vxlan.pod_mtu();
+    let p1 = TestPod::add(&n1, data.path(), mtu, &prefix, "one").unwrap();
+    let p2 = TestPod::add(&n2, data.path(), mtu, &prefix, "two").unwrap();
+    let ip2 = p2.ip;
+    let _srv = serve_tcp(&p2.ns, 9000, "two").unwrap();
+    let tx_before = packets(&n1.netns, VXLAN_DEVICE, "tx");
+    let to2 = SocketAddr::new(IpAddr::V4(ip2), 9000);
+    assert_eq!(ask_tcp(&p1.ns, to2).unwrap().identity, "two");
+    assert_eq!(
+        packets(&n1.netns, VXLAN_DEVICE, "tx"),
+        tx_before,
+        "not through the VTEP"
+    );
+
+    // The peer goes: its direct route goes too.
+    let now = sync_vxlan_peers(&n1, applied.remove(0), &Default::default(), true);
+    assert!(now.is_empty());
+    let routes = ip::ip(Some(&n1.netns), &["route", "show"]).unwrap();
+    assert!(!routes.contains(&n2.pod_cidr.to_string()), "{routes}");
+
+    drop((_srv, p1, p2));
+    topo.destroy().unwrap();
 }

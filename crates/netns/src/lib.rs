@@ -22,6 +22,8 @@ pub mod pty;
 pub mod sandbox;
 pub mod signals;
 pub mod test_support;
+#[cfg(target_os = "linux")]
+pub mod tun;
 
 /// The namespace system calls: Linux's, or `ENOSYS` elsewhere.
 mod sys {

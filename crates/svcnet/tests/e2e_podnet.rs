@@ -9,30 +9,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{Net, free_udp_port, is_root, wait_for};
-
-const PODS: &str = r#"
-apiVersion: v1
-kind: Pod
-metadata: {name: a, labels: {app: a}}
-spec:
-  nodeName: e2evx-node1
-  containers: [{name: web, image: test-server, ports: [{name: http, containerPort: 80}]}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: b, labels: {app: b}}
-spec:
-  nodeName: e2evx-node2
-  containers: [{name: web, image: test-server, ports: [{name: http, containerPort: 80}]}]
----
-apiVersion: v1
-kind: Service
-metadata: {name: b}
-spec:
-  selector: {app: b}
-  ports: [{port: 8080, targetPort: http}]
-"#;
+use common::{Net, free_udp_port, ip_in, is_root, wait_for};
 
 /// A Node that is not one of svcnet's: only its VXLAN lease (flannel's annotations).
 const GHOST: &str = r#"
@@ -48,16 +25,6 @@ metadata:
 spec:
   podCIDR: 10.131.9.0/24
 "#;
-
-fn ip_in(netns: &str, args: &[&str]) -> String {
-    let out = Command::new("ip")
-        .arg("-n")
-        .arg(netns)
-        .args(args)
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 #[test]
 fn pods_on_two_nodes_talk_over_flannel_vxlan() {
@@ -128,7 +95,7 @@ fn pods_on_two_nodes_talk_over_flannel_vxlan() {
 
     // Pods on both nodes, at MTU 1450.
     let manifest = up.data_dir.path().join("pods.yaml");
-    std::fs::write(&manifest, PODS).unwrap();
+    std::fs::write(&manifest, common::pods_a_b("e2evx")).unwrap();
     up.ok(&["apply", "-f", manifest.to_str().unwrap()]);
     up.ok(&[
         "wait",
@@ -166,6 +133,23 @@ fn pods_on_two_nodes_talk_over_flannel_vxlan() {
     assert!(big.starts_with("pod=b "), "a transfer of many MTUs: {big}");
     let rx_after = ip_in("e2evx-node2", &["-s", "link", "show", "flannel.1"]);
     assert_ne!(rx_before, rx_after, "node2's VTEP carried the traffic");
+
+    // flannel.1 deleted by hand: recreated with its peers' entries, as flanneld does.
+    let gone = Command::new("ip")
+        .args(["-n", "e2evx-node1", "link", "del", "flannel.1"])
+        .status()
+        .unwrap();
+    assert!(gone.success());
+    wait_for("node1's VTEP and route back", || {
+        let routes = ip_in("e2evx-node1", &["route", "show"]);
+        routes
+            .contains("10.131.2.0/24 via 10.131.2.0 dev flannel.1 onlink")
+            .then_some(routes)
+    });
+    wait_for("pod a to pod b again", || {
+        let reply = exec_in("a", &format!("curl -s -m 3 http://{ip_b}/"));
+        reply.starts_with("pod=b ").then_some(reply)
+    });
 
     // A Node added while running: its lease reaches the nodes; deleted: its entries go.
     let ghost = up.data_dir.path().join("ghost.yaml");

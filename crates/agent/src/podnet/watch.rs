@@ -34,6 +34,11 @@ impl NodeWatch {
         }
     }
 
+    /// The Nodes as last seen.
+    pub fn nodes(&self) -> &BTreeMap<String, Node> {
+        &self.nodes
+    }
+
     /// The Nodes after the next change, `None` once the watch has ended.
     pub async fn changed(&mut self) -> Option<&BTreeMap<String, Node>> {
         loop {

@@ -64,6 +64,16 @@ impl Up {
         self.wait_ready();
     }
 
+    /// Starts it again with `extra` on the same data dir after it exited (a crash, `kill -9`).
+    pub fn respawn(&mut self) {
+        assert!(
+            self.child.try_wait().unwrap().is_some(),
+            "respawn: svcnet up is still running"
+        );
+        self.child = spawn(self.data_dir.path(), self.api, &self.extra);
+        self.wait_ready();
+    }
+
     pub fn kubeconfig(&self) -> PathBuf {
         self.data_dir.path().join("kubeconfig")
     }
@@ -326,4 +336,44 @@ pub fn is_root() -> bool {
                 .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
         })
         .unwrap_or(false)
+}
+
+/// Pod `a` on `<prefix>-node1`, pod `b` on `<prefix>-node2` (the test server, port `http` = 80)
+/// and Service `b` (8080 → `http`): the pod network tests' manifest.
+pub fn pods_a_b(prefix: &str) -> String {
+    format!(
+        r#"
+apiVersion: v1
+kind: Pod
+metadata: {{name: a, labels: {{app: a}}}}
+spec:
+  nodeName: {prefix}-node1
+  containers: [{{name: web, image: test-server, ports: [{{name: http, containerPort: 80}}]}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {{name: b, labels: {{app: b}}}}
+spec:
+  nodeName: {prefix}-node2
+  containers: [{{name: web, image: test-server, ports: [{{name: http, containerPort: 80}}]}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: b}}
+spec:
+  selector: {{app: b}}
+  ports: [{{port: 8080, targetPort: http}}]
+"#
+    )
+}
+
+/// `ip -n NETNS args...`'s stdout (empty when it fails).
+pub fn ip_in(netns: &str, args: &[&str]) -> String {
+    let out = Command::new("ip")
+        .arg("-n")
+        .arg(netns)
+        .args(args)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

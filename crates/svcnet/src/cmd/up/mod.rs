@@ -101,11 +101,19 @@ pub struct Args {
     /// How pod traffic crosses nodes: `host-gw` (flannel's host-gw: a route per node via its
     /// underlay address; the default here, since the embedded nodes share one bridge), `vxlan`
     /// (flannel's VXLAN: a `flannel.1` VTEP per node, VNI 1, UDP 8472, pod MTU 1450; needs no
-    /// layer-2 adjacency, hence flannel's own default and the one for a real cluster), `bgp` (Calico's: no encapsulation, a BIRD 2 per node in a full iBGP mesh, AS 64512,
-    /// announcing its pod CIDR; needs `bird2`) or `ipip` (Calico's: `tunl0`, pod MTU 1480; needs
-    /// the kernel's `ipip` module). Nodes carry flannel's annotations, and Calico's for bgp/ipip.
+    /// layer-2 adjacency, hence flannel's own default and the one for a real cluster), `udp`
+    /// (flannel's UDP: a TUN `flannel0` per node and svcnet's user-space loop on UDP 8285, pod
+    /// MTU 1472), `bgp` (Calico's: no encapsulation, a BIRD 2 per node in a full iBGP mesh, AS
+    /// 64512, announcing its pod CIDR; needs `bird2`) or `ipip` (Calico's: `tunl0`, pod MTU 1480;
+    /// needs the kernel's `ipip` module). Nodes carry flannel's annotations, and Calico's for
+    /// bgp/ipip.
     #[arg(long, default_value = "host-gw")]
     pub pod_network: svcnet_agent::routes::PodNetwork,
+    /// With `--pod-network vxlan`: flannel's DirectRouting. Peers on a node's own underlay
+    /// subnet get a host-gw route (`<podCIDR> via <InternalIP> dev eth0`) instead of the VXLAN
+    /// entries; the others keep VXLAN. (The embedded nodes share one bridge, so all go direct.)
+    #[arg(long)]
+    pub vxlan_direct_routing: bool,
     /// Prefix of every namespace and link svcnet creates (at most 11 characters).
     #[arg(long, default_value = "svcnet")]
     pub prefix: String,
@@ -373,8 +381,9 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                 let client = client.clone();
                 let stop = stopped(stop_rx.clone());
                 let node = node.clone();
+                let direct = args.vxlan_direct_routing;
                 tasks.spawn(async move {
-                    svcnet_agent::podnet::run_vxlan(client, node, stop).await;
+                    svcnet_agent::podnet::run_vxlan_with(client, node, direct, stop).await;
                     Ok(())
                 });
             }
@@ -386,6 +395,20 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                     args.data_dir.clone(),
                     stopped(stop_rx.clone()),
                 ));
+            }
+            if args.pod_network == svcnet_agent::routes::PodNetwork::Udp {
+                // flanneld's UDP backend: the loop runs in this process (dies with it) and its
+                // peer table follows the other Nodes' leases.
+                let client = client.clone();
+                let stop = stopped(stop_rx.clone());
+                let node = node.clone();
+                let cidr = args.pod_cidr;
+                tasks.spawn(async move {
+                    let name = node.name.clone();
+                    svcnet_agent::podnet::udp::run_udp(client, node, cidr, stop)
+                        .await
+                        .with_context(|| format!("udp backend on {name}"))
+                });
             }
             let mut cfg = cluster::agent_config(
                 topology,
