@@ -1,7 +1,10 @@
-//! The API server's seam to `svcnet-admission`: it owns the [`Allocators`] behind a mutex and
-//! turns field errors into causes of a 422 (or a 400 for bodies that do not decode).
+//! The API server's seam to `svcnet-admission`: it turns field errors into causes of a 422 (or
+//! a 400 for bodies that do not decode). The allocators' state lives in the store
+//! (`crate::allocations`); a Service write lends admission a working copy loaded from there for
+//! one attempt ([`Admission::with_working`]) and commits what changed in it itself, so
+//! admission never changes state that outlives an attempt.
 
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use serde_json::Value;
 use svcnet_admission::{AdmissionConfig, Allocators, FieldError};
@@ -13,7 +16,10 @@ use crate::status::{ApiError, Cause};
 
 /// Admission state shared by all requests.
 pub struct Admission {
-    allocs: Mutex<Allocators>,
+    /// The configuration, nothing allocated.
+    template: Allocators,
+    /// The working copy of the Service write in progress (the service lock serialises them).
+    working: Mutex<Option<Allocators>>,
 }
 
 fn to_api_error(res: &ResourceInfo, name: &str, errors: Vec<FieldError>) -> ApiError {
@@ -41,19 +47,42 @@ impl Admission {
         })
         .map_err(|e| e.to_string())?;
         Ok(Admission {
-            allocs: Mutex::new(allocs),
+            template: allocs,
+            working: Mutex::new(None),
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, Allocators> {
-        // Allocators are plain values that admission restores on refusal; a panic elsewhere
-        // cannot leave them half-updated, and a rebuild follows any failed write anyway.
-        self.allocs.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The configured allocators with nothing allocated.
+    pub fn template(&self) -> &Allocators {
+        &self.template
     }
 
-    /// Rebuilds the allocators from every stored service; returns warnings.
-    pub fn rebuild(&self, services: &[Value]) -> Vec<String> {
-        self.lock().rebuild(services)
+    /// Runs `f` (which admits one Service write) with `working` as the allocators, and returns
+    /// what `f` returned and the allocators after it.
+    pub fn with_working<T>(&self, working: Allocators, f: impl FnOnce() -> T) -> (T, Allocators) {
+        *self.slot() = Some(working);
+        let out = f();
+        let after = self.slot().take().unwrap_or_else(|| self.template.clone());
+        (out, after)
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Allocators>> {
+        // A working copy is a plain value replaced whole; a panic cannot leave it half-written
+        // in a way a later write would trust (each write puts its own in first).
+        self.working.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs admission with the allocators a write of `kind` uses: the lent working copy for a
+    /// Service, the configuration (nothing allocated) for kinds that only read it.
+    fn admit<T>(&self, kind: &str, f: impl FnOnce(&mut Allocators) -> T) -> Result<T, ApiError> {
+        if kind != "Service" {
+            return Ok(f(&mut self.template.clone()));
+        }
+        let mut slot = self.slot();
+        let working = slot.as_mut().ok_or_else(|| {
+            ApiError::Internal("a Service was admitted outside a Service write".into())
+        })?;
+        Ok(f(working))
     }
 
     pub fn admit_create(
@@ -65,7 +94,7 @@ impl Admission {
         let Some(kind) = typed_kind(res) else {
             return Ok(obj);
         };
-        svcnet_admission::admit_create(kind, obj, &mut self.lock())
+        self.admit(kind, |a| svcnet_admission::admit_create(kind, obj, a))?
             .map_err(|e| to_api_error(res, name, e))
     }
 
@@ -84,13 +113,8 @@ impl Admission {
         let result = if status {
             svcnet_admission::admit_status_update(kind, old, new)
         } else {
-            svcnet_admission::admit_update(kind, old, new, &mut self.lock())
+            self.admit(kind, |a| svcnet_admission::admit_update(kind, old, new, a))?
         };
         result.map_err(|e| to_api_error(res, name, e))
-    }
-
-    /// Frees a deleted service's allocations.
-    pub fn release(&self, service: &Value) {
-        self.lock().release(service);
     }
 }

@@ -24,6 +24,16 @@ use ipnet::IpNet;
 
 use crate::error::ConfigError;
 
+mod ranges;
+
+pub use ranges::{
+    Allocation, LB_IPS, NODE_PORTS, SECONDARY_SERVICE_IPS, SERVICE_IPS, StoredRangeError,
+};
+
+/// The most addresses a service CIDR or the LB pool may hold: its allocations are stored as
+/// one bitmap (upstream's limit: an IPv6 service range needs a prefix of at least /108).
+pub const MAX_RANGE_BITS: u32 = 20;
+
 /// Where services get their addresses from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmissionConfig {
@@ -109,6 +119,18 @@ pub enum AllocError {
     PortAllocated,
     #[error("range is full")]
     Full,
+}
+
+/// [`ConfigError::CidrTooLarge`] for a range whose bitmap would exceed [`MAX_RANGE_BITS`].
+fn check_size(cidr: IpNet) -> Result<(), ConfigError> {
+    let host_bits = u32::from(cidr.max_prefix_len() - cidr.prefix_len());
+    if host_bits > MAX_RANGE_BITS {
+        return Err(ConfigError::CidrTooLarge {
+            cidr,
+            min_prefix: cidr.max_prefix_len() - MAX_RANGE_BITS as u8,
+        });
+    }
+    Ok(())
 }
 
 fn to_u128(ip: IpAddr) -> u128 {
@@ -266,6 +288,7 @@ impl Allocators {
             {
                 return Err(ConfigError::DuplicateFamily(other.cidr, cidr));
             }
+            check_size(cidr)?;
             let mut r = IpRange::new(cidr, true).ok_or(ConfigError::CidrTooSmall(cidr))?;
             if r.last == r.first {
                 return Err(ConfigError::CidrTooSmall(cidr));
@@ -300,6 +323,7 @@ impl Allocators {
                 {
                     return Err(ConfigError::LbPoolOverlapsServiceCidr { pool, cidr: r.cidr });
                 }
+                check_size(pool)?;
                 Some(IpRange::new(pool, false).ok_or(ConfigError::LbPoolTooSmall(pool))?)
             }
         };
