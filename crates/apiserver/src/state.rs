@@ -44,8 +44,6 @@ pub struct AppState {
     pub(crate) gc: Notify,
     /// The address the server answers on (for discovery and the `kubernetes` service).
     pub(crate) addr: SocketAddr,
-    /// Snapshots of paged lists (`limit` / `continue`).
-    pub(crate) cursors: crate::paging::Cursors,
     /// What `GET /metrics` reports.
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// The ServiceAccount token key: signs TokenRequests, verifies bearer tokens.
@@ -80,7 +78,6 @@ impl AppState {
             shutdown: CancellationToken::new(),
             gc: Notify::new(),
             addr,
-            cursors: crate::paging::Cursors::default(),
             metrics,
             tokens,
             accounts: Notify::new(),
