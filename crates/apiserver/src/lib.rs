@@ -43,6 +43,7 @@ mod handlers;
 mod logformat;
 mod logs;
 mod machinery;
+mod masterleases;
 mod metered;
 mod metrics;
 mod objects;
@@ -287,11 +288,12 @@ pub async fn start(cfg: ServerConfig) -> Result<RunningServer, ServerError> {
     let gc = tokio::spawn({
         let (a, b) = (state.clone(), state.clone());
         async move {
-            let c = a.clone();
+            let (c, d) = (a.clone(), a.clone());
             tokio::join!(
                 gc::run(a),
                 auth::serviceaccounts::run(b),
-                allocations::run(c)
+                allocations::run(c),
+                masterleases::run(d)
             );
         }
     });

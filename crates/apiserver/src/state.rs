@@ -52,6 +52,8 @@ pub struct AppState {
     pub(crate) accounts: Notify,
     /// The allocation repair's leak counts.
     pub(crate) leaks: allocations::LeakCounts,
+    /// Other API servers' endpoint records as this server saw them.
+    pub(crate) masterleases: crate::masterleases::Observed,
 }
 
 /// The handle handlers receive.
@@ -82,6 +84,7 @@ impl AppState {
             tokens,
             accounts: Notify::new(),
             leaks: Default::default(),
+            masterleases: Default::default(),
         });
         let warnings = crate::allocations::repair(&state)
             .await
