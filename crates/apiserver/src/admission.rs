@@ -4,7 +4,7 @@
 //! one attempt ([`Admission::with_working`]) and commits what changed in it itself, so
 //! admission never changes state that outlives an attempt.
 
-use std::sync::{Mutex, PoisonError};
+use std::cell::RefCell;
 
 use serde_json::Value;
 use svcnet_admission::{AdmissionConfig, Allocators, FieldError};
@@ -18,8 +18,13 @@ use crate::status::{ApiError, Cause};
 pub struct Admission {
     /// The configuration, nothing allocated.
     template: Allocators,
-    /// The working copy of the Service write in progress (the service lock serialises them).
-    working: Mutex<Option<Allocators>>,
+}
+
+thread_local! {
+    /// The working copy lent to the Service admission running on this thread. A write calls
+    /// its decision synchronously inside [`Admission::with_working`] (no await in between), so
+    /// concurrent Service writes on other threads each see their own.
+    static WORKING: RefCell<Option<Allocators>> = const { RefCell::new(None) };
 }
 
 fn to_api_error(res: &ResourceInfo, name: &str, errors: Vec<FieldError>) -> ApiError {
@@ -46,10 +51,7 @@ impl Admission {
             reserved_ips: vec![cfg.dns_service_ip],
         })
         .map_err(|e| e.to_string())?;
-        Ok(Admission {
-            template: allocs,
-            working: Mutex::new(None),
-        })
+        Ok(Admission { template: allocs })
     }
 
     /// The configured allocators with nothing allocated.
@@ -60,16 +62,10 @@ impl Admission {
     /// Runs `f` (which admits one Service write) with `working` as the allocators, and returns
     /// what `f` returned and the allocators after it.
     pub fn with_working<T>(&self, working: Allocators, f: impl FnOnce() -> T) -> (T, Allocators) {
-        *self.slot() = Some(working);
+        let previous = WORKING.with(|w| w.borrow_mut().replace(working));
         let out = f();
-        let after = self.slot().take().unwrap_or_else(|| self.template.clone());
-        (out, after)
-    }
-
-    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Allocators>> {
-        // A working copy is a plain value replaced whole; a panic cannot leave it half-written
-        // in a way a later write would trust (each write puts its own in first).
-        self.working.lock().unwrap_or_else(PoisonError::into_inner)
+        let after = WORKING.with(|w| std::mem::replace(&mut *w.borrow_mut(), previous));
+        (out, after.unwrap_or_else(|| self.template.clone()))
     }
 
     /// Runs admission with the allocators a write of `kind` uses: the lent working copy for a
@@ -78,11 +74,12 @@ impl Admission {
         if kind != "Service" {
             return Ok(f(&mut self.template.clone()));
         }
-        let mut slot = self.slot();
-        let working = slot.as_mut().ok_or_else(|| {
-            ApiError::Internal("a Service was admitted outside a Service write".into())
-        })?;
-        Ok(f(working))
+        WORKING.with(|w| match w.borrow_mut().as_mut() {
+            Some(working) => Ok(f(working)),
+            None => Err(ApiError::Internal(
+                "a Service was admitted outside a Service write".into(),
+            )),
+        })
     }
 
     pub fn admit_create(

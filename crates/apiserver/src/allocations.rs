@@ -18,7 +18,7 @@
 //! run it at once.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -43,6 +43,33 @@ pub(crate) fn key(name: &str) -> String {
 #[derive(Default)]
 pub(crate) struct LeakCounts(Mutex<HashMap<Allocation, u32>>);
 
+/// What one write asks of one range, and where its answer goes.
+struct Pending {
+    add: Vec<Allocation>,
+    remove: Vec<Allocation>,
+    done: tokio::sync::oneshot::Sender<Result<(), Change>>,
+}
+
+/// Why a change of a range did not happen.
+#[derive(Debug, Clone)]
+enum Change {
+    Taken(Allocation),
+    Store(String),
+}
+
+/// Concurrent changes of one range are written together: whoever holds `flush` writes every
+/// change pending then in one compare-and-swap (group commit), so writes here do not queue on
+/// the range key one round trip each.
+#[derive(Default)]
+struct RangeBatch {
+    pending: Mutex<Vec<Pending>>,
+    flush: tokio::sync::Mutex<()>,
+}
+
+/// The per-range batches of this server.
+#[derive(Default)]
+pub(crate) struct Batches(Mutex<HashMap<&'static str, std::sync::Arc<RangeBatch>>>);
+
 /// A claim lost a race: the allocation is taken now.
 #[derive(Debug, thiserror::Error)]
 #[error("{0} was taken concurrently")]
@@ -58,8 +85,11 @@ pub(crate) async fn load(state: &AppState) -> Result<Allocators, ApiError> {
     for _ in 0..2 {
         let mut allocs = state.admission.template().empty();
         let mut missing = false;
-        for name in allocs.range_names() {
-            match state.store.get(&key(name)).await? {
+        let names = allocs.range_names();
+        let objects =
+            futures::future::join_all(names.iter().map(|name| state.store.get(&key(name)))).await;
+        for (name, obj) in names.into_iter().zip(objects) {
+            match obj? {
                 Some(obj) => allocs.load_range(name, &obj).map_err(internal)?,
                 None => missing = true,
             }
@@ -90,29 +120,71 @@ fn by_range(
     Ok(map)
 }
 
-/// Applies `add` and `remove` to one range object with compare-and-swap.
+/// Applies `add` and `remove` to one range object with compare-and-swap, together with the
+/// changes other writes of this server asked for meanwhile.
 async fn change_range(
     state: &AppState,
     name: &'static str,
     add: Vec<Allocation>,
     remove: Vec<Allocation>,
-) -> Result<(), StoreError> {
+) -> Result<(), Change> {
+    let batch = {
+        let mut all = state
+            .batches
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        all.entry(name).or_default().clone()
+    };
+    let (done, mut answer) = tokio::sync::oneshot::channel();
+    lock(&batch.pending).push(Pending { add, remove, done });
+    loop {
+        let _flushing = batch.flush.lock().await;
+        // A flush that ran while this write waited may have answered it.
+        if let Ok(result) = answer.try_recv() {
+            return result;
+        }
+        let pending = std::mem::take(&mut *lock(&batch.pending));
+        if pending.is_empty() {
+            continue;
+        }
+        flush(state, name, pending).await;
+    }
+}
+
+/// One compare-and-swap of a range with every change in `pending`, in order; each change is
+/// answered (a change whose additions are taken is refused alone).
+async fn flush(state: &AppState, name: &'static str, pending: Vec<Pending>) {
     let template = state.admission.template().empty();
-    state
+    let changes: Vec<(Vec<Allocation>, Vec<Allocation>)> = pending
+        .iter()
+        .map(|p| (p.add.clone(), p.remove.clone()))
+        .collect();
+    let verdicts = std::sync::Arc::new(Mutex::new(Vec::new()));
+    let slot = verdicts.clone();
+    let result = state
         .store
         .guaranteed_update(
             &key(name),
             Box::new(move |cur| {
+                // Decided again on every try: the closure may run more than once.
                 let mut allocs = template.clone();
+                let mut verdict = Vec::with_capacity(changes.len());
                 match cur {
                     Some(obj) => allocs.load_range(name, obj).map_err(StoreError::aborted)?,
-                    // Nothing to free in a range that is not there; claims wait for repair.
-                    None if add.is_empty() => return Ok(Mutation::Keep),
-                    None => return Err(StoreError::aborted(Taken(add[0]))),
+                    None => {
+                        // Nothing to free in a range that is not there; claims wait for repair.
+                        for (add, _) in &changes {
+                            verdict.push(add.first().map_or(Ok(()), |a| Err(Change::Taken(*a))));
+                        }
+                        *lock(&slot) = verdict;
+                        return Ok(Mutation::Keep);
+                    }
                 }
-                allocs
-                    .apply(&add, &remove)
-                    .map_err(|a| StoreError::aborted(Taken(a)))?;
+                for (add, remove) in &changes {
+                    verdict.push(allocs.apply(add, remove).map_err(Change::Taken));
+                }
+                *lock(&slot) = verdict;
                 let obj = allocs.range_object(name).map_err(StoreError::aborted)?;
                 if Some(&obj) == cur.map(strip_rv).as_ref() {
                     return Ok(Mutation::Keep);
@@ -120,8 +192,15 @@ async fn change_range(
                 Ok(Mutation::Put(obj))
             }),
         )
-        .await
-        .map(|_| ())
+        .await;
+    let verdict = std::mem::take(&mut *lock(&verdicts));
+    for (i, p) in pending.into_iter().enumerate() {
+        let answer = match &result {
+            Ok(_) => verdict.get(i).cloned().unwrap_or(Ok(())),
+            Err(e) => Err(Change::Store(e.to_string())),
+        };
+        let _ = p.done.send(answer);
+    }
 }
 
 fn strip_rv(obj: &Value) -> Value {
@@ -132,37 +211,56 @@ fn strip_rv(obj: &Value) -> Value {
     obj
 }
 
-/// Marks `items` taken. `Err(Ok(Taken))` when one was taken by someone else (nothing of this
-/// claim stays taken then); `Err(Err(_))` on a store failure.
+/// Marks `items` taken, every range at once. `Err(Ok(Taken))` when one was taken by someone
+/// else (nothing of this claim stays taken then); `Err(Err(_))` on a store failure.
 pub(crate) async fn claim(
     state: &AppState,
     items: &[Allocation],
 ) -> Result<(), Result<Taken, ApiError>> {
     let ranges = by_range(state.admission.template(), items).map_err(Err)?;
+    let results = futures::future::join_all(
+        ranges
+            .iter()
+            .map(|(name, add)| change_range(state, name, add.clone(), Vec::new())),
+    )
+    .await;
+    let mut failure = None;
     let mut done: Vec<Allocation> = Vec::new();
-    for (name, add) in ranges {
-        match change_range(state, name, add.clone(), Vec::new()).await {
+    for ((_, add), result) in ranges.into_iter().zip(results) {
+        match result {
             Ok(()) => done.extend(add),
-            Err(e) => {
-                // Give back what this claim took in the other ranges; repair frees it
-                // should that fail too.
-                if let Err(r) = release(state, &done).await {
-                    tracing::warn!("releasing a partial claim: {r}");
-                }
-                return Err(match e.into_aborted::<Taken>() {
-                    Ok(t) => Ok(t),
-                    Err(other) => Err(ApiError::from(other)),
-                });
-            }
+            Err(e) => failure = failure.or(Some(e)),
         }
     }
-    Ok(())
+    let Some(failure) = failure else {
+        return Ok(());
+    };
+    // Give back what this claim took in the other ranges; repair frees it should that fail.
+    if let Err(r) = release(state, &done).await {
+        tracing::warn!("releasing a partial claim: {r}");
+    }
+    Err(match failure {
+        Change::Taken(a) => Ok(Taken(a)),
+        Change::Store(e) => Err(ApiError::Internal(format!("claiming allocations: {e}"))),
+    })
 }
 
 /// Frees `items` (what a committed write no longer holds).
 pub(crate) async fn release(state: &AppState, items: &[Allocation]) -> Result<(), ApiError> {
-    for (name, remove) in by_range(state.admission.template(), items)? {
-        change_range(state, name, Vec::new(), remove).await?;
+    let ranges = by_range(state.admission.template(), items)?;
+    let results = futures::future::join_all(
+        ranges
+            .into_iter()
+            .map(|(name, remove)| change_range(state, name, Vec::new(), remove)),
+    )
+    .await;
+    for r in results {
+        match r {
+            Ok(()) | Err(Change::Taken(_)) => {}
+            Err(Change::Store(e)) => {
+                return Err(ApiError::Internal(format!("releasing allocations: {e}")));
+            }
+        }
     }
     Ok(())
 }
@@ -201,7 +299,7 @@ pub(crate) async fn repair(state: &AppState) -> Result<Vec<String>, ApiError> {
         let mut warnings = rebuilt.rebuild(&list.items);
         let wanted = rebuilt.allocations();
         let leaked: Vec<Allocation> = held.allocations().difference(&wanted).copied().collect();
-        let mut counts = lock(&state.leaks).clone();
+        let mut counts = lock(&state.leaks.0).clone();
         counts.retain(|a, _| leaked.contains(a));
         let mut keep = Vec::new();
         for a in leaked {
@@ -240,7 +338,7 @@ pub(crate) async fn repair(state: &AppState) -> Result<Vec<String>, ApiError> {
                 Err(e) => return Err(e.into()),
             }
         }
-        *lock(&state.leaks) = counts;
+        *lock(&state.leaks.0) = counts;
         return Ok(warnings);
     }
     Err(ApiError::Internal(
@@ -248,11 +346,8 @@ pub(crate) async fn repair(state: &AppState) -> Result<Vec<String>, ApiError> {
     ))
 }
 
-fn lock(leaks: &LeakCounts) -> std::sync::MutexGuard<'_, HashMap<Allocation, u32>> {
-    leaks
-        .0
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Repairs every [`REPAIR_PERIOD`] until shutdown.

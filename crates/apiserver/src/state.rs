@@ -1,7 +1,8 @@
 //! State shared by every request handler.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use serde_json::Value;
 use svcnet_admission::Allocation;
@@ -36,9 +37,10 @@ pub struct AppState {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) cfg: ServerConfig,
     pub(crate) admission: Admission,
-    /// Serialises this server's Service writes (they would only race for the allocation
-    /// ranges; other servers' writes are kept apart by compare-and-swap).
-    pub(crate) service_lock: tokio::sync::Mutex<()>,
+    /// Allocations this server's Service writes are claiming right now: a hint that keeps
+    /// concurrent writes here from picking the same free address (compare-and-swap on the
+    /// ranges is what keeps every write, here and on other servers, apart).
+    pub(crate) inflight: std::sync::Mutex<BTreeSet<Allocation>>,
     pub(crate) shutdown: CancellationToken,
     /// Wakes the garbage collector (after deletes).
     pub(crate) gc: Notify,
@@ -52,6 +54,8 @@ pub struct AppState {
     pub(crate) accounts: Notify,
     /// The allocation repair's leak counts.
     pub(crate) leaks: allocations::LeakCounts,
+    /// Concurrent changes of each allocation range, written together.
+    pub(crate) batches: allocations::Batches,
     /// Other API servers' endpoint records as this server saw them.
     pub(crate) masterleases: crate::masterleases::Observed,
 }
@@ -76,7 +80,7 @@ impl AppState {
             store,
             cfg,
             admission,
-            service_lock: tokio::sync::Mutex::new(()),
+            inflight: Default::default(),
             shutdown: CancellationToken::new(),
             gc: Notify::new(),
             addr,
@@ -84,6 +88,7 @@ impl AppState {
             tokens,
             accounts: Notify::new(),
             leaks: Default::default(),
+            batches: Default::default(),
             masterleases: Default::default(),
         });
         let warnings = crate::allocations::repair(&state)
@@ -201,18 +206,39 @@ impl AppState {
         dry_run: bool,
         mut f: impl FnMut(Option<&Value>) -> Result<Mutation, ApiError> + Send + 'static,
     ) -> Result<Outcome, ApiError> {
-        // One Service write at a time per server: they would only race for the same ranges.
-        let _guard = self.service_lock.lock().await;
-        for _ in 0..MAX_SERVICE_ATTEMPTS {
-            let cur = self.store.get(key).await?;
-            let loaded = allocations::load(self).await?;
+        let mut lost_race = false;
+        for attempt in 0..MAX_SERVICE_ATTEMPTS {
+            let (cur, loaded) = tokio::join!(self.store.get(key), allocations::load(self));
+            let (cur, loaded) = (cur?, loaded?);
             let stored = loaded.allocations();
-            let mut working = loaded;
-            if let Some(c) = &cur {
-                working.adopt(c);
-            }
-            let before = working.allocations();
-            let (decision, after) = self.admission.with_working(working, || f(cur.as_ref()));
+            // Admission and the in-flight hint in one step, so no other write here picks what
+            // this one is about to claim.
+            let (decision, before, after, claiming) = {
+                let mut inflight = self.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+                let hint: Vec<Allocation> = inflight.difference(&stored).copied().collect();
+                let mut working = loaded;
+                // Cannot fail: the hint is what the loaded ranges do not hold.
+                let _ = working.apply(&hint, &[]);
+                if lost_race {
+                    use std::hash::BuildHasher as _;
+                    let seed =
+                        std::collections::hash_map::RandomState::new().hash_one((key, attempt));
+                    working.scan_from(seed);
+                }
+                if let Some(c) = &cur {
+                    working.adopt(c);
+                }
+                let before = working.allocations();
+                let (decision, after) = self.admission.with_working(working, || f(cur.as_ref()));
+                let after = after.allocations();
+                let add: Vec<Allocation> = after
+                    .iter()
+                    .filter(|a| !stored.contains(a) && !hint.contains(a))
+                    .copied()
+                    .collect();
+                inflight.extend(add.iter().copied());
+                (decision, before, after, Inflight::new(&self.inflight, add))
+            };
             let m = decision?;
             if let Mutation::Put(v) = &m {
                 check_size(v)?;
@@ -222,17 +248,17 @@ impl AppState {
             }
             let (add, give_up) = match &m {
                 Mutation::Keep => return Ok(Outcome::Unchanged(cur)),
-                Mutation::Put(_) => {
-                    let after = after.allocations();
-                    let add: Vec<Allocation> = after.difference(&stored).copied().collect();
-                    (add, before.difference(&after).copied().collect::<Vec<_>>())
-                }
+                Mutation::Put(_) => (
+                    claiming.items.clone(),
+                    before.difference(&after).copied().collect::<Vec<_>>(),
+                ),
                 Mutation::Delete => (Vec::new(), Vec::new()),
             };
             match allocations::claim(self, &add).await {
                 Ok(()) => {}
                 Err(Ok(allocations::Taken(a))) => {
                     tracing::debug!("{key}: {a} was taken concurrently; admitting again");
+                    lost_race = true;
                     continue;
                 }
                 Err(Err(e)) => return Err(e),
@@ -282,6 +308,27 @@ impl AppState {
         Err(ApiError::Internal(format!(
             "{key}: the allocation ranges kept changing; try again"
         )))
+    }
+}
+
+/// Removes a write's claims from the in-flight hint when the attempt ends, however it ends.
+struct Inflight<'a> {
+    set: &'a std::sync::Mutex<BTreeSet<Allocation>>,
+    items: Vec<Allocation>,
+}
+
+impl<'a> Inflight<'a> {
+    fn new(set: &'a std::sync::Mutex<BTreeSet<Allocation>>, items: Vec<Allocation>) -> Self {
+        Inflight { set, items }
+    }
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        let mut set = self.set.lock().unwrap_or_else(PoisonError::into_inner);
+        for a in &self.items {
+            set.remove(a);
+        }
     }
 }
 
