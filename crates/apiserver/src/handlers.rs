@@ -212,18 +212,21 @@ async fn list(
                 ));
             }
             let from = paging::decode(&scope, token)?;
-            let list = match state.store.list_at(&prefix, from.revision).await {
-                Err(svcnet_store::StoreError::Gone { .. }) => {
-                    return Err(ApiError::Gone(paging::CONTINUE_EXPIRED.into()));
-                }
-                other => other?,
+            let list = match from.revision {
+                Some(at) => match state.store.list_at(&prefix, at).await {
+                    Err(svcnet_store::StoreError::Gone { .. }) => {
+                        return Err(paging::expired(&scope, &from));
+                    }
+                    other => other?,
+                },
+                None => state.store.list(&prefix).await?,
             };
             let items: Vec<Value> = list
                 .items
                 .into_iter()
                 .filter(|o| paging::relative_key(o) >= from.start && sel.matches(o))
                 .collect();
-            paging::page(&scope, from.revision, items, q.limit, filtered)
+            paging::page(&scope, list.revision, items, q.limit, filtered)
         }
         None => {
             let rv = q

@@ -4,6 +4,8 @@
 //! object) every [`ServerConfig::endpoint_lease_ttl`](crate::ServerConfig) × 2/3, rewrites the
 //! `kubernetes` endpoints from the records that are alive, and removes its own on shutdown.
 //!
+//! On redb, which only one process can open, the endpoints are this server, written at start.
+//!
 //! etcd would expire upstream's records with a lease TTL; the store has no TTLs (redb has no
 //! such thing), so a record is judged expired the way client-go judges a leader-election
 //! Lease: by this server's own clock, when the record's resourceVersion has not changed for a
@@ -35,20 +37,30 @@ fn own_name(state: &AppState) -> String {
     std::net::SocketAddr::new(state.cfg.advertise_ip(), state.addr.port()).to_string()
 }
 
-/// Renews this server's record (a write every time: its version is what others watch).
-async fn renew(state: &SharedState) -> Result<(), ApiError> {
-    let name = own_name(state);
-    let record = json!({
+/// Whether other API servers can share this store (etcd; redb is one process's file).
+fn shared(state: &AppState) -> bool {
+    !matches!(state.cfg.storage, crate::Storage::Embedded)
+}
+
+/// This server's record.
+fn own_record(state: &AppState) -> Value {
+    json!({
         "apiVersion": "v1", "kind": "Endpoints",
         "metadata": {
-            "name": name,
+            "name": own_name(state),
             "annotations": {"svcnet.io/renewed": crate::objects::now()},
         },
         "subsets": [{
             "addresses": [{"ip": state.cfg.advertise_ip().to_string()}],
             "ports": [{"name": "https", "port": state.addr.port(), "protocol": "TCP"}],
         }],
-    });
+    })
+}
+
+/// Renews this server's record (a write every time: its version is what others watch).
+async fn renew(state: &SharedState) -> Result<(), ApiError> {
+    let name = own_name(state);
+    let record = own_record(state);
     state
         .store
         .guaranteed_update(
@@ -62,6 +74,14 @@ async fn renew(state: &SharedState) -> Result<(), ApiError> {
 /// One reconcile: renew (or, when `leaving`, remove) this server's record, expire others
 /// that stopped renewing, and write the `kubernetes` endpoints from what is alive.
 pub(crate) async fn reconcile(state: &SharedState, leaving: bool) -> Result<(), ApiError> {
+    if !shared(state) {
+        // Alone on its store: the endpoints are this server, written once at start and kept
+        // (as before a restart), with no records and no periodic writes.
+        return match leaving {
+            true => Ok(()),
+            false => write_endpoints(state, &[own_record(state)]).await,
+        };
+    }
     let own = own_name(state);
     if leaving {
         match state.store.delete(&format!("{PREFIX}{own}"), None).await {
@@ -188,8 +208,12 @@ async fn write_endpoints(state: &SharedState, alive: &[Value]) -> Result<(), Api
     .await
 }
 
-/// Reconciles every TTL × 2/3 until shutdown, then removes this server's record.
+/// Reconciles every TTL × 2/3 until shutdown, then removes this server's record (on a store
+/// no other server can share, there is nothing to do after the start).
 pub(crate) async fn run(state: SharedState) {
+    if !shared(&state) {
+        return;
+    }
     let period = state.cfg.endpoint_lease_ttl * 2 / 3;
     loop {
         tokio::select! {

@@ -7,7 +7,8 @@
 //! kube-apiserver reads etcd's MVCC history. Nothing is held in memory between pages, so any
 //! API server on the same store serves any page, and the same token always gives the same page.
 //! Once the store has compacted the revision the token gets 410 Expired with upstream's
-//! message; the client starts a new list. `metadata.remainingItemCount` is set only when no
+//! message and, as upstream, a token (`rv` -1) that continues from the same key at the latest
+//! revision, for a client that accepts an inconsistent list; others start a new list. `metadata.remainingItemCount` is set only when no
 //! selector filtered the list, as upstream does. A token also carries a digest of the resource,
 //! namespace and selectors of its list (`scope`, svcnet's own field, which upstream ignores),
 //! so a token is refused by another list.
@@ -20,9 +21,14 @@ use crate::status::ApiError;
 
 const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
-/// Upstream's message for a token whose revision is compacted (`continueExpired`).
-pub(crate) const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to \
-     display a consistent list result. You can start a new list without the continue parameter.";
+/// Upstream's message for a token whose revision is compacted (`inconsistentContinue`); the
+/// 410 carries a token that continues at the latest revision.
+pub(crate) const INCONSISTENT_CONTINUE: &str = "The provided continue parameter is too old to \
+     display a consistent list result. You can start a new list without the continue \
+     parameter, or use the continue token in this response to retrieve the remainder of the \
+     results. Continuing with the provided token results in an inconsistent list - objects \
+     that were created, modified, or deleted between the time the first chunk was returned \
+     and now may show up in the list.";
 
 /// One page of a list.
 #[derive(Debug)]
@@ -52,7 +58,8 @@ impl Page {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Token {
     v: String,
-    rv: u64,
+    /// The revision, or -1: continue at the latest (upstream's token after a compaction).
+    rv: i64,
     start: String,
     #[serde(default)]
     scope: String,
@@ -61,8 +68,8 @@ struct Token {
 /// A decoded continue token: where the next page starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Continue {
-    /// The revision of the list.
-    pub(crate) revision: u64,
+    /// The revision of the list; `None`: the latest.
+    pub(crate) revision: Option<u64>,
     /// The first key (`namespace/name`, or `name` when cluster-scoped) the page may hold.
     pub(crate) start: String,
 }
@@ -106,9 +113,28 @@ pub(crate) fn decode(scope: &str, token: &str) -> Result<Continue, ApiError> {
         ));
     }
     Ok(Continue {
-        revision: t.rv,
+        revision: u64::try_from(t.rv).ok(),
         start: t.start,
     })
+}
+
+fn encode(scope: &str, rv: i64, start: String) -> String {
+    let t = Token {
+        v: "meta.k8s.io/v1".into(),
+        rv,
+        start,
+        scope: digest(scope),
+    };
+    B64.encode(serde_json::to_vec(&t).unwrap_or_default())
+}
+
+/// The 410 for a token whose revision is compacted: upstream's message, and a token that
+/// continues from the same key at the latest revision.
+pub(crate) fn expired(scope: &str, from: &Continue) -> ApiError {
+    ApiError::ExpiredContinue {
+        message: INCONSISTENT_CONTINUE.into(),
+        token: encode(scope, -1, from.start.clone()),
+    }
 }
 
 /// One page of `items` (everything at `revision` from the page's start on, in key order, the
@@ -134,16 +160,11 @@ pub(crate) fn page(
     let left = items.len() - limit;
     items.truncate(limit);
     let last = items.last().map(relative_key).unwrap_or_default();
-    let t = Token {
-        v: "meta.k8s.io/v1".into(),
-        rv: revision,
-        start: format!("{last}\u{0}"),
-        scope: digest(scope),
-    };
+    let rv = i64::try_from(revision).unwrap_or(i64::MAX);
     Page {
         items,
         resource_version,
-        continue_token: Some(B64.encode(serde_json::to_vec(&t).unwrap_or_default())),
+        continue_token: Some(encode(scope, rv, format!("{last}\u{0}"))),
         remaining: (!filtered).then_some(left),
     }
 }
@@ -174,7 +195,7 @@ mod tests {
             .into_iter()
             .filter(|o| relative_key(o) >= c.start)
             .collect();
-        (c.revision, items)
+        (c.revision.unwrap(), items)
     }
 
     #[test]
@@ -238,5 +259,12 @@ mod tests {
         }
         assert!(matches!(decode("b", &t), Err(ApiError::BadRequest(_))));
         assert_eq!(decode("a", &scoped("x")).unwrap().start, "x");
+        // The 410's token continues from the same key at the latest revision.
+        let from = decode("a", &t).unwrap();
+        let ApiError::ExpiredContinue { token, .. } = expired("a", &from) else {
+            panic!("not an expired continue");
+        };
+        let latest = decode("a", &token).unwrap();
+        assert_eq!((latest.revision, latest.start), (None, from.start));
     }
 }

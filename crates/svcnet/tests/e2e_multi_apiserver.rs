@@ -576,3 +576,195 @@ async fn sigkill_of_every_apiserver_during_writes_loses_nothing_and_doubles_noth
     drop(servers);
     drop(etcd);
 }
+
+/// A kubeconfig like the data dir's, pointing at `server`.
+fn kubeconfig_for(data: &Path, server: &str, name: &str) -> PathBuf {
+    let text = std::fs::read_to_string(data.join("kubeconfig")).unwrap();
+    let text: String = text
+        .lines()
+        .map(|l| match l.trim_start().strip_prefix("server:") {
+            Some(_) => format!("    server: {server}"),
+            None => l.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let path = data.join(format!("{name}.kubeconfig"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A controller-manager process (3 s lease) and its log; SIGKILLed and reaped on drop.
+struct ControllerManager(Child, PathBuf);
+
+impl Drop for ControllerManager {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl ControllerManager {
+    /// Its candidate identity, from its start-up log line.
+    fn identity(&self) -> Option<String> {
+        let log = std::fs::read_to_string(&self.1).ok()?;
+        let line = log
+            .lines()
+            .find(|l| l.contains("candidate for the controller-manager lease"))?;
+        let rest = &line[line.find("identity=")? + "identity=".len()..];
+        Some(rest.split_whitespace().next()?.to_string())
+    }
+}
+
+/// The ready addresses of `svc`'s EndpointSlices, sorted.
+async fn slice_addresses(client: &kube::Client, svc: &str) -> Vec<String> {
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let api: Api<EndpointSlice> = Api::namespaced(client.clone(), "default");
+    let lp = ListParams::default().labels(&format!("kubernetes.io/service-name={svc}"));
+    let mut got: Vec<String> = api
+        .list(&lp)
+        .await
+        .map(|l| l.items)
+        .unwrap_or_default()
+        .into_iter()
+        .flat_map(|s| s.endpoints)
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+        .filter_map(|e| e.addresses.first().cloned())
+        .collect();
+    got.sort();
+    got
+}
+
+/// A pod, then its status as a kubelet would set it: Running, Ready, with `ip`.
+async fn ready_pod(client: &kube::Client, name: &str, ip: &str) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Patch, PatchParams};
+    let api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "mc-web"}},
+        "spec": {"nodeName": "mc-node", "containers": [{"name": "c", "image": "busybox",
+                 "ports": [{"containerPort": 8080}]}]},
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &pod).await.unwrap();
+    let status = json!({"status": {
+        "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn controller_managers_on_two_apiservers_hand_over_the_lease() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let Some(bin) = etcd_for_test("controller_managers_on_two_apiservers_hand_over_the_lease")
+    else {
+        return;
+    };
+    let etcd = LocalEtcd::start(&bin, 3).await.expect("etcd");
+    let endpoints = etcd.endpoints().join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    let a = Server::start(&data, &endpoints, free_port());
+    let b = Server::start(&data, &endpoints, free_port());
+    let (ca, cb) = (a.client(&data).await, b.client(&data).await);
+    // One controller-manager through each API server.
+    let mut cms: Vec<Option<ControllerManager>> = [(&a, "cm-a"), (&b, "cm-b")]
+        .iter()
+        .map(|(server, name)| {
+            let kubeconfig = kubeconfig_for(&data, &server.url(), name);
+            let log = data.join(format!("{name}.log"));
+            Some(ControllerManager(
+                Command::new(env!("CARGO_BIN_EXE_svcnet"))
+                    .arg("controller-manager")
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .args(["--leader-elect-lease-duration", "3s"])
+                    .args(["--leader-elect-renew-deadline", "2s"])
+                    .args(["--leader-elect-retry-period", "0.5s"])
+                    .env("SVCNET_LOG", "info")
+                    .env("NO_COLOR", "1")
+                    .stdout(Stdio::null())
+                    .stderr(std::fs::File::create(&log).unwrap())
+                    .spawn()
+                    .unwrap(),
+                log,
+            ))
+        })
+        .collect();
+    let leases: Api<Lease> = Api::namespaced(cb.clone(), "kube-system");
+    let holder = || {
+        let leases = leases.clone();
+        async move {
+            leases
+                .get_opt("svcnet-controller-manager")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|l| l.spec?.holder_identity)
+                .filter(|h| !h.is_empty())
+        }
+    };
+    let first = wait_async("a leader", Duration::from_secs(20), holder).await;
+
+    let services: Api<Service> = Api::namespaced(ca.clone(), "default");
+    let svc: Service = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "mc-web"},
+        "spec": {"selector": {"app": "mc-web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+    }))
+    .unwrap();
+    services.create(&PostParams::default(), &svc).await.unwrap();
+    ready_pod(&ca, "mc-web-1", "10.244.0.11").await;
+    ready_pod(&cb, "mc-web-2", "10.244.0.12").await;
+    let want = |ips: &[&str]| ips.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let two = want(&["10.244.0.11", "10.244.0.12"]);
+    wait_async(
+        "the slice to follow the pods",
+        Duration::from_secs(20),
+        || {
+            let (cb, two) = (cb.clone(), two.clone());
+            async move { (slice_addresses(&cb, "mc-web").await == two).then_some(()) }
+        },
+    )
+    .await;
+
+    // SIGKILL the leader: the other takes the lease and its controllers follow new pods.
+    let ids: Vec<String> = cms
+        .iter()
+        .map(|c| c.as_ref().and_then(ControllerManager::identity).unwrap())
+        .collect();
+    let leader = ids.iter().position(|id| *id == first).unwrap();
+    let standby = ids[1 - leader].clone();
+    let killed = Instant::now();
+    drop(cms[leader].take());
+    wait_async(
+        "the standby to take the lease",
+        Duration::from_secs(15),
+        || {
+            let (holder, standby) = (holder.clone(), standby.clone());
+            async move { (holder().await? == standby).then_some(()) }
+        },
+    )
+    .await;
+    eprintln!(
+        "the lease moved to the controller-manager on the other API server {:.1} s after \
+         SIGKILL of the leader (lease 3 s)",
+        killed.elapsed().as_secs_f64()
+    );
+    ready_pod(&ca, "mc-web-3", "10.244.0.13").await;
+    let three = want(&["10.244.0.11", "10.244.0.12", "10.244.0.13"]);
+    wait_async(
+        "the new leader's slice to follow",
+        Duration::from_secs(20),
+        || {
+            let (ca, three) = (ca.clone(), three.clone());
+            async move { (slice_addresses(&ca, "mc-web").await == three).then_some(()) }
+        },
+    )
+    .await;
+    drop(cms);
+    drop((a, b));
+    drop(etcd);
+}
