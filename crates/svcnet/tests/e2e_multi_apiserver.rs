@@ -709,6 +709,13 @@ async fn controller_managers_on_two_apiservers_hand_over_the_lease() {
     };
     let first = wait_async("a leader", Duration::from_secs(20), holder).await;
 
+    // The pods' node (the controllers leave out pods on nodes that do not exist).
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(ca.clone());
+    let node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "mc-node"},
+    }))
+    .unwrap();
+    nodes.create(&PostParams::default(), &node).await.unwrap();
     let services: Api<Service> = Api::namespaced(ca.clone(), "default");
     let svc: Service = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Service", "metadata": {"name": "mc-web"},
