@@ -173,16 +173,16 @@ fn assert_distinct(services: &[Service]) {
             svc.metadata.name.as_deref().unwrap_or("")
         );
         let spec = svc.spec.as_ref().unwrap();
-        if let Some(ip) = spec.cluster_ip.clone().filter(|ip| ip != "None") {
-            if let Some(other) = ips.insert(ip.clone(), name.clone()) {
-                panic!("{name} and {other} share the cluster IP {ip}");
-            }
+        if let Some(ip) = spec.cluster_ip.clone().filter(|ip| ip != "None")
+            && let Some(other) = ips.insert(ip.clone(), name.clone())
+        {
+            panic!("{name} and {other} share the cluster IP {ip}");
         }
         for p in spec.ports.iter().flatten() {
-            if let Some(np) = p.node_port {
-                if let Some(other) = ports.insert(np, name.clone()) {
-                    panic!("{name} and {other} share the node port {np}");
-                }
+            if let Some(np) = p.node_port
+                && let Some(other) = ports.insert(np, name.clone())
+            {
+                panic!("{name} and {other} share the node port {np}");
             }
         }
     }
@@ -750,7 +750,7 @@ async fn controller_managers_on_two_apiservers_hand_over_the_lease() {
         "the standby to take the lease",
         Duration::from_secs(15),
         || {
-            let (holder, standby) = (holder.clone(), standby.clone());
+            let standby = standby.clone();
             async move { (holder().await? == standby).then_some(()) }
         },
     )
