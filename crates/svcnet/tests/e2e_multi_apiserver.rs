@@ -37,6 +37,35 @@ use svcnet_store::local_etcd::{LocalEtcd, etcd_for_test};
 /// The servers' endpoint lease TTL: short, so a killed server's address goes quickly.
 const LEASE_TTL: &str = "2s";
 
+/// A 3-member etcd and the data dir (PKI, kubeconfig) the test's API servers share.
+struct Cluster {
+    _etcd: LocalEtcd,
+    endpoints: String,
+    data: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// `None` (after printing why) when the `etcd` binary is missing.
+    async fn start(test: &str) -> Option<Cluster> {
+        let bin = etcd_for_test(test)?;
+        let etcd = LocalEtcd::start(&bin, 3).await.expect("etcd");
+        let endpoints = etcd.endpoints().join(",");
+        let dir = tempfile::tempdir().unwrap();
+        Some(Cluster {
+            _etcd: etcd,
+            endpoints,
+            data: dir.path().to_path_buf(),
+            _dir: dir,
+        })
+    }
+
+    /// An API server on this etcd and data dir, listening on `addr`.
+    fn server(&self, addr: SocketAddr) -> Server {
+        Server::start(&self.data, &self.endpoints, addr)
+    }
+}
+
 /// One `svcnet apiserver` process; SIGKILLed and reaped on drop.
 struct Server {
     child: Child,
@@ -249,22 +278,45 @@ where
     (names, rv)
 }
 
+/// A watch from the current resourceVersion of `api`'s list.
+async fn watch_from_now(
+    api: &Api<Service>,
+) -> futures::stream::BoxStream<'static, kube::Result<WatchEvent<Service>>> {
+    let from = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    api.watch(&WatchParams::default(), &from)
+        .await
+        .unwrap()
+        .boxed()
+}
+
+/// NodePort services of these names, one after the other.
+async fn create_all(api: &Api<Service>, names: Vec<String>) {
+    for n in names {
+        api.create(&PostParams::default(), &nodeport(&n))
+            .await
+            .unwrap();
+    }
+}
+
 fn names(prefix: &str, range: std::ops::Range<usize>) -> Vec<String> {
     range.map(|i| format!("{prefix}{i:02}")).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_apiservers_on_one_etcd_serve_one_cluster() {
-    let Some(bin) = etcd_for_test("two_apiservers_on_one_etcd_serve_one_cluster") else {
+    let Some(cluster) = Cluster::start("two_apiservers_on_one_etcd_serve_one_cluster").await else {
         return;
     };
-    let etcd = LocalEtcd::start(&bin, 3).await.expect("etcd");
-    let endpoints = etcd.endpoints().join(",");
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().to_path_buf();
-    let a = Server::start(&data, &endpoints, free_port());
+    let data = cluster.data.clone();
+    let a = cluster.server(free_port());
     let b_addr = free_port();
-    let mut b = Some(Server::start(&data, &endpoints, b_addr));
+    let mut b = Some(cluster.server(b_addr));
     let (ca, cb) = (
         a.client(&data).await,
         b.as_ref().unwrap().client(&data).await,
@@ -306,24 +358,8 @@ async fn two_apiservers_on_one_etcd_serve_one_cluster() {
     // A watch through A sees writes made through B, in order.
     let multi_a: Api<Service> = Api::namespaced(ca.clone(), "multi");
     let multi_b: Api<Service> = Api::namespaced(cb.clone(), "multi");
-    let from = multi_a
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let mut watch_a = multi_a
-        .watch(&WatchParams::default(), &from)
-        .await
-        .unwrap()
-        .boxed();
-    for n in names("b", 0..20) {
-        multi_b
-            .create(&PostParams::default(), &nodeport(&n))
-            .await
-            .unwrap();
-    }
+    let mut watch_a = watch_from_now(&multi_a).await;
+    create_all(&multi_b, names("b", 0..20)).await;
     assert_eq!(added(&mut watch_a, 20).await.0, names("b", 0..20));
     drop(watch_a);
 
@@ -344,24 +380,8 @@ async fn two_apiservers_on_one_etcd_serve_one_cluster() {
     .await;
 
     // Killed mid-watch: the watch resumes on the other server from its last resourceVersion.
-    let from = multi_b
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
-    let mut watch_b = multi_b
-        .watch(&WatchParams::default(), &from)
-        .await
-        .unwrap()
-        .boxed();
-    for n in names("w", 0..10) {
-        multi_a
-            .create(&PostParams::default(), &nodeport(&n))
-            .await
-            .unwrap();
-    }
+    let mut watch_b = watch_from_now(&multi_b).await;
+    create_all(&multi_a, names("w", 0..10)).await;
     let (mut seen, last) = added(&mut watch_b, 5).await;
     drop(b.take()); // SIGKILL
     drop(watch_b);
@@ -370,12 +390,7 @@ async fn two_apiservers_on_one_etcd_serve_one_cluster() {
         .await
         .unwrap()
         .boxed();
-    for n in names("w", 10..20) {
-        multi_a
-            .create(&PostParams::default(), &nodeport(&n))
-            .await
-            .unwrap();
-    }
+    create_all(&multi_a, names("w", 10..20)).await;
     seen.extend(added(&mut resumed, 15).await.0);
     assert_eq!(seen, names("w", 0..20), "no gap, no repeat across servers");
     drop(resumed);
@@ -401,7 +416,7 @@ async fn two_apiservers_on_one_etcd_serve_one_cluster() {
 
     // 1,000 services created concurrently through both servers (16 in flight): no shared
     // cluster IP or node port.
-    let b = Server::start(&data, &endpoints, b_addr);
+    let b = cluster.server(b_addr);
     let cb = b.client(&data).await;
     ok(&data, &ua, &["create", "namespace", "load"]);
     let apis = [
@@ -459,7 +474,7 @@ async fn two_apiservers_on_one_etcd_serve_one_cluster() {
     assert_eq!(table(&ua), table(&b.url()));
     drop(b);
     drop(a);
-    drop(etcd);
+    drop(cluster);
 }
 
 /// Creates services through `servers` in turn (4 in flight) until stopped; records the
@@ -491,22 +506,18 @@ fn writer(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_of_every_apiserver_during_writes_loses_nothing_and_doubles_nothing() {
-    let Some(bin) =
-        etcd_for_test("sigkill_of_every_apiserver_during_writes_loses_nothing_and_doubles_nothing")
+    let Some(cluster) = Cluster::start(
+        "sigkill_of_every_apiserver_during_writes_loses_nothing_and_doubles_nothing",
+    )
+    .await
     else {
         return;
     };
-    let etcd = LocalEtcd::start(&bin, 3).await.expect("etcd");
-    let endpoints = etcd.endpoints().join(",");
-    let dir = tempfile::tempdir().unwrap();
-    let data: PathBuf = dir.path().to_path_buf();
+    let data = cluster.data.clone();
     let addrs = [free_port(), free_port()];
     let acked = Arc::new(Mutex::new(BTreeMap::new()));
     for round in 0..3 {
-        let servers: Vec<Server> = addrs
-            .iter()
-            .map(|a| Server::start(&data, &endpoints, *a))
-            .collect();
+        let servers: Vec<Server> = addrs.iter().map(|a| cluster.server(*a)).collect();
         let mut clients = Vec::new();
         for s in &servers {
             clients.push(s.client(&data).await);
@@ -547,10 +558,7 @@ async fn sigkill_of_every_apiserver_during_writes_loses_nothing_and_doubles_noth
     }
     // After the last crash: everything acknowledged is there, and new services still get
     // addresses no one holds (the ranges were repaired, not reset).
-    let servers: Vec<Server> = addrs
-        .iter()
-        .map(|a| Server::start(&data, &endpoints, *a))
-        .collect();
+    let servers: Vec<Server> = addrs.iter().map(|a| cluster.server(*a)).collect();
     let mut clients = Vec::new();
     for s in &servers {
         clients.push(s.client(&data).await);
@@ -574,7 +582,7 @@ async fn sigkill_of_every_apiserver_during_writes_loses_nothing_and_doubles_noth
         acked.len()
     );
     drop(servers);
-    drop(etcd);
+    drop(cluster);
 }
 
 /// A kubeconfig like the data dir's, pointing at `server`.
@@ -634,6 +642,20 @@ async fn slice_addresses(client: &kube::Client, svc: &str) -> Vec<String> {
     got
 }
 
+/// Waits until `mc-web`'s EndpointSlices list exactly these ready addresses.
+async fn wait_slice(client: &kube::Client, want: &[&str]) {
+    let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+    wait_async(
+        &format!("the EndpointSlice to list {want:?}"),
+        Duration::from_secs(20),
+        || {
+            let (client, want) = (client.clone(), want.clone());
+            async move { (slice_addresses(&client, "mc-web").await == want).then_some(()) }
+        },
+    )
+    .await;
+}
+
 /// A pod, then its status as a kubelet would set it: Running, Ready, with `ip`.
 async fn ready_pod(client: &kube::Client, name: &str, ip: &str) {
     use k8s_openapi::api::core::v1::Pod;
@@ -659,16 +681,14 @@ async fn ready_pod(client: &kube::Client, name: &str, ip: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn controller_managers_on_two_apiservers_hand_over_the_lease() {
     use k8s_openapi::api::coordination::v1::Lease;
-    let Some(bin) = etcd_for_test("controller_managers_on_two_apiservers_hand_over_the_lease")
+    let Some(cluster) =
+        Cluster::start("controller_managers_on_two_apiservers_hand_over_the_lease").await
     else {
         return;
     };
-    let etcd = LocalEtcd::start(&bin, 3).await.expect("etcd");
-    let endpoints = etcd.endpoints().join(",");
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().to_path_buf();
-    let a = Server::start(&data, &endpoints, free_port());
-    let b = Server::start(&data, &endpoints, free_port());
+    let data = cluster.data.clone();
+    let a = cluster.server(free_port());
+    let b = cluster.server(free_port());
     let (ca, cb) = (a.client(&data).await, b.client(&data).await);
     // One controller-manager through each API server.
     let mut cms: Vec<Option<ControllerManager>> = [(&a, "cm-a"), (&b, "cm-b")]
@@ -725,17 +745,7 @@ async fn controller_managers_on_two_apiservers_hand_over_the_lease() {
     services.create(&PostParams::default(), &svc).await.unwrap();
     ready_pod(&ca, "mc-web-1", "10.244.0.11").await;
     ready_pod(&cb, "mc-web-2", "10.244.0.12").await;
-    let want = |ips: &[&str]| ips.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    let two = want(&["10.244.0.11", "10.244.0.12"]);
-    wait_async(
-        "the slice to follow the pods",
-        Duration::from_secs(20),
-        || {
-            let (cb, two) = (cb.clone(), two.clone());
-            async move { (slice_addresses(&cb, "mc-web").await == two).then_some(()) }
-        },
-    )
-    .await;
+    wait_slice(&cb, &["10.244.0.11", "10.244.0.12"]).await;
 
     // SIGKILL the leader: the other takes the lease and its controllers follow new pods.
     let ids: Vec<String> = cms
@@ -761,17 +771,8 @@ async fn controller_managers_on_two_apiservers_hand_over_the_lease() {
         killed.elapsed().as_secs_f64()
     );
     ready_pod(&ca, "mc-web-3", "10.244.0.13").await;
-    let three = want(&["10.244.0.11", "10.244.0.12", "10.244.0.13"]);
-    wait_async(
-        "the new leader's slice to follow",
-        Duration::from_secs(20),
-        || {
-            let (ca, three) = (ca.clone(), three.clone());
-            async move { (slice_addresses(&ca, "mc-web").await == three).then_some(()) }
-        },
-    )
-    .await;
+    wait_slice(&ca, &["10.244.0.11", "10.244.0.12", "10.244.0.13"]).await;
     drop(cms);
     drop((a, b));
-    drop(etcd);
+    drop(cluster);
 }

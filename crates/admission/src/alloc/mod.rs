@@ -631,16 +631,21 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn slash29_hands_out_the_unreserved_addresses_then_is_full() {
-        let mut a = small("10.0.0.0/29");
-        let got: Vec<String> = (0..4)
+    /// The next `n` dynamic IPv4 addresses, for owners `ns/s0`, `ns/s1`, …
+    fn next_ips(a: &mut Allocators, n: usize) -> Vec<String> {
+        (0..n)
             .map(|i| {
                 a.allocate_next_ip("IPv4", &format!("ns/s{i}"))
                     .unwrap()
                     .to_string()
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn slash29_hands_out_the_unreserved_addresses_then_is_full() {
+        let mut a = small("10.0.0.0/29");
+        let got = next_ips(&mut a, 4);
         // .0 network, .7 broadcast, .1 first address, .2 reserved.
         assert_eq!(got, ["10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"]);
         assert_eq!(a.allocate_next_ip("IPv4", "ns/x"), Err(AllocError::Full));
@@ -682,13 +687,7 @@ mod tests {
         a.scan_from(2);
         // The band is .1-.6 (a /29 has no static band; .1 and .2 are reserved): from the
         // seed's point past the first free address (.3 + 2), then wrapping.
-        let got: Vec<String> = (0..4)
-            .map(|i| {
-                a.allocate_next_ip("IPv4", &format!("ns/s{i}"))
-                    .unwrap()
-                    .to_string()
-            })
-            .collect();
+        let got = next_ips(&mut a, 4);
         assert_eq!(got, ["10.0.0.5", "10.0.0.6", "10.0.0.3", "10.0.0.4"]);
         assert_eq!(a.allocate_next_ip("IPv4", "ns/x"), Err(AllocError::Full));
         let mut a = Allocators::new(AdmissionConfig::default()).unwrap();
