@@ -367,3 +367,102 @@ pub(crate) async fn run(state: crate::state::SharedState) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+
+    async fn state(dir: &std::path::Path) -> crate::state::SharedState {
+        let cfg = crate::ServerConfig {
+            data_dir: dir.to_path_buf(),
+            ..Default::default()
+        };
+        crate::build_state(cfg, "127.0.0.1:6443".parse().unwrap())
+            .await
+            .unwrap()
+    }
+
+    fn ip(s: &str) -> Allocation {
+        Allocation::ClusterIp(s.parse().unwrap())
+    }
+
+    /// A Service written straight into the store: the ranges do not know its address.
+    async fn stored_service(state: &AppState, name: &str, cluster_ip: &str) {
+        let svc = json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": "default", "uid": name},
+            "spec": {"type": "ClusterIP", "clusterIP": cluster_ip, "clusterIPs": [cluster_ip],
+                     "ports": [{"port": 80, "protocol": "TCP"}]}});
+        state
+            .store
+            .create(&format!("/core/services/default/{name}"), svc)
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn repair_restores_what_services_hold_and_frees_leaks_after_three_passes() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = state(dir.path()).await;
+        // The bootstrap's `kubernetes` service holds 10.96.0.1.
+        assert!(
+            load(&state)
+                .await
+                .unwrap()
+                .allocations()
+                .contains(&ip("10.96.0.1"))
+        );
+
+        // A range that lost a Service's address gets it back in one pass.
+        stored_service(&state, "lost", "10.96.1.7").await;
+        assert!(
+            !load(&state)
+                .await
+                .unwrap()
+                .allocations()
+                .contains(&ip("10.96.1.7"))
+        );
+        repair(&state).await.unwrap();
+        assert!(
+            load(&state)
+                .await
+                .unwrap()
+                .allocations()
+                .contains(&ip("10.96.1.7"))
+        );
+
+        // A claim no Service records (a write that crashed) survives two passes (it may be a
+        // write in flight), and the third frees it.
+        claim(&state, &[ip("10.96.2.2")]).await.unwrap();
+        for pass in 1..=3 {
+            let warnings = repair(&state).await.unwrap();
+            let held = load(&state).await.unwrap().allocations();
+            assert_eq!(held.contains(&ip("10.96.2.2")), pass < 3, "pass {pass}");
+            assert_eq!(
+                warnings.iter().any(|w| w.contains("10.96.2.2")),
+                pass == 3,
+                "{warnings:?}"
+            );
+        }
+        assert!(
+            load(&state)
+                .await
+                .unwrap()
+                .allocations()
+                .contains(&ip("10.96.1.7"))
+        );
+
+        // A missing range is rebuilt before anything is allocated from it.
+        state
+            .store
+            .delete(&key(svcnet_admission::SERVICE_IPS), None)
+            .await
+            .unwrap();
+        let held = load(&state).await.unwrap().allocations();
+        assert!(held.contains(&ip("10.96.1.7")) && held.contains(&ip("10.96.0.1")));
+        state.shutdown.cancel();
+    }
+}
