@@ -237,6 +237,8 @@ pub enum ConfigError {
     NoServiceCidr,
     #[error("service CIDR {0} is too small (it needs at least 2 usable addresses)")]
     CidrTooSmall(ipnet::IpNet),
+    #[error("{cidr} is too large; its prefix must be at least /{min_prefix}")]
+    CidrTooLarge { cidr: ipnet::IpNet, min_prefix: u8 },
     #[error("more than one service CIDR per IP family is not supported: {0} and {1}")]
     DuplicateFamily(ipnet::IpNet, ipnet::IpNet),
     #[error("node port range {start}-{end} is empty or starts at 0")]

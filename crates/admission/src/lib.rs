@@ -5,10 +5,11 @@
 //! [`admit_update`] with the object's `kind`; admission returns the object to
 //! store (defaulted, with cluster IPs, node ports and load-balancer ingress
 //! filled in) or the list of [`FieldError`]s a 422 `Status` carries, with
-//! upstream's messages. Services take their addresses from [`Allocators`],
-//! which the API server keeps under a mutex across admission and the store
-//! write, [`Allocators::release`]s on delete and [`Allocators::rebuild`]s
-//! from the stored services at startup.
+//! upstream's messages. Services take their addresses from [`Allocators`], a
+//! working copy the API server loads from the stored allocation ranges
+//! ([`Allocators::load_range`], kube's `RangeAllocation` objects) for each
+//! Service write; it stores what changed itself, and its repair loop
+//! [`Allocators::rebuild`]s the ranges from the stored services.
 //!
 //! This crate never does I/O, never reads the clock and never spawns: it is
 //! a function of its inputs, which is what lets it be tested exhaustively.
@@ -30,8 +31,9 @@ pub mod syntax;
 use serde_json::Value;
 
 pub use alloc::{
-    AdmissionConfig, AllocError, Allocators, DEFAULT_DNS_IP, DEFAULT_LB_POOL, DEFAULT_SERVICE_CIDR,
-    Protocol, family_of,
+    AdmissionConfig, AllocError, Allocation, Allocators, DEFAULT_DNS_IP, DEFAULT_LB_POOL,
+    DEFAULT_SERVICE_CIDR, LB_IPS, MAX_RANGE_BITS, NODE_PORTS, Protocol, SECONDARY_SERVICE_IPS,
+    SERVICE_IPS, StoredRangeError, family_of,
 };
 pub use endpoints::{MAX_SLICE_ADDRESSES, MAX_SLICE_ENDPOINTS, MAX_SLICE_PORTS};
 pub use error::{BadValue, ConfigError, FieldError, FieldErrorKind};

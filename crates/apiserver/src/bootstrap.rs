@@ -1,6 +1,6 @@
 //! What exists from the start: the `default`, `kube-system`, `kube-public` and
 //! `kube-node-lease` namespaces, and the `default/kubernetes` service with Endpoints and an
-//! EndpointSlice pointing at this server. Written through the normal admission path, so the
+//! EndpointSlice pointing at every live API server (`crate::masterleases`). Written through the normal admission path, so the
 //! service's cluster IP is allocated like any other.
 
 use serde_json::{Value, json};
@@ -82,7 +82,6 @@ pub async fn run(state: &SharedState) -> Result<(), ApiError> {
         )
         .await?;
     }
-    let ip = state.cfg.advertise_ip().to_string();
     let port = state.addr.port();
     let cluster_ip = state
         .cfg
@@ -129,38 +128,7 @@ pub async fn run(state: &SharedState) -> Result<(), ApiError> {
             },
         )
         .await?;
-    ensure(
-        state,
-        res("", "endpoints")?,
-        json!({
-            "apiVersion": "v1", "kind": "Endpoints",
-            "metadata": {"name": "kubernetes", "namespace": "default",
-                         "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
-            "subsets": [{"addresses": [{"ip": ip}], "ports": [{"name": "https", "port": port, "protocol": "TCP"}]}],
-        }),
-        &["subsets"],
-        false,
-    )
-    .await?;
-    let family = if state.cfg.advertise_ip().is_ipv4() {
-        "IPv4"
-    } else {
-        "IPv6"
-    };
-    ensure(
-        state,
-        res("discovery.k8s.io", "endpointslices")?,
-        json!({
-            "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-            "metadata": {"name": "kubernetes", "namespace": "default",
-                         "labels": {"kubernetes.io/service-name": "kubernetes"}},
-            "addressType": family,
-            "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}],
-            "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
-        }),
-        &["endpoints", "ports", "addressType"],
-        false,
-    )
-    .await?;
+    // The `kubernetes` endpoints: this server's address among every live API server's.
+    crate::masterleases::reconcile(state, false).await?;
     Ok(())
 }

@@ -36,6 +36,9 @@ pub struct ServerConfig {
     pub dns_service_ip: IpAddr,
     /// How often watches that asked for bookmarks get one.
     pub bookmark_interval: Duration,
+    /// How long an API server's record in the `kubernetes` endpoints lives without renewal
+    /// (upstream's lease reconciler: 15 s, renewed every 10 s).
+    pub endpoint_lease_ttl: Duration,
     /// Largest request body accepted (413 beyond).
     pub max_body_bytes: usize,
     /// How many store events the embedded store's watch history keeps (older resourceVersions
@@ -303,6 +306,7 @@ impl Default for ServerConfig {
             cluster_domain: "cluster.local".into(),
             dns_service_ip: IpAddr::V4(Ipv4Addr::new(10, 96, 0, 10)),
             bookmark_interval: Duration::from_secs(30),
+            endpoint_lease_ttl: Duration::from_secs(15),
             max_body_bytes: 3 * 1024 * 1024,
             watch_history: 10_000,
             log_source: None,

@@ -1,6 +1,15 @@
 //! Background garbage collection: dependents whose owners are all gone are deleted, and
 //! terminating namespaces are emptied and then removed. Runs after every delete (debounced)
 //! and periodically, so a crash between an owner's delete and its dependents' is repaired.
+//!
+//! It runs in every API server, also when several share one etcd, and that is safe because
+//! every step is idempotent and conditional: a dependent is deleted with a UID precondition
+//! through the client's delete path (a second server's delete of the same object finds it gone
+//! or terminating and moves on), and a namespace is removed by a read-modify-write that
+//! deletes it only while it is still terminating. Two servers sweeping at once do the same
+//! work twice at worst, never a different thing. It stays in the API server rather than in the
+//! leader-elected controller-manager (upstream's home for it) so that a cluster of API servers
+//! alone, or `svcnet up` with its controllers disabled, still empties deleted namespaces.
 
 use std::collections::HashSet;
 use std::time::Duration;

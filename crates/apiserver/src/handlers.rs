@@ -13,6 +13,7 @@ use crate::deletion::{DeleteOptions, delete_one, delete_options};
 use crate::machinery::{self, IncludeObject, Selectors};
 use crate::objects::{self, finalizers, is_terminating, meta_str, name_of};
 use crate::ownership::{self, Writer};
+use crate::paging;
 use crate::registry::{self, ResourceInfo};
 use crate::request::{FieldValidation, ResourceRequest, Subresource, Verb};
 use crate::state::SharedState;
@@ -196,6 +197,8 @@ async fn list(
         q.label_selector.as_deref().unwrap_or(""),
         q.field_selector.as_deref().unwrap_or("")
     );
+    let prefix = res.ns_prefix(req.namespace.as_deref());
+    let filtered = q.label_selector.is_some() || q.field_selector.is_some();
     let mut page = match &q.continue_token {
         Some(token) => {
             // As upstream: "0" (any version, which kube-rs watchers send on every page) may
@@ -208,10 +211,24 @@ async fn list(
                     "specifying resource version is not allowed when using continue".into(),
                 ));
             }
-            state.cursors.next(&scope, token, q.limit)?
+            let from = paging::decode(&scope, token)?;
+            let list = match from.revision {
+                Some(at) => match state.store.list_at(&prefix, at).await {
+                    Err(svcnet_store::StoreError::Gone { .. }) => {
+                        return Err(paging::expired(&scope, &from));
+                    }
+                    other => other?,
+                },
+                None => state.store.list(&prefix).await?,
+            };
+            let items: Vec<Value> = list
+                .items
+                .into_iter()
+                .filter(|o| paging::relative_key(o) >= from.start && sel.matches(o))
+                .collect();
+            paging::page(&scope, list.revision, items, q.limit, filtered)
         }
         None => {
-            let prefix = res.ns_prefix(req.namespace.as_deref());
             let rv = q
                 .resource_version
                 .as_deref()
@@ -239,9 +256,7 @@ async fn list(
                 _ => state.store.list(&prefix).await?,
             };
             let items: Vec<Value> = list.items.into_iter().filter(|o| sel.matches(o)).collect();
-            let filtered = q.label_selector.is_some() || q.field_selector.is_some();
-            let rv = list.revision.to_string();
-            state.cursors.first(scope, rv, items, q.limit, filtered)
+            paging::page(&scope, list.revision, items, q.limit, filtered)
         }
     };
     let (items, rv) = (

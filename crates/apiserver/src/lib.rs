@@ -10,9 +10,10 @@
 //! callers are trusted as `system:masters`).
 //!
 //! **Architecture Invariant:** every write goes through one atomic store read-modify-write
-//! (`AppState::write`); service writes hold the service lock across admission (which allocates
-//! cluster IPs and node ports) and the store write, and a failed write rebuilds the allocators
-//! from the store. This crate never talks to the network beyond its own listener.
+//! (`AppState::write`); a Service write also claims its cluster IPs and node ports in the
+//! store's allocation ranges (compare-and-swap) before the Service is written and releases what
+//! it gave up only after (`allocations`), so API servers sharing a store never hand out one
+//! address twice. This crate never talks to the network beyond its own listener.
 //!
 //! Layout: `request` parses each HTTP request into a typed [`request::ApiRequest`];
 //! `handlers`/`watch` implement the verbs; `logs` serves `pods/log` from
@@ -27,6 +28,7 @@
 //! `default` ServiceAccounts and the self-subject reviews).
 
 mod admission;
+mod allocations;
 mod attach;
 mod auth;
 mod bootstrap;
@@ -41,6 +43,7 @@ mod handlers;
 mod logformat;
 mod logs;
 mod machinery;
+mod masterleases;
 mod metered;
 mod metrics;
 mod objects;
@@ -285,7 +288,13 @@ pub async fn start(cfg: ServerConfig) -> Result<RunningServer, ServerError> {
     let gc = tokio::spawn({
         let (a, b) = (state.clone(), state.clone());
         async move {
-            tokio::join!(gc::run(a), auth::serviceaccounts::run(b));
+            let (c, d) = (a.clone(), a.clone());
+            tokio::join!(
+                gc::run(a),
+                auth::serviceaccounts::run(b),
+                allocations::run(c),
+                masterleases::run(d)
+            );
         }
     });
     let task = tokio::spawn(server::serve(

@@ -1,14 +1,17 @@
 //! State shared by every request handler.
 
+use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use serde_json::Value;
-use svcnet_store::{Mutation, Outcome, Store, StoreError};
+use svcnet_admission::Allocation;
+use svcnet_store::{Mutation, Outcome, Store, StoreError, object_revision};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::Admission;
+use crate::allocations;
 use crate::config::ServerConfig;
 use crate::conversion;
 use crate::registry::{self, ResourceInfo};
@@ -34,22 +37,27 @@ pub struct AppState {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) cfg: ServerConfig,
     pub(crate) admission: Admission,
-    /// Serialises service writes, so admission's allocations and the store write that
-    /// persists them happen as one step.
-    pub(crate) service_lock: tokio::sync::Mutex<()>,
+    /// Allocations this server's Service writes are claiming right now: a hint that keeps
+    /// concurrent writes here from picking the same free address (compare-and-swap on the
+    /// ranges is what keeps every write, here and on other servers, apart).
+    pub(crate) inflight: std::sync::Mutex<BTreeSet<Allocation>>,
     pub(crate) shutdown: CancellationToken,
     /// Wakes the garbage collector (after deletes).
     pub(crate) gc: Notify,
     /// The address the server answers on (for discovery and the `kubernetes` service).
     pub(crate) addr: SocketAddr,
-    /// Snapshots of paged lists (`limit` / `continue`).
-    pub(crate) cursors: crate::paging::Cursors,
     /// What `GET /metrics` reports.
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// The ServiceAccount token key: signs TokenRequests, verifies bearer tokens.
     pub(crate) tokens: crate::auth::tokens::Tokens,
     /// Wakes the serviceaccounts controller (after writes of namespaces and ServiceAccounts).
     pub(crate) accounts: Notify,
+    /// The allocation repair's leak counts.
+    pub(crate) leaks: allocations::LeakCounts,
+    /// Concurrent changes of each allocation range, written together.
+    pub(crate) batches: allocations::Batches,
+    /// Other API servers' endpoint records as this server saw them.
+    pub(crate) masterleases: crate::masterleases::Observed,
 }
 
 /// The handle handlers receive.
@@ -72,21 +80,22 @@ impl AppState {
             store,
             cfg,
             admission,
-            service_lock: tokio::sync::Mutex::new(()),
+            inflight: Default::default(),
             shutdown: CancellationToken::new(),
             gc: Notify::new(),
             addr,
-            cursors: crate::paging::Cursors::default(),
             metrics,
             tokens,
             accounts: Notify::new(),
+            leaks: Default::default(),
+            batches: Default::default(),
+            masterleases: Default::default(),
         });
-        let warnings = state
-            .rebuild_allocators()
+        let warnings = crate::allocations::repair(&state)
             .await
             .map_err(|e| crate::ServerError::Store(e.to_string()))?;
         for w in warnings {
-            tracing::warn!("allocator rebuild: {w}");
+            tracing::warn!("allocation repair: {w}");
         }
         Ok(state)
     }
@@ -106,16 +115,8 @@ impl AppState {
         self.metrics.render(&objects, self.store.size_bytes())
     }
 
-    pub(crate) async fn rebuild_allocators(&self) -> Result<Vec<String>, ApiError> {
-        let services = registry::lookup("", "v1", "services")
-            .ok_or_else(|| ApiError::Internal("services are not registered".into()))?;
-        let list = self.store.list(&services.prefix()).await?;
-        Ok(self.admission.rebuild(&list.items))
-    }
-
-    /// One atomic read-modify-write of `key`. Service writes hold the service lock, and any
-    /// failure (or a dry run) rebuilds the allocators from the store, so an allocation made by
-    /// admission is either persisted with its object or forgotten.
+    /// One atomic read-modify-write of `key`. A Service write goes through
+    /// [`AppState::write_service`], which keeps the allocation ranges in step with it.
     pub(crate) async fn write(
         &self,
         res: &ResourceInfo,
@@ -124,14 +125,9 @@ impl AppState {
         mut f: impl FnMut(Option<&Value>) -> Result<Mutation, ApiError> + Send + 'static,
     ) -> Result<Outcome, ApiError> {
         let is_service = res.kind == "Service" && res.group.is_empty();
-        let _guard = if is_service {
-            Some(self.service_lock.lock().await)
-        } else {
-            None
-        };
         // The closure sees and returns the served form; the store keeps the stored one.
         let served_res = registry::by_kind(res.group, res.kind).filter(|r| conversion::converts(r));
-        let mut f = move |cur: Option<&Value>| match served_res {
+        let f = move |cur: Option<&Value>| match served_res {
             None => f(cur),
             Some(r) => {
                 let served = cur.map(|c| conversion::to_served(r, c.clone()));
@@ -141,6 +137,37 @@ impl AppState {
                 })
             }
         };
+        let result = if is_service {
+            self.write_service(key, dry_run, f).await
+        } else {
+            self.write_plain(key, dry_run, f).await
+        };
+        if !dry_run
+            && result.is_ok()
+            && res.group.is_empty()
+            && matches!(res.kind, "Namespace" | "ServiceAccount")
+        {
+            // Committed: the serviceaccounts controller sees it when it wakes.
+            self.accounts.notify_one();
+        }
+        result.map(|o| match served_res {
+            None => o,
+            Some(r) => match o {
+                Outcome::Written(v) => Outcome::Written(conversion::to_served(r, v)),
+                Outcome::Deleted(v) => Outcome::Deleted(conversion::to_served(r, v)),
+                Outcome::Unchanged(v) => Outcome::Unchanged(v.map(|v| conversion::to_served(r, v))),
+            },
+        })
+    }
+
+    /// A write whose decision the store may retry: `f` runs inside the store's
+    /// read-modify-write. A dry run decides and writes nothing.
+    async fn write_plain(
+        &self,
+        key: &str,
+        dry_run: bool,
+        mut f: impl FnMut(Option<&Value>) -> Result<Mutation, ApiError> + Send + 'static,
+    ) -> Result<Outcome, ApiError> {
         let dry = std::sync::Arc::new(std::sync::Mutex::new(None::<Outcome>));
         let dry_slot = dry.clone();
         let result = self
@@ -155,59 +182,176 @@ impl AppState {
                     if !dry_run {
                         return Ok(m);
                     }
-                    let outcome = match m {
-                        Mutation::Put(v) => Outcome::Written(v),
-                        Mutation::Delete => Outcome::Deleted(cur.cloned().unwrap_or_default()),
-                        Mutation::Keep => Outcome::Unchanged(cur.cloned()),
-                    };
                     if let Ok(mut slot) = dry_slot.lock() {
-                        *slot = Some(outcome);
+                        *slot = Some(dry_outcome(m, cur));
                     }
                     Ok(Mutation::Keep)
                 }),
             )
-            .await;
-        let result = match result {
-            Ok(o) => Ok(o),
-            Err(e) => Err(match e.into_aborted::<ApiError>() {
-                Ok(api) => api,
-                Err(other) => ApiError::from(other),
-            }),
-        };
-        if is_service
-            && (result.is_err() || dry_run)
-            && let Err(e) = self.rebuild_allocators().await
-        {
-            tracing::error!("rebuilding allocators after a failed write: {e}");
+            .await
+            .map_err(api_error)?;
+        if dry_run && let Some(o) = dry.lock().ok().and_then(|mut s| s.take()) {
+            return Ok(o);
         }
-        if is_service
-            && !dry_run
-            && let Ok(Outcome::Deleted(svc)) = &result
-        {
-            self.admission.release(svc);
+        Ok(result)
+    }
+
+    /// A Service write: read the Service and the allocation ranges, admit on a working copy
+    /// of the ranges, claim what the new object newly holds, write the Service if it is still
+    /// the one admission saw, then release what it gave up (see `crate::allocations`). A lost
+    /// race on either step starts over from fresh state.
+    async fn write_service(
+        &self,
+        key: &str,
+        dry_run: bool,
+        mut f: impl FnMut(Option<&Value>) -> Result<Mutation, ApiError> + Send + 'static,
+    ) -> Result<Outcome, ApiError> {
+        let mut lost_race = false;
+        for attempt in 0..MAX_SERVICE_ATTEMPTS {
+            let (cur, loaded) = tokio::join!(self.store.get(key), allocations::load(self));
+            let (cur, loaded) = (cur?, loaded?);
+            let stored = loaded.allocations();
+            // Admission and the in-flight hint in one step, so no other write here picks what
+            // this one is about to claim.
+            let (decision, before, after, claiming) = {
+                let mut inflight = self.inflight.lock().unwrap_or_else(PoisonError::into_inner);
+                let hint: Vec<Allocation> = inflight.difference(&stored).copied().collect();
+                let mut working = loaded;
+                // Cannot fail: the hint is what the loaded ranges do not hold.
+                let _ = working.apply(&hint, &[]);
+                if lost_race {
+                    use std::hash::BuildHasher as _;
+                    let seed =
+                        std::collections::hash_map::RandomState::new().hash_one((key, attempt));
+                    working.scan_from(seed);
+                }
+                if let Some(c) = &cur {
+                    working.adopt(c);
+                }
+                let before = working.allocations();
+                let (decision, after) = self.admission.with_working(working, || f(cur.as_ref()));
+                let after = after.allocations();
+                let add: Vec<Allocation> = after
+                    .iter()
+                    .filter(|a| !stored.contains(a) && !hint.contains(a))
+                    .copied()
+                    .collect();
+                inflight.extend(add.iter().copied());
+                (decision, before, after, Inflight::new(&self.inflight, add))
+            };
+            let m = decision?;
+            if let Mutation::Put(v) = &m {
+                check_size(v)?;
+            }
+            if dry_run {
+                return Ok(dry_outcome(m, cur.as_ref()));
+            }
+            let (add, give_up) = match &m {
+                Mutation::Keep => return Ok(Outcome::Unchanged(cur)),
+                Mutation::Put(_) => (
+                    claiming.items.clone(),
+                    before.difference(&after).copied().collect::<Vec<_>>(),
+                ),
+                Mutation::Delete => (Vec::new(), Vec::new()),
+            };
+            match allocations::claim(self, &add).await {
+                Ok(()) => {}
+                Err(Ok(allocations::Taken(a))) => {
+                    tracing::debug!("{key}: {a} was taken concurrently; admitting again");
+                    lost_race = true;
+                    continue;
+                }
+                Err(Err(e)) => return Err(e),
+            }
+            let seen = cur.as_ref().map(|c| object_revision(c).unwrap_or(0));
+            let result = self
+                .store
+                .guaranteed_update(
+                    key,
+                    Box::new(move |now| {
+                        if now.map(|c| object_revision(c).unwrap_or(0)) != seen {
+                            return Err(StoreError::aborted(Moved));
+                        }
+                        Ok(m.clone())
+                    }),
+                )
+                .await;
+            let outcome = match result {
+                Ok(o) => o,
+                Err(e) => match e.into_aborted::<Moved>() {
+                    Ok(Moved) => {
+                        // Nothing was written: what this attempt claimed is free again.
+                        if let Err(e) = allocations::release(self, &add).await {
+                            tracing::warn!("{key}: releasing an unused claim: {e}");
+                        }
+                        continue;
+                    }
+                    // The write may have committed (a timeout): keep the claim; repair frees
+                    // it if no Service holds it.
+                    Err(other) => return Err(api_error(other)),
+                },
+            };
+            let give_up = match &outcome {
+                Outcome::Deleted(svc) => self
+                    .admission
+                    .template()
+                    .allocations_of(svc)
+                    .into_iter()
+                    .collect(),
+                _ => give_up,
+            };
+            if let Err(e) = allocations::release(self, &give_up).await {
+                tracing::warn!("{key}: releasing what the service gave up (repair will): {e}");
+            }
+            return Ok(outcome);
         }
-        if !dry_run
-            && result.is_ok()
-            && res.group.is_empty()
-            && matches!(res.kind, "Namespace" | "ServiceAccount")
-        {
-            // Committed: the serviceaccounts controller sees it when it wakes.
-            self.accounts.notify_one();
+        Err(ApiError::Internal(format!(
+            "{key}: the allocation ranges kept changing; try again"
+        )))
+    }
+}
+
+/// Removes a write's claims from the in-flight hint when the attempt ends, however it ends.
+struct Inflight<'a> {
+    set: &'a std::sync::Mutex<BTreeSet<Allocation>>,
+    items: Vec<Allocation>,
+}
+
+impl<'a> Inflight<'a> {
+    fn new(set: &'a std::sync::Mutex<BTreeSet<Allocation>>, items: Vec<Allocation>) -> Self {
+        Inflight { set, items }
+    }
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        let mut set = self.set.lock().unwrap_or_else(PoisonError::into_inner);
+        for a in &self.items {
+            set.remove(a);
         }
-        let result = match dry_run && result.is_ok() {
-            true => match dry.lock().ok().and_then(|mut s| s.take()) {
-                Some(o) => Ok(o),
-                None => result,
-            },
-            false => result,
-        };
-        result.map(|o| match served_res {
-            None => o,
-            Some(r) => match o {
-                Outcome::Written(v) => Outcome::Written(conversion::to_served(r, v)),
-                Outcome::Deleted(v) => Outcome::Deleted(conversion::to_served(r, v)),
-                Outcome::Unchanged(v) => Outcome::Unchanged(v.map(|v| conversion::to_served(r, v))),
-            },
-        })
+    }
+}
+
+/// How often a Service write starts over after losing a race, before it gives up.
+const MAX_SERVICE_ATTEMPTS: usize = 64;
+
+/// The Service changed between admission and its write.
+#[derive(Debug, thiserror::Error)]
+#[error("the object changed during admission")]
+struct Moved;
+
+/// What a dry run reports for a decision.
+fn dry_outcome(m: Mutation, cur: Option<&Value>) -> Outcome {
+    match m {
+        Mutation::Put(v) => Outcome::Written(v),
+        Mutation::Delete => Outcome::Deleted(cur.cloned().unwrap_or_default()),
+        Mutation::Keep => Outcome::Unchanged(cur.cloned()),
+    }
+}
+
+fn api_error(e: StoreError) -> ApiError {
+    match e.into_aborted::<ApiError>() {
+        Ok(api) => api,
+        Err(other) => ApiError::from(other),
     }
 }

@@ -45,6 +45,10 @@ pub enum ApiError {
     /// 410: the requested resourceVersion is older than the retained history.
     #[error("{0}")]
     Gone(String),
+    /// 410 for a paged list whose revision is compacted: upstream's "inconsistent continue",
+    /// with a token that continues the list at the latest revision in the Status's metadata.
+    #[error("{message}")]
+    ExpiredContinue { message: String, token: String },
     /// 504: the requested resourceVersion is newer than the store (upstream's
     /// `ResourceVersionTooLarge`).
     #[error("{0}")]
@@ -129,7 +133,7 @@ impl ApiError {
             | ApiError::ApplyConflict { .. } => 409,
             ApiError::Invalid { .. } => 422,
             ApiError::BadRequest(_) => 400,
-            ApiError::Gone(_) => 410,
+            ApiError::Gone(_) | ApiError::ExpiredContinue { .. } => 410,
             ApiError::TooLargeResourceVersion(_) => 504,
             ApiError::Unauthorized => 401,
             ApiError::Forbidden(_) | ApiError::Denied { .. } => 403,
@@ -147,7 +151,7 @@ impl ApiError {
             ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::Invalid { .. } => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
-            ApiError::Gone(_) => "Expired",
+            ApiError::Gone(_) | ApiError::ExpiredContinue { .. } => "Expired",
             ApiError::TooLargeResourceVersion(_) => "Timeout",
             ApiError::Unauthorized => "Unauthorized",
             ApiError::Forbidden(_) | ApiError::Denied { .. } => "Forbidden",
@@ -169,6 +173,9 @@ impl ApiError {
             "reason": self.reason(),
             "code": self.code(),
         });
+        if let ApiError::ExpiredContinue { token, .. } = self {
+            status["metadata"]["continue"] = json!(token);
+        }
         let details = match self {
             ApiError::NotFound { resource, name }
             | ApiError::AlreadyExists { resource, name }

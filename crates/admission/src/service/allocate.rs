@@ -22,7 +22,7 @@ use crate::syntax::parse_ip;
 /// serves (besides services with no class at all).
 pub const SVCNET_LB_CLASS: &str = "svcnet.io/load-balancer";
 
-fn ips_of(spec: &ServiceSpec) -> Vec<IpAddr> {
+pub(crate) fn ips_of(spec: &ServiceSpec) -> Vec<IpAddr> {
     if !needs_cluster_ip(spec) {
         return Vec::new();
     }
@@ -33,7 +33,7 @@ fn ips_of(spec: &ServiceSpec) -> Vec<IpAddr> {
         .collect()
 }
 
-fn node_ports_of(spec: &ServiceSpec) -> BTreeSet<(u16, Protocol)> {
+pub(crate) fn node_ports_of(spec: &ServiceSpec) -> BTreeSet<(u16, Protocol)> {
     if !needs_node_ports(spec) {
         return BTreeSet::new();
     }
@@ -49,7 +49,7 @@ fn node_ports_of(spec: &ServiceSpec) -> BTreeSet<(u16, Protocol)> {
         .collect()
 }
 
-fn hc_of(spec: &ServiceSpec) -> Option<u16> {
+pub(crate) fn hc_of(spec: &ServiceSpec) -> Option<u16> {
     if !needs_hc_node_port(spec) {
         return None;
     }
@@ -58,7 +58,7 @@ fn hc_of(spec: &ServiceSpec) -> Option<u16> {
         .filter(|n| *n != 0)
 }
 
-fn lb_ips_of(status: Option<&ServiceStatus>) -> Vec<IpAddr> {
+pub(crate) fn lb_ips_of(status: Option<&ServiceStatus>) -> Vec<IpAddr> {
     status
         .and_then(|s| s.load_balancer.as_ref())
         .and_then(|l| l.ingress.as_ref())
@@ -68,7 +68,7 @@ fn lb_ips_of(status: Option<&ServiceStatus>) -> Vec<IpAddr> {
         .collect()
 }
 
-fn served_by_svcnet(spec: &ServiceSpec) -> bool {
+pub(crate) fn served_by_svcnet(spec: &ServiceSpec) -> bool {
     type_of(spec) == "LoadBalancer"
         && spec
             .load_balancer_class

@@ -5,7 +5,7 @@
 //! exactly as they were: allocation runs on the live allocators after a
 //! snapshot is taken, and the snapshot is put back on any error.
 
-mod allocate;
+pub(crate) mod allocate;
 pub(crate) mod defaults;
 pub(crate) mod validate;
 

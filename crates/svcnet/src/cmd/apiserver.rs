@@ -34,6 +34,10 @@ pub struct Args {
     /// Range node ports are allocated from.
     #[arg(long, default_value = "30000-32767")]
     pub node_port_range: super::up::PortRange,
+    /// How long this server's address stays in the `kubernetes` endpoints without renewal
+    /// (upstream's lease endpoint reconciler: 15s, renewed every 2/3 of it); svcnet's own flag.
+    #[arg(long, default_value = "15s", value_parser = super::proxy::parse_duration)]
+    pub endpoint_lease_ttl: std::time::Duration,
     /// Where the objects are kept.
     #[command(flatten)]
     pub etcd: EtcdFlags,
@@ -50,6 +54,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         node_port_range: args.node_port_range.0.clone(),
         dns_service_ip,
         storage: args.etcd.storage()?,
+        endpoint_lease_ttl: args.endpoint_lease_ttl,
         ..Default::default()
     };
     let server = svcnet_apiserver::start(config)

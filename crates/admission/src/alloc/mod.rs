@@ -24,6 +24,16 @@ use ipnet::IpNet;
 
 use crate::error::ConfigError;
 
+mod ranges;
+
+pub use ranges::{
+    Allocation, LB_IPS, NODE_PORTS, SECONDARY_SERVICE_IPS, SERVICE_IPS, StoredRangeError,
+};
+
+/// The most addresses a service CIDR or the LB pool may hold: its allocations are stored as
+/// one bitmap (upstream's limit: an IPv6 service range needs a prefix of at least /108).
+pub const MAX_RANGE_BITS: u32 = 20;
+
 /// Where services get their addresses from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmissionConfig {
@@ -109,6 +119,21 @@ pub enum AllocError {
     PortAllocated,
     #[error("range is full")]
     Full,
+}
+
+/// How far past the first free address or port a seeded scan may start.
+const SCAN_WINDOW: u16 = 256;
+
+/// [`ConfigError::CidrTooLarge`] for a range whose bitmap would exceed [`MAX_RANGE_BITS`].
+fn check_size(cidr: IpNet) -> Result<(), ConfigError> {
+    let host_bits = u32::from(cidr.max_prefix_len() - cidr.prefix_len());
+    if host_bits > MAX_RANGE_BITS {
+        return Err(ConfigError::CidrTooLarge {
+            cidr,
+            min_prefix: cidr.max_prefix_len() - MAX_RANGE_BITS as u8,
+        });
+    }
+    Ok(())
 }
 
 fn to_u128(ip: IpAddr) -> u128 {
@@ -201,14 +226,30 @@ impl IpRange {
         None
     }
 
-    fn allocate_next(&mut self, owner: &str) -> Result<IpAddr, AllocError> {
-        let found = self.free_in(self.dynamic_start, self.last).or_else(|| {
-            if self.dynamic_start > self.first {
-                self.free_in(self.first, self.dynamic_start - 1)
-            } else {
-                None
+    fn allocate_next(&mut self, owner: &str, seed: Option<u64>) -> Result<IpAddr, AllocError> {
+        // Without a seed the upper band is scanned from its start; with one, from a point the
+        // seed picks in the window past its first free address (then wrapping), which spreads
+        // concurrent writers while the stored bitmap stays short.
+        let from = match (seed, self.free_in(self.dynamic_start, self.last)) {
+            (Some(s), Some(first_free)) => {
+                (first_free + u128::from(s) % u128::from(SCAN_WINDOW)).min(self.last)
             }
-        });
+            _ => self.dynamic_start,
+        };
+        let found = self
+            .free_in(from, self.last)
+            .or_else(|| {
+                (from > self.dynamic_start)
+                    .then(|| self.free_in(self.dynamic_start, from - 1))
+                    .flatten()
+            })
+            .or_else(|| {
+                if self.dynamic_start > self.first {
+                    self.free_in(self.first, self.dynamic_start - 1)
+                } else {
+                    None
+                }
+            });
         let v = found.ok_or(AllocError::Full)?;
         self.allocated.insert(v, owner.to_string());
         Ok(self.to_ip(v))
@@ -241,6 +282,8 @@ pub struct Allocators {
     node_ports: BTreeMap<(u16, Protocol), String>,
     node_port_dynamic_start: u16,
     lb: Option<IpRange>,
+    /// Where dynamic allocation starts scanning (see [`Allocators::scan_from`]).
+    seed: Option<u64>,
 }
 
 impl Allocators {
@@ -266,6 +309,7 @@ impl Allocators {
             {
                 return Err(ConfigError::DuplicateFamily(other.cidr, cidr));
             }
+            check_size(cidr)?;
             let mut r = IpRange::new(cidr, true).ok_or(ConfigError::CidrTooSmall(cidr))?;
             if r.last == r.first {
                 return Err(ConfigError::CidrTooSmall(cidr));
@@ -300,6 +344,7 @@ impl Allocators {
                 {
                     return Err(ConfigError::LbPoolOverlapsServiceCidr { pool, cidr: r.cidr });
                 }
+                check_size(pool)?;
                 Some(IpRange::new(pool, false).ok_or(ConfigError::LbPoolTooSmall(pool))?)
             }
         };
@@ -309,7 +354,17 @@ impl Allocators {
             node_ports: BTreeMap::new(),
             node_port_dynamic_start,
             lb,
+            seed: None,
         })
+    }
+
+    /// Dynamic allocation scans from a point that `seed` picks within a window past the first
+    /// free address or port instead of from that address (upstream scans from a random point
+    /// of the whole range). An API server sets a random seed when a write lost a race for an
+    /// address to another server, so that servers writing at once stop reaching for the same
+    /// next free one; alone, a server keeps the predictable order.
+    pub fn scan_from(&mut self, seed: u64) {
+        self.seed = Some(seed);
     }
 
     pub fn config(&self) -> &AdmissionConfig {
@@ -388,9 +443,10 @@ impl Allocators {
         family: &str,
         owner: &str,
     ) -> Result<IpAddr, AllocError> {
+        let seed = self.seed;
         self.range_for_family(family)
             .ok_or(AllocError::Full)?
-            .allocate_next(owner)
+            .allocate_next(owner, seed)
     }
 
     pub(crate) fn release_ip(&mut self, ip: IpAddr, owner: &str) {
@@ -448,8 +504,18 @@ impl Allocators {
                 .iter()
                 .all(|proto| !self.node_ports.contains_key(&(p, *proto)))
         };
-        let order =
-            || (self.node_port_dynamic_start..=end).chain(start..self.node_port_dynamic_start);
+        let first_free = (self.node_port_dynamic_start..=end).find(|p| free_for(*p, &all));
+        let from = match (self.seed, first_free) {
+            (Some(s), Some(p)) => {
+                u16::try_from(u64::from(p) + s % u64::from(SCAN_WINDOW)).map_or(end, |f| f.min(end))
+            }
+            _ => self.node_port_dynamic_start,
+        };
+        let order = || {
+            (from..=end)
+                .chain(self.node_port_dynamic_start..from)
+                .chain(start..self.node_port_dynamic_start)
+        };
         let found = order()
             .find(|p| free_for(*p, &all))
             .or_else(|| order().find(|p| free_for(*p, protos)))
@@ -482,7 +548,7 @@ impl Allocators {
         let r = self.lb.as_mut()?;
         match requested {
             Some(ip) => r.allocate(ip, owner).ok().map(|()| ip),
-            None => r.allocate_next(owner).ok(),
+            None => r.allocate_next(owner, None).ok(),
         }
     }
 
@@ -565,16 +631,21 @@ mod tests {
         .unwrap()
     }
 
-    #[test]
-    fn slash29_hands_out_the_unreserved_addresses_then_is_full() {
-        let mut a = small("10.0.0.0/29");
-        let got: Vec<String> = (0..4)
+    /// The next `n` dynamic IPv4 addresses, for owners `ns/s0`, `ns/s1`, …
+    fn next_ips(a: &mut Allocators, n: usize) -> Vec<String> {
+        (0..n)
             .map(|i| {
                 a.allocate_next_ip("IPv4", &format!("ns/s{i}"))
                     .unwrap()
                     .to_string()
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn slash29_hands_out_the_unreserved_addresses_then_is_full() {
+        let mut a = small("10.0.0.0/29");
+        let got = next_ips(&mut a, 4);
         // .0 network, .7 broadcast, .1 first address, .2 reserved.
         assert_eq!(got, ["10.0.0.3", "10.0.0.4", "10.0.0.5", "10.0.0.6"]);
         assert_eq!(a.allocate_next_ip("IPv4", "ns/x"), Err(AllocError::Full));
@@ -607,6 +678,23 @@ mod tests {
         assert_eq!(
             a.allocate_next_port(&[Protocol::Tcp], "ns/a").unwrap(),
             30086
+        );
+    }
+
+    #[test]
+    fn a_seed_moves_where_the_scan_starts_and_still_wraps() {
+        let mut a = small("10.0.0.0/29");
+        a.scan_from(2);
+        // The band is .1-.6 (a /29 has no static band; .1 and .2 are reserved): from the
+        // seed's point past the first free address (.3 + 2), then wrapping.
+        let got = next_ips(&mut a, 4);
+        assert_eq!(got, ["10.0.0.5", "10.0.0.6", "10.0.0.3", "10.0.0.4"]);
+        assert_eq!(a.allocate_next_ip("IPv4", "ns/x"), Err(AllocError::Full));
+        let mut a = Allocators::new(AdmissionConfig::default()).unwrap();
+        a.scan_from(1000);
+        assert_eq!(
+            a.allocate_next_port(&[Protocol::Tcp], "ns/a").unwrap(),
+            30086 + 1000 % 256
         );
     }
 
