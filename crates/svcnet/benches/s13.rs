@@ -290,8 +290,10 @@ async fn hollow_node(
     seen: Arc<Seen>,
     synced: mpsc::UnboundedSender<Instant>,
 ) {
-    let mut cfg = svcnet_proxyd::ProxyConfig::default();
-    cfg.node_name = name;
+    let cfg = svcnet_proxyd::ProxyConfig {
+        node_name: name,
+        ..Default::default()
+    };
     let mut state = ProxyState::new(cfg.core());
     let (tx, mut rx) = mpsc::channel(1024);
     let mut tasks = tokio::task::JoinSet::new();
