@@ -607,6 +607,7 @@ async fn run_backend(name: &str, backend: Backend, p: &Params) -> Figures {
     let started = Instant::now();
     let start_times = start_nodes(&pools, p, &seen, &mut tasks).await;
     let u2 = backend.server_usage();
+    let me2 = usage(std::process::id());
     eprintln!(
         "s13 {name}: {} hollow nodes synced in {:.1} s",
         p.nodes,
@@ -621,6 +622,7 @@ async fn run_backend(name: &str, backend: Backend, p: &Params) -> Figures {
     let (svc_all, svc_each) = changes(&writer, p, &seen, false).await;
     let (ep_all, ep_each) = changes(&writer, p, &seen, true).await;
     let u3 = backend.server_usage();
+    let me3 = usage(std::process::id());
     f.push((
         "service change, all nodes p50 ms".into(),
         pct(svc_all.clone(), 0.5),
@@ -679,6 +681,7 @@ async fn run_backend(name: &str, backend: Backend, p: &Params) -> Figures {
     let e = backend.etcd_usage();
     f.push(("etcd members CPU s (sum)".into(), e.cpu_s));
     f.push(("etcd members RSS MiB (sum, peak)".into(), e.peak_mib));
+    f.push(("hollow nodes CPU s: changes".into(), me3.cpu_s - me2.cpu_s));
     let me = usage(std::process::id());
     f.push((
         "hollow nodes RSS MiB per node".into(),
