@@ -22,6 +22,9 @@
 //! `S13_NODES=100 S13_SERVICES=1000 S13_ENDPOINTS=5000`). `S13_BACKENDS=redb` or `etcd` runs one.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failure is the bench failing
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -29,16 +32,17 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchParams};
+use kube::api::{ListParams, Patch, PatchParams, WatchParams};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use svcnet_proxy::{NamespacedName, ProxyState};
 use svcnet_proxyd::watchers::{Change, Input, spawn_watchers};
 use svcnet_store::local_etcd::{LocalEtcd, etcd_binary};
+
+use common::free_port;
 use tokio::sync::mpsc;
 
 /// The annotation that marks a measured change; its value names the change.
@@ -53,10 +57,6 @@ fn env_usize(name: &str, default: usize) -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn from<T: DeserializeOwned>(v: Value) -> T {
-    serde_json::from_value(v).expect("a well-formed object")
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -120,11 +120,6 @@ impl Drop for Server {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn free_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    listener.local_addr().expect("its address")
 }
 
 fn spawn_apiserver(data_dir: &Path, etcd: Option<&str>) -> Server {
@@ -416,34 +411,13 @@ async fn start_etcd(bin: &Path) -> Backend {
 }
 
 async fn populate(client: &Client, p: &Params) -> Duration {
-    let svcs: Api<Service> = Api::default_namespaced(client.clone());
-    let slices: Api<EndpointSlice> = Api::default_namespaced(client.clone());
     let started = Instant::now();
-    futures::stream::iter(0..p.services)
-        .map(|i| {
-            let (svcs, slices) = (svcs.clone(), slices.clone());
-            async move {
-                let name = format!("s13-{i}");
-                let svc: Service = from(json!({
-                    "metadata": {"name": name},
-                    "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
-                }));
-                svcs.create(&PostParams::default(), &svc).await?;
-                let slice: EndpointSlice = from(json!({
-                    "metadata": {"name": format!("{name}-1"),
-                                 "labels": {"kubernetes.io/service-name": name}},
-                    "addressType": "IPv4",
-                    "endpoints": endpoints_json(i, p, true),
-                    "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]
-                }));
-                slices.create(&PostParams::default(), &slice).await?;
-                Ok::<(), kube::Error>(())
-            }
-        })
-        .buffer_unordered(WRITERS)
-        .try_collect::<Vec<()>>()
-        .await
-        .expect("objects created");
+    let name = |i: usize| format!("s13-{i}");
+    common::bulk::services_with_slices(client, p.services, WRITERS, name, |i| {
+        endpoints_json(i, p, true)
+    })
+    .await
+    .expect("objects created");
     started.elapsed()
 }
 
