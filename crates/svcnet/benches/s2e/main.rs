@@ -70,38 +70,16 @@ fn measured_ip(series: usize, i: usize) -> Ipv4Addr {
 }
 
 async fn create_background(client: &Client, services: usize) {
-    let svcs: Api<Service> = Api::default_namespaced(client.clone());
-    let slices: Api<EndpointSlice> = Api::default_namespaced(client.clone());
     let started = Instant::now();
-    futures::stream::iter(0..services)
-        .map(|i| {
-            let (svcs, slices) = (svcs.clone(), slices.clone());
-            async move {
-                let name = format!("bg-{i}");
-                let svc: Service = from(json!({
-                    "metadata": {"name": name},
-                    "spec": {"ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}
-                }));
-                svcs.create(&PostParams::default(), &svc).await?;
-                let endpoints: Vec<Value> = (0..i % 3 + 1)
-                    .map(|j| {
-                        json!({"addresses": [background_ip(i, j).to_string()],
-                               "conditions": {"ready": true}, "nodeName": GHOST})
-                    })
-                    .collect();
-                let slice: EndpointSlice = from(json!({
-                    "metadata": {"name": format!("{name}-1"),
-                                 "labels": {"kubernetes.io/service-name": name}},
-                    "addressType": "IPv4",
-                    "endpoints": endpoints,
-                    "ports": [{"name": "http", "port": 8080, "protocol": "TCP"}]
-                }));
-                slices.create(&PostParams::default(), &slice).await?;
-                Ok::<(), kube::Error>(())
-            }
-        })
-        .buffer_unordered(WRITERS)
-        .try_collect::<Vec<()>>()
+    let endpoints = |i: usize| -> Vec<Value> {
+        (0..i % 3 + 1)
+            .map(|j| {
+                json!({"addresses": [background_ip(i, j).to_string()],
+                       "conditions": {"ready": true}, "nodeName": GHOST})
+            })
+            .collect()
+    };
+    common::bulk::services_with_slices(client, services, WRITERS, |i| format!("bg-{i}"), endpoints)
         .await
         .expect("background objects created");
     eprintln!(

@@ -1,6 +1,7 @@
 //! The harness of the end-to-end tests: a real `svcnet up` and the real `kubectl` against it.
 #![allow(clippy::unwrap_used, dead_code)] // test harness: a failure here is a test failure
 
+pub mod bulk;
 pub mod walkthrough;
 
 use std::path::{Path, PathBuf};
