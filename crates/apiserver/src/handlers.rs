@@ -20,7 +20,7 @@ use crate::state::SharedState;
 use crate::status::ApiError;
 
 /// How the client wants objects rendered (from the Accept header).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Format {
     Object,
     Table(IncludeObject),

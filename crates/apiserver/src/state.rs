@@ -58,6 +58,8 @@ pub struct AppState {
     pub(crate) batches: allocations::Batches,
     /// Other API servers' endpoint records as this server saw them.
     pub(crate) masterleases: crate::masterleases::Observed,
+    /// Watch events encoded once for all the watchers that send them alike.
+    pub(crate) watch_lines: crate::watch::EncodedLines,
 }
 
 /// The handle handlers receive.
@@ -90,6 +92,7 @@ impl AppState {
             leaks: Default::default(),
             batches: Default::default(),
             masterleases: Default::default(),
+            watch_lines: Default::default(),
         });
         let warnings = crate::allocations::repair(&state)
             .await

@@ -5,7 +5,14 @@
 //! than the store's history gets a single ERROR event carrying a 410 `Expired` Status, which
 //! makes clients re-list. Selectors are applied per event against both the new and the previous
 //! object, so an object leaving the selection is sent as DELETED and one entering it as ADDED.
+//!
+//! An event's line is rendered and encoded once for every watcher that sends it the same way
+//! ([`EncodedLines`]), as kube-apiserver's watch cache serializes an event once for all its
+//! watchers: with a thousand node proxies watching Services, each change is one encoding, not
+//! a thousand.
 
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -17,7 +24,7 @@ use serde_json::{Value, json};
 use svcnet_store::{EventType, StoreError};
 use tokio::sync::mpsc;
 
-use crate::handlers::{format, render_one, selectors};
+use crate::handlers::{Format, format, render_one, selectors};
 use crate::machinery::Selectors;
 use crate::registry::ResourceInfo;
 use crate::request::ResourceRequest;
@@ -31,6 +38,68 @@ fn line(kind: &str, object: Value) -> Bytes {
     let mut s = json!({"type": kind, "object": object}).to_string();
     s.push('\n');
     Bytes::from(s)
+}
+
+/// What makes two watchers' lines for one event the same bytes: the event (its revision and
+/// key), the resource it is served as, the event type the watcher's selectors gave it, and the
+/// output format.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct LineKey {
+    revision: u64,
+    key: String,
+    /// Group, version and plural of the resource.
+    resource: (&'static str, &'static str, &'static str),
+    kind: &'static str,
+    format: Format,
+}
+
+/// How many encoded lines are kept: events stay while the watchers of a burst send them; a
+/// watcher further behind encodes its own.
+const ENCODED_LINES: usize = 2048;
+
+/// Watch lines shared between the watchers of one API server (see the module's notes).
+#[derive(Debug, Default)]
+pub struct EncodedLines {
+    inner: Mutex<LinesInner>,
+}
+
+#[derive(Debug, Default)]
+struct LinesInner {
+    lines: HashMap<LineKey, Bytes>,
+    order: VecDeque<LineKey>,
+}
+
+impl EncodedLines {
+    /// The line for `key`, encoded by `encode` if no watcher has yet (outside the lock: two
+    /// watchers may both encode a line, and the bytes are the same).
+    fn get_or_encode(&self, key: LineKey, encode: impl FnOnce() -> Bytes) -> Bytes {
+        if let Some(line) = self
+            .inner
+            .lock()
+            .ok()
+            .and_then(|inner| inner.lines.get(&key).cloned())
+        {
+            return line;
+        }
+        let line = encode();
+        if let Ok(mut inner) = self.inner.lock()
+            && !inner.lines.contains_key(&key)
+        {
+            inner.lines.insert(key.clone(), line.clone());
+            inner.order.push_back(key);
+            while inner.order.len() > ENCODED_LINES {
+                if let Some(old) = inner.order.pop_front() {
+                    inner.lines.remove(&old);
+                }
+            }
+        }
+        line
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.inner.lock().map(|i| i.lines.len()).unwrap_or(0)
+    }
 }
 
 fn bookmark(res: &ResourceInfo, rv: u64, initial_end: bool) -> Value {
@@ -118,6 +187,7 @@ pub async fn serve(
     let initial_end = req.query.send_initial_events && bookmarks;
     let interval = state.cfg.bookmark_interval;
     let shutdown = state.shutdown.clone();
+    let state = state.clone();
     tokio::spawn(async move {
         let mut stream = stream;
         let mut last = from;
@@ -149,8 +219,18 @@ pub async fn serve(
                     Some(Ok(event)) => {
                         last = event.revision;
                         if let Some(kind) = translate(&sel, &event) {
-                            let obj = render_one(res, event.object, fmt);
-                            if tx.send(line(kind, obj)).await.is_err() {
+                            let key = LineKey {
+                                revision: event.revision,
+                                key: event.key,
+                                resource: (res.group, res.version, res.plural),
+                                kind,
+                                format: fmt,
+                            };
+                            let object = event.object;
+                            let encoded = state
+                                .watch_lines
+                                .get_or_encode(key, || line(kind, render_one(res, object, fmt)));
+                            if tx.send(encoded).await.is_err() {
                                 return;
                             }
                         }
@@ -174,4 +254,60 @@ pub async fn serve(
         }
     });
     Ok(streaming(rx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(revision: u64, kind: &'static str, format: Format) -> LineKey {
+        LineKey {
+            revision,
+            key: "/services/default/web".into(),
+            resource: ("", "v1", "services"),
+            kind,
+            format,
+        }
+    }
+
+    #[test]
+    fn a_line_is_encoded_once_per_event_type_and_format() {
+        let lines = EncodedLines::default();
+        let mut encoded = 0;
+        for _ in 0..1000 {
+            lines.get_or_encode(key(7, "MODIFIED", Format::Object), || {
+                encoded += 1;
+                line("MODIFIED", json!({"kind": "Service"}))
+            });
+        }
+        assert_eq!(encoded, 1, "a thousand watchers, one encoding");
+        // Another type (a selector made it DELETED for this watcher), format or event: its own.
+        for k in [
+            key(7, "DELETED", Format::Object),
+            key(7, "MODIFIED", Format::Metadata),
+            key(8, "MODIFIED", Format::Object),
+        ] {
+            lines.get_or_encode(k, || {
+                encoded += 1;
+                line("X", json!({}))
+            });
+        }
+        assert_eq!(encoded, 4);
+        let got = lines.get_or_encode(key(7, "MODIFIED", Format::Object), || unreachable!());
+        assert_eq!(
+            &got[..],
+            b"{\"object\":{\"kind\":\"Service\"},\"type\":\"MODIFIED\"}\n"
+        );
+        // Bounded: the oldest lines go.
+        for r in 100..100 + ENCODED_LINES as u64 {
+            lines.get_or_encode(key(r, "ADDED", Format::Object), || line("ADDED", json!({})));
+        }
+        assert_eq!(lines.len(), ENCODED_LINES);
+        let mut again = false;
+        lines.get_or_encode(key(7, "MODIFIED", Format::Object), || {
+            again = true;
+            line("MODIFIED", json!({}))
+        });
+        assert!(again, "evicted lines are encoded afresh");
+    }
 }
