@@ -1,5 +1,5 @@
 //! End to end (needs root): NetworkPolicy between pods on different nodes, on each pod network
-//! of `svcnet up` (host-gw, flannel's VXLAN, Calico's BGP), through the real kubectl. The server
+//! of `svcnet up` (host-gw, flannel's VXLAN and UDP, Calico's BGP), through the real kubectl. The server
 //! is on node 1, both clients on node 2: an ingress policy on the server's node lets one client
 //! in and keeps the other out, by pod IP and through the Service IP (DNAT'd on the client's
 //! node, judged on the server's); an egress policy on the clients' node stops the allowed one
@@ -167,10 +167,24 @@ fn policy_across_nodes_on_bgp() {
         &Net {
             prefix: "e2enpb",
             underlay: "172.29.93.0/24",
-            pods: "10.197.0.0/16",
-            services: "10.198.0.0/16",
-            lb: "10.199.0.0/24",
+            pods: "10.204.0.0/16",
+            services: "10.205.0.0/16",
+            lb: "10.206.0.0/24",
         },
         "bgp",
+    );
+}
+
+#[test]
+fn policy_across_nodes_on_udp() {
+    across_nodes(
+        &Net {
+            prefix: "e2enpu",
+            underlay: "172.29.94.0/24",
+            pods: "10.207.0.0/16",
+            services: "10.208.0.0/16",
+            lb: "10.209.0.0/24",
+        },
+        "udp",
     );
 }
