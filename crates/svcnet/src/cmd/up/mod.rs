@@ -193,6 +193,9 @@ fn parse_image(s: &str) -> Result<(String, PathBuf), String> {
 }
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    // From here on Ctrl-C or SIGTERM stops `up` the graceful way, also while it starts (it is
+    // acted on once everything is up, so what was made is removed again).
+    let mut shutdown = super::Shutdown::listen()?;
     args.data_dir = crate::cmd::absolute_data_dir(&args.data_dir)?;
     let disabled: BTreeSet<Component> = args.disable.iter().copied().collect();
     let with_agent = !disabled.contains(&Component::Agent);
@@ -486,7 +489,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     println!("kubeconfig: {}", kubeconfig.display());
     println!("  export KUBECONFIG={}", kubeconfig.display());
     let outcome = tokio::select! {
-        res = super::shutdown_signal() => res,
+        () = shutdown.requested() => Ok(()),
         Some(res) = tasks.join_next() => match res {
             Ok(Ok(())) => Err(anyhow::anyhow!("a component stopped unexpectedly")),
             Ok(Err(err)) => Err(err),
