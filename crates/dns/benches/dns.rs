@@ -9,7 +9,8 @@
 //! with 4 endpoints each: 49,600 endpoints), then measures zone rebuild time, query throughput
 //! and latency for five query mixes against svcnet and unbound (same names as `local-data`, one
 //! thread each), quiet and with a CPU-bound process competing for the cores
-//! (`SVCNET_BENCH_CONTENDED=0` skips that half), the change→answer latency, and memory: resident
+//! (`SVCNET_BENCH_CONTENDED=0` skips that half) with each server process's user and system CPU
+//! time per answered query, the change→answer latency, and memory: resident
 //! memory of the process holding the watch state and the zone as the watcher builds them (API
 //! objects are made one at a time and dropped, as the watcher's relist does), and the heap bytes
 //! that state and zone hold per service and per endpoint, counted by this bench's allocator.
