@@ -13,6 +13,7 @@ pub mod etcd_flags;
 pub mod exec;
 pub mod kubeconfig;
 pub mod node_local_dns;
+pub mod pod_network;
 pub mod proxy;
 pub mod proxy_config;
 pub mod trace;
