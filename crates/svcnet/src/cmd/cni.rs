@@ -68,7 +68,7 @@ pub struct InstallArgs {
     /// It publishes flannel's node annotations and `NetworkUnavailable=False`; the node's pods
     /// get its MTU. Not run with `--once`.
     #[arg(long, default_value = "vxlan", value_parser = super::pod_network::parse)]
-    pub pod_network: Option<svcnet_agent::routes::PodNetwork>,
+    pub pod_network: super::pod_network::AddonNetwork,
     /// The cluster's pod network (flannel's net-conf `Network`): the udp backend routes it
     /// into its TUN.
     #[arg(long, default_value = "10.244.0.0/16")]
@@ -104,7 +104,9 @@ fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> 
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.svcnet-tmp"));
+    // Named per process: two installers writing one directory (`svcnet up`'s nodes share
+    // this machine's) never rename each other's file.
+    let tmp = dir.join(format!(".{name}.{}.svcnet-tmp", std::process::id()));
     std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
         .with_context(|| format!("cannot chmod {}", tmp.display()))?;
@@ -151,7 +153,7 @@ async fn pod_cidr(args: &InstallArgs) -> anyhow::Result<Ipv4Net> {
 pub async fn install(args: InstallArgs) -> anyhow::Result<()> {
     // The backend runs while the installer stays: first its device and lease, so that the
     // network list (what tells a runtime the node's network is ready) comes last.
-    let backend = match (args.pod_network, args.once) {
+    let backend = match (args.pod_network.0, args.once) {
         (Some(network), false) => {
             let node = args.node_name.clone().context(
                 "--pod-network needs the node: --node-name (NODE_NAME), or --pod-network none",
@@ -166,7 +168,7 @@ pub async fn install(args: InstallArgs) -> anyhow::Result<()> {
         Some((_, running)) => running.node.pod_cidr,
         None => pod_cidr(&args).await?,
     };
-    let mtu = args.mtu.or(args.pod_network.map(|n| n.pod_mtu()));
+    let mtu = args.mtu.or(args.pod_network.0.map(|n| n.pod_mtu()));
     let (plugin, conflist) = write_plugin_and_list(&args, cidr, mtu)?;
     tracing::info!(plugin = %plugin.display(), conflist = %conflist.display(), %cidr, ?mtu, "CNI plugin installed");
     if args.once {

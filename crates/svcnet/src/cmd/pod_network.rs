@@ -17,8 +17,16 @@ use svcnet_agent::routes::PodNetwork;
 pub const ADDON_BACKENDS: [PodNetwork; 3] =
     [PodNetwork::Vxlan, PodNetwork::HostGw, PodNetwork::Udp];
 
-/// `--pod-network`: one of [`ADDON_BACKENDS`], or `none` (install the plugin only).
-pub fn parse(s: &str) -> Result<Option<PodNetwork>, String> {
+/// `svcnet cni install --pod-network`: one of [`ADDON_BACKENDS`], or `None` for `none`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddonNetwork(pub Option<PodNetwork>);
+
+/// Parses `--pod-network`: a backend of [`ADDON_BACKENDS`], or `none` (install the plugin only).
+pub fn parse(s: &str) -> Result<AddonNetwork, String> {
+    parse_backend(s).map(AddonNetwork)
+}
+
+fn parse_backend(s: &str) -> Result<Option<PodNetwork>, String> {
     if s == "none" {
         return Ok(None);
     }
@@ -151,10 +159,10 @@ mod tests {
 
     #[test]
     fn the_add_on_runs_flannels_backends_or_none() {
-        assert_eq!(parse("vxlan"), Ok(Some(PodNetwork::Vxlan)));
-        assert_eq!(parse("host-gw"), Ok(Some(PodNetwork::HostGw)));
-        assert_eq!(parse("udp"), Ok(Some(PodNetwork::Udp)));
-        assert_eq!(parse("none"), Ok(None));
+        assert_eq!(parse("vxlan"), Ok(AddonNetwork(Some(PodNetwork::Vxlan))));
+        assert_eq!(parse("host-gw"), Ok(AddonNetwork(Some(PodNetwork::HostGw))));
+        assert_eq!(parse("udp"), Ok(AddonNetwork(Some(PodNetwork::Udp))));
+        assert_eq!(parse("none"), Ok(AddonNetwork(None)));
         assert!(parse("bgp").unwrap_err().contains("svcnet up"));
         assert!(parse("geneve").unwrap_err().contains("unknown pod network"));
     }
