@@ -604,6 +604,24 @@ mod tests {
         assert!(err.contains("\"soon\" is not a duration"), "{err}");
     }
 
+    /// `--disable pod-network` leaves the pod network to an add-on, beside the other parts.
+    #[test]
+    fn the_pod_network_can_be_left_to_an_add_on() {
+        let up = Up::try_parse_from(["up", "--disable", "proxy,dns,pod-network"]).unwrap();
+        assert_eq!(
+            up.args.disable,
+            [
+                super::Component::Proxy,
+                super::Component::Dns,
+                super::Component::PodNetwork
+            ]
+        );
+        let err = Up::try_parse_from(["up", "--disable", "pod-networks"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pod-network"), "{err}");
+    }
+
     /// kube-proxy's IPVS flags reach every node proxy's options; timeouts are whole seconds.
     #[test]
     fn ipvs_flags_are_kube_proxys() {
