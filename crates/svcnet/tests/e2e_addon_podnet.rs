@@ -269,7 +269,69 @@ fn the_addon_runs_the_vxlan_pod_network() {
         reply.starts_with("pod=b ").then_some(reply)
     });
 
+    // A rolling update of the CNI DaemonSet keeps each VTEP (the new pod adopts it: same
+    // interface index) and its entries, and traffic keeps flowing.
+    let vtep_index = |node: &str| -> String {
+        let link = ip_in(node, &["-j", "link", "show", "flannel.1"]);
+        let v: serde_json::Value = serde_json::from_str(&link).unwrap();
+        v[0]["ifindex"].to_string()
+    };
+    let cni_pods = || {
+        up.ok(&[
+            "-n",
+            "kube-system",
+            "get",
+            "pods",
+            "-l",
+            "k8s-app=svcnet-cni",
+            "-o",
+            "name",
+        ])
+    };
+    let (indexes, old_pods) = ([vtep_index(n1), vtep_index(n2)], cni_pods());
+    up.ok(&["-n", "kube-system", "rollout", "restart", "ds/svcnet-cni"]);
+    up.ok(&[
+        "-n",
+        "kube-system",
+        "rollout",
+        "status",
+        "ds/svcnet-cni",
+        "--timeout=120s",
+    ]);
+    let new_pods = cni_pods();
+    assert!(
+        old_pods.lines().all(|p| !new_pods.contains(p)),
+        "the CNI pods were not replaced:\n{old_pods}\n{new_pods}"
+    );
+    assert_eq!(
+        [vtep_index(n1), vtep_index(n2)],
+        indexes,
+        "a VTEP was made anew"
+    );
+    let routes = ip_in(n1, &["route", "show"]);
+    assert!(
+        routes.contains("10.231.2.0/24 via 10.231.2.0 dev flannel.1 onlink"),
+        "{routes}"
+    );
+    let direct = exec_in("a", &format!("curl -s -m 3 http://{ip_b}/"));
+    assert!(direct.starts_with("pod=b "), "after the update: {direct}");
+
     // Deleting the add-on removes the VTEPs and the routes through them, and the CNI files.
+    // (The CNI pods' logs are followed, for the failure message: they go with the pods.)
+    let followed: Vec<(std::path::PathBuf, std::process::Child)> = new_pods
+        .lines()
+        .map(|pod| {
+            let file = up.data_dir.path().join(pod.replace('/', "_") + ".log");
+            let out = std::fs::File::create(&file).unwrap();
+            let child = Command::new(common::KUBECTL)
+                .env("KUBECONFIG", up.kubeconfig())
+                .args(["-n", "kube-system", "logs", "-f", pod])
+                .stdout(out)
+                .spawn()
+                .unwrap();
+            (file, child)
+        })
+        .collect();
     up.ok(&["delete", "-f", MANIFEST, "--wait=true"]);
     wait_for("the add-on's pods gone", || {
         let out = up.ok(&[
@@ -283,18 +345,17 @@ fn the_addon_runs_the_vxlan_pod_network() {
         ]);
         (!out.contains("svcnet-")).then_some(out)
     });
-    wait_for("no VTEP, route through it or CNI file left", || {
+    let left_behind = || {
         let mut left: Vec<String> = Vec::new();
         for node in [n1, n2] {
-            let links = ip_in(node, &["link", "show"]);
-            if links.contains("flannel.1") {
+            if ip_in(node, &["link", "show"]).contains("flannel.1") {
                 left.push(format!("{node}: flannel.1"));
             }
             for route in ip_in(node, &["route", "show"]).lines() {
-                if route.contains("flannel")
-                    || route.contains("10.231.1.0/24 via")
-                    || route.contains("10.231.2.0/24 via")
-                {
+                let peer_route = ["10.231.1.0/24 via", "10.231.2.0/24 via"]
+                    .iter()
+                    .any(|r| route.contains(r));
+                if route.contains("flannel") || peer_route {
                     left.push(format!("{node}: {route}"));
                 }
             }
@@ -305,7 +366,25 @@ fn the_addon_runs_the_vxlan_pod_network() {
                 .filter(|p| Path::new(p).exists())
                 .map(|p| p.to_string()),
         );
-        left.is_empty().then(String::new)
-    });
+        left
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut left = left_behind();
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        left = left_behind();
+    }
+    let logs: String = followed
+        .into_iter()
+        .map(|(file, mut child)| {
+            let _ = child.kill();
+            let _ = child.wait();
+            std::fs::read_to_string(file).unwrap_or_default()
+        })
+        .collect();
+    assert!(
+        left.is_empty(),
+        "left after the add-on's deletion: {left:?}; the CNI pods' logs:\n{logs}"
+    );
     NET.stop(&mut up);
 }

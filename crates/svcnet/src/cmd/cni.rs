@@ -151,6 +151,17 @@ async fn pod_cidr(args: &InstallArgs) -> anyhow::Result<Ipv4Net> {
 
 /// `svcnet cni install`.
 pub async fn install(args: InstallArgs) -> anyhow::Result<()> {
+    // Signals count from the start: a pod stopped while it sets up (an update, an uninstall)
+    // still gets to keep or remove what it made.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let listener = super::shutdown_listener()?;
+    tokio::spawn(async move {
+        listener.await;
+        let _ = stop_tx.send(true);
+    });
+    let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
     // The backend runs while the installer stays: first its device and lease, so that the
     // network list (what tells a runtime the node's network is ready) comes last.
     let backend = match (args.pod_network.0, args.once) {
@@ -159,14 +170,21 @@ pub async fn install(args: InstallArgs) -> anyhow::Result<()> {
                 "--pod-network needs the node: --node-name (NODE_NAME), or --pod-network none",
             )?;
             let client = super::kubeconfig::client(args.kubeconfig.as_deref()).await?;
-            let running = super::pod_network::start(&client, network, &node).await?;
+            let identity = tokio::select! {
+                found = super::pod_network::wait_node(&client, &node) => found?,
+                () = stopped(stop_rx.clone()) => return Ok(()),
+            };
+            let running = super::pod_network::start(&client, network, &node, identity).await?;
             Some((client, running))
         }
         _ => None,
     };
     let cidr = match &backend {
         Some((_, running)) => running.node.pod_cidr,
-        None => pod_cidr(&args).await?,
+        None => tokio::select! {
+            cidr = pod_cidr(&args) => cidr?,
+            () = stopped(stop_rx.clone()) => return Ok(()),
+        },
     };
     let mtu = args.mtu.or(args.pod_network.0.map(|n| n.pod_mtu()));
     let (plugin, conflist) = write_plugin_and_list(&args, cidr, mtu)?;
@@ -174,26 +192,22 @@ pub async fn install(args: InstallArgs) -> anyhow::Result<()> {
     if args.once {
         return Ok(());
     }
-    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
-    let stop = async move {
-        let _ = stop_rx.wait_for(|s| *s).await;
-    };
     let ran = match backend {
         Some((client, running)) => {
             let cluster_cidr = args.cluster_cidr;
+            let stop = stopped(stop_rx.clone());
             let mut task = tokio::spawn(running.run(client, cluster_cidr, stop));
             tokio::select! {
-                res = super::shutdown_signal() => res?,
+                () = stopped(stop_rx.clone()) => {}
                 res = &mut task => {
                     res.context("pod network task")??;
                     anyhow::bail!("the pod network backend stopped unexpectedly");
                 }
             }
-            let _ = stop_tx.send(true);
             Some(task.await.context("pod network task")??)
         }
         None => {
-            super::shutdown_signal().await?;
+            stopped(stop_rx).await;
             None
         }
     };

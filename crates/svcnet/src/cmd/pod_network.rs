@@ -69,13 +69,14 @@ pub struct Running {
     pub node: NodeTopology,
 }
 
-/// Makes `network`'s device on this node and publishes the node's lease.
+/// Makes `network`'s device on node `name` (whose pod CIDR and InternalIP [`wait_node`]
+/// found) and publishes the node's lease.
 pub async fn start(
     client: &kube::Client,
     network: PodNetwork,
     name: &str,
+    (pod_cidr, internal_ip): (Ipv4Net, std::net::Ipv4Addr),
 ) -> anyhow::Result<Running> {
-    let (pod_cidr, internal_ip) = wait_node(client, name).await?;
     let node = {
         let name = name.to_string();
         tokio::task::spawn_blocking(move || -> anyhow::Result<NodeTopology> {
