@@ -192,25 +192,41 @@ pub async fn install(args: InstallArgs) -> anyhow::Result<()> {
     if args.once {
         return Ok(());
     }
-    let ran = match backend {
+    // What the backend left, and why it ended if it was not asked to: its Node watch ends when
+    // the add-on's credentials are revoked (its ServiceAccount deleted, before its pods), and
+    // that too is a stop to judge, so an uninstall still removes the device.
+    let (ran, failed) = match backend {
         Some((client, running)) => {
             let cluster_cidr = args.cluster_cidr;
             let stop = stopped(stop_rx.clone());
             let mut task = tokio::spawn(running.run(client, cluster_cidr, stop));
-            tokio::select! {
-                () = stopped(stop_rx.clone()) => {}
-                res = &mut task => {
-                    res.context("pod network task")??;
-                    anyhow::bail!("the pod network backend stopped unexpectedly");
-                }
+            let ended = tokio::select! {
+                () = stopped(stop_rx.clone()) => None,
+                res = &mut task => Some(res),
+            };
+            let (outcome, early) = match ended {
+                Some(res) => (res, true),
+                None => (task.await, false),
+            };
+            match outcome.context("pod network task")? {
+                Ok(left) if early => (
+                    Some(left),
+                    Some(anyhow::anyhow!(
+                        "the pod network backend stopped unexpectedly"
+                    )),
+                ),
+                Ok(left) => (Some(left), None),
+                Err(e) => (None, Some(e)),
             }
-            Some(task.await.context("pod network task")??)
         }
         None => {
             stopped(stop_rx).await;
-            None
+            (None, None)
         }
     };
+    if let Some(e) = &failed {
+        tracing::warn!("{e:#}");
+    }
     if args.remove_on_uninstall {
         let client = crate::cmd::kubeconfig::client(args.kubeconfig.as_deref()).await?;
         match super::addon::why_stopping(&client).await {
@@ -234,7 +250,7 @@ pub async fn install(args: InstallArgs) -> anyhow::Result<()> {
             }
         }
     }
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }
 
 /// Writes the plugin binary and the network list (`cidr` as the IPAM subnet, pods at `mtu`).
