@@ -85,12 +85,17 @@ fn sha256(data: &[u8]) -> String {
         .to_string()
 }
 
+/// The tests of this file share the CNI files and the prefix: one at a time, also under
+/// `cargo test`'s threads (nextest runs them one at a time anyway).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn the_addon_runs_the_vxlan_pod_network() {
     if !is_root() {
         eprintln!("skipped: needs root (CI runs as root)");
         return;
     }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     for path in [PLUGIN, CONFLIST] {
         assert!(
             !Path::new(path).exists(),
@@ -386,5 +391,113 @@ fn the_addon_runs_the_vxlan_pod_network() {
         left.is_empty(),
         "left after the add-on's deletion: {left:?}; the CNI pods' logs:\n{logs}"
     );
+    NET.stop(&mut up);
+}
+
+/// The add-on's other backends, picked by the one flag the manifest says to change
+/// (`--pod-network=host-gw`, then `udp`, with `--cluster-cidr` this test's pod CIDR): each
+/// publishes its lease, gives pods its MTU and carries pod to pod across the nodes with the
+/// source kept; its deletion removes its routes (host-gw) or its TUN (udp).
+#[test]
+fn the_addon_runs_host_gw_or_udp_when_asked() {
+    if !is_root() {
+        eprintln!("skipped: needs root (CI runs as root)");
+        return;
+    }
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for path in [PLUGIN, CONFLIST] {
+        assert!(
+            !Path::new(path).exists(),
+            "{path} exists: another CNI install is on this machine"
+        );
+    }
+    let _installed = RemoveOnDrop;
+    let mut up = NET.up_with(
+        "2",
+        free_udp_port(),
+        &["--disable", "proxy,dns,pod-network"],
+    );
+    let (n1, n2) = ("e2ean-node1", "e2ean-node2");
+    let original = std::fs::read_to_string(MANIFEST).unwrap();
+    for (backend, mtu) in [("host-gw", 1500), ("udp", 1472)] {
+        let manifest = up.data_dir.path().join(format!("svcnet-{backend}.yaml"));
+        let edited = original
+            .replace("--pod-network=vxlan", &format!("--pod-network={backend}"))
+            .replace(
+                "--cluster-cidr=10.244.0.0/16",
+                "--cluster-cidr=10.231.0.0/16",
+            );
+        assert_ne!(edited, original, "the manifest's flags changed");
+        std::fs::write(&manifest, edited).unwrap();
+        let manifest = manifest.to_str().unwrap();
+        up.ok(&["apply", "-f", manifest]);
+        up.ok(&[
+            "-n",
+            "kube-system",
+            "rollout",
+            "status",
+            "ds/svcnet-cni",
+            "--timeout=120s",
+        ]);
+        wait_for(&format!("both nodes with their {backend} leases"), || {
+            let yaml = up.ok(&["get", "nodes", "-o", "yaml"]);
+            let want = format!("flannel.alpha.coreos.com/backend-type: {backend}");
+            (yaml.matches(&want).count() == 2).then_some(yaml)
+        });
+        let (device, route) = match backend {
+            "host-gw" => ("", "10.231.2.0/24 via 172.29.77.3 dev eth0"),
+            _ => ("flannel0", "10.231.0.0/16 dev flannel0"),
+        };
+        wait_for(&format!("node1's {backend} route"), || {
+            let routes = ip_in(n1, &["route", "show"]);
+            routes.contains(route).then_some(routes)
+        });
+        let pods = up.data_dir.path().join("pods.yaml");
+        std::fs::write(&pods, common::pods_a_b("e2ean")).unwrap();
+        up.ok(&["apply", "-f", pods.to_str().unwrap()]);
+        up.ok(&[
+            "wait",
+            "--for=condition=Ready",
+            "pod/a",
+            "pod/b",
+            "--timeout=60s",
+        ]);
+        let ip_a = up.ok(&["get", "pod", "a", "-o", "jsonpath={.status.podIP}"]);
+        let ip_b = up.ok(&["get", "pod", "b", "-o", "jsonpath={.status.podIP}"]);
+        let exec_in = |pod: &str, cmd: &str| -> String {
+            String::from_utf8_lossy(&up.exec_sh(pod, cmd).stdout)
+                .trim()
+                .to_string()
+        };
+        let link = exec_in("a", "ip -o link show eth0");
+        assert!(link.contains(&format!("mtu {mtu}")), "{backend}: {link}");
+        let direct = exec_in("a", &format!("curl -s -m 3 http://{ip_b}/"));
+        assert!(
+            direct.starts_with("pod=b ") && direct.contains(&format!("client={ip_a}:")),
+            "{backend}: pod to pod, source kept: {direct}"
+        );
+        up.ok(&["delete", "-f", pods.to_str().unwrap(), "--wait=true"]);
+        up.ok(&["delete", "-f", manifest, "--wait=true"]);
+        wait_for(&format!("{backend}'s routes and device gone"), || {
+            let mut left: Vec<String> = Vec::new();
+            for node in [n1, n2] {
+                for r in ip_in(node, &["route", "show"]).lines() {
+                    if r.contains("via 172.29.77.") || r.contains("flannel") {
+                        left.push(format!("{node}: {r}"));
+                    }
+                }
+                if !device.is_empty() && ip_in(node, &["link", "show"]).contains(device) {
+                    left.push(format!("{node}: {device}"));
+                }
+            }
+            left.extend(
+                [PLUGIN, CONFLIST]
+                    .iter()
+                    .filter(|p| Path::new(p).exists())
+                    .map(|p| p.to_string()),
+            );
+            left.is_empty().then(String::new)
+        });
+    }
     NET.stop(&mut up);
 }
