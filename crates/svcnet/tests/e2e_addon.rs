@@ -141,6 +141,12 @@ fn the_addon_manifests_run_the_cluster_network_from_pods() {
             .filter(|l| l.starts_with(prefix) && l.contains(" 1/1 ") && l.contains("Running"))
             .count();
         assert_eq!(running, count, "{prefix}: {pods}");
+        // None crashed on the way (two CNI installers once raced for one temporary file).
+        let restarted: Vec<&str> = pods
+            .lines()
+            .filter(|l| l.starts_with(prefix) && l.split_whitespace().nth(3) != Some("0"))
+            .collect();
+        assert!(restarted.is_empty(), "restarted: {restarted:?}\n{pods}");
     }
     assert!(
         !ran.log().contains("node proxy starting"),

@@ -104,8 +104,8 @@ fn write_atomically(path: &Path, bytes: &[u8], mode: u32) -> anyhow::Result<()> 
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    // Named per process: two installers writing one directory (`svcnet up`'s nodes share
-    // this machine's) never rename each other's file.
+    // Named per process: installers on nodes that share a file system (`svcnet up`'s) or an
+    // old and a new pod during a rolling update must not write one temporary file together.
     let tmp = dir.join(format!(".{name}.{}.svcnet-tmp", std::process::id()));
     std::fs::write(&tmp, bytes).with_context(|| format!("cannot write {}", tmp.display()))?;
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))
