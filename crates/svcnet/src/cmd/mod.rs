@@ -13,6 +13,7 @@ pub mod etcd_flags;
 pub mod exec;
 pub mod kubeconfig;
 pub mod node_local_dns;
+pub mod pod_network;
 pub mod proxy;
 pub mod proxy_config;
 pub mod trace;
@@ -31,6 +32,22 @@ pub(crate) fn absolute_data_dir(dir: &std::path::Path) -> anyhow::Result<std::pa
     use anyhow::Context;
     std::path::absolute(dir)
         .with_context(|| format!("cannot resolve the data dir {}", dir.display()))
+}
+
+/// Listens for SIGINT and SIGTERM from now on and returns the future that resolves on either:
+/// unlike [`shutdown_signal`], a signal that arrives before it is first polled (while the
+/// process is still starting) is not lost, so start-up work can be cleaned up after it.
+pub(crate) fn shutdown_listener() -> anyhow::Result<impl Future<Output = ()> + Send + 'static> {
+    use anyhow::Context;
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("cannot listen for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot listen for SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
 
 /// Resolves when the process is asked to stop: Ctrl-C (SIGINT) at a terminal, or SIGTERM as
