@@ -231,6 +231,15 @@ fn pods_on_two_nodes_talk_over_calico_bgp() {
         (!conf.contains("172.29.67.99") && !protocols.contains(session)).then_some(protocols)
     });
 
+    // Service traffic across nodes over BGP's routes with the other proxy modes too (each a
+    // restart: the speakers of the last one are the ones that must not outlive the stop).
+    common::service_across_nodes_in_each_proxy_mode(&mut up);
+    let pids = wait_for("both speakers after the restarts", || {
+        let pids = bird_pids(up.data_dir.path());
+        (pids.len() == 2 && pids.iter().all(|p| is_bird(*p))).then(|| format!("{pids:?}"))
+    });
+    let pids: Vec<u32> = serde_json::from_str(&pids).unwrap();
+
     // A clean stop: no BIRD left, nothing else left.
     NET.stop(&mut up);
     for pid in &pids {

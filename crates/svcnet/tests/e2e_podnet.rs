@@ -187,6 +187,9 @@ fn pods_on_two_nodes_talk_over_flannel_vxlan() {
         .then_some(routes)
     });
 
+    // Service traffic across nodes over VXLAN with the other proxy modes too.
+    common::service_across_nodes_in_each_proxy_mode(&mut up);
+
     // A clean stop leaves no namespace, link or route.
     net.stop(&mut up);
 }

@@ -125,6 +125,9 @@ fn pods_on_two_nodes_talk_over_flannel_udp_and_nothing_is_left() {
     let rx_after = ip_in("e2eud-node2", &["-s", "link", "show", "flannel0"]);
     assert_ne!(rx_before, rx_after, "node2's flannel0 carried the traffic");
 
+    // Service traffic across nodes over the UDP loop with the other proxy modes too.
+    common::service_across_nodes_in_each_proxy_mode(&mut up);
+
     // kill -9: the loop and its TUN die with the process (the namespaces stay until `down`).
     up.child.kill().unwrap();
     up.child.wait().unwrap();

@@ -400,6 +400,25 @@ spec:
     )
 }
 
+/// Restarts `up` in each other proxy mode (iptables, then userspace) on the same data dir and
+/// pod network, and checks pod `a` (node 1) reaches Service `b` (its pod on node 2) through
+/// it: the pod network carries every dataplane's service traffic (`pods_a_b`'s objects).
+#[allow(dead_code)] // not every e2e binary runs pods a and b
+pub fn service_across_nodes_in_each_proxy_mode(up: &mut Up) {
+    for mode in ["iptables", "userspace"] {
+        match up.extra.iter().position(|a| a == "--proxy-mode") {
+            Some(at) => up.extra[at + 1] = mode.into(),
+            None => up.extra.extend(["--proxy-mode".into(), mode.into()]),
+        }
+        up.restart();
+        wait_for(&format!("pod a to Service b across nodes ({mode})"), || {
+            let out = up.exec_sh("a", "curl -s -m 3 http://b.default.svc.cluster.local:8080/");
+            let reply = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            reply.starts_with("pod=b ").then_some(reply)
+        });
+    }
+}
+
 /// `ip -n NETNS args...`'s stdout (empty when it fails).
 pub fn ip_in(netns: &str, args: &[&str]) -> String {
     let out = Command::new("ip")
