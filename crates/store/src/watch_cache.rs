@@ -86,3 +86,41 @@ pub struct WatchCacheStats {
     /// window, or their upstream failed).
     pub fallbacks: u64,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_kube_apiserver_flags() {
+        let sizes = WatchCacheOptions::parse_sizes(&[
+            "services#5000".into(),
+            " endpointslices.discovery.k8s.io#0".into(),
+            String::new(),
+        ])
+        .expect("valid");
+        let o = WatchCacheOptions {
+            sizes,
+            ..Default::default()
+        };
+        assert_eq!(o.size_for("core", "services"), 5000);
+        assert_eq!(o.size_for("discovery.k8s.io", "endpointslices"), 0);
+        assert_eq!(o.size_for("core", "pods"), DEFAULT_WATCH_CACHE_SIZE);
+        assert_eq!(o.size_for("apps", "deployments"), DEFAULT_WATCH_CACHE_SIZE);
+        let off = WatchCacheOptions {
+            enabled: false,
+            ..o
+        };
+        assert_eq!(off.size_for("core", "services"), 0);
+        for bad in [
+            "services",
+            "services#x",
+            "#5",
+            "Services#5",
+            "core/services#5",
+        ] {
+            let err = WatchCacheOptions::parse_sizes(&[bad.into()]).unwrap_err();
+            assert!(err.contains("--watch-cache-sizes"), "{bad}: {err}");
+        }
+    }
+}
