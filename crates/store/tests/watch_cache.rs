@@ -3,8 +3,8 @@
 //! sees; below the window, for an uncached resource or the whole store, it is its own etcd
 //! watch; a watcher that stops reading blocks nobody and, once out of the window, goes on
 //! from etcd without a gap; compaction answers Gone only when etcd compacted (also one made by
-//! another API server's compactor); a 3-member cluster losing its leader, then a follower,
-//! under writes goes unnoticed by the cached watchers. Skipped with a printed reason when the
+//! another API server's compactor); a 3-member cluster losing each member in turn, the leader
+//! first, under writes goes unnoticed by the cached watchers. Skipped with a printed reason when the
 //! `etcd` binary is missing (a failure under `SVCNET_REQUIRE_ETCD=1`).
 #![allow(clippy::unwrap_used)] // test: a failure here is a test failure
 
@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::StreamExt;
 use serde_json::{Value, json};
 use support::{assert_quiet, next, rv};
 use svcnet_store::local_etcd::{LocalEtcd, etcd_for_test};
@@ -353,8 +354,8 @@ async fn compaction_is_gone_only_when_etcd_compacted() {
     }
 }
 
-/// Writers on a 3-member cluster while the leader, then a follower, are SIGKILLed and
-/// restarted; five cached watchers (four on the resource, one on a namespace) run throughout.
+/// Writers on a 3-member cluster while each member in turn, the leader first, is SIGKILLed
+/// and restarted; five cached watchers (four on the resource, one on a namespace) run throughout.
 /// Each sees every acknowledged write of its prefix once, in order, and none of them noticed:
 /// no fallback to a direct watch, one upstream watch (which resumed by itself).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -363,19 +364,38 @@ async fn a_member_killed_under_writes_goes_unnoticed() {
         return;
     };
     let mut cluster = LocalEtcd::start(&bin, 3).await.expect("3-member etcd");
-    let store = connect(&cluster, WatchCacheOptions::default()).await;
+    // A history larger than the test writes: this test is about member failures, not lag
+    // (a_lagging_watcher_… has that).
+    let store = connect(&cluster, configmaps(1_000_000)).await;
     let base = store.current_revision().await.unwrap();
-    let mut watchers = Vec::new();
-    for _ in 0..4 {
-        watchers.push((
-            "/core/configmaps/",
-            store.watch("/core/configmaps/", base).await,
+    // The watchers read as they go, until the closing write.
+    let mut readers = Vec::new();
+    for prefix in [
+        "/core/configmaps/",
+        "/core/configmaps/",
+        "/core/configmaps/",
+        "/core/configmaps/",
+        "/core/configmaps/w1/",
+    ] {
+        let mut w = store.watch(prefix, base).await.unwrap();
+        readers.push((
+            prefix,
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                loop {
+                    let e = tokio::time::timeout(Duration::from_secs(30), w.next())
+                        .await
+                        .expect("an event within 30 s")
+                        .expect("watch open")
+                        .expect("event");
+                    if e.key.ends_with("/end") {
+                        return seen;
+                    }
+                    seen.push(e.revision);
+                }
+            }),
         ));
     }
-    watchers.push((
-        "/core/configmaps/w1/",
-        store.watch("/core/configmaps/w1/", base).await,
-    ));
 
     let stop = Arc::new(AtomicBool::new(false));
     let mut writers = Vec::new();
@@ -403,17 +423,15 @@ async fn a_member_killed_under_writes_goes_unnoticed() {
             acked
         }));
     }
-    for round in ["leader", "follower"] {
-        tokio::time::sleep(Duration::from_millis(700)).await;
-        let leader = cluster.leader().await.expect("a leader");
-        let victim = if round == "leader" {
-            leader
-        } else {
-            (leader + 1) % 3
-        };
+    // Every member in turn, the leader first, so that the member carrying the upstream watch
+    // is certainly among them.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let leader = cluster.leader().await.expect("a leader");
+    for victim in [leader, (leader + 1) % 3, (leader + 2) % 3] {
         cluster.kill(victim);
         tokio::time::sleep(Duration::from_secs(3)).await;
         cluster.restart(victim).await.expect("restart member");
+        tokio::time::sleep(Duration::from_millis(700)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
@@ -422,19 +440,18 @@ async fn a_member_killed_under_writes_goes_unnoticed() {
         acked.extend(w.await.unwrap());
     }
     assert!(acked.len() > 50, "{} writes acknowledged", acked.len());
-    for (prefix, w) in watchers {
-        let mut w = w.unwrap();
+    store
+        .create("/core/configmaps/w1/end", cm("end", 0))
+        .await
+        .unwrap();
+    for (prefix, reader) in readers {
         let mut expected: Vec<u64> = acked
             .iter()
             .filter(|(k, _)| k.starts_with(prefix))
             .map(|(_, r)| *r)
             .collect();
         expected.sort_unstable();
-        let got: Vec<u64> = take(&mut w, expected.len())
-            .await
-            .iter()
-            .map(|e| e.revision)
-            .collect();
+        let got = reader.await.unwrap();
         assert_eq!(got, expected, "{prefix}: every acknowledged write once");
     }
     let stats: WatchCacheStats = store.watch_cache_stats();
@@ -442,6 +459,12 @@ async fn a_member_killed_under_writes_goes_unnoticed() {
         (stats.upstreams, stats.cached, stats.direct, stats.fallbacks),
         (1, 5, 0, 0),
         "the watchers did not notice: {stats:?}"
+    );
+    // Every member died once: the upstream watch and the compact_rev_key watch were each
+    // reopened at least once.
+    assert!(
+        stats.etcd_watches >= 4,
+        "the cache's etcd watches were reopened after their members died: {stats:?}"
     );
     eprintln!(
         "{} acknowledged writes seen by 5 cached watchers; {stats:?}",
