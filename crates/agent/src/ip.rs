@@ -46,10 +46,22 @@ impl IpError {
     }
 }
 
+/// The namespace of the calling process, as a `netns` argument: the commands run without
+/// entering any (a node add-on's pod runs in its node's network namespace, which it does not
+/// name; `svcnet up`'s nodes are named ones).
+pub const OWN_NETNS: &str = "/proc/self/ns/net";
+
+/// `netns` with [`OWN_NETNS`] read as no namespace to enter.
+pub fn entered(netns: Option<&str>) -> Option<&str> {
+    netns.filter(|n| *n != OWN_NETNS)
+}
+
 /// Runs `ip [-n netns] args...` and returns its stdout. `netns` is a namespace name (under
 /// `/run/netns`) or, when it holds a `/`, a namespace file's path (`/proc/<pid>/ns/net`, a
 /// runtime's bind mount elsewhere), which `ip -n` cannot take: `nsenter --net=PATH ip …` then.
+/// [`OWN_NETNS`] is this process's own: plain `ip`.
 pub fn ip(netns: Option<&str>, args: &[&str]) -> Result<String, IpError> {
+    let netns = entered(netns);
     let mut cmd = match netns {
         Some(path) if path.contains('/') => {
             let mut cmd = Command::new("nsenter");
@@ -103,7 +115,7 @@ pub fn ip_json(netns: Option<&str>, args: &[&str]) -> Result<Vec<serde_json::Val
 
 /// `ip -n NAME` as text, for messages and plans.
 pub fn render(netns: Option<&str>, args: &[&str]) -> String {
-    match netns {
+    match entered(netns) {
         Some(path) if path.contains('/') => format!("nsenter --net={path} ip {}", args.join(" ")),
         Some(ns) => format!("ip -n {ns} {}", args.join(" ")),
         None => format!("ip {}", args.join(" ")),

@@ -18,6 +18,7 @@ use crate::topology::NodeTopology;
 
 pub mod bgp;
 pub mod condition;
+pub mod daemon;
 pub mod ipip;
 pub mod speaker;
 pub mod udp;
@@ -233,7 +234,7 @@ pub fn sync_vxlan_peers(
     for peer in gone {
         if let Some((lease, direct)) = now.remove(&peer) {
             let steps = if direct {
-                lease.direct_del_steps(netns)
+                lease.direct_del_steps(netns, &node.underlay_if)
             } else {
                 lease.del_steps(netns)
             };
@@ -254,7 +255,7 @@ pub fn sync_vxlan_peers(
             && crate::ip::ip_json(Some(netns), &["route", "get", &lease.public_ip.to_string()])
                 .is_ok_and(|r| is_direct(&r));
         let steps = if direct {
-            lease.direct_add_steps(netns)
+            lease.direct_add_steps(netns, &node.underlay_if)
         } else {
             lease.add_steps(netns)
         };
@@ -283,6 +284,7 @@ mod tests {
             pod_cidr: format!("10.244.{i}.0/24").parse().unwrap(),
             gateway: [10, 244, i, 1].into(),
             host_link: format!("svcnetn{i}"),
+            underlay_if: "eth0".into(),
         };
         serde_json::from_value(serde_json::json!({
             "metadata": {

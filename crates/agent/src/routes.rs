@@ -18,7 +18,7 @@ use std::str::FromStr;
 
 use ipnet::Ipv4Net;
 
-use crate::topology::{NODE_UNDERLAY_IF, NodeTopology, Step};
+use crate::topology::{NodeTopology, Step};
 
 /// Programs inter-node pod routes. Pure: returns steps, does no I/O.
 pub trait PodRouteBackend: std::fmt::Debug + Send + Sync {
@@ -163,7 +163,7 @@ impl PodRouteBackend for HostGw {
                         "via",
                         &peer.internal_ip.to_string(),
                         "dev",
-                        NODE_UNDERLAY_IF,
+                        &node.underlay_if,
                     ],
                 )
             })
@@ -299,23 +299,16 @@ impl VxlanPeer {
 impl VxlanPeer {
     /// flannel's DirectRouting for a peer on the node's own subnet: the host-gw route instead
     /// of the neighbour, FDB and onlink entries.
-    pub fn direct_add_steps(&self, netns: &str) -> Vec<Step> {
+    /// `dev` is the node's underlay interface.
+    pub fn direct_add_steps(&self, netns: &str, dev: &str) -> Vec<Step> {
         let (cidr, via) = (self.pod_cidr.to_string(), self.public_ip.to_string());
-        let args = [
-            "route",
-            "replace",
-            &cidr,
-            "via",
-            &via,
-            "dev",
-            NODE_UNDERLAY_IF,
-        ];
+        let args = ["route", "replace", &cidr, "via", &via, "dev", dev];
         vec![Step::ip(Some(netns), &args)]
     }
 
-    pub fn direct_del_steps(&self, netns: &str) -> Vec<Step> {
+    pub fn direct_del_steps(&self, netns: &str, dev: &str) -> Vec<Step> {
         let (cidr, via) = (self.pod_cidr.to_string(), self.public_ip.to_string());
-        let args = ["route", "del", &cidr, "via", &via, "dev", NODE_UNDERLAY_IF];
+        let args = ["route", "del", &cidr, "via", &via, "dev", dev];
         vec![Step::ip(Some(netns), &args)]
     }
 }
@@ -347,7 +340,7 @@ impl Vxlan {
                     "local",
                     &node.internal_ip.to_string(),
                     "dev",
-                    NODE_UNDERLAY_IF,
+                    &node.underlay_if,
                     "nolearning",
                     "dstport",
                     &VXLAN_PORT.to_string(),
@@ -378,6 +371,21 @@ impl PodRouteBackend for Vxlan {
     /// ([`crate::podnet::run_vxlan`]), not from the static topology.
     fn node_steps(&self, node: &NodeTopology, _peers: &[&NodeTopology]) -> Vec<Step> {
         Self::device_steps(node)
+    }
+}
+
+/// No inter-node pod routes: the pod network is left to an add-on (`svcnet up --disable
+/// pod-network`), which programs the node namespaces itself.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoRoutes;
+
+impl PodRouteBackend for NoRoutes {
+    fn name(&self) -> &'static str {
+        "none"
+    }
+
+    fn node_steps(&self, _node: &NodeTopology, _peers: &[&NodeTopology]) -> Vec<Step> {
+        Vec::new()
     }
 }
 
@@ -413,8 +421,8 @@ mod tests {
             .add_steps("n1")
             .iter()
             .chain(&peer.del_steps("n1"))
-            .chain(&peer.direct_add_steps("n1"))
-            .chain(&peer.direct_del_steps("n1"))
+            .chain(&peer.direct_add_steps("n1", "eth0"))
+            .chain(&peer.direct_del_steps("n1", "eth0"))
             .map(|s| format!("{s}\n"))
             .collect();
         expect![[r#"

@@ -4,7 +4,8 @@
 //!
 //! - TCP: HTTP/1.1, any path and method, `200 OK` with the body
 //!   `pod=<name> ip=<pod ip> client=<client ip:port>\n` (tests read the client address to check
-//!   source-IP preservation and masquerading). Keep-alive is honoured.
+//!   source-IP preservation and masquerading), except `/echo`, answered with the request's
+//!   body (up to 64 MiB), so a transfer can be checked byte for byte. Keep-alive is honoured.
 //! - UDP: the same line as a datagram reply to every datagram.
 //!
 //! The agent starts it by re-executing the svcnet binary with `SVCNET_TESTSERVER=tcp:80,udp:53`
@@ -107,6 +108,9 @@ fn accept_loop(listener: TcpListener, pod: &str, ip: &str) {
     }
 }
 
+/// The largest body `/echo` sends back.
+const ECHO_LIMIT: usize = 64 << 20;
+
 fn handle_http(stream: TcpStream, pod: &str, ip: &str) -> std::io::Result<()> {
     let peer = stream.peer_addr()?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
@@ -118,6 +122,7 @@ fn handle_http(stream: TcpStream, pod: &str, ip: &str) -> std::io::Result<()> {
             return Ok(());
         }
         let http10 = request_line.trim_end().ends_with("HTTP/1.0");
+        let echo = request_line.split_whitespace().nth(1) == Some("/echo");
         let mut length = 0usize;
         let mut close = http10;
         loop {
@@ -138,16 +143,21 @@ fn handle_http(stream: TcpStream, pod: &str, ip: &str) -> std::io::Result<()> {
                 }
             }
         }
-        let mut body = vec![0u8; length.min(1 << 20)];
+        let limit = if echo { ECHO_LIMIT } else { 1 << 20 };
+        let mut body = vec![0u8; length.min(limit)];
         reader.read_exact(&mut body)?;
-        let text = reply(pod, ip, peer);
+        let (kind, text) = if echo {
+            ("application/octet-stream", body)
+        } else {
+            ("text/plain", reply(pod, ip, peer).into_bytes())
+        };
         let head = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: {}\r\n\r\n",
             text.len(),
             if close { "close" } else { "keep-alive" }
         );
         writer.write_all(head.as_bytes())?;
-        writer.write_all(text.as_bytes())?;
+        writer.write_all(&text)?;
         if close {
             return Ok(());
         }

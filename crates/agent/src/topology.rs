@@ -109,6 +109,14 @@ pub struct NodeTopology {
     pub gateway: Ipv4Addr,
     /// The host end of the node's underlay veth.
     pub host_link: String,
+    /// The node's interface holding `internal_ip` (its underlay: the VTEP's and host-gw
+    /// routes' device). `eth0` in `svcnet up`'s node namespaces; a real node's own elsewhere.
+    #[serde(default = "default_underlay_if")]
+    pub underlay_if: String,
+}
+
+fn default_underlay_if() -> String {
+    NODE_UNDERLAY_IF.to_string()
 }
 
 /// One step of a plan: plain data, printed as the command it runs.
@@ -166,10 +174,16 @@ impl Step {
             }
             Step::Sysctl { netns, key, value } => {
                 let kv = format!("{key}={value}");
-                self.command("ip", &["netns", "exec", netns, "sysctl", "-qw", &kv])?;
+                match ip::entered(Some(netns)) {
+                    Some(ns) => self.command("ip", &["netns", "exec", ns, "sysctl", "-qw", &kv])?,
+                    None => self.command("sysctl", &["-qw", &kv])?,
+                }
             }
             Step::Bridge { netns, args } => {
-                let mut full = vec!["-n", netns.as_str()];
+                let mut full = match ip::entered(Some(netns)) {
+                    Some(ns) => vec!["-n", ns],
+                    None => Vec::new(),
+                };
                 full.extend(args.iter().map(String::as_str));
                 self.command("bridge", &full)?;
             }
@@ -205,10 +219,14 @@ impl fmt::Display for Step {
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
                 f.write_str(&ip::render(netns.as_deref(), &args))
             }
-            Step::Sysctl { netns, key, value } => {
-                write!(f, "ip netns exec {netns} sysctl -w {key}={value}")
-            }
-            Step::Bridge { netns, args } => write!(f, "bridge -n {netns} {}", args.join(" ")),
+            Step::Sysctl { netns, key, value } => match ip::entered(Some(netns)) {
+                Some(ns) => write!(f, "ip netns exec {ns} sysctl -w {key}={value}"),
+                None => write!(f, "sysctl -w {key}={value}"),
+            },
+            Step::Bridge { netns, args } => match ip::entered(Some(netns)) {
+                Some(ns) => write!(f, "bridge -n {ns} {}", args.join(" ")),
+                None => write!(f, "bridge {}", args.join(" ")),
+            },
         }
     }
 }
@@ -288,6 +306,7 @@ impl TopologyConfig {
                     gateway: Ipv4Addr::from(pods + (i32_ << 8) + 1),
                     pod_cidr,
                     host_link: format!("{}n{i}", self.prefix),
+                    underlay_if: NODE_UNDERLAY_IF.to_string(),
                 })
             })
             .collect()

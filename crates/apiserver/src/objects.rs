@@ -266,6 +266,22 @@ pub fn prepare_update(
                     }
                 }
             }
+            // A Node's status write keeps its labels and annotations too: upstream's
+            // nodeStatusStrategy resets only the spec, and node daemons rely on it (flanneld
+            // publishes its lease annotations through `nodes/status`, the one write its role
+            // grants).
+            if res.group.is_empty() && res.kind == "Node" {
+                for key in ["labels", "annotations"] {
+                    match incoming.pointer(&format!("/metadata/{key}")) {
+                        Some(v) => next["metadata"][key] = v.clone(),
+                        None => {
+                            if let Some(m) = next["metadata"].as_object_mut() {
+                                m.remove(key);
+                            }
+                        }
+                    }
+                }
+            }
             return Ok(next);
         }
         Some(
@@ -506,6 +522,32 @@ mod tests {
         assert_eq!(status["status"]["replicas"], 2);
         assert_eq!(status["spec"]["replicas"], 1, "status update ignores spec");
         assert!(status["metadata"].get("labels").is_none());
+
+        // A Node's status write carries its labels and annotations (upstream's
+        // nodeStatusStrategy, which flanneld's lease annotations rely on), never its spec.
+        let nodes = lookup("", "v1", "nodes").unwrap();
+        let node = json!({"metadata": {"name": "n1", "uid": "u1", "resourceVersion": "7", "labels": {"a": "b"}},
+                          "spec": {"podCIDR": "10.244.1.0/24"}, "status": {}});
+        let next = prepare_update(
+            nodes,
+            Some(Subresource::Status),
+            &node,
+            json!({
+            "metadata": {"name": "n1", "uid": "u2x", "labels": {"a": "b"}, "annotations": {"flannel.alpha.coreos.com/backend-type": "vxlan"}},
+            "spec": {"podCIDR": "10.9.9.0/24"}, "status": {"conditions": []}}),
+        );
+        let next = next.unwrap_err();
+        assert!(next.to_string().contains("UID"), "{next}");
+        let next = prepare_update(nodes, Some(Subresource::Status), &node, json!({
+            "metadata": {"name": "n1", "annotations": {"flannel.alpha.coreos.com/backend-type": "vxlan"}},
+            "spec": {"podCIDR": "10.9.9.0/24"}, "status": {"conditions": []}})).unwrap();
+        assert_eq!(
+            next["metadata"]["annotations"]["flannel.alpha.coreos.com/backend-type"],
+            "vxlan"
+        );
+        assert!(next["metadata"].get("labels").is_none(), "{next}");
+        assert_eq!(next["metadata"]["uid"], "u1");
+        assert_eq!(next["spec"]["podCIDR"], "10.244.1.0/24");
 
         let stale = prepare_update(
             dep,

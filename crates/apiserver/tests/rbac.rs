@@ -497,6 +497,30 @@ async fn shipped_manifests_grant_each_part_exactly_its_rights() {
         )
         .await
         .unwrap();
+    // flanneld's lease (what `svcnet cni install` publishes): its annotations through the
+    // status subresource, as a strategic merge, with the conditions kept.
+    let lease =
+        json!({"metadata": {"annotations": {"flannel.alpha.coreos.com/backend-type": "vxlan"}}});
+    let node = nodes
+        .patch_status(
+            "n1",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Strategic(&lease),
+        )
+        .await
+        .unwrap();
+    let annotations = node.metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get("flannel.alpha.coreos.com/backend-type")
+            .map(String::as_str),
+        Some("vxlan")
+    );
+    let conditions = node.status.unwrap().conditions.unwrap_or_default();
+    assert!(
+        conditions.iter().any(|c| c.type_ == "NetworkUnavailable"),
+        "{conditions:?}"
+    );
     match nodes
         .patch(
             "n1",

@@ -9,7 +9,8 @@
 //! with 4 endpoints each: 49,600 endpoints), then measures zone rebuild time, query throughput
 //! and latency for five query mixes against svcnet and unbound (same names as `local-data`, one
 //! thread each), quiet and with a CPU-bound process competing for the cores
-//! (`SVCNET_BENCH_CONTENDED=0` skips that half), the change→answer latency, and memory: resident
+//! (`SVCNET_BENCH_CONTENDED=0` skips that half) with each server process's user and system CPU
+//! time per answered query, the change→answer latency, and memory: resident
 //! memory of the process holding the watch state and the zone as the watcher builds them (API
 //! objects are made one at a time and dropped, as the watcher's relist does), and the heap bytes
 //! that state and zone hold per service and per endpoint, counted by this bench's allocator.
@@ -255,9 +256,25 @@ struct Perf {
     avg_ms: f64,
     stddev_ms: f64,
     lost: String,
+    /// The server process's user and system CPU time per answered query, in µs.
+    cpu_us: (f64, f64),
 }
 
-fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64) -> Option<Perf> {
+/// User and system CPU seconds that process `pid` used so far (`/proc/<pid>/stat`'s `utime`
+/// and `stime`, in clock ticks of 1/100 s).
+fn cpu_secs(pid: u32) -> Option<(f64, f64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 2..)?
+        .split_whitespace()
+        .collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<f64>().ok().map(|t| t / 100.0);
+    Some((ticks(11)?, ticks(12)?))
+}
+
+/// One dnsperf round against `addr`, served by process `pid` (whose CPU time is taken).
+fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Option<Perf> {
+    let cpu_before = cpu_secs(pid)?;
     let out = Command::new("dnsperf")
         .args(["-s", &addr.ip().to_string(), "-p", &addr.port().to_string()])
         .args([
@@ -274,13 +291,20 @@ fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64) -> Option<Perf>
         .stderr(Stdio::null())
         .output()
         .ok()?;
+    let cpu_after = cpu_secs(pid)?;
     let text = String::from_utf8_lossy(&out.stdout);
     let field = |key: &str| -> Option<String> {
         text.lines()
             .find_map(|l| l.trim().strip_prefix(key).map(|v| v.trim().to_string()))
     };
     let num = |s: String| s.split_whitespace().next()?.parse::<f64>().ok();
+    let completed = num(field("Queries completed:")?)?.max(1.0);
+    let per_query = |after: f64, before: f64| (after - before) * 1e6 / completed;
     Some(Perf {
+        cpu_us: (
+            per_query(cpu_after.0, cpu_before.0),
+            per_query(cpu_after.1, cpu_before.1),
+        ),
         qps: num(field("Queries per second:")?)?,
         avg_ms: num(field("Average Latency (s):")?)? * 1000.0,
         stddev_ms: num(field("Latency StdDev (s):")?)? * 1000.0,
@@ -360,16 +384,16 @@ fn compare(
     name: &str,
     path: &std::path::Path,
     ours: SocketAddr,
-    peer: Option<SocketAddr>,
+    peer: Option<(SocketAddr, u32)>,
     secs: u64,
 ) {
     let load_before = loadavg();
     let mut mine_rounds = Vec::new();
     let mut their_rounds = Vec::new();
     for _ in 0..rounds() {
-        mine_rounds.extend(dnsperf(ours, path, secs));
-        if let Some(peer) = peer {
-            their_rounds.extend(dnsperf(peer, path, secs));
+        mine_rounds.extend(dnsperf(ours, path, secs, std::process::id()));
+        if let Some((peer, pid)) = peer {
+            their_rounds.extend(dnsperf(peer, path, secs, pid));
         }
     }
     let list = |rounds: &[Perf]| {
@@ -385,6 +409,21 @@ fn compare(
         list(&mine_rounds),
         list(&their_rounds)
     );
+    for (subject, rounds) in [("svcnet", &mine_rounds), ("unbound", &their_rounds)] {
+        let mid = |f: fn(&Perf) -> f64| {
+            let mut v: Vec<f64> = rounds.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        if !rounds.is_empty() {
+            println!(
+                "S6 scenario={name} cores={label} subject={subject} cpu_us_per_query_median user={:.2} sys={:.2} total={:.2}",
+                mid(|r| r.cpu_us.0),
+                mid(|r| r.cpu_us.1),
+                mid(|r| r.cpu_us.0 + r.cpu_us.1),
+            );
+        }
+    }
     let mine = median(mine_rounds);
     let theirs = median(their_rounds);
     if let Some(m) = &mine {
@@ -532,7 +571,7 @@ fn main() {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    let peer = unbound.is_some().then_some(peer);
+    let peer = unbound.as_ref().map(|u| (peer, u.id()));
 
     if have_dnsperf {
         // `SVCNET_BENCH_SCENARIO=headless` runs only the scenarios whose name contains it.

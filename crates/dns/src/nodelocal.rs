@@ -409,7 +409,7 @@ async fn serve_udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
     let mut bufs: Box<[[u8; MAX_REQUEST]; BATCH]> = Box::new([[0u8; MAX_REQUEST]; BATCH]);
     let mut received = Vec::with_capacity(BATCH);
     loop {
-        if let Err(error) = next_batch(&socket, &mut bufs, &mut received).await {
+        if let Err(error) = next_batch(&socket, &mut bufs[..], &mut received).await {
             tracing::warn!(%error, "node-local cache: UDP receive failed");
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;

@@ -17,6 +17,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 #[cfg(target_os = "linux")]
+pub mod datagrams;
+#[cfg(target_os = "linux")]
 pub mod pty;
 #[cfg(target_os = "linux")]
 pub mod sandbox;

@@ -1,14 +1,16 @@
 //! End to end (needs root): svcnet's add-on manifests, `deploy/svcnet.yaml` applied unchanged
-//! with the real kubectl on `svcnet up --nodes 2 --disable proxy,dns`, run the cluster's
-//! Services, DNS and CNI install from their own pods: the proxy DaemonSet programs each node,
-//! the DNS Deployment answers at 10.96.0.10 through it, the CNI DaemonSet installs the plugin.
+//! with the real kubectl on `svcnet up --nodes 2 --disable proxy,dns,pod-network`, run the
+//! cluster's Services, DNS and pod network from their own pods: the proxy DaemonSet programs
+//! each node, the DNS Deployment answers at 10.96.0.10 through it, the CNI DaemonSet installs
+//! the plugin and runs the VXLAN backend between the nodes (`e2e_addon_podnet` checks that
+//! backend's kernel state and traffic in detail).
 //! Then:
 //! - the README's worked example passes exactly as with the built-in proxy (its `dig`s ask
 //!   the `kube-dns` Service at 10.96.0.10, since there is no host-side DNS listener);
 //! - a rolling update of the proxy DaemonSet under two client loops (the cluster IP through
 //!   the first node, a NodePort of the second) fails no request;
-//! - deleting the add-on (`kubectl delete -f`) leaves the nodes clean: no proxy rules in either
-//!   node, no CNI plugin or network list on the machine.
+//! - deleting the add-on (`kubectl delete -f`) leaves the nodes clean: no proxy rules or VTEP
+//!   in either node, no CNI plugin or network list on the machine.
 //!
 //! The only substitution is svcnet up's own: the image `ghcr.io/svcnet/svcnet` runs this
 //! test's svcnet binary. The API server's direct address reaches the add-on's pods through the
@@ -37,7 +39,10 @@ fn with_addon(i: usize, commands: &str) -> String {
             out.contains(start),
             "the README's first block changed: {out}"
         );
-        out = out.replace(start, "./scripts/up.sh --nodes 2 --disable proxy,dns &");
+        out = out.replace(
+            start,
+            "./scripts/up.sh --nodes 2 --disable proxy,dns,pod-network &",
+        );
         let ready = "until kubectl get --raw /readyz >/dev/null 2>&1; do sleep 1; done\n";
         assert!(
             out.contains(ready),
@@ -136,6 +141,12 @@ fn the_addon_manifests_run_the_cluster_network_from_pods() {
             .filter(|l| l.starts_with(prefix) && l.contains(" 1/1 ") && l.contains("Running"))
             .count();
         assert_eq!(running, count, "{prefix}: {pods}");
+        // None crashed on the way (two CNI installers once raced for one temporary file).
+        let restarted: Vec<&str> = pods
+            .lines()
+            .filter(|l| l.starts_with(prefix) && l.split_whitespace().nth(3) != Some("0"))
+            .collect();
+        assert!(restarted.is_empty(), "restarted: {restarted:?}\n{pods}");
     }
     assert!(
         !ran.log().contains("node proxy starting"),
@@ -196,16 +207,25 @@ fn the_addon_manifests_run_the_cluster_network_from_pods() {
         let out = ran.ok("kubectl -n kube-system get pods --no-headers -o name");
         (!out.contains("svcnet-")).then_some(out)
     });
-    common::wait_for("the proxies' rules and the CNI files removed", || {
-        let mut left: Vec<String> = (1..=2).flat_map(proxy_rules).collect();
-        left.extend(
-            [PLUGIN, CONFLIST]
-                .iter()
-                .filter(|p| Path::new(p).exists())
-                .map(|p| p.to_string()),
-        );
-        left.is_empty().then(String::new)
-    });
+    common::wait_for(
+        "the proxies' rules, the VTEPs and the CNI files removed",
+        || {
+            let mut left: Vec<String> = (1..=2).flat_map(proxy_rules).collect();
+            for n in 1..=2 {
+                let ns = format!("svcnet-node{n}");
+                if common::ip_in(&ns, &["link", "show"]).contains("flannel.1") {
+                    left.push(format!("{ns}: flannel.1"));
+                }
+            }
+            left.extend(
+                [PLUGIN, CONFLIST]
+                    .iter()
+                    .filter(|p| Path::new(p).exists())
+                    .map(|p| p.to_string()),
+            );
+            left.is_empty().then(String::new)
+        },
+    );
     assert_eq!(
         ran.teardown.stop(),
         Some(true),

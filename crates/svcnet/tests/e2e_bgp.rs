@@ -190,6 +190,11 @@ fn pods_on_two_nodes_talk_over_calico_bgp() {
         );
         reply.starts_with("pod=b ").then_some(reply)
     });
+    // svcnet trace shows the packet's path: the proxy's DNAT to b, then BIRD's plain route.
+    let cip = up.ok(&["get", "svc", "b", "-o", "jsonpath={.spec.clusterIP}"]);
+    let v = up.trace_json("e2ebgp-node1", &[&ip_a, &format!("{cip}:8080")]);
+    let how = v["forwarding"][&ip_b].as_str().unwrap_or_default();
+    assert!(how.contains("BGP (Calico)"), "{v:#}");
     let big = exec_in(
         &up,
         "a",

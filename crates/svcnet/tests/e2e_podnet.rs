@@ -126,6 +126,16 @@ fn pods_on_two_nodes_talk_over_flannel_vxlan() {
         let reply = exec_in("a", "curl -s -m 3 http://b.default.svc.cluster.local:8080/");
         reply.starts_with("pod=b ").then_some(reply)
     });
+    // svcnet trace shows the packet's path: the proxy's DNAT to b, then flannel.1 to node2.
+    let cip = up.ok(&["get", "svc", "b", "-o", "jsonpath={.spec.clusterIP}"]);
+    let v = up.trace_json("e2evx-node1", &[&ip_a, &format!("{cip}:8080")]);
+    let how = v["forwarding"][&ip_b].as_str().unwrap_or_default();
+    assert!(
+        how.contains("dev flannel.1")
+            && how.contains("VXLAN (flannel)")
+            && how.contains("UDP 8472 to 172.29.43.3"),
+        "{v:#}"
+    );
     let big = exec_in(
         "a",
         &format!("head -c 3000000 /dev/zero | curl -s -m 10 --data-binary @- http://{ip_b}/"),

@@ -108,6 +108,14 @@ fn pods_on_two_nodes_talk_over_flannel_udp_and_nothing_is_left() {
         );
         reply.starts_with("pod=b ").then_some(reply)
     });
+    // svcnet trace shows the packet's path: the proxy's DNAT to b, then flannel0 (the loop).
+    let cip = up.ok(&["get", "svc", "b", "-o", "jsonpath={.spec.clusterIP}"]);
+    let v = up.trace_json("e2eud-node1", &[&ip_a, &format!("{cip}:8080")]);
+    let how = v["forwarding"][&ip_b].as_str().unwrap_or_default();
+    assert!(
+        how.contains("dev flannel0") && how.contains("UDP (flannel)"),
+        "{v:#}"
+    );
     let big = exec_in(
         &up,
         "a",

@@ -128,6 +128,27 @@ fn check_mode(net: &Net, mode: &str) {
             got.insert(b["endpoint"].as_str().unwrap().to_string());
         }
         assert_eq!(got, expected);
+        // The pod network's part: an endpoint on this node is on its bridge, one on the other
+        // node is routed to that node (host-gw, the default).
+        let placed = up.ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app=myapp",
+            "--no-headers",
+            "-o",
+            "custom-columns=IP:.status.podIP,NODE:.spec.nodeName",
+        ]);
+        for line in placed.lines() {
+            let (ip, on) = line.split_once(' ').unwrap();
+            let how = v["forwarding"][ip].as_str().unwrap_or_default();
+            let want = if on.trim() == *node {
+                "a pod on this node"
+            } else {
+                "host-gw"
+            };
+            assert!(how.contains(want), "{ip} on {on} from {node}: {how}\n{v:#}");
+        }
     }
 
     // Hairpin: an endpoint calling its own service is masqueraded on its own branch only.
@@ -197,6 +218,7 @@ fn check_mode(net: &Net, mode: &str) {
     assert!(text.contains("endpoints (3 can be chosen):"), "{text}");
     assert_eq!(text.matches("33.3%").count(), 3, "{text}");
     assert!(text.contains("not masqueraded"), "{text}");
+    assert!(text.contains("forwarded: `"), "{text}");
 
     // Session affinity: after one connection from node 1 (its underlay address), that client
     // is recorded in the kernel (nft set / xt_recent list) and traces to one endpoint.

@@ -49,6 +49,11 @@ fn shapes_keep_what_must_not_vary() {
         shape("pod=a ip=10.244.1.3 client=10.244.2.2:60740"),
         "pod=a ip=10.244.N.H client=POD:P"
     );
+    // Over flannel's VXLAN a node masquerades to other nodes' pods from its VTEP's `.0`.
+    assert_eq!(
+        shape("pod=a ip=10.244.1.3 client=10.244.2.0:60740"),
+        "pod=a ip=10.244.N.H client=NODE:P"
+    );
     assert_eq!(
         shape("myapp   10.244.1.2:80,10.244.1.3:80,10.244.2.2:80   7s"),
         "myapp 10.244.N.H:80,10.244.N.H:80,10.244.N.H:80 N"

@@ -545,6 +545,7 @@ mod tests {
             pod_cidr: "10.244.1.0/24".parse().unwrap(),
             gateway: [10, 244, 1, 1].into(),
             host_link: "x".into(),
+            underlay_if: "eth0".into(),
         };
         let annotations: BTreeMap<String, String> =
             calico_annotations(&topo, "172.30.0.0/24".parse().unwrap(), true)

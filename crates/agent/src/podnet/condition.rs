@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::{Node, NodeCondition};
 use kube::{Api, Client};
 
-use crate::routes::PodNetwork;
+use crate::routes::{FLANNEL_ANNOTATION_PREFIX, PodNetwork};
 
 /// The reason and message the backend's own daemon writes.
 pub fn reason(network: PodNetwork) -> (&'static str, &'static str) {
@@ -48,5 +48,52 @@ pub async fn report_network_available(
             Err(kube::Error::Api(e)) if e.code == 409 && attempt < 5 => attempt += 1,
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// Whether a pod network add-on has made `node` ready for pods, as a kubelet asks its runtime
+/// before it sets up a pod's sandbox: `NetworkUnavailable=False` set, then the backend its
+/// flannel lease names (`None` for one svcnet does not know: the caller keeps its own MTU).
+/// The error is the reason pods wait, for their status.
+pub fn network_ready(node: &Node) -> Result<Option<PodNetwork>, String> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    let available = node
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "NetworkUnavailable"))
+        .is_some_and(|c| c.status == "False");
+    if !available {
+        return Err(format!(
+            "network is not ready: node {name}'s pod network add-on has not set \
+             NetworkUnavailable=False yet (NetworkPluginNotReady)"
+        ));
+    }
+    Ok(node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(&format!("{FLANNEL_ANNOTATION_PREFIX}backend-type")))
+        .and_then(|t| t.parse().ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pods_wait_for_the_add_on_and_take_its_backend() {
+        let node = |v: serde_json::Value| -> Node { serde_json::from_value(v).unwrap() };
+        let waiting = node(serde_json::json!({"metadata": {"name": "n1"}}));
+        assert!(network_ready(&waiting).unwrap_err().contains("n1"));
+        let up = |annotations: serde_json::Value| {
+            node(serde_json::json!({
+                "metadata": {"name": "n1", "annotations": annotations},
+                "status": {"conditions": [{"type": "NetworkUnavailable", "status": "False"}]},
+            }))
+        };
+        let vxlan = up(serde_json::json!({"flannel.alpha.coreos.com/backend-type": "vxlan"}));
+        assert_eq!(network_ready(&vxlan), Ok(Some(PodNetwork::Vxlan)));
+        assert_eq!(network_ready(&up(serde_json::json!({}))), Ok(None));
     }
 }

@@ -20,7 +20,7 @@ use std::net::Ipv4Addr;
 use ipnet::Ipv4Net;
 
 use crate::routes::{PodRouteBackend, UNDERLAY_MTU};
-use crate::topology::{NODE_UNDERLAY_IF, NodeTopology, Step};
+use crate::topology::{NodeTopology, Step};
 
 /// The fallback device of the `ipip` module, in every namespace.
 pub const IPIP_DEVICE: &str = "tunl0";
@@ -75,7 +75,7 @@ pub fn peer_route(
     if mode == IpipMode::CrossSubnet && node_subnet.contains(&peer.internal_ip) {
         Step::ip(
             ns,
-            &["route", "add", &cidr, "via", &via, "dev", NODE_UNDERLAY_IF],
+            &["route", "add", &cidr, "via", &via, "dev", &node.underlay_if],
         )
     } else {
         Step::ip(
@@ -168,6 +168,7 @@ mod tests {
             pod_cidr: format!("10.244.{i}.0/24").parse().unwrap(),
             gateway: [10, 244, i, 1].into(),
             host_link: format!("x{i}"),
+            underlay_if: "eth0".into(),
         }
     }
 

@@ -85,6 +85,7 @@ mod tests {
             pod_cidr: format!("10.244.{i}.0/24").parse().unwrap(),
             gateway: [10, 244, i, 1].into(),
             host_link: format!("svcnetn{i}"),
+            underlay_if: "eth0".into(),
         }
     }
 

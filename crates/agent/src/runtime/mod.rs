@@ -46,6 +46,10 @@ pub struct AgentConfig {
     pub gateway: Ipv4Addr,
     /// The MTU of pod interfaces (the pod network's: 1450 with VXLAN).
     pub mtu: u32,
+    /// The pod network is a node add-on's (`svcnet up --disable pod-network`): as a kubelet
+    /// waits for its network plugin, pods (but hostNetwork ones) wait for the Node's
+    /// `NetworkUnavailable=False`, and get the MTU of the backend its flannel lease names.
+    pub network_from_addon: bool,
     /// Pod namespaces are named `<prefix>-pod-<uid>` (so `svcnet down` finds them).
     pub netns_prefix: String,
     /// The root data dir (the agent uses `<data_dir>/agent/<node>/`).
@@ -91,6 +95,7 @@ impl AgentConfig {
             pod_cidr: node.pod_cidr,
             gateway: node.gateway,
             mtu: topology.config().pod_network.pod_mtu(),
+            network_from_addon: false,
             netns_prefix: topology.config().prefix.clone(),
             data_dir: data_dir.to_path_buf(),
             cluster_dns: vec!["10.96.0.10".into()],
@@ -116,6 +121,11 @@ impl AgentConfig {
 
     /// The CNI network configuration for this node's pods.
     pub fn netconf(&self) -> NetConf {
+        self.netconf_with_mtu(self.mtu)
+    }
+
+    /// [`Self::netconf`] with the pods' MTU `mtu`.
+    pub fn netconf_with_mtu(&self, mtu: u32) -> NetConf {
         NetConf {
             cni_version: "1.0.0".into(),
             name: "svcnet".into(),
@@ -123,7 +133,7 @@ impl AgentConfig {
             bridge: POD_BRIDGE.into(),
             node_netns: Some(self.node_netns.clone()),
             data_dir: self.node_dir(),
-            mtu: Some(self.mtu),
+            mtu: Some(mtu),
             ipam: IpamConf {
                 ipam_type: "svcnet-host-local".into(),
                 subnet: self.pod_cidr,
@@ -138,7 +148,13 @@ impl AgentConfig {
     /// The network configuration list the agent's pods are attached with (this node's
     /// `netconf` as its one plugin), results cached under `<node_dir>/cni/results`.
     pub fn network_list(&self) -> Result<cni::exec::NetworkList, cni::CniError> {
-        cni::exec::NetworkList::single(&self.netconf(), self.node_dir().join("cni").join("results"))
+        self.network_list_with_mtu(self.mtu)
+    }
+
+    /// [`Self::network_list`] with the pods' MTU `mtu`.
+    pub fn network_list_with_mtu(&self, mtu: u32) -> Result<cni::exec::NetworkList, cni::CniError> {
+        let results = self.node_dir().join("cni").join("results");
+        cni::exec::NetworkList::single(&self.netconf_with_mtu(mtu), results)
     }
 
     /// The network namespace name of the pod with this uid.

@@ -311,13 +311,33 @@ impl PodWorker {
         }
     }
 
+    /// With the pod network left to an add-on: waits (an error, retried) until the add-on
+    /// made this node ready, and takes its backend's MTU.
+    async fn addon_network_mtu(&self) -> Result<u32, String> {
+        let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(self.client.clone());
+        let node = nodes
+            .get(&self.cfg.node_name)
+            .await
+            .map_err(|e| format!("cannot read node {}: {e}", self.cfg.node_name))?;
+        let backend = crate::podnet::condition::network_ready(&node)?;
+        Ok(backend.map_or(self.cfg.mtu, |b| b.pod_mtu()))
+    }
+
     async fn setup_sandbox(&mut self) -> Result<(), String> {
         let netns = self.sandbox.netns.clone();
         let pod_ip = if self.sandbox.host_network {
             // The node's namespace and address: no CNI call (a kubelet makes none either).
             self.cfg.node_ip
         } else {
-            let list = self.cfg.network_list().map_err(|e| e.to_string())?;
+            let mtu = if self.cfg.network_from_addon {
+                self.addon_network_mtu().await?
+            } else {
+                self.cfg.mtu
+            };
+            let list = self
+                .cfg
+                .network_list_with_mtu(mtu)
+                .map_err(|e| e.to_string())?;
             let plugin = self.cfg.cni_plugin.clone();
             let inv = Invocation::new(&self.uid, &netns);
             let result = tokio::task::spawn_blocking(move || -> Result<cni::CniResult, String> {

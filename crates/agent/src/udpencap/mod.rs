@@ -144,47 +144,52 @@ impl UdpEncap {
             let what = format!("{what} in {}", node.netns);
             move |source| TopologyError::Io { what, source }
         };
-        let ns = svcnet_netns::NetNs::open(&node.netns)
-            .map_err(|e| io("open namespace")(io::Error::other(e)))?;
         let local = SocketAddrV4::new(node.internal_ip, cfg.port);
         let want = if cfg.tun_offload {
             tun::TUN_F_CSUM | tun::TUN_F_TSO4 | tun::TUN_F_TSO6 | tun::TUN_F_USO4 | tun::TUN_F_USO6
         } else {
             0
         };
-        let opened = ns
-            .run(move || -> io::Result<(Vec<(File, UdpSocket)>, Offloads)> {
-                let mut offloads = Offloads {
-                    queues,
-                    ..Offloads::default()
-                };
-                let mut out = Vec::new();
-                for q in 0..queues {
-                    let file = tun::open_tun_queue(UDP_DEVICE, true)?;
-                    if q == 0 {
-                        // Newest first: USO needs 6.2, TSO and checksum are old.
-                        for flags in [want, want & !(tun::TUN_F_USO4 | tun::TUN_F_USO6), 0] {
-                            if tun::set_offload(&file, flags).is_ok() {
-                                offloads.tun_offload = flags;
-                                break;
-                            }
+        let open = move || -> io::Result<(Vec<(File, UdpSocket)>, Offloads)> {
+            let mut offloads = Offloads {
+                queues,
+                ..Offloads::default()
+            };
+            let mut out = Vec::new();
+            for q in 0..queues {
+                let file = tun::open_tun_queue(UDP_DEVICE, true)?;
+                if q == 0 {
+                    // Newest first: USO needs 6.2, TSO and checksum are old.
+                    for flags in [want, want & !(tun::TUN_F_USO4 | tun::TUN_F_USO6), 0] {
+                        if tun::set_offload(&file, flags).is_ok() {
+                            offloads.tun_offload = flags;
+                            break;
                         }
-                    } else {
-                        tun::set_offload(&file, offloads.tun_offload)?;
                     }
-                    let sock = tun::udp_socket(local, true)?;
-                    if q == 0 {
-                        offloads.udp_gso = tun::udp_gso_supported(&sock);
-                        offloads.udp_gro = tun::set_udp_gro(&sock, true).is_ok();
-                    } else if offloads.udp_gro {
-                        tun::set_udp_gro(&sock, true)?;
-                    }
-                    out.push((file, sock));
+                } else {
+                    tun::set_offload(&file, offloads.tun_offload)?;
                 }
-                Ok((out, offloads))
-            })
-            .map_err(|e| io("open flannel0")(io::Error::other(e)))?
-            .map_err(io("open flannel0 queues and UDP sockets"))?;
+                let sock = tun::udp_socket(local, true)?;
+                if q == 0 {
+                    offloads.udp_gso = tun::udp_gso_supported(&sock);
+                    offloads.udp_gro = tun::set_udp_gro(&sock, true).is_ok();
+                } else if offloads.udp_gro {
+                    tun::set_udp_gro(&sock, true)?;
+                }
+                out.push((file, sock));
+            }
+            Ok((out, offloads))
+        };
+        let opened = match crate::ip::entered(Some(&node.netns)) {
+            // A node add-on's daemon runs in its node's namespace already: no setns (which
+            // would need CAP_SYS_ADMIN).
+            None => open(),
+            Some(name) => svcnet_netns::NetNs::open(name)
+                .map_err(|e| io("open namespace")(io::Error::other(e)))?
+                .run(open)
+                .map_err(|e| io("open flannel0")(io::Error::other(e)))?,
+        }
+        .map_err(io("open flannel0 queues and UDP sockets"))?;
         let (queues_open, offloads) = opened;
         // The device exists while the queues are open: give it its address, MTU and route.
         device_steps(node, cfg.cluster_cidr, cfg.mtu)

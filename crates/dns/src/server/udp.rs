@@ -3,14 +3,14 @@
 //!
 //! hickory-server's own UDP loop spawns a task and crosses two channels per packet, which cost
 //! about a third of the throughput of a local-data resolver; TCP stays on hickory-server. Each
-//! wake-up takes every queued datagram (up to [`BATCH`]) with one `recvmmsg`. A datagram seen
+//! wake-up takes every queued datagram (up to [`BATCH`]) with one `recvmmsg` and sends their
+//! answers with one `sendmmsg`. A datagram seen
 //! before in the current snapshot is answered from its answer cache (`cache.rs`); otherwise
 //! hickory parses it, the zone answers, and `wire.rs` or hickory encodes the answer (EDNS size,
 //! truncation with TC).
 
-use std::io::IoSliceMut;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 use hickory_proto::rr::DNSClass;
 use hickory_server::net::xfer::Protocol;
 use hickory_server::server::Request;
-use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg};
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tracing::debug;
@@ -74,7 +73,8 @@ fn bump(c: &AtomicU64) {
 }
 
 /// Serve `socket` until the task is aborted: take whatever datagrams are queued (up to
-/// [`BATCH`]) in one `recvmmsg`, answer each, send each answer as soon as it is ready.
+/// [`BATCH`]) in one `recvmmsg`, answer each, and send the answers of the batch with one
+/// `sendmmsg` (questions that need the upstream are answered by their own task).
 pub(crate) async fn serve_udp(
     socket: Arc<UdpSocket>,
     handler: Arc<Handler>,
@@ -82,32 +82,35 @@ pub(crate) async fn serve_udp(
 ) {
     let mut bufs: Box<[[u8; MAX_REQUEST]; BATCH]> = Box::new([[0u8; MAX_REQUEST]; BATCH]);
     let mut received = Vec::with_capacity(BATCH);
-    let mut out = Vec::with_capacity(MAX_REQUEST);
+    // The batch's answers, each buffer reused from batch to batch.
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+    let mut answers: Vec<(Vec<u8>, SocketAddr)> = (0..BATCH)
+        .map(|_| (Vec::with_capacity(512), unspecified))
+        .collect();
     let mut rng = FastRng::new();
     loop {
-        if let Err(error) = next_batch(&socket, &mut bufs, &mut received).await {
+        if let Err(error) = next_batch(&socket, &mut bufs[..], &mut received).await {
             debug!(%error, "UDP receive error");
             tokio::time::sleep(Duration::from_millis(1)).await;
             continue;
         }
+        let started = Instant::now();
+        let mut ready = 0;
         for (buf, &(n, src)) in bufs.iter().zip(&received) {
             bump(&counters.received);
             let Some(src) = src else {
                 bump(&counters.dropped);
                 continue;
             };
-            let started = Instant::now();
             let packet = &buf[..n];
-            match answer_packet(&handler, packet, src, &mut out, &mut rng) {
-                Packet::Drop => bump(&counters.dropped),
-                Packet::Reply => {
-                    send(&socket, &out, src, &counters).await;
-                    observe(&handler.metrics, packet, &out, src, started, Some(false));
+            let (out, to) = &mut answers[ready];
+            let cached = match answer_packet(&handler, packet, src, out, &mut rng) {
+                Packet::Drop => {
+                    bump(&counters.dropped);
+                    continue;
                 }
-                Packet::Cached => {
-                    send(&socket, &out, src, &counters).await;
-                    observe(&handler.metrics, packet, &out, src, started, Some(true));
-                }
+                Packet::Reply => false,
+                Packet::Cached => true,
                 Packet::Later(request, step) => {
                     let (socket, handler, counters) =
                         (socket.clone(), handler.clone(), counters.clone());
@@ -128,7 +131,49 @@ pub(crate) async fn serve_udp(
                             cached: None,
                         });
                     });
+                    continue;
                 }
+            };
+            if out.is_empty() {
+                bump(&counters.dropped);
+                continue;
+            }
+            *to = src;
+            observe(&handler.metrics, packet, out, src, started, Some(cached));
+            ready += 1;
+        }
+        send_batch(&socket, &answers[..ready], &counters).await;
+    }
+}
+
+/// Sends `answers` with as few `sendmmsg` calls as the socket takes, waiting while its buffer
+/// is full; an answer the socket refuses is counted and skipped.
+async fn send_batch(socket: &UdpSocket, answers: &[(Vec<u8>, SocketAddr)], counters: &UdpCounters) {
+    let mut sent = 0;
+    while sent < answers.len() {
+        let rest = &answers[sent..];
+        match socket.try_io(Interest::WRITABLE, || {
+            svcnet_netns::datagrams::send_many(socket.as_fd(), rest)
+        }) {
+            Ok(n) => {
+                counters.answered.fetch_add(n as u64, Ordering::Relaxed);
+                sent += n.max(1);
+                if n == 0 {
+                    bump(&counters.send_failed);
+                }
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                if socket.writable().await.is_err() {
+                    counters
+                        .send_failed
+                        .fetch_add(rest.len() as u64, Ordering::Relaxed);
+                    return;
+                }
+            }
+            Err(error) => {
+                bump(&counters.send_failed);
+                debug!(to = %rest[0].1, %error, "UDP send error");
+                sent += 1;
             }
         }
     }
@@ -161,56 +206,23 @@ fn observe(
     });
 }
 
-/// Waits until datagrams are queued on `socket` and takes up to [`BATCH`] of them with one
-/// `recvmmsg` into `bufs` (each one's length and sender in `received`); an error other than
-/// "nothing queued after all" is the caller's to report.
+/// Waits until datagrams are queued on `socket` and takes up to one per buffer of `bufs` with
+/// one `recvmmsg` (each one's length and sender in `received`); an error other than "nothing
+/// queued after all" is the caller's to report.
 pub(crate) async fn next_batch(
     socket: &UdpSocket,
-    bufs: &mut [[u8; MAX_REQUEST]; BATCH],
+    bufs: &mut [[u8; MAX_REQUEST]],
     received: &mut Vec<(usize, Option<SocketAddr>)>,
 ) -> std::io::Result<()> {
-    let fd = socket.as_raw_fd();
     loop {
         socket.readable().await?;
-        match socket.try_io(Interest::READABLE, || receive(fd, bufs, received)) {
+        match socket.try_io(Interest::READABLE, || {
+            svcnet_netns::datagrams::recv_many(socket.as_fd(), bufs, received)
+        }) {
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
-            other => return other,
+            other => return other.map(|_| ()),
         }
     }
-}
-
-/// One `recvmmsg` without waiting: the length and sender of each datagram now in `bufs`.
-fn receive(
-    fd: RawFd,
-    bufs: &mut [[u8; MAX_REQUEST]; BATCH],
-    received: &mut Vec<(usize, Option<SocketAddr>)>,
-) -> std::io::Result<()> {
-    received.clear();
-    // Two small allocations per batch (nix's headers hold raw pointers, so they cannot live
-    // across the task's awaits).
-    let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(BATCH, None);
-    let mut slices = bufs.each_mut().map(|b| [IoSliceMut::new(b)]);
-    let results = recvmmsg(
-        fd,
-        &mut headers,
-        slices.iter_mut(),
-        MsgFlags::MSG_DONTWAIT,
-        None,
-    )?;
-    for message in results {
-        let src = message.address.and_then(|a| socket_addr(&a));
-        received.push((message.bytes.min(MAX_REQUEST), src));
-    }
-    Ok(())
-}
-
-fn socket_addr(address: &SockaddrStorage) -> Option<SocketAddr> {
-    if let Some(v4) = address.as_sockaddr_in() {
-        return Some(SocketAddr::V4((*v4).into()));
-    }
-    address
-        .as_sockaddr_in6()
-        .map(|v6| SocketAddr::V6((*v6).into()))
 }
 
 /// What to do with one received datagram.
@@ -263,13 +275,11 @@ pub(crate) fn answer_packet(
             handler.step_question(&name, qtype, DNSClass::IN, Some(&served.zone), &mut noting);
         let drew = noting.used;
         if let Step::Done(reply) = &step
-            && let Some((bytes, region)) = wire::encode_asked(&asked, reply)
+            && let Some(region) = wire::encode_asked_into(&asked, reply, out)
         {
             if hash.is_some_and(|h| served.cache.admit_hashed(packet, h)) {
-                keep(served, packet, &bytes, drew, reply, region);
+                keep(served, packet, out, drew, reply, region);
             }
-            out.clear();
-            out.extend_from_slice(&bytes);
             return Packet::Reply;
         }
     }

@@ -119,6 +119,19 @@ pub(crate) fn encode_asked(
     asked: &Asked<'_>,
     reply: &Reply,
 ) -> Option<(Vec<u8>, Option<AddressRegion>)> {
+    let mut out = Vec::with_capacity(64 + reply.answers.len() * 28);
+    let region = encode_asked_into(asked, reply, &mut out)?;
+    Some((out, region))
+}
+
+/// [`encode_asked`] into `out` (cleared first; left unspecified when the shape does not
+/// allow), so that the UDP loop reuses one buffer per answer slot.
+pub(crate) fn encode_asked_into(
+    asked: &Asked<'_>,
+    reply: &Reply,
+    out: &mut Vec<u8>,
+) -> Option<Option<AddressRegion>> {
+    out.clear();
     let raw = asked.raw;
     if !reply.additionals.is_empty() {
         return None;
@@ -157,7 +170,6 @@ pub(crate) fn encode_asked(
     let max = usize::from(asked.payload.unwrap_or(512));
     let opt_len = if asked.payload.is_some() { 11 } else { 0 };
 
-    let mut out = Vec::with_capacity(64 + reply.answers.len() * 28);
     out.extend_from_slice(&raw[0..2]);
     let mut flags = [0u8; 2];
     flags[0] = 0x80 | ((asked.op_code & 0x0f) << 3);
@@ -186,7 +198,7 @@ pub(crate) fn encode_asked(
     let mut cut = false;
     for item in records {
         let (ip, ttl) = item?;
-        if !push_address(&mut out, ip, ttl, opt_len, max) {
+        if !push_address(out, ip, ttl, opt_len, max) {
             cut = true;
             break;
         }
@@ -196,7 +208,7 @@ pub(crate) fn encode_asked(
         let at = out.len();
         let mut shown = 0;
         for ip in &a.ips {
-            if !push_address(&mut out, *ip, a.ttl, opt_len, max) {
+            if !push_address(out, *ip, a.ttl, opt_len, max) {
                 cut = true;
                 break;
             }
@@ -210,7 +222,7 @@ pub(crate) fn encode_asked(
     let mut authorities: u16 = 0;
     if let Some(soa) = soa {
         let start = out.len();
-        if write_soa(&mut out, raw, question_end, soa).is_some() && out.len() + opt_len <= max {
+        if write_soa(out, raw, question_end, soa).is_some() && out.len() + opt_len <= max {
             authorities = 1;
         } else {
             out.truncate(start);
@@ -229,7 +241,7 @@ pub(crate) fn encode_asked(
     if truncated {
         out[2] |= 0x02;
     }
-    Some((out, region))
+    Some(region)
 }
 
 /// Append one address record if it fits in `max` with `reserve` bytes left over.
@@ -313,45 +325,46 @@ fn write_soa(out: &mut Vec<u8>, raw: &[u8], question_end: usize, soa: &Record) -
 /// Write `name`, ending in a pointer at the longest of its suffixes found in the question.
 ///
 /// A suffix of `k` labels can only match the question's last `k` labels (both end at the
-/// root), so each suffix has one candidate position.
+/// root), and if the last `k` labels match so do the last `k - 1`: so the longest suffix found
+/// is the common tail of the two names, compared label by label from the root.
 fn write_name(out: &mut Vec<u8>, raw: &[u8], question: &QuestionLabels, name: &Name) -> Option<()> {
     // The name's labels, taken once (hickory's label iterator is slow to restart); on the
     // stack for the short names SOA records hold.
     let mut short: [&[u8]; 8] = [&[]; 8];
     let long: Vec<&[u8]>;
-    let labels: &[&[u8]] = if name.iter().len() <= short.len() {
+    let mut labels_iter = name.iter();
+    let labels: &[&[u8]] = if labels_iter.len() <= short.len() {
         let mut n = 0;
-        for (slot, label) in short.iter_mut().zip(name.iter()) {
+        for (slot, label) in short.iter_mut().zip(&mut labels_iter) {
             *slot = label;
             n += 1;
         }
         &short[..n]
     } else {
-        long = name.iter().collect();
+        long = labels_iter.collect();
         &long
     };
     let total = labels.len();
-    for (i, label) in labels.iter().enumerate() {
-        let k = total - i;
-        if k <= question.count {
-            let at = usize::from(question.starts[question.count - k]);
-            let mut j = at;
-            let matched = labels[i..].iter().all(|l| {
-                let len = usize::from(raw[j]);
-                let same = len == l.len() && raw[j + 1..j + 1 + len].eq_ignore_ascii_case(l);
-                j += 1 + len;
-                same
-            });
-            if matched {
-                let pointer = 0xc000 | u16::try_from(at).ok()?;
-                out.extend_from_slice(&pointer.to_be_bytes());
-                return Some(());
-            }
+    let mut common = 0;
+    while common < total.min(question.count) {
+        let label = labels[total - 1 - common];
+        let at = usize::from(question.starts[question.count - 1 - common]);
+        let len = usize::from(raw[at]);
+        if len != label.len() || !raw[at + 1..at + 1 + len].eq_ignore_ascii_case(label) {
+            break;
         }
+        common += 1;
+    }
+    for label in &labels[..total - common] {
         out.push(u8::try_from(label.len()).ok().filter(|l| *l < 64)?);
         out.extend_from_slice(label);
     }
-    out.push(0);
+    if common > 0 {
+        let at = question.starts[question.count - common];
+        out.extend_from_slice(&(0xc000 | at).to_be_bytes());
+    } else {
+        out.push(0);
+    }
     Some(())
 }
 

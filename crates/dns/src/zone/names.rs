@@ -35,30 +35,27 @@ pub fn parse_dashed_ip(label: &str) -> Option<IpAddr> {
 /// The labels of `name` below `origin`, lower-cased (borrowed when already lower-case, as
 /// almost every question is), leftmost first; `None` when `name` is not `origin` or below it.
 pub(crate) fn relative_labels<'a>(name: &'a Name, origin: &Name) -> Option<Vec<Cow<'a, str>>> {
-    // Not `num_labels()`: it does not count a leading `*`. The iterators know their length.
-    let (n, o) = (name.iter().len(), origin.iter().len());
-    if n < o {
+    // One pass of each label iterator (they know their length; not `num_labels()`, which does
+    // not count a leading `*`): the origin's labels against the name's last ones, from the
+    // root, then the rest of the name's, leftmost first.
+    let mut labels = name.iter();
+    let mut origin_labels = origin.iter();
+    if labels.len() < origin_labels.len() {
         return None;
     }
-    let keep = n - o;
-    if !name
-        .iter()
-        .rev()
-        .zip(origin.iter().rev())
-        .all(|(a, b)| a.eq_ignore_ascii_case(b))
-    {
-        return None;
+    while let Some(o) = origin_labels.next_back() {
+        if !labels.next_back()?.eq_ignore_ascii_case(o) {
+            return None;
+        }
     }
-    let mut labels = Vec::with_capacity(keep);
-    labels.extend(
-        name.iter()
-            .take(keep)
+    Some(
+        labels
             .map(|l| match std::str::from_utf8(l) {
                 Ok(s) if !s.bytes().any(|b| b.is_ascii_uppercase()) => Cow::Borrowed(s),
                 _ => Cow::Owned(String::from_utf8_lossy(l).to_ascii_lowercase()),
-            }),
-    );
-    Some(labels)
+            })
+            .collect(),
+    )
 }
 
 /// The full address of a complete reverse name (`4.3.2.1.in-addr.arpa.`, 32 nibbles of

@@ -298,23 +298,27 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     let (src, dst, dport, proto) = parse_packet(&args)?;
     let (node, netns) = namespace(&args)?;
     let ns = netns.clone();
-    let (traced, pkt, local) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-        let local = local_addrs(ns.as_deref())?;
-        let pkt = Packet {
-            src,
-            dst,
-            dport,
-            proto,
-            local_origin: local.contains(&src),
-        };
-        Ok((
-            trace_kernel(ns.as_deref(), &pkt, local.clone())?,
-            pkt,
-            local,
-        ))
-    })
-    .await
-    .context("trace task")??;
+    let (traced, pkt, local, forwarding) =
+        tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let local = local_addrs(ns.as_deref())?;
+            let pkt = Packet {
+                src,
+                dst,
+                dport,
+                proto,
+                local_origin: local.contains(&src),
+            };
+            let traced = trace_kernel(ns.as_deref(), &pkt, local.clone())?;
+            let mut forwarding = BTreeMap::new();
+            for to in destinations(&traced, &pkt) {
+                if let Some(l) = super::trace_route::lookup(ns.as_deref(), run_in, to.ip())? {
+                    forwarding.insert(to.ip().to_string(), super::trace_route::explain(&l));
+                }
+            }
+            Ok((traced, pkt, local, forwarding))
+        })
+        .await
+        .context("trace task")??;
     let policy = policy_verdicts(&args, &node, &local, &pkt, &traced).await;
     let ping = (args.explain_ping || pkt.proto.is_none()).then_some(PING);
     let report = Report {
@@ -324,6 +328,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         pkt: &pkt,
         ping,
         policy,
+        forwarding,
     };
     if args.output == "json" {
         println!("{}", serde_json::to_string_pretty(&report.json())?);
@@ -341,6 +346,8 @@ struct Report<'a> {
     ping: Option<&'static str>,
     /// NetworkPolicy's verdict per destination (`ip:port` after DNAT), when policies exist.
     policy: BTreeMap<String, String>,
+    /// How the node forwards to each destination's address (the pod network's part).
+    forwarding: BTreeMap<String, String>,
 }
 
 /// Where the packet goes after the proxy: each endpoint, or the destination itself when no
@@ -547,6 +554,9 @@ impl Report<'_> {
                         "not masqueraded: the endpoint sees the client's address".into()
                     };
                     let _ = writeln!(out, "  {:>6}  {to}{via}\n          {masq}", percent(*share));
+                    if let Some(f) = self.forwarding.get(&to.ip().to_string()) {
+                        let _ = writeln!(out, "          forwarded: {f}");
+                    }
                     if let Some(p) = self.policy.get(&to.to_string()) {
                         let _ = writeln!(out, "          network policy: {p}");
                     }
@@ -568,6 +578,11 @@ impl Report<'_> {
                     let _ = writeln!(out, "verdict ({}): {}", percent(*share), e.verdict);
                     if let Some((chain, rule)) = &b.ended_by {
                         let _ = writeln!(out, "  by `{rule}` in chain {chain}");
+                    }
+                    if let (Outcome::Pass, Some(f)) =
+                        (o, self.forwarding.get(&self.pkt.dst.to_string()))
+                    {
+                        let _ = writeln!(out, "  forwarded: {f}");
                     }
                     let dst = SocketAddr::new(self.pkt.dst, self.pkt.dport).to_string();
                     if let (Outcome::Pass, Some(p)) = (o, self.policy.get(&dst)) {
@@ -634,6 +649,7 @@ impl Report<'_> {
             "branches": branches,
             "explainPing": self.ping,
             "networkPolicy": self.policy,
+            "forwarding": self.forwarding,
         })
     }
 }

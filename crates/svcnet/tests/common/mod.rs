@@ -37,6 +37,13 @@ fn spawn(data_dir: &Path, api: std::net::SocketAddr, extra: &[String]) -> Child 
 
 impl Up {
     pub fn start(extra: &[&str]) -> Up {
+        let up = Up::spawn(extra);
+        up.wait_ready();
+        up
+    }
+
+    /// Starts `svcnet up` with `extra` and returns at once (it may still be starting).
+    pub fn spawn(extra: &[&str]) -> Up {
         let data_dir = tempfile::tempdir().unwrap();
         let api = free_port();
         let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
@@ -46,15 +53,13 @@ impl Up {
             .position(|a| a == "--prefix")
             .and_then(|i| extra.get(i + 1))
             .cloned();
-        let up = Up {
+        Up {
             child,
             data_dir,
             api,
             prefix,
             extra,
-        };
-        up.wait_ready();
-        up
+        }
     }
 
     /// Stops it (SIGTERM) and starts it again with the same flags on the same data dir.
@@ -118,6 +123,26 @@ impl Up {
 }
 
 impl Up {
+    /// `svcnet trace --node NODE ARGS… -o json` on this cluster, parsed (fails the test when
+    /// the trace fails).
+    #[allow(dead_code)] // not every e2e binary traces
+    pub fn trace_json(&self, node: &str, args: &[&str]) -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_svcnet"))
+            .arg("trace")
+            .arg("--data-dir")
+            .arg(self.data_dir.path())
+            .args(["--node", node, "-o", "json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "svcnet trace {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
     /// `svcnet exec POD -- sh -c CMD` on this cluster: its output, whether or not it succeeded.
     #[allow(dead_code)] // not every e2e binary execs
     pub fn exec_sh(&self, pod: &str, cmd: &str) -> Output {
@@ -266,6 +291,13 @@ impl Net {
 
     /// [`Net::up`] with more flags (`--proxy-mode iptables`, …).
     pub fn up_with(&self, nodes: &str, dns: std::net::SocketAddr, extra: &[&str]) -> Up {
+        let up = self.spawn_with(nodes, dns, extra);
+        up.wait_ready();
+        up
+    }
+
+    /// [`Net::up_with`] without waiting for it to be ready.
+    pub fn spawn_with(&self, nodes: &str, dns: std::net::SocketAddr, extra: &[&str]) -> Up {
         let before = self.leftovers();
         assert!(before.is_empty(), "leftovers before the test: {before:?}");
         let upstream = free_udp_port(); // closed: nothing leaves the machine
@@ -290,7 +322,7 @@ impl Net {
             &upstream,
         ];
         args.extend_from_slice(extra);
-        Up::start(&args)
+        Up::spawn(&args)
     }
 
     /// Stops `svcnet up` as Ctrl-C does and checks it removed everything it made.

@@ -74,9 +74,10 @@ pub fn worked_example(readme: &str) -> Vec<Step> {
 ///   bridge, the masquerade address) as it is;
 /// - a node name keeps `svcnet-node`; an age (`7s`, `2m10s`) and a token that is only a
 ///   number (a count, RESTARTS) become `N`; numbers inside a token (ports) stay;
-/// - the address after `client=` is `POD` (a pod's own address) or `NODE` (a node's bridge or
-///   underlay address, or the host's: masqueraded or routed from outside the pod network),
-///   and its port, an ephemeral one, `P`;
+/// - the address after `client=` is `POD` (a pod's own address) or `NODE` (a node's bridge,
+///   VTEP or underlay address, or the host's: masqueraded or routed from outside the pod
+///   network; over flannel's VXLAN a node reaches other nodes' pods from its VTEP's `.0`), and
+///   its port, an ephemeral one, `P`;
 /// - a node's underlay address 172.30.0.x becomes `172.30.0.N`.
 ///
 /// Everything else (cluster IPs, LB IPs, node ports, words, headers) is compared as it is.
@@ -89,7 +90,7 @@ pub fn shape(line: &str) -> String {
             if let Some(addr) = tok.strip_prefix("client=") {
                 let ip = addr.rsplit_once(':').map_or(addr, |(ip, _)| ip);
                 let who = match class(ip).as_str() {
-                    "10.244.N.H" => "POD",
+                    "10.244.N.H" if !ip.ends_with(".0") => "POD",
                     _ => "NODE",
                 };
                 return format!("client={who}:P");

@@ -20,7 +20,8 @@ pub struct ClusterConfig {
     pub pod_cidr: Ipv4Net,
     pub service_cidrs: Vec<IpNet>,
     pub lb_pool: IpNet,
-    pub pod_network: PodNetwork,
+    /// `None`: the pod network is an add-on's (`--disable pod-network`).
+    pub pod_network: Option<PodNetwork>,
 }
 
 /// What a `svcnet up` needs on the host beside root and iproute2.
@@ -115,17 +116,22 @@ pub async fn create_topology(cfg: &ClusterConfig, data_dir: &Path) -> anyhow::Re
         service_cidrs,
         lb_pool,
         data_dir: data_dir.to_path_buf(),
-        pod_network: cfg.pod_network,
+        // The pods' MTU when the pod network is an add-on's comes from its lease.
+        pod_network: cfg.pod_network.unwrap_or_default(),
     };
-    tokio::task::spawn_blocking(move || Topology::create(config))
+    let backend: &'static dyn svcnet_agent::routes::PodRouteBackend = match cfg.pod_network {
+        Some(network) => network.backend(),
+        None => &svcnet_agent::routes::NoRoutes,
+    };
+    tokio::task::spawn_blocking(move || Topology::create_with(config, backend))
         .await
         .context("topology task")?
         .context("cannot create the node namespaces")
 }
 
-/// The Node objects of a topology, with flannel's annotations for its pod network.
-pub fn node_specs(topology: &Topology) -> Vec<NodeSpec> {
-    let network = topology.config().pod_network;
+/// The Node objects of a topology, with flannel's annotations for its pod network (none
+/// when the pod network is an add-on's: it publishes its own).
+pub fn node_specs(topology: &Topology, pod_network: Option<PodNetwork>) -> Vec<NodeSpec> {
     topology
         .nodes()
         .iter()
@@ -133,11 +139,15 @@ pub fn node_specs(topology: &Topology) -> Vec<NodeSpec> {
             name: node.name.clone(),
             internal_ip: node.internal_ip.into(),
             pod_cidr: node.pod_cidr.into(),
-            annotations: [
-                network.node_annotations(node),
-                network.calico_annotations(node, topology.config().underlay),
-            ]
-            .concat(),
+            annotations: pod_network
+                .map(|network| {
+                    [
+                        network.node_annotations(node),
+                        network.calico_annotations(node, topology.config().underlay),
+                    ]
+                    .concat()
+                })
+                .unwrap_or_default(),
         })
         .collect()
 }

@@ -41,6 +41,12 @@ pub enum Component {
     Agent,
     /// NetworkPolicy enforcement on every node (nftables, table `ip svcnet-netpol`).
     NetworkPolicy,
+    /// The pod network between nodes (`--pod-network`'s routes, devices and daemons, flannel's
+    /// node annotations and `NetworkUnavailable=False`), left to an add-on such as
+    /// `deploy/svcnet.yaml`'s CNI DaemonSet. The node namespaces, their bridge and underlay and
+    /// the pods' attachment stay; pods wait for the add-on's `NetworkUnavailable=False` and
+    /// take its backend's MTU.
+    PodNetwork,
 }
 
 /// An inclusive port range written `FIRST-LAST`, as kube-apiserver's `--service-node-port-range`.
@@ -106,7 +112,9 @@ pub struct Args {
     /// MTU 1472), `bgp` (Calico's: no encapsulation, a BIRD 2 per node in a full iBGP mesh, AS
     /// 64512, announcing its pod CIDR; needs `bird2`) or `ipip` (Calico's: `tunl0`, pod MTU 1480;
     /// needs the kernel's `ipip` module). Nodes carry flannel's annotations, and Calico's for
-    /// bgp/ipip.
+    /// bgp/ipip. With `--disable pod-network` an add-on routes between nodes instead (the CNI
+    /// DaemonSet of `deploy/svcnet.yaml` defaults to vxlan; `svcnet cni install
+    /// --pod-network` picks another).
     #[arg(long, default_value = "host-gw")]
     pub pod_network: svcnet_agent::routes::PodNetwork,
     /// With `--pod-network vxlan`: flannel's DirectRouting. Peers on a node's own underlay
@@ -193,10 +201,15 @@ fn parse_image(s: &str) -> Result<(String, PathBuf), String> {
 }
 
 pub async fn run(mut args: Args) -> anyhow::Result<()> {
+    // From here on Ctrl-C or SIGTERM stops `up` the graceful way, also while it starts (it is
+    // acted on once everything is up, so what was made is removed again).
+    let mut shutdown = super::Shutdown::listen()?;
     args.data_dir = crate::cmd::absolute_data_dir(&args.data_dir)?;
     let disabled: BTreeSet<Component> = args.disable.iter().copied().collect();
     let with_agent = !disabled.contains(&Component::Agent);
     let with_proxy = with_agent && !disabled.contains(&Component::Proxy);
+    // Without it, the node namespaces carry no inter-node pod routes: an add-on's job.
+    let with_pod_network = !disabled.contains(&Component::PodNetwork);
     // Development without root: the userspace proxy binds loopback cluster IPs on this machine.
     let host_proxy = !with_agent
         && !disabled.contains(&Component::Proxy)
@@ -223,7 +236,9 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                 ),
             ipvs: with_proxy && args.proxy_mode == svcnet_proxyd::ProxyMode::Ipvs,
         })?;
-        args.pod_network.check_host().map_err(anyhow::Error::msg)?;
+        if with_pod_network {
+            args.pod_network.check_host().map_err(anyhow::Error::msg)?;
+        }
     }
     std::fs::create_dir_all(&args.data_dir)
         .with_context(|| format!("cannot create the data dir {}", args.data_dir.display()))?;
@@ -266,7 +281,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         pod_cidr: args.pod_cidr,
         service_cidrs: args.service_cidr.clone(),
         lb_pool: args.lb_pool,
-        pod_network: args.pod_network,
+        pod_network: with_pod_network.then_some(args.pod_network),
     };
     // Dropping the topology removes every namespace, link and route it made, on every path out.
     let topology = if with_agent {
@@ -282,7 +297,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
             .context("cannot serve the API on the node underlay")?;
     }
     let nodes: Vec<NodeSpec> = match &topology {
-        Some(topology) => cluster::node_specs(topology),
+        Some(topology) => cluster::node_specs(topology, cluster_config.pod_network),
         None => vec![NodeSpec {
             name: args
                 .node_name
@@ -295,8 +310,12 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     };
     for node in &nodes {
         objects::register_node(&client, node).await?;
-        // The routes of host-gw/vxlan/ipip exist now; bgp's speakers report theirs once up.
-        if topology.is_some() && args.pod_network != svcnet_agent::routes::PodNetwork::Bgp {
+        // The routes of host-gw/vxlan/ipip exist now; bgp's speakers report theirs once up,
+        // and an add-on its own.
+        if topology.is_some()
+            && with_pod_network
+            && args.pod_network != svcnet_agent::routes::PodNetwork::Bgp
+        {
             svcnet_agent::podnet::condition::report_network_available(
                 &client,
                 &node.name,
@@ -359,6 +378,8 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         }
     }
 
+    // The backend's daemons below run only when the pod network is svcnet up's own.
+    let daemons = with_pod_network.then_some(args.pod_network);
     if let Some(topology) = &topology {
         for node in topology.nodes() {
             if with_proxy {
@@ -376,7 +397,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                         .with_context(|| format!("proxy on {name}"))
                 });
             }
-            if args.pod_network == svcnet_agent::routes::PodNetwork::Vxlan {
+            if daemons == Some(svcnet_agent::routes::PodNetwork::Vxlan) {
                 // flanneld's part: this node's VTEP entries follow the other Nodes' leases.
                 let client = client.clone();
                 let stop = stopped(stop_rx.clone());
@@ -387,7 +408,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                     Ok(())
                 });
             }
-            if args.pod_network == svcnet_agent::routes::PodNetwork::Bgp {
+            if daemons == Some(svcnet_agent::routes::PodNetwork::Bgp) {
                 tasks.spawn(cluster::run_bgp(
                     client.clone(),
                     node.clone(),
@@ -396,7 +417,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                     stopped(stop_rx.clone()),
                 ));
             }
-            if args.pod_network == svcnet_agent::routes::PodNetwork::Udp {
+            if daemons == Some(svcnet_agent::routes::PodNetwork::Udp) {
                 // flanneld's UDP backend: the loop runs in this process (dies with it) and its
                 // peer table follows the other Nodes' leases.
                 let client = client.clone();
@@ -418,6 +439,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                 &args.cluster_domain,
                 &args.images,
             );
+            cfg.network_from_addon = !with_pod_network;
             if !disabled.contains(&Component::NetworkPolicy) {
                 let np = netpol::NodeNetpol::new(
                     &node.name,
@@ -486,7 +508,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     println!("kubeconfig: {}", kubeconfig.display());
     println!("  export KUBECONFIG={}", kubeconfig.display());
     let outcome = tokio::select! {
-        res = super::shutdown_signal() => res,
+        () = shutdown.requested() => Ok(()),
         Some(res) = tasks.join_next() => match res {
             Ok(Ok(())) => Err(anyhow::anyhow!("a component stopped unexpectedly")),
             Ok(Err(err)) => Err(err),
@@ -583,6 +605,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("\"soon\" is not a duration"), "{err}");
+    }
+
+    /// `--disable pod-network` leaves the pod network to an add-on, beside the other parts.
+    #[test]
+    fn the_pod_network_can_be_left_to_an_add_on() {
+        let up = Up::try_parse_from(["up", "--disable", "proxy,dns,pod-network"]).unwrap();
+        assert_eq!(
+            up.args.disable,
+            [
+                super::Component::Proxy,
+                super::Component::Dns,
+                super::Component::PodNetwork
+            ]
+        );
+        let err = Up::try_parse_from(["up", "--disable", "pod-networks"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pod-network"), "{err}");
     }
 
     /// kube-proxy's IPVS flags reach every node proxy's options; timeouts are whole seconds.

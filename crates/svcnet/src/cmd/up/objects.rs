@@ -156,10 +156,15 @@ pub async fn register_node(client: &kube::Client, node: &NodeSpec) -> anyhow::Re
             // The pod CIDR follows the topology of this run.
             current.spec = object.spec.clone();
             let annotations = current.metadata.annotations.get_or_insert_default();
-            // A Calico backend's annotations go when this run's backend is not one.
-            let calico = svcnet_agent::podnet::bgp::CALICO_ANNOTATION_PREFIX;
+            // A Calico backend's annotations go when this run's backend is not one, and
+            // flannel's when the pod network is left to an add-on (which publishes its own).
+            let owned = [
+                svcnet_agent::podnet::bgp::CALICO_ANNOTATION_PREFIX,
+                svcnet_agent::routes::FLANNEL_ANNOTATION_PREFIX,
+            ];
             annotations.retain(|k, _| {
-                !k.starts_with(calico) || node.annotations.iter().any(|(n, _)| n == k)
+                !owned.iter().any(|p| k.starts_with(p))
+                    || node.annotations.iter().any(|(n, _)| n == k)
             });
             annotations.extend(node.annotations.iter().cloned());
             nodes
