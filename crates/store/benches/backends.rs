@@ -1,6 +1,7 @@
 //! The two store back ends side by side: the same operations through the `Store` trait on
 //! `RedbStore` (a file in a temp dir, fsync per commit) and on `EtcdStore` (Debian's etcd, one
-//! member on loopback, a fresh data dir), with etcd's figures as a ratio of redb's.
+//! member on loopback, a fresh data dir), with etcd's figures as a ratio of redb's; a last
+//! column has etcd with its watch cache off (every watch its own etcd watch).
 //!
 //! `cargo bench -p svcnet-store --bench backends` (`SVCNET_BENCH_OPS`, default 500, sets the
 //! operations per measurement). Needs the `etcd` binary.
@@ -11,7 +12,9 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use svcnet_store::local_etcd::{LocalEtcd, etcd_binary};
-use svcnet_store::{EtcdOptions, EtcdStore, Mutation, RedbStore, Store, StoreOptions};
+use svcnet_store::{
+    EtcdOptions, EtcdStore, Mutation, RedbStore, Store, StoreOptions, WatchCacheOptions,
+};
 
 fn service(name: &str, n: usize) -> Value {
     json!({
@@ -116,6 +119,62 @@ async fn measure(store: Arc<dyn Store>, ops: usize) -> Figures {
     let (p50, p99) = quantiles(std::mem::take(&mut lat));
     f.push("write→watch event p50 ms", p50);
     f.push("write→watch event p99 ms", p99);
+    drop(w);
+
+    // Watch start: from the current revision, as a client does after its list.
+    let head = store.current_revision().await.expect("revision");
+    for _ in 0..ops.min(200) {
+        let t = Instant::now();
+        let w = store.watch("/core/configmaps/", head).await.expect("watch");
+        lat.push(t.elapsed());
+        drop(w);
+    }
+    let (p50, p99) = quantiles(std::mem::take(&mut lat));
+    // In microseconds: served from memory it is far below a millisecond.
+    f.push("watch start p50 µs", p50 * 1e3);
+    f.push("watch start p99 µs", p99 * 1e3);
+
+    // Fan-out: a write until every one of FANOUT watchers has it.
+    const FANOUT: usize = 500;
+    let head = store.current_revision().await.expect("revision");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(usize, Instant)>();
+    let mut watchers = Vec::new();
+    for _ in 0..FANOUT {
+        let mut w = store.watch("/core/configmaps/", head).await.expect("watch");
+        let tx = tx.clone();
+        watchers.push(tokio::spawn(async move {
+            let mut n = 0;
+            while let Some(Ok(_)) = w.next().await {
+                if tx.send((n, Instant::now())).is_err() {
+                    return;
+                }
+                n += 1;
+            }
+        }));
+    }
+    for i in 0..20 {
+        let t = Instant::now();
+        store
+            .create(
+                &format!("/core/configmaps/fan/c{i}"),
+                json!({"metadata": {"name": "c"}}),
+            )
+            .await
+            .expect("create");
+        let mut last = t;
+        for _ in 0..FANOUT {
+            let (n, at) = rx.recv().await.expect("watchers run");
+            assert_eq!(n, i, "every watcher has every event once");
+            last = last.max(at);
+        }
+        lat.push(last - t);
+    }
+    for w in watchers {
+        w.abort();
+    }
+    let (p50, p99) = quantiles(std::mem::take(&mut lat));
+    f.push(&format!("write→{FANOUT} watchers p50 ms"), p50);
+    f.push(&format!("write→{FANOUT} watchers p99 ms"), p99);
 
     // 16 concurrent writers.
     let t = Instant::now();
@@ -158,20 +217,27 @@ async fn main() {
     let redb =
         RedbStore::open(dir.path().join("bench.redb"), StoreOptions::default()).expect("redb");
     let redb = measure(Arc::new(redb), ops).await;
-    let cluster = LocalEtcd::start(&bin, 1).await.expect("etcd");
-    let etcd = EtcdStore::connect(EtcdOptions {
-        endpoints: cluster.endpoints(),
-        ..Default::default()
-    })
-    .await
-    .expect("connect");
-    let etcd = measure(Arc::new(etcd), ops).await;
+    let mut runs = Vec::new();
+    for cache in [true, false] {
+        let cluster = LocalEtcd::start(&bin, 1).await.expect("etcd");
+        let etcd = EtcdStore::connect(EtcdOptions {
+            endpoints: cluster.endpoints(),
+            watch_cache: WatchCacheOptions {
+                enabled: cache,
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .await
+        .expect("connect");
+        runs.push(measure(Arc::new(etcd), ops).await);
+    }
     println!("{ops} operations per figure; etcd 3.4.23, one member on loopback");
     println!(
-        "{:<28} {:>10} {:>10} {:>8}",
-        "", "redb", "etcd", "etcd/redb"
+        "{:<28} {:>10} {:>10} {:>9} {:>14}",
+        "", "redb", "etcd", "etcd/redb", "etcd no cache"
     );
-    for ((name, r), (_, e)) in redb.rows.iter().zip(&etcd.rows) {
-        println!("{name:<28} {r:>10.2} {e:>10.2} {:>8.2}", e / r);
+    for (((name, r), (_, e)), (_, d)) in redb.rows.iter().zip(&runs[0].rows).zip(&runs[1].rows) {
+        println!("{name:<28} {r:>10.2} {e:>10.2} {:>9.2} {d:>14.2}", e / r);
     }
 }

@@ -17,6 +17,7 @@ mod error;
 mod etcd;
 mod redb_store;
 mod watch;
+mod watch_cache;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,6 +31,7 @@ pub use etcd::local as local_etcd;
 #[cfg(feature = "etcd")]
 pub use etcd::{COMPACT_REV_KEY, CompactorState, EtcdOptions, EtcdStore, EtcdTls, KeyLayout};
 pub use redb_store::{RedbStore, StoreOptions};
+pub use watch_cache::{DEFAULT_WATCH_CACHE_SIZE, WatchCacheOptions, WatchCacheStats};
 
 /// A boxed, sendable future, so that [`Store`] stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

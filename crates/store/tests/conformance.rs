@@ -1,6 +1,8 @@
 //! The store conformance suite: the same tests against every [`Store`] implementation
 //! (`redb::*` on [`RedbStore`], `etcd::*` on [`EtcdStore`] over a real single-member etcd from
-//! Debian's `etcd` binary). What the API server relies on: key order, revisions, CAS conflicts,
+//! Debian's `etcd` binary, with its watch cache started before the test so that every watch
+//! within its window is served from memory, and `etcd_direct::*` with the cache off, every
+//! watch its own etcd watch). What the API server relies on: key order, revisions, CAS conflicts,
 //! retried read-modify-writes under contention, watches with no gap and no duplicate (also with
 //! concurrent writers), 410 after compaction, reads at a revision, and durability across a
 //! crash. The etcd tests skip with a printed reason when the binary is missing, and fail
@@ -19,7 +21,7 @@ use support::{assert_quiet, next, rv};
 use svcnet_store::local_etcd::{LocalEtcd, etcd_for_test};
 use svcnet_store::{
     EtcdOptions, EtcdStore, EventType, Mutation, Outcome, RedbStore, Store, StoreError,
-    StoreOptions,
+    StoreOptions, WatchCacheOptions,
 };
 
 /// A store under test and what it needs to compact and crash.
@@ -36,6 +38,7 @@ enum Kind {
     Etcd {
         cluster: LocalEtcd,
         etcd: EtcdStore,
+        cached: bool,
     },
 }
 
@@ -48,12 +51,21 @@ impl Backend {
         }
     }
 
-    async fn etcd(test: &str) -> Option<Backend> {
+    /// A one-member etcd; with `cached`, the store's watch cache is on and already follows
+    /// the resources the tests watch (so their watches are served from memory), else off.
+    async fn etcd(test: &str, cached: bool) -> Option<Backend> {
         let bin = etcd_for_test(test)?;
         let cluster = LocalEtcd::start(&bin, 1).await.expect("starting etcd");
-        let etcd = connect(&cluster).await;
+        let etcd = connect(&cluster, cached).await;
+        if cached {
+            warm(&etcd).await;
+        }
         Some(Backend {
-            kind: Kind::Etcd { cluster, etcd },
+            kind: Kind::Etcd {
+                cluster,
+                etcd,
+                cached,
+            },
         })
     }
 
@@ -85,6 +97,18 @@ impl Backend {
         }
     }
 
+    /// With the cache on, no watch a test opened fell out of the cache (their revisions were
+    /// all within the window).
+    fn check_cache_served(&self) {
+        if let Kind::Etcd {
+            etcd, cached: true, ..
+        } = &self.kind
+        {
+            let stats = etcd.watch_cache_stats();
+            assert_eq!(stats.fallbacks, 0, "{stats:?}");
+        }
+    }
+
     /// Crashes the store: the etcd member is SIGKILLed (writes in flight fail); redb's SIGKILL
     /// test is kill9.rs, here it is only closed by [`Backend::restart`].
     fn crash(&mut self) {
@@ -100,9 +124,13 @@ impl Backend {
                 *redb = None;
                 *redb = Some(open_redb(dir));
             }
-            Kind::Etcd { cluster, etcd } => {
+            Kind::Etcd {
+                cluster,
+                etcd,
+                cached,
+            } => {
                 cluster.restart(0).await.expect("restart etcd");
-                *etcd = connect(cluster).await;
+                *etcd = connect(cluster, *cached).await;
             }
         }
     }
@@ -119,14 +147,28 @@ fn open_redb(dir: &tempfile::TempDir) -> RedbStore {
     RedbStore::open(dir.path().join("s.redb"), small()).expect("open redb")
 }
 
-async fn connect(cluster: &LocalEtcd) -> EtcdStore {
+async fn connect(cluster: &LocalEtcd, cached: bool) -> EtcdStore {
     EtcdStore::connect(EtcdOptions {
         endpoints: cluster.endpoints(),
         request_timeout: Duration::from_secs(2),
+        watch_cache: WatchCacheOptions {
+            enabled: cached,
+            ..Default::default()
+        },
         ..Default::default()
     })
     .await
     .expect("connecting to etcd")
+}
+
+/// Starts the watch cache of every resource the tests watch, from the current revision.
+async fn warm(etcd: &EtcdStore) {
+    let head = etcd.current_revision().await.unwrap();
+    for prefix in ["/core/pods/", "/core/configmaps/", "/core/namespaces/"] {
+        drop(etcd.watch(prefix, head).await.unwrap());
+    }
+    let stats = etcd.watch_cache_stats();
+    assert_eq!((stats.upstreams, stats.cached), (3, 3), "{stats:?}");
 }
 
 fn obj(name: &str, v: i64) -> Value {
@@ -148,7 +190,19 @@ macro_rules! conformance {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    let Some(mut b) = super::Backend::etcd(stringify!($name)).await else {
+                    let Some(mut b) = super::Backend::etcd(stringify!($name), true).await else {
+                        return;
+                    };
+                    super::$name(&mut b).await;
+                    b.check_cache_served();
+                }
+            )*
+        }
+        mod etcd_direct {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some(mut b) = super::Backend::etcd(stringify!($name), false).await else {
                         return;
                     };
                     super::$name(&mut b).await;

@@ -10,15 +10,17 @@
 //!   Put/Delete : Get)`, deciding again on the else-branch's fresh value until the compare
 //!   holds (so an [`crate::UpdateFn`] may run more than once).
 //! - Lists are `Range` pages of one revision; `list_at` reads at a revision; watches are etcd
-//!   watches from a revision with `prev_kv` (see `watch.rs`); history older than the last
-//!   compaction answers [`StoreError::Gone`].
+//!   watches from a revision with `prev_kv` (see `watch.rs`), served through the watch cache
+//!   (`cache.rs`: one etcd watch per resource and a history in memory, kube-apiserver's
+//!   `Cacher`); history older than the last compaction answers [`StoreError::Gone`].
 //! - Compaction is the API servers' job, coordinated through `compact_rev_key` as
 //!   kube-apiserver does (see `compact.rs` and [`EtcdStore::run_compactor`]).
 //!
 //! **Architecture Invariant:** a write is acknowledged only after etcd answered its
-//! transaction, that is after a quorum of members has it; watch events come from etcd, in
-//! revision order, never from this process.
+//! transaction, that is after a quorum of members has it; watch events come from etcd's watch
+//! streams, in revision order, never from this process's own writes.
 
+mod cache;
 mod compact;
 mod layout;
 pub mod local;
@@ -36,7 +38,7 @@ use serde_json::Value;
 
 use crate::{
     BoxFuture, EventStream, ListResult, Mutation, Outcome, PrefixStats, Store, StoreError,
-    UpdateFn, deleted, if_exists, stamp, written,
+    UpdateFn, WatchCacheOptions, WatchCacheStats, deleted, if_exists, stamp, written,
 };
 
 pub use compact::{COMPACT_REV_KEY, CompactorState};
@@ -75,6 +77,8 @@ pub struct EtcdOptions {
     /// How often the compactor runs (`--etcd-compaction-interval`, default 5 min); zero turns
     /// it off.
     pub compaction_interval: Duration,
+    /// The watch cache (`--watch-cache`, `--default-watch-cache-size`, `--watch-cache-sizes`).
+    pub watch_cache: WatchCacheOptions,
 }
 
 impl Default for EtcdOptions {
@@ -85,6 +89,7 @@ impl Default for EtcdOptions {
             tls: None,
             request_timeout: Duration::from_secs(5),
             compaction_interval: Duration::from_secs(300),
+            watch_cache: WatchCacheOptions::default(),
         }
     }
 }
@@ -105,6 +110,7 @@ struct Inner {
     db_size: AtomicU64,
     db_size_at: AtomicU64,
     started: Instant,
+    cache: cache::WatchCache,
 }
 
 /// How stale the reported database size may be.
@@ -146,10 +152,11 @@ impl EtcdStore {
             inner: Arc::new(Inner {
                 client,
                 layout,
-                options,
                 db_size: AtomicU64::new(0),
                 db_size_at: AtomicU64::new(0),
                 started: Instant::now(),
+                cache: cache::WatchCache::new(options.watch_cache.clone()),
+                options,
             }),
         };
         store.refresh_db_size().await;
@@ -174,6 +181,12 @@ impl EtcdStore {
     /// The options the store was opened with.
     pub fn options(&self) -> &EtcdOptions {
         &self.inner.options
+    }
+
+    /// What the watch cache did so far (etcd watches opened, client watches served from
+    /// memory or from etcd).
+    pub fn watch_cache_stats(&self) -> WatchCacheStats {
+        self.inner.cache.stats()
     }
 
     fn kv(&self) -> etcd_client::KvClient {
@@ -454,7 +467,7 @@ impl Store for EtcdStore {
         from_revision: u64,
     ) -> BoxFuture<'_, Result<EventStream, StoreError>> {
         let prefix = prefix.to_string();
-        Box::pin(async move { watch::watch(self, &prefix, from_revision).await })
+        Box::pin(async move { self.inner.cache.watch(self, &prefix, from_revision).await })
     }
 
     fn current_revision(&self) -> BoxFuture<'_, Result<u64, StoreError>> {

@@ -4,49 +4,237 @@
 //! previous object from `prev_kv`), a DELETE is `DELETED` with the last state from `prev_kv`
 //! stamped with the deletion revision.
 //!
-//! The stream resumes by itself when its member goes away or loses its leader: it opens the
-//! watch again (through any member) from the last revision it passed on, and drops anything at
-//! or below it (etcd 3.4.23 can repeat events, fixed in 3.4.24), so the caller sees no gap and
-//! no duplicate. A watch whose history was compacted away ends with [`StoreError::Gone`].
+//! [`Upstream`] is one etcd watch that resumes by itself when its member goes away or loses its
+//! leader: it opens the watch again (through any member) from the last revision it received,
+//! and drops anything at or below it (etcd 3.4.23 can repeat events, fixed in 3.4.24), so its
+//! reader sees no gap and no duplicate. A watch whose history was compacted away ends with
+//! [`StoreError::Gone`]. The watch cache (`cache.rs`) runs one per resource; [`direct`] gives
+//! one to a single client, for what the cache does not serve.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use etcd_client::{EventType as EtcdEventType, GetOptions, WatchOptions, WatchStream};
+use etcd_client::{
+    Client, EventType as EtcdEventType, GetOptions, WatchOptions, WatchResponse, WatchStream,
+};
 
-use super::{EtcdStore, MAX_MESSAGE, backend, compact, decode, to_i64};
+use super::cache::Counters;
+use super::{EtcdStore, KeyLayout, MAX_MESSAGE, backend, compact, decode, to_i64};
 use crate::{Event, EventStream, EventType, StoreError, stamp};
 
 /// How long a watch keeps trying to reopen before it gives up with a backend error.
 const RESUME_FOR: Duration = Duration::from_secs(30);
 
-struct State {
-    store: EtcdStore,
-    /// The etcd prefix watched.
-    eprefix: String,
-    /// The highest revision passed on (or the watch's start).
+/// One etcd watch on a key or a prefix, resumed after member failures (see the module's notes).
+pub(super) struct Upstream {
+    client: Client,
+    counters: Arc<Counters>,
+    key: String,
+    prefix: bool,
+    /// The highest revision received (or the watch's start).
     last: u64,
     stream: Option<WatchStream>,
-    pending: VecDeque<Event>,
     /// When the current run of failed reopen attempts began.
     failing_since: Option<Instant>,
+    /// How long to keep trying before giving up.
+    resume_for: Duration,
 }
 
-pub(super) async fn watch(
+impl Upstream {
+    /// Opens a watch on `key` (a prefix when `prefix`) for revisions after `after`.
+    pub(super) async fn open(
+        client: Client,
+        counters: Arc<Counters>,
+        key: &str,
+        prefix: bool,
+        after: u64,
+    ) -> Result<Self, StoreError> {
+        let mut up = Upstream {
+            client,
+            counters,
+            key: key.to_string(),
+            prefix,
+            last: after,
+            stream: None,
+            failing_since: None,
+            resume_for: RESUME_FOR,
+        };
+        up.stream = Some(up.connect().await?);
+        Ok(up)
+    }
+
+    /// Keeps reopening for as long as it takes instead of giving up after [`RESUME_FOR`].
+    pub(super) fn resume_forever(mut self) -> Self {
+        self.resume_for = Duration::MAX;
+        self
+    }
+
+    /// The highest revision received so far.
+    pub(super) fn last(&self) -> u64 {
+        self.last
+    }
+
+    async fn connect(&self) -> Result<WatchStream, StoreError> {
+        let mut options = WatchOptions::new()
+            .with_start_revision(to_i64(self.last.saturating_add(1)))
+            .with_prev_key()
+            .with_progress_notify();
+        if self.prefix {
+            options = options.with_prefix();
+        }
+        self.counters.etcd_watches.fetch_add(1, Ordering::Relaxed);
+        self.client
+            .watch_client()
+            .max_decoding_message_size(MAX_MESSAGE)
+            .watch(self.key.as_str(), Some(options))
+            .await
+            .map_err(backend)
+    }
+
+    /// The next response that carries events, and the revision its events must be newer than
+    /// to be new (older ones are repeats). Resumes through member failures; fails with
+    /// [`StoreError::Gone`] when etcd compacted the history it needs, with a backend error
+    /// when reopening kept failing for [`RESUME_FOR`].
+    pub(super) async fn next(&mut self) -> Result<(WatchResponse, u64), StoreError> {
+        loop {
+            let Some(stream) = self.stream.as_mut() else {
+                match self.connect().await {
+                    Ok(stream) => self.stream = Some(stream),
+                    Err(e) => self.wait_before_retry(e).await?,
+                }
+                continue;
+            };
+            match stream.message().await {
+                Ok(Some(resp)) => {
+                    if resp.canceled() {
+                        self.stream = None;
+                        if resp.compact_revision() > 0 {
+                            let compacted = u64::try_from(resp.compact_revision() - 1).unwrap_or(0);
+                            return Err(StoreError::Gone {
+                                requested: self.last,
+                                compacted,
+                            });
+                        }
+                        // Cancelled for another reason (its member lost the leader): resume.
+                        let reason = format!("watch cancelled: {}", resp.cancel_reason());
+                        self.wait_before_retry(StoreError::Backend(reason)).await?;
+                        continue;
+                    }
+                    self.failing_since = None;
+                    if resp.events().is_empty() {
+                        continue;
+                    }
+                    let after = self.last;
+                    for ev in resp.events() {
+                        if let Some(kv) = ev.kv() {
+                            let revision = u64::try_from(kv.mod_revision()).unwrap_or(0);
+                            self.last = self.last.max(revision);
+                        }
+                    }
+                    if self.last > after {
+                        return Ok((resp, after));
+                    }
+                }
+                Ok(None) => self.stream = None,
+                Err(e) => {
+                    self.stream = None;
+                    self.wait_before_retry(backend(e)).await?;
+                }
+            }
+        }
+    }
+
+    /// Sleeps a little before the next attempt, or gives `err` back once attempts have failed
+    /// for longer than allowed.
+    async fn wait_before_retry(&mut self, err: StoreError) -> Result<(), StoreError> {
+        let since = *self.failing_since.get_or_insert_with(Instant::now);
+        if since.elapsed() > self.resume_for {
+            return Err(err);
+        }
+        tracing::debug!("etcd watch on {} resuming after: {err}", self.key);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok(())
+    }
+}
+
+/// The store event of an etcd event, with its etcd key; `None` for a key outside the layout.
+pub(super) fn translate(
+    layout: &KeyLayout,
+    ev: &etcd_client::Event,
+) -> Result<Option<(String, Event)>, StoreError> {
+    let Some(kv) = ev.kv() else {
+        return Ok(None);
+    };
+    let revision = u64::try_from(kv.mod_revision()).unwrap_or(0);
+    let ekey = String::from_utf8_lossy(kv.key()).into_owned();
+    let Some(key) = layout.from_etcd(&ekey) else {
+        return Ok(None);
+    };
+    let prev = ev.prev_kv().map(|p| decode(&key, p)).transpose()?;
+    let (kind, object, prev_object) = match ev.event_type() {
+        EtcdEventType::Put if kv.create_revision() == kv.mod_revision() => {
+            (EventType::Added, decode(&key, kv)?, None)
+        }
+        EtcdEventType::Put => (EventType::Modified, decode(&key, kv)?, prev),
+        EtcdEventType::Delete => {
+            let Some(prev) = prev else {
+                return Err(StoreError::Backend(format!(
+                    "{key}: etcd sent the deletion at revision {revision} without the previous \
+                     value"
+                )));
+            };
+            let mut last = prev.clone();
+            stamp(&key, &mut last, revision)?;
+            (EventType::Deleted, last, Some(prev))
+        }
+    };
+    Ok(Some((
+        ekey,
+        Event {
+            revision,
+            kind,
+            key,
+            object,
+            prev_object,
+        },
+    )))
+}
+
+struct State {
+    layout: KeyLayout,
+    upstream: Upstream,
+    pending: VecDeque<Event>,
+}
+
+/// A client watch on its own etcd watch: for a prefix the cache does not serve, a revision
+/// below the cache's window, or a cached watch that fell out of the window.
+pub(super) async fn direct(
     store: &EtcdStore,
     prefix: &str,
     from_revision: u64,
 ) -> Result<EventStream, StoreError> {
     let eprefix = store.inner.layout.prefix(prefix)?;
+    store
+        .inner
+        .cache
+        .counters
+        .direct
+        .fetch_add(1, Ordering::Relaxed);
     check_history(store, from_revision).await?;
-    let stream = open(store, &eprefix, from_revision).await?;
+    let upstream = Upstream::open(
+        store.inner.client.clone(),
+        store.inner.cache.counters.clone(),
+        &eprefix,
+        true,
+        from_revision,
+    )
+    .await?;
     let state = State {
-        store: store.clone(),
-        eprefix,
-        last: from_revision,
-        stream: Some(stream),
+        layout: store.inner.layout.clone(),
+        upstream,
         pending: VecDeque::new(),
-        failing_since: None,
     };
     Ok(Box::pin(futures::stream::unfold(Some(state), step)))
 }
@@ -70,30 +258,17 @@ async fn check_history(store: &EtcdStore, from: u64) -> Result<(), StoreError> {
     match read {
         Ok(_) => Ok(()),
         Err(e) => match store.revision_error(&e, probe).await {
-            Some(StoreError::Gone { compacted, .. }) => Err(StoreError::Gone {
-                requested: from,
-                compacted,
-            }),
+            Some(StoreError::Gone { compacted, .. }) => {
+                store.inner.cache.saw_compaction(compacted);
+                Err(StoreError::Gone {
+                    requested: from,
+                    compacted,
+                })
+            }
             Some(StoreError::FutureRevision { .. }) => Ok(()),
             _ => Err(backend(e)),
         },
     }
-}
-
-async fn open(store: &EtcdStore, eprefix: &str, after: u64) -> Result<WatchStream, StoreError> {
-    let options = WatchOptions::new()
-        .with_prefix()
-        .with_start_revision(to_i64(after.saturating_add(1)))
-        .with_prev_key()
-        .with_progress_notify();
-    store
-        .inner
-        .client
-        .watch_client()
-        .max_decoding_message_size(MAX_MESSAGE)
-        .watch(eprefix, Some(options))
-        .await
-        .map_err(backend)
 }
 
 type Step = Option<(Result<Event, StoreError>, Option<State>)>;
@@ -104,109 +279,27 @@ async fn step(state: Option<State>) -> Step {
         if let Some(event) = st.pending.pop_front() {
             return Some((Ok(event), Some(st)));
         }
-        let Some(stream) = st.stream.as_mut() else {
-            match open(&st.store, &st.eprefix, st.last).await {
-                Ok(stream) => st.stream = Some(stream),
-                Err(e) => {
-                    if let Err(e) = st.wait_before_retry(e).await {
-                        return Some((Err(e), None));
-                    }
-                }
-            }
-            continue;
+        let (resp, after) = match st.upstream.next().await {
+            Ok(next) => next,
+            Err(e) => return Some((Err(e), None)),
         };
-        match stream.message().await {
-            Ok(Some(resp)) => {
-                if resp.canceled() {
-                    st.stream = None;
-                    if resp.compact_revision() > 0 {
-                        let compacted = u64::try_from(resp.compact_revision() - 1).unwrap_or(0);
-                        let gone = StoreError::Gone {
-                            requested: st.last,
-                            compacted,
-                        };
-                        return Some((Err(gone), None));
-                    }
-                    // Cancelled for another reason (its member lost the leader): resume.
-                    let reason = format!("watch cancelled: {}", resp.cancel_reason());
-                    if let Err(e) = st.wait_before_retry(StoreError::Backend(reason)).await {
-                        return Some((Err(e), None));
-                    }
-                    continue;
-                }
-                st.failing_since = None;
-                for ev in resp.events() {
-                    match st.translate(ev) {
-                        Ok(Some(event)) => {
-                            st.last = event.revision;
-                            st.pending.push_back(event);
-                        }
-                        Ok(None) => {}
-                        Err(e) => return Some((Err(e), None)),
-                    }
-                }
+        let mut seen = after;
+        for ev in resp.events() {
+            let revision = ev
+                .kv()
+                .map_or(0, |kv| u64::try_from(kv.mod_revision()).unwrap_or(0));
+            if revision <= seen {
+                continue;
             }
-            Ok(None) => st.stream = None,
-            Err(e) => {
-                st.stream = None;
-                if let Err(e) = st.wait_before_retry(backend(e)).await {
-                    return Some((Err(e), None));
+            match translate(&st.layout, ev) {
+                Ok(Some((_, event))) => {
+                    seen = event.revision;
+                    st.pending.push_back(event);
                 }
+                Ok(None) => {}
+                Err(e) => return Some((Err(e), None)),
             }
         }
-    }
-}
-
-impl State {
-    /// Sleeps a little before the next attempt, or gives `err` back once attempts have failed
-    /// for [`RESUME_FOR`].
-    async fn wait_before_retry(&mut self, err: StoreError) -> Result<(), StoreError> {
-        let since = *self.failing_since.get_or_insert_with(Instant::now);
-        if since.elapsed() > RESUME_FOR {
-            return Err(err);
-        }
-        tracing::debug!("etcd watch on {} resuming after: {err}", self.eprefix);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        Ok(())
-    }
-
-    fn translate(&self, ev: &etcd_client::Event) -> Result<Option<Event>, StoreError> {
-        let Some(kv) = ev.kv() else {
-            return Ok(None);
-        };
-        let revision = u64::try_from(kv.mod_revision()).unwrap_or(0);
-        if revision <= self.last {
-            return Ok(None);
-        }
-        let ekey = String::from_utf8_lossy(kv.key());
-        let Some(key) = self.store.inner.layout.from_etcd(&ekey) else {
-            return Ok(None);
-        };
-        let prev = ev.prev_kv().map(|p| decode(&key, p)).transpose()?;
-        let (kind, object, prev_object) = match ev.event_type() {
-            EtcdEventType::Put if kv.create_revision() == kv.mod_revision() => {
-                (EventType::Added, decode(&key, kv)?, None)
-            }
-            EtcdEventType::Put => (EventType::Modified, decode(&key, kv)?, prev),
-            EtcdEventType::Delete => {
-                let Some(prev) = prev else {
-                    return Err(StoreError::Backend(format!(
-                        "{key}: etcd sent the deletion at revision {revision} without the \
-                         previous value"
-                    )));
-                };
-                let mut last = prev.clone();
-                stamp(&key, &mut last, revision)?;
-                (EventType::Deleted, last, Some(prev))
-            }
-        };
-        Ok(Some(Event {
-            revision,
-            kind,
-            key,
-            object,
-            prev_object,
-        }))
     }
 }
 
@@ -214,6 +307,12 @@ impl State {
 /// (etcd's compact revision minus one), learned from the cancellation of a watch at `probe`.
 pub(super) async fn probe_compacted(store: &EtcdStore, probe: u64) -> Option<u64> {
     let options = WatchOptions::new().with_start_revision(to_i64(probe));
+    store
+        .inner
+        .cache
+        .counters
+        .etcd_watches
+        .fetch_add(1, Ordering::Relaxed);
     let mut stream = store
         .inner
         .client

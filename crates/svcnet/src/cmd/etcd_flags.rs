@@ -27,6 +27,20 @@ pub struct EtcdFlags {
     /// through the `compact_rev_key` key, as kube-apiserver does); `0s` leaves it to others.
     #[arg(long, default_value = "5m", value_parser = super::proxy::parse_duration)]
     pub etcd_compaction_interval: Duration,
+    /// Serve watches from the watch cache: one etcd watch per resource and its recent events
+    /// in memory (kube-apiserver's flag); `--watch-cache=false` gives every client watch its
+    /// own etcd watch.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub watch_cache: bool,
+    /// Events the watch cache keeps per resource; a watch from an older revision gets its own
+    /// etcd watch (0: no cache for resources not in --watch-cache-sizes).
+    #[arg(long, default_value_t = svcnet_store::DEFAULT_WATCH_CACHE_SIZE)]
+    pub default_watch_cache_size: usize,
+    /// Per-resource watch cache sizes, kube-apiserver's format: resource[.group]#size,
+    /// comma-separated (services#5000,endpointslices.discovery.k8s.io#5000; 0 turns the cache
+    /// off for that resource).
+    #[arg(long, value_delimiter = ',')]
+    pub watch_cache_sizes: Vec<String>,
 }
 
 impl EtcdFlags {
@@ -58,6 +72,12 @@ impl EtcdFlags {
                 prefix: self.etcd_prefix.clone(),
                 tls,
                 compaction_interval: self.etcd_compaction_interval,
+                watch_cache: svcnet_store::WatchCacheOptions {
+                    enabled: self.watch_cache,
+                    default_size: self.default_watch_cache_size,
+                    sizes: svcnet_store::WatchCacheOptions::parse_sizes(&self.watch_cache_sizes)
+                        .map_err(anyhow::Error::msg)?,
+                },
                 ..Default::default()
             },
         ))

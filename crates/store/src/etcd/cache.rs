@@ -1,0 +1,478 @@
+//! The watch cache: kube-apiserver's `Cacher` (`staging/src/k8s.io/apiserver/pkg/storage/cacher`)
+//! for [`EtcdStore`]. Without it every client watch is its own etcd watch stream, preceded by a
+//! read that checks its revision is not compacted: a thousand node proxies watching Services
+//! are a thousand etcd watchers, each event is sent, decoded and translated a thousand times,
+//! and a watch's start waits for two etcd round trips.
+//!
+//! With it, each API server process keeps **one etcd watch per resource** (`/registry/pods/`,
+//! `/registry/services/specs/`, …), opened by the first client watch of that resource from the
+//! revision current then, resumed through member failures ([`Upstream`]), and never closed
+//! while the store lives. Why per resource and not one on the whole `/registry/` prefix: a
+//! client watch is always within one resource, so a per-resource history wakes only that
+//! resource's watchers for an event and a busy resource (Events, Leases) cannot push a quiet
+//! one's events out of a shared count-bounded history; it is also upstream's shape and what its
+//! `--watch-cache-sizes` (per resource) means. A resource nobody watches costs nothing.
+//!
+//! Each upstream watch's events are translated once and kept in a ring of the last N
+//! (`--default-watch-cache-size`, per resource `--watch-cache-sizes`); the ring covers every
+//! event of the resource after its `start` revision. A client watch from revision R within that
+//! window (R ≥ start) is served from memory: it takes the ring's events after R that match its
+//! own prefix, then waits for the head to move (a `tokio::sync::watch` of the head revision is
+//! the broadcast), so its start costs no etcd round trip and an event is decoded once for all
+//! watchers. The hub never waits for a watcher: one that falls so far behind that the ring
+//! dropped events it has not taken, and every watcher of a hub whose upstream failed for good,
+//! goes on with its own etcd watch from the last revision it passed on (where upstream answers
+//! 410), which answers [`StoreError::Gone`] only when etcd itself compacted that revision away.
+//! A watch from below the window, of a resource whose size is 0, of a prefix that is not one
+//! resource's, or with the cache off, is such a direct etcd watch from the start.
+//!
+//! Compaction: the cache knows the oldest revision etcd can still serve from the compactions
+//! this store makes, from every coordinated compaction (a watch on `compact_rev_key`, which
+//! every svcnet and kube-apiserver compactor writes before compacting) and from etcd refusing a
+//! watch; a watch from below it is not served from memory but sent to etcd, which decides.
+//! A compaction made outside that protocol (`etcdctl compact`) is not seen: a watch from a
+//! revision still in the ring is then served from memory (as kube-apiserver's cache does).
+//!
+//! **Architecture Invariant:** a cached client watch sees exactly what its own etcd watch would:
+//! every event of its prefix after its revision, once, in revision order, with the same
+//! objects; the ring only ever holds a gap-free suffix of the resource's events.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::{oneshot, watch};
+
+use super::watch::{Upstream, direct, translate};
+use super::{COMPACT_REV_KEY, EtcdStore, KeyLayout};
+use crate::{Event, EventStream, StoreError, WatchCacheOptions, WatchCacheStats};
+
+#[derive(Debug, Default)]
+pub(super) struct Counters {
+    pub(super) etcd_watches: AtomicU64,
+    pub(super) upstreams: AtomicU64,
+    pub(super) cached: AtomicU64,
+    pub(super) direct: AtomicU64,
+    pub(super) fallbacks: AtomicU64,
+}
+
+/// The cache of one [`EtcdStore`] (see the module's notes).
+pub(super) struct WatchCache {
+    options: WatchCacheOptions,
+    /// One hub per resource, by the resource's etcd prefix; a failed hub is replaced by the
+    /// next watch. A tokio mutex: starting a hub takes two etcd round trips, and the watches
+    /// that arrive meanwhile wait for it rather than start another.
+    hubs: tokio::sync::Mutex<HashMap<String, Arc<Hub>>>,
+    /// The oldest revision a watch may start from, as far as this process knows (etcd's
+    /// compact revision minus one).
+    floor: Arc<AtomicU64>,
+    /// Stops the `compact_rev_key` watch when the store is dropped; `Some` once it runs.
+    floor_watch: std::sync::Mutex<Option<oneshot::Sender<()>>>,
+    pub(super) counters: Arc<Counters>,
+}
+
+impl WatchCache {
+    pub(super) fn new(options: WatchCacheOptions) -> Self {
+        WatchCache {
+            options,
+            hubs: tokio::sync::Mutex::new(HashMap::new()),
+            floor: Arc::new(AtomicU64::new(0)),
+            floor_watch: std::sync::Mutex::new(None),
+            counters: Arc::new(Counters::default()),
+        }
+    }
+
+    pub(super) fn stats(&self) -> WatchCacheStats {
+        let c = &self.counters;
+        WatchCacheStats {
+            etcd_watches: c.etcd_watches.load(Ordering::Relaxed),
+            upstreams: c.upstreams.load(Ordering::Relaxed),
+            cached: c.cached.load(Ordering::Relaxed),
+            direct: c.direct.load(Ordering::Relaxed),
+            fallbacks: c.fallbacks.load(Ordering::Relaxed),
+        }
+    }
+
+    /// etcd dropped the history before `floor + 1`: watches from below `floor` go to etcd.
+    pub(super) fn saw_compaction(&self, floor: u64) {
+        self.floor.fetch_max(floor, Ordering::Relaxed);
+    }
+
+    /// A client watch: from the cache when its revision is within the window of its
+    /// resource's history, else its own etcd watch.
+    pub(super) async fn watch(
+        &self,
+        store: &EtcdStore,
+        prefix: &str,
+        from_revision: u64,
+    ) -> Result<EventStream, StoreError> {
+        let eprefix = store.inner.layout.prefix(prefix)?;
+        let Some((group, plural)) = resource_of(prefix) else {
+            return direct(store, prefix, from_revision).await;
+        };
+        let size = self.options.size_for(group, plural);
+        if size == 0 {
+            return direct(store, prefix, from_revision).await;
+        }
+        let resource = store.inner.layout.prefix(&format!("/{group}/{plural}/"))?;
+        let hub = match self.hub(store, &resource, size).await {
+            Ok(hub) => hub,
+            Err(e) => {
+                tracing::debug!("watch cache for {resource} not started ({e}); watching etcd");
+                return direct(store, prefix, from_revision).await;
+            }
+        };
+        let floor = self.floor.load(Ordering::Relaxed);
+        let Some(rx) = hub.shared.attach(from_revision, floor) else {
+            return direct(store, prefix, from_revision).await;
+        };
+        self.counters.cached.fetch_add(1, Ordering::Relaxed);
+        let watcher = Watcher {
+            hub: Some(hub),
+            store: store.clone(),
+            prefix: prefix.to_string(),
+            eprefix,
+            last: from_revision,
+            rx,
+            pending: VecDeque::new(),
+            direct: None,
+        };
+        Ok(Box::pin(futures::stream::unfold(Some(watcher), step)))
+    }
+
+    /// The running hub of a resource, started (from the current revision) if there is none.
+    async fn hub(
+        &self,
+        store: &EtcdStore,
+        resource: &str,
+        capacity: usize,
+    ) -> Result<Arc<Hub>, StoreError> {
+        let mut hubs = self.hubs.lock().await;
+        if let Some(hub) = hubs.get(resource)
+            && !hub.shared.failed()
+        {
+            return Ok(hub.clone());
+        }
+        let start = store.revision().await?;
+        self.start_floor_watch(store, start);
+        let upstream = Upstream::open(
+            store.inner.client.clone(),
+            self.counters.clone(),
+            resource,
+            true,
+            start,
+        )
+        .await?;
+        self.counters.upstreams.fetch_add(1, Ordering::Relaxed);
+        let (head, _) = watch::channel(start);
+        let shared = Arc::new(Shared {
+            capacity,
+            ring: RwLock::new(Ring {
+                events: VecDeque::new(),
+                start,
+                head: start,
+                failed: false,
+            }),
+            head,
+        });
+        let (stop, stopped) = oneshot::channel();
+        tokio::spawn(run_hub(
+            shared.clone(),
+            upstream,
+            store.inner.layout.clone(),
+            self.floor.clone(),
+            stopped,
+        ));
+        let hub = Arc::new(Hub {
+            shared,
+            _stop: stop,
+        });
+        hubs.insert(resource.to_string(), hub.clone());
+        Ok(hub)
+    }
+
+    /// Starts following `compact_rev_key` from `start`, once per store.
+    fn start_floor_watch(&self, store: &EtcdStore, start: u64) {
+        let Ok(mut slot) = self.floor_watch.lock() else {
+            return;
+        };
+        if slot.is_some() {
+            return;
+        }
+        let (stop, stopped) = oneshot::channel();
+        *slot = Some(stop);
+        tokio::spawn(run_floor_watch(
+            store.inner.client.clone(),
+            self.counters.clone(),
+            self.floor.clone(),
+            start,
+            stopped,
+        ));
+    }
+}
+
+/// `(group, plural)` of a prefix within one resource (`/core/pods/`, `/core/pods/ns/`).
+fn resource_of(prefix: &str) -> Option<(&str, &str)> {
+    let rest = prefix.strip_prefix('/')?;
+    let (group, rest) = rest.split_once('/')?;
+    let (plural, _) = rest.split_once('/')?;
+    (!group.is_empty() && !plural.is_empty()).then_some((group, plural))
+}
+
+/// One resource's upstream watch and history. Dropping the last handle stops its task.
+struct Hub {
+    shared: Arc<Shared>,
+    _stop: oneshot::Sender<()>,
+}
+
+/// What a hub's task and its watchers share.
+struct Shared {
+    capacity: usize,
+    ring: RwLock<Ring>,
+    /// The head revision, sent after every batch: the watchers' wake-up.
+    head: watch::Sender<u64>,
+}
+
+struct Ring {
+    /// The resource's events after `start`, in revision order.
+    events: VecDeque<Arc<Cached>>,
+    /// Every event of the resource after this revision is in `events`.
+    start: u64,
+    /// The highest revision the upstream watch delivered.
+    head: u64,
+    /// The upstream watch ended for good; the watchers must leave.
+    failed: bool,
+}
+
+/// An event as the cache keeps it: with its etcd key, which a watcher's prefix is matched
+/// against exactly as etcd would match it.
+struct Cached {
+    ekey: String,
+    event: Event,
+}
+
+impl Shared {
+    fn failed(&self) -> bool {
+        self.ring.read().map_or(true, |r| r.failed)
+    }
+
+    /// A wake-up receiver for a watcher from `from`, if the window covers it.
+    fn attach(&self, from: u64, floor: u64) -> Option<watch::Receiver<u64>> {
+        let ring = self.ring.read().ok()?;
+        (!ring.failed && from >= ring.start && from >= floor).then(|| self.head.subscribe())
+    }
+
+    /// Appends the events after `last` whose etcd key starts with `eprefix` to `out` and
+    /// returns the revision the watcher is now at; `None` when the window no longer covers
+    /// `last` (or the hub failed).
+    fn since(&self, last: u64, eprefix: &str, out: &mut VecDeque<Arc<Cached>>) -> Option<u64> {
+        let ring = self.ring.read().ok()?;
+        if ring.failed || last < ring.start {
+            return None;
+        }
+        let first = ring.events.partition_point(|c| c.event.revision <= last);
+        out.extend(
+            ring.events
+                .range(first..)
+                .filter(|c| c.ekey.starts_with(eprefix))
+                .cloned(),
+        );
+        Some(last.max(ring.head))
+    }
+
+    fn push(&self, batch: Vec<Arc<Cached>>, head: u64) {
+        if let Ok(mut ring) = self.ring.write() {
+            ring.events.extend(batch);
+            ring.head = ring.head.max(head);
+            while ring.events.len() > self.capacity {
+                if let Some(old) = ring.events.pop_front() {
+                    ring.start = old.event.revision;
+                }
+            }
+        }
+        self.head.send_replace(head);
+    }
+
+    fn fail(&self) {
+        if let Ok(mut ring) = self.ring.write() {
+            ring.failed = true;
+            ring.events.clear();
+        }
+        self.head.send_modify(|_| {});
+    }
+}
+
+/// A hub's task: the upstream watch's events into the ring, until the hub is dropped or the
+/// upstream fails for good.
+async fn run_hub(
+    shared: Arc<Shared>,
+    mut upstream: Upstream,
+    layout: KeyLayout,
+    floor: Arc<AtomicU64>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    loop {
+        let next = tokio::select! {
+            _ = &mut stop => return,
+            next = upstream.next() => next,
+        };
+        let (resp, after) = match next {
+            Ok(next) => next,
+            Err(e) => {
+                if let StoreError::Gone { compacted, .. } = e {
+                    floor.fetch_max(compacted, Ordering::Relaxed);
+                }
+                tracing::warn!("watch cache: upstream watch ended ({e}); its watchers go to etcd");
+                shared.fail();
+                return;
+            }
+        };
+        let mut batch = Vec::with_capacity(resp.events().len());
+        let mut seen = after;
+        for ev in resp.events() {
+            let revision = ev
+                .kv()
+                .map_or(0, |kv| u64::try_from(kv.mod_revision()).unwrap_or(0));
+            if revision <= seen {
+                continue;
+            }
+            match translate(&layout, ev) {
+                Ok(Some((ekey, event))) => {
+                    seen = event.revision;
+                    batch.push(Arc::new(Cached { ekey, event }));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    // Each watcher's own etcd watch meets the same event and ends with the
+                    // same error, as it would have without the cache.
+                    tracing::warn!("watch cache: {e}; its watchers go to etcd");
+                    shared.fail();
+                    return;
+                }
+            }
+        }
+        shared.push(batch, upstream.last());
+    }
+}
+
+/// Follows `compact_rev_key`: every coordinated compaction writes the revision it compacts to
+/// there first, so the cache learns each one (its own server's and the others').
+async fn run_floor_watch(
+    client: etcd_client::Client,
+    counters: Arc<Counters>,
+    floor: Arc<AtomicU64>,
+    mut start: u64,
+    mut stop: oneshot::Receiver<()>,
+) {
+    loop {
+        let opened = tokio::select! {
+            _ = &mut stop => return,
+            up = Upstream::open(client.clone(), counters.clone(), COMPACT_REV_KEY, false, start) => up,
+        };
+        let mut upstream = match opened {
+            Ok(up) => up.resume_forever(),
+            Err(_) => {
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        loop {
+            let next = tokio::select! {
+                _ = &mut stop => return,
+                next = upstream.next() => next,
+            };
+            match next {
+                Ok((resp, _)) => {
+                    for ev in resp.events() {
+                        let compacted_to = ev
+                            .kv()
+                            .and_then(|kv| std::str::from_utf8(kv.value()).ok())
+                            .and_then(|v| v.parse::<u64>().ok());
+                        if let Some(to) = compacted_to {
+                            floor.fetch_max(to.saturating_sub(1), Ordering::Relaxed);
+                        }
+                    }
+                    start = upstream.last();
+                }
+                Err(e) => {
+                    // Its own history was compacted while it was away: that compaction is
+                    // the floor; follow on from the current revision.
+                    if let StoreError::Gone { compacted, .. } = e {
+                        floor.fetch_max(compacted, Ordering::Relaxed);
+                    }
+                    start = current_revision(&client).await.unwrap_or(start);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+async fn current_revision(client: &etcd_client::Client) -> Option<u64> {
+    let resp = client
+        .kv_client()
+        .get(
+            COMPACT_REV_KEY,
+            Some(etcd_client::GetOptions::new().with_count_only()),
+        )
+        .await
+        .ok()?;
+    resp.header().and_then(|h| u64::try_from(h.revision()).ok())
+}
+
+/// A client watch served from a hub.
+struct Watcher {
+    /// `None` once it moved to its own etcd watch.
+    hub: Option<Arc<Hub>>,
+    store: EtcdStore,
+    prefix: String,
+    eprefix: String,
+    /// The highest revision it passed on, or skipped as not its prefix's.
+    last: u64,
+    rx: watch::Receiver<u64>,
+    pending: VecDeque<Arc<Cached>>,
+    direct: Option<EventStream>,
+}
+
+type Step = Option<(Result<Event, StoreError>, Option<Watcher>)>;
+
+async fn step(state: Option<Watcher>) -> Step {
+    use futures::StreamExt;
+    let mut w = state?;
+    loop {
+        if let Some(direct) = w.direct.as_mut() {
+            return match direct.next().await? {
+                Ok(event) => Some((Ok(event), Some(w))),
+                Err(e) => Some((Err(e), None)),
+            };
+        }
+        if let Some(cached) = w.pending.pop_front() {
+            return Some((Ok(cached.event.clone()), Some(w)));
+        }
+        let hub = w.hub.as_ref()?.clone();
+        w.rx.borrow_and_update();
+        match hub.shared.since(w.last, &w.eprefix, &mut w.pending) {
+            Some(at) => {
+                w.last = at;
+                if w.pending.is_empty() && w.rx.changed().await.is_err() {
+                    // The hub's task is gone (cannot happen while this holds the hub); the
+                    // next round finds it failed or goes on.
+                    tokio::task::yield_now().await;
+                }
+            }
+            None => {
+                w.hub = None;
+                w.store
+                    .inner
+                    .cache
+                    .counters
+                    .fallbacks
+                    .fetch_add(1, Ordering::Relaxed);
+                match direct(&w.store, &w.prefix, w.last).await {
+                    Ok(stream) => w.direct = Some(stream),
+                    Err(e) => return Some((Err(e), None)),
+                }
+            }
+        }
+    }
+}

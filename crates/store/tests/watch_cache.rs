@@ -1,0 +1,473 @@
+//! The etcd store's watch cache beyond the conformance suite (which runs with it on and off):
+//! a watch within the window opens no etcd watch and sees exactly what its own etcd watch
+//! sees; below the window, for an uncached resource or the whole store, it is its own etcd
+//! watch; a watcher that stops reading blocks nobody and, once out of the window, goes on
+//! from etcd without a gap; compaction answers Gone only when etcd compacted (also one made by
+//! another API server's compactor); a 3-member cluster losing each member in turn, the leader
+//! first, under writes goes unnoticed by the cached watchers. Skipped with a printed reason when the
+//! `etcd` binary is missing (a failure under `SVCNET_REQUIRE_ETCD=1`).
+#![allow(clippy::unwrap_used)] // test: a failure here is a test failure
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+use support::{assert_quiet, next, rv};
+use svcnet_store::local_etcd::{LocalEtcd, etcd_for_test};
+use svcnet_store::{
+    EtcdOptions, EtcdStore, Event, EventStream, Store, StoreError, WatchCacheOptions,
+    WatchCacheStats,
+};
+
+async fn connect(cluster: &LocalEtcd, cache: WatchCacheOptions) -> EtcdStore {
+    EtcdStore::connect(EtcdOptions {
+        endpoints: cluster.endpoints(),
+        request_timeout: Duration::from_secs(2),
+        watch_cache: cache,
+        ..Default::default()
+    })
+    .await
+    .expect("connecting to etcd")
+}
+
+/// The cache with `configmaps` kept to `size` events.
+fn configmaps(size: usize) -> WatchCacheOptions {
+    WatchCacheOptions {
+        sizes: [("configmaps".to_string(), size)].into(),
+        ..Default::default()
+    }
+}
+
+fn off() -> WatchCacheOptions {
+    WatchCacheOptions {
+        enabled: false,
+        ..Default::default()
+    }
+}
+
+fn cm(name: &str, v: u64) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"v": v}})
+}
+
+/// `n` events of a watch.
+async fn take(w: &mut EventStream, n: usize) -> Vec<Event> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        out.push(next(w).await);
+    }
+    out
+}
+
+/// Creates, updates and deletes under `/core/configmaps/` in two namespaces, with writes to
+/// other resources in between; returns the revisions of the configmap writes.
+async fn churn(s: &EtcdStore, tag: &str, rounds: u64) -> Vec<u64> {
+    let mut revs = Vec::new();
+    for n in 0..rounds {
+        let ns = if n % 2 == 0 { "a" } else { "b" };
+        let key = format!("/core/configmaps/{ns}/{tag}{}", n % 4);
+        let o = if n < 4 {
+            s.create(&key, cm(&key, n)).await.unwrap()
+        } else if n % 5 == 0 {
+            match s.delete(&key, None).await {
+                Ok(o) => o,
+                Err(e) if e.is_not_found() => s.create(&key, cm(&key, n)).await.unwrap(),
+                Err(e) => panic!("{e}"),
+            }
+        } else {
+            match s.update(&key, cm(&key, n), None).await {
+                Ok(o) => o,
+                Err(e) if e.is_not_found() => s.create(&key, cm(&key, n)).await.unwrap(),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        revs.push(rv(&o));
+        s.create(&format!("/core/pods/a/{tag}{n}"), cm("p", n))
+            .await
+            .unwrap();
+    }
+    revs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_within_the_window_opens_no_etcd_watch() {
+    let Some(bin) = etcd_for_test("a_watch_within_the_window_opens_no_etcd_watch") else {
+        return;
+    };
+    let cluster = LocalEtcd::start(&bin, 1).await.expect("etcd");
+    let s = connect(&cluster, WatchCacheOptions::default()).await;
+    let reference = connect(&cluster, off()).await;
+    let base = s.current_revision().await.unwrap();
+    let mut direct = reference.watch("/core/configmaps/", base).await.unwrap();
+    // The first watch of a resource starts its upstream watch (and the one on
+    // compact_rev_key), from the current revision: this watch is within the window.
+    let mut first = s.watch("/core/configmaps/", base).await.unwrap();
+    let started = s.watch_cache_stats();
+    assert_eq!(
+        (started.upstreams, started.cached, started.direct),
+        (1, 1, 0),
+        "{started:?}"
+    );
+    assert_eq!(started.etcd_watches, 2, "{started:?}");
+
+    let revs = churn(&s, "k", 24).await;
+    let all = take(&mut direct, revs.len()).await;
+    assert_eq!(
+        all.iter().map(|e| e.revision).collect::<Vec<_>>(),
+        revs,
+        "the reference (etcd's own watch) saw every write"
+    );
+    assert_eq!(take(&mut first, all.len()).await, all);
+
+    // Watches from every revision of the window, of the resource and of one namespace.
+    let mut watches = Vec::new();
+    for from in std::iter::once(base).chain(revs.iter().copied()) {
+        watches.push((
+            from,
+            "/core/configmaps/",
+            s.watch("/core/configmaps/", from).await,
+        ));
+        watches.push((
+            from,
+            "/core/configmaps/a/",
+            s.watch("/core/configmaps/a/", from).await,
+        ));
+    }
+    let stats = s.watch_cache_stats();
+    assert_eq!(
+        stats.etcd_watches, started.etcd_watches,
+        "no etcd watch was opened: {stats:?}"
+    );
+    assert_eq!(
+        (stats.cached, stats.direct),
+        (1 + watches.len() as u64, 0),
+        "{stats:?}"
+    );
+    // Each sees exactly what etcd's own watch saw after its revision, then what comes next.
+    s.create("/core/configmaps/a/sentinel", cm("sentinel", 0))
+        .await
+        .unwrap();
+    let sentinel = next(&mut direct).await;
+    for (from, prefix, w) in watches {
+        let mut w = w.unwrap();
+        let expected: Vec<&Event> = all
+            .iter()
+            .filter(|e| e.revision > from && e.key.starts_with(prefix))
+            .collect();
+        let got = take(&mut w, expected.len() + 1).await;
+        assert_eq!(
+            got.iter().collect::<Vec<_>>()[..expected.len()],
+            expected[..],
+            "{prefix} from {from}"
+        );
+        assert_eq!(got[expected.len()], sentinel, "{prefix} from {from}");
+    }
+    assert_eq!(next(&mut first).await, sentinel);
+    assert_quiet(&mut first).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_below_the_window_goes_to_etcd() {
+    let Some(bin) = etcd_for_test("a_watch_below_the_window_goes_to_etcd") else {
+        return;
+    };
+    let cluster = LocalEtcd::start(&bin, 1).await.expect("etcd");
+    let mut cache = configmaps(5);
+    cache.sizes.insert("pods".into(), 0);
+    let s = connect(&cluster, cache).await;
+    let early = s
+        .create("/core/configmaps/a/early", cm("early", 0))
+        .await
+        .unwrap();
+    let base = s.current_revision().await.unwrap();
+    drop(s.watch("/core/configmaps/", base).await.unwrap());
+    let revs = churn(&s, "k", 20).await;
+    let before = s.watch_cache_stats();
+
+    // The ring keeps the last 5 events: a watch from before them is its own etcd watch.
+    let mut below = s.watch("/core/configmaps/", base).await.unwrap();
+    let got = take(&mut below, revs.len()).await;
+    assert_eq!(got.iter().map(|e| e.revision).collect::<Vec<_>>(), revs);
+    // So is one from before the cache started.
+    let mut older = s.watch("/core/configmaps/", rv(&early) - 1).await.unwrap();
+    assert_eq!(next(&mut older).await.revision, rv(&early));
+    let after = s.watch_cache_stats();
+    assert_eq!(
+        (after.direct - before.direct, after.cached - before.cached),
+        (2, 0),
+        "{after:?}"
+    );
+    assert_eq!(after.etcd_watches - before.etcd_watches, 2, "{after:?}");
+
+    // From the oldest revision still in the window: memory again.
+    let from = revs[revs.len() - 5];
+    let mut inside = s.watch("/core/configmaps/", from).await.unwrap();
+    assert_eq!(
+        take(&mut inside, 4)
+            .await
+            .iter()
+            .map(|e| e.revision)
+            .collect::<Vec<_>>(),
+        revs[revs.len() - 4..]
+    );
+    let now = s.watch_cache_stats();
+    assert_eq!(
+        (now.cached - after.cached, now.etcd_watches),
+        (1, after.etcd_watches),
+        "{now:?}"
+    );
+
+    // A resource whose size is 0, and a prefix that is not one resource's, go to etcd.
+    let head = s.current_revision().await.unwrap();
+    let mut pods = s.watch("/core/pods/", head).await.unwrap();
+    let mut everything = s.watch("/", head).await.unwrap();
+    let p = s.create("/core/pods/b/p", cm("p", 1)).await.unwrap();
+    assert_eq!(next(&mut pods).await.revision, rv(&p));
+    assert_eq!(next(&mut everything).await.revision, rv(&p));
+    let last = s.watch_cache_stats();
+    assert_eq!(
+        (last.direct - now.direct, last.upstreams),
+        (2, 1),
+        "{last:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lagging_watcher_blocks_nobody_and_loses_nothing() {
+    let Some(bin) = etcd_for_test("a_lagging_watcher_blocks_nobody_and_loses_nothing") else {
+        return;
+    };
+    let cluster = LocalEtcd::start(&bin, 1).await.expect("etcd");
+    let s = connect(&cluster, configmaps(8)).await;
+    let base = s.current_revision().await.unwrap();
+    // Never read until the writes are done.
+    let mut slow = s.watch("/core/configmaps/", base).await.unwrap();
+    let mut fast = s.watch("/core/configmaps/", base).await.unwrap();
+    assert_eq!(s.watch_cache_stats().cached, 2);
+    const WRITES: usize = 60;
+    let reader = tokio::spawn(async move { take(&mut fast, WRITES).await });
+    let mut revs = Vec::new();
+    for n in 0..WRITES {
+        let o = s
+            .create(&format!("/core/configmaps/a/k{n}"), cm("k", n as u64))
+            .await
+            .unwrap();
+        revs.push(rv(&o));
+    }
+    // The reader got everything while the slow watcher read nothing.
+    let fast_got = tokio::time::timeout(Duration::from_secs(10), reader)
+        .await
+        .expect("the fast watcher was not held up")
+        .unwrap();
+    assert_eq!(
+        fast_got.iter().map(|e| e.revision).collect::<Vec<_>>(),
+        revs
+    );
+    // The slow one is 60 events behind an 8-event window: it goes on from etcd, no gap.
+    let slow_got = take(&mut slow, WRITES).await;
+    assert_eq!(slow_got, fast_got);
+    let stats = s.watch_cache_stats();
+    assert!(stats.fallbacks >= 1, "{stats:?}");
+    // And follows live changes afterwards.
+    let late = s
+        .create("/core/configmaps/a/late", cm("late", 0))
+        .await
+        .unwrap();
+    assert_eq!(next(&mut slow).await.revision, rv(&late));
+    assert_quiet(&mut slow).await;
+    eprintln!("after the lag: {stats:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_is_gone_only_when_etcd_compacted() {
+    let Some(bin) = etcd_for_test("compaction_is_gone_only_when_etcd_compacted") else {
+        return;
+    };
+    let cluster = LocalEtcd::start(&bin, 1).await.expect("etcd");
+    // Two API servers' stores on one etcd, both caches following configmaps.
+    let a = connect(&cluster, WatchCacheOptions::default()).await;
+    let b = connect(&cluster, WatchCacheOptions::default()).await;
+    let base = a.current_revision().await.unwrap();
+    let mut open_a = a.watch("/core/configmaps/", base).await.unwrap();
+    let mut open_b = b.watch("/core/configmaps/", base).await.unwrap();
+    let revs = churn(&a, "k", 10).await;
+
+    // This store's own compaction: below it Gone, from it on served from memory.
+    a.compact(revs[5]).await.unwrap();
+    match a.watch("/core/configmaps/", revs[0]).await {
+        Err(StoreError::Gone { requested, .. }) => assert_eq!(requested, revs[0]),
+        Err(e) => panic!("expected Gone, got {e}"),
+        Ok(_) => panic!("expected Gone, got a watch"),
+    }
+    let opened = a.watch_cache_stats().etcd_watches;
+    let mut w = a.watch("/core/configmaps/", revs[5] - 1).await.unwrap();
+    assert_eq!(
+        take(&mut w, 5)
+            .await
+            .iter()
+            .map(|e| e.revision)
+            .collect::<Vec<_>>(),
+        revs[5..]
+    );
+    assert_eq!(a.watch_cache_stats().etcd_watches, opened);
+
+    // The coordinated compactor (compact_rev_key) of server a: the first round only records
+    // the revision, the second compacts to it. Server b learns it from compact_rev_key.
+    let state = a.compact_round(Default::default()).await.unwrap();
+    let more = churn(&a, "m", 6).await;
+    a.compact_round(state).await.unwrap();
+    let compacted_to = state.revision;
+    assert!(compacted_to > revs[9] && compacted_to < more[5]);
+    let gone = async {
+        loop {
+            match b.watch("/core/configmaps/", revs[7]).await {
+                Err(StoreError::Gone { .. }) => return,
+                Err(e) => panic!("expected Gone, got {e}"),
+                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), gone)
+        .await
+        .expect("b learnt a's compaction");
+    // From the compaction on, b serves from memory; the open watches go on.
+    let opened = b.watch_cache_stats().etcd_watches;
+    let after: Vec<u64> = more.iter().copied().filter(|r| *r > compacted_to).collect();
+    let mut w = b.watch("/core/configmaps/", compacted_to).await.unwrap();
+    assert_eq!(
+        take(&mut w, after.len())
+            .await
+            .iter()
+            .map(|e| e.revision)
+            .collect::<Vec<_>>(),
+        after
+    );
+    assert_eq!(b.watch_cache_stats().etcd_watches, opened);
+    let all: Vec<u64> = revs.iter().chain(&more).copied().collect();
+    for open in [&mut open_a, &mut open_b] {
+        let got = take(open, all.len()).await;
+        assert_eq!(got.iter().map(|e| e.revision).collect::<Vec<_>>(), all);
+    }
+}
+
+/// Writers on a 3-member cluster while each member in turn, the leader first, is SIGKILLed
+/// and restarted; five cached watchers (four on the resource, one on a namespace) run throughout.
+/// Each sees every acknowledged write of its prefix once, in order, and none of them noticed:
+/// no fallback to a direct watch, one upstream watch (which resumed by itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_killed_under_writes_goes_unnoticed() {
+    let Some(bin) = etcd_for_test("a_member_killed_under_writes_goes_unnoticed") else {
+        return;
+    };
+    let mut cluster = LocalEtcd::start(&bin, 3).await.expect("3-member etcd");
+    // A history larger than the test writes: this test is about member failures, not lag
+    // (a_lagging_watcher_… has that).
+    let store = connect(&cluster, configmaps(1_000_000)).await;
+    let base = store.current_revision().await.unwrap();
+    // The watchers read as they go, until the closing write.
+    let mut readers = Vec::new();
+    for prefix in [
+        "/core/configmaps/",
+        "/core/configmaps/",
+        "/core/configmaps/",
+        "/core/configmaps/",
+        "/core/configmaps/w1/",
+    ] {
+        let mut w = store.watch(prefix, base).await.unwrap();
+        readers.push((
+            prefix,
+            tokio::spawn(async move {
+                let mut seen = Vec::new();
+                loop {
+                    let e = tokio::time::timeout(Duration::from_secs(30), w.next())
+                        .await
+                        .expect("an event within 30 s")
+                        .expect("watch open")
+                        .expect("event");
+                    if e.key.ends_with("/end") {
+                        return seen;
+                    }
+                    seen.push(e.revision);
+                }
+            }),
+        ));
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..3 {
+        let (store, stop) = (store.clone(), stop.clone());
+        writers.push(tokio::spawn(async move {
+            let mut acked = BTreeMap::new();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let key = format!("/core/configmaps/w{w}/k{n}");
+                // A create whose answer was lost may have committed: the retry then finds it.
+                let result = match store.create(&key, cm("k", n)).await {
+                    Ok(v) => Some(v),
+                    Err(e) if e.is_already_exists() => store.get(&key).await.ok().flatten(),
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                if let Some(v) = result {
+                    acked.insert(key, rv(&v));
+                    n += 1;
+                }
+            }
+            acked
+        }));
+    }
+    // Every member in turn, the leader first, so that the member carrying the upstream watch
+    // is certainly among them.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let leader = cluster.leader().await.expect("a leader");
+    for victim in [leader, (leader + 1) % 3, (leader + 2) % 3] {
+        cluster.kill(victim);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        cluster.restart(victim).await.expect("restart member");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut acked = BTreeMap::new();
+    for w in writers {
+        acked.extend(w.await.unwrap());
+    }
+    assert!(acked.len() > 50, "{} writes acknowledged", acked.len());
+    store
+        .create("/core/configmaps/w1/end", cm("end", 0))
+        .await
+        .unwrap();
+    for (prefix, reader) in readers {
+        let mut expected: Vec<u64> = acked
+            .iter()
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(_, r)| *r)
+            .collect();
+        expected.sort_unstable();
+        let got = reader.await.unwrap();
+        assert_eq!(got, expected, "{prefix}: every acknowledged write once");
+    }
+    let stats: WatchCacheStats = store.watch_cache_stats();
+    assert_eq!(
+        (stats.upstreams, stats.cached, stats.direct, stats.fallbacks),
+        (1, 5, 0, 0),
+        "the watchers did not notice: {stats:?}"
+    );
+    // Every member died once: the upstream watch and the compact_rev_key watch were each
+    // reopened at least once.
+    assert!(
+        stats.etcd_watches >= 4,
+        "the cache's etcd watches were reopened after their members died: {stats:?}"
+    );
+    eprintln!(
+        "{} acknowledged writes seen by 5 cached watchers; {stats:?}",
+        acked.len()
+    );
+}
