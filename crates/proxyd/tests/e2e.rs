@@ -185,6 +185,10 @@ async fn services_and_slices_become_rules_and_traffic(mode: ProxyMode) {
     e.lab.serve_tcp(1, 8080, "b1").unwrap();
     e.lab.serve_tcp(2, 8080, "b2").unwrap();
     let proxy = start(&e, mode).await;
+    // The first full sync has its own bound: inside user-mode Linux (IPVS) it takes 10-20 s
+    // (every syscall ~40x dearer; iptables-legacy and ip6tables for the companion rules),
+    // which must not eat the 20 s that traffic gets to follow a change.
+    wait_retired(&proxy).await;
     create_web(&e, 1).await;
     let vip: SocketAddr = VIP.parse().unwrap();
     wait_for_backend(&e.lab, vip, "b1").await;
