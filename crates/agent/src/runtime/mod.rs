@@ -292,7 +292,7 @@ fn release_previous(cfg: &AgentConfig) -> Result<(), AgentError> {
     let ipam = cni::Ipam::open(&conf.data_dir, &conf.name, &conf.ipam).map_err(cni_err)?;
     for (_, uid, ifname) in ipam.allocations().map_err(cni_err)? {
         let netns = cfg.pod_netns(&uid);
-        pod::remove_netns(&netns);
+        process::remove_netns(&netns);
         let inv = Invocation {
             container_id: uid,
             netns: String::new(),
@@ -310,7 +310,7 @@ fn release_previous(cfg: &AgentConfig) -> Result<(), AgentError> {
             .ok()
             .and_then(|b| serde_json::from_slice::<pod::PodRecord>(&b).ok());
         if let Some(record) = record.filter(|r| !r.sandbox.host_network) {
-            pod::remove_netns(&record.sandbox.netns);
+            process::remove_netns(&record.sandbox.netns);
         }
     }
     match std::fs::remove_dir_all(cfg.pods_dir()) {

@@ -18,8 +18,10 @@ use tokio::task::JoinHandle;
 
 use super::AgentConfig;
 use super::output;
-use super::probe::{ProbeAction, ProbeSpec, ProbeTracker, run_network_probe};
-use super::process::{self, PodSandbox};
+use super::probe::{
+    ExecContext, ProbeAction, ProbeSpec, ProbeTracker, exec_probe, run_network_probe,
+};
+use super::process::{self, PodSandbox, remove_netns};
 use super::spec::{self, Launch, PodContext};
 use super::status::{CState, Conditions, ContainerView, PodView, pod_status};
 use super::volumes;
@@ -880,56 +882,4 @@ fn spawn_probe(
             tokio::time::sleep(spec.period).await;
         }
     })
-}
-
-/// Where a container's exec probes run: its sandbox, environment and volume mounts.
-struct ExecContext {
-    sandbox: PodSandbox,
-    env: Vec<(String, String)>,
-    mounts: Vec<volumes::Mount>,
-}
-
-async fn exec_probe(target: &ExecContext, command: &[String], timeout: Duration) -> bool {
-    let Ok(mut cmd) =
-        target
-            .sandbox
-            .command_with(command, &target.env, true, false, &target.mounts, None)
-    else {
-        return false;
-    };
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let Ok(mut child) = tokio::process::Command::from(cmd)
-        .kill_on_drop(true)
-        .spawn()
-    else {
-        return false;
-    };
-    match tokio::time::timeout(timeout, child.wait()).await {
-        Ok(Ok(status)) => status.success(),
-        _ => {
-            if let Some(pid) = child.id() {
-                process::signal(pid, true);
-            }
-            false
-        }
-    }
-}
-
-/// Kills whatever still runs in a pod namespace and removes it (missing is fine).
-pub fn remove_netns(netns: &str) {
-    if !ip::netns_list()
-        .unwrap_or_default()
-        .iter()
-        .any(|n| n == netns)
-    {
-        return;
-    }
-    for pid in ip::netns_pids(netns).unwrap_or_default() {
-        let _ = svcnet_netns::sandbox::kill_process(pid);
-    }
-    if let Err(e) = ip::ip_del(None, &["netns", "del", netns]) {
-        tracing::warn!("removing namespace {netns}: {e}");
-    }
 }

@@ -9,6 +9,9 @@ use k8s_openapi::api::core::v1::{Container, Probe};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+use super::process::{self, PodSandbox};
+use super::volumes;
+
 /// What a probe does.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeAction {
@@ -207,6 +210,45 @@ async fn http_probe(
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
     Ok((200..400).contains(&code))
+}
+
+/// Where a container's exec probes run: its sandbox, environment and volume mounts.
+pub(super) struct ExecContext {
+    pub(super) sandbox: PodSandbox,
+    pub(super) env: Vec<(String, String)>,
+    pub(super) mounts: Vec<volumes::Mount>,
+}
+
+pub(super) async fn exec_probe(
+    target: &ExecContext,
+    command: &[String],
+    timeout: Duration,
+) -> bool {
+    let Ok(mut cmd) =
+        target
+            .sandbox
+            .command_with(command, &target.env, true, false, &target.mounts, None)
+    else {
+        return false;
+    };
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let Ok(mut child) = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()
+    else {
+        return false;
+    };
+    match tokio::time::timeout(timeout, child.wait()).await {
+        Ok(Ok(status)) => status.success(),
+        _ => {
+            if let Some(pid) = child.id() {
+                process::signal(pid, true);
+            }
+            false
+        }
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use svcnet_netns::sandbox::Sandbox;
 
 use super::volumes::Mount;
+use crate::ip;
 
 /// Everything needed to start a process in a pod (also what `svcnet exec` reads back from
 /// the pod record).
@@ -160,5 +161,22 @@ pub fn spawn(
 pub fn signal(pgid: u32, force: bool) {
     if let Err(e) = svcnet_netns::sandbox::signal_group(pgid, force) {
         tracing::warn!(pgid, force, "signal: {e}");
+    }
+}
+
+/// Kills whatever still runs in a pod namespace and removes it (missing is fine).
+pub fn remove_netns(netns: &str) {
+    if !ip::netns_list()
+        .unwrap_or_default()
+        .iter()
+        .any(|n| n == netns)
+    {
+        return;
+    }
+    for pid in ip::netns_pids(netns).unwrap_or_default() {
+        let _ = svcnet_netns::sandbox::kill_process(pid);
+    }
+    if let Err(e) = ip::ip_del(None, &["netns", "del", netns]) {
+        tracing::warn!("removing namespace {netns}: {e}");
     }
 }
