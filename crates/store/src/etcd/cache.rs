@@ -43,7 +43,7 @@ use std::sync::{Arc, RwLock};
 
 use tokio::sync::{oneshot, watch};
 
-use super::watch::{Upstream, direct, translate};
+use super::watch::{Upstream, direct, translate_response};
 use super::{COMPACT_REV_KEY, EtcdStore, KeyLayout};
 use crate::{Event, EventStream, StoreError, WatchCacheOptions, WatchCacheStats};
 
@@ -327,30 +327,19 @@ async fn run_hub(
                 return;
             }
         };
-        let mut batch = Vec::with_capacity(resp.events().len());
-        let mut seen = after;
-        for ev in resp.events() {
-            let revision = ev
-                .kv()
-                .map_or(0, |kv| u64::try_from(kv.mod_revision()).unwrap_or(0));
-            if revision <= seen {
-                continue;
+        let batch = match translate_response(&layout, &resp, after) {
+            Ok(events) => events
+                .into_iter()
+                .map(|(ekey, event)| Arc::new(Cached { ekey, event }))
+                .collect(),
+            Err(e) => {
+                // Each watcher's own etcd watch meets the same event and ends with the
+                // same error, as it would have without the cache.
+                tracing::warn!("watch cache: {e}; its watchers go to etcd");
+                shared.fail();
+                return;
             }
-            match translate(&layout, ev) {
-                Ok(Some((ekey, event))) => {
-                    seen = event.revision;
-                    batch.push(Arc::new(Cached { ekey, event }));
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    // Each watcher's own etcd watch meets the same event and ends with the
-                    // same error, as it would have without the cache.
-                    tracing::warn!("watch cache: {e}; its watchers go to etcd");
-                    shared.fail();
-                    return;
-                }
-            }
-        }
+        };
         shared.push(batch, upstream.last());
     }
 }

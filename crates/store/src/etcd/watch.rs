@@ -160,6 +160,30 @@ impl Upstream {
 }
 
 /// The store event of an etcd event, with its etcd key; `None` for a key outside the layout.
+/// A watch response's events after revision `after` (etcd 3.4.23 can repeat events across a
+/// reopened watch), translated with their etcd keys; an error drops the whole response.
+pub(super) fn translate_response(
+    layout: &KeyLayout,
+    resp: &etcd_client::WatchResponse,
+    after: u64,
+) -> Result<Vec<(String, Event)>, StoreError> {
+    let mut out = Vec::with_capacity(resp.events().len());
+    let mut seen = after;
+    for ev in resp.events() {
+        let revision = ev
+            .kv()
+            .map_or(0, |kv| u64::try_from(kv.mod_revision()).unwrap_or(0));
+        if revision <= seen {
+            continue;
+        }
+        if let Some((ekey, event)) = translate(layout, ev)? {
+            seen = event.revision;
+            out.push((ekey, event));
+        }
+    }
+    Ok(out)
+}
+
 pub(super) fn translate(
     layout: &KeyLayout,
     ev: &etcd_client::Event,
@@ -283,22 +307,11 @@ async fn step(state: Option<State>) -> Step {
             Ok(next) => next,
             Err(e) => return Some((Err(e), None)),
         };
-        let mut seen = after;
-        for ev in resp.events() {
-            let revision = ev
-                .kv()
-                .map_or(0, |kv| u64::try_from(kv.mod_revision()).unwrap_or(0));
-            if revision <= seen {
-                continue;
-            }
-            match translate(&st.layout, ev) {
-                Ok(Some((_, event))) => {
-                    seen = event.revision;
-                    st.pending.push_back(event);
-                }
-                Ok(None) => {}
-                Err(e) => return Some((Err(e), None)),
-            }
+        match translate_response(&st.layout, &resp, after) {
+            Ok(events) => st
+                .pending
+                .extend(events.into_iter().map(|(_, event)| event)),
+            Err(e) => return Some((Err(e), None)),
         }
     }
 }
