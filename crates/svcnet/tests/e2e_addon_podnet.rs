@@ -213,18 +213,7 @@ fn the_addon_runs_the_vxlan_pod_network() {
     });
 
     // Pods on both nodes, attached at the add-on's MTU.
-    let manifest = up.data_dir.path().join("pods.yaml");
-    std::fs::write(&manifest, common::pods_a_b("e2ean")).unwrap();
-    up.ok(&["apply", "-f", manifest.to_str().unwrap()]);
-    up.ok(&[
-        "wait",
-        "--for=condition=Ready",
-        "pod/a",
-        "pod/b",
-        "--timeout=60s",
-    ]);
-    let ip_a = up.ok(&["get", "pod", "a", "-o", "jsonpath={.status.podIP}"]);
-    let ip_b = up.ok(&["get", "pod", "b", "-o", "jsonpath={.status.podIP}"]);
+    let (ip_a, ip_b) = up.start_pods_a_b(&common::pods_a_b("e2ean"));
     assert!(
         ip_a.starts_with("10.231.1.") && ip_b.starts_with("10.231.2."),
         "{ip_a} {ip_b}"
@@ -452,18 +441,7 @@ fn the_addon_runs_host_gw_or_udp_when_asked() {
             let routes = ip_in(n1, &["route", "show"]);
             routes.contains(route).then_some(routes)
         });
-        let pods = up.data_dir.path().join("pods.yaml");
-        std::fs::write(&pods, common::pods_a_b("e2ean")).unwrap();
-        up.ok(&["apply", "-f", pods.to_str().unwrap()]);
-        up.ok(&[
-            "wait",
-            "--for=condition=Ready",
-            "pod/a",
-            "pod/b",
-            "--timeout=60s",
-        ]);
-        let ip_a = up.ok(&["get", "pod", "a", "-o", "jsonpath={.status.podIP}"]);
-        let ip_b = up.ok(&["get", "pod", "b", "-o", "jsonpath={.status.podIP}"]);
+        let (ip_a, ip_b) = up.start_pods_a_b(&common::pods_a_b("e2ean"));
         let exec_in = |pod: &str, cmd: &str| -> String {
             String::from_utf8_lossy(&up.exec_sh(pod, cmd).stdout)
                 .trim()
@@ -476,7 +454,12 @@ fn the_addon_runs_host_gw_or_udp_when_asked() {
             direct.starts_with("pod=b ") && direct.contains(&format!("client={ip_a}:")),
             "{backend}: pod to pod, source kept: {direct}"
         );
-        up.ok(&["delete", "-f", pods.to_str().unwrap(), "--wait=true"]);
+        up.ok(&[
+            "delete",
+            "-f",
+            up.data_dir.path().join("pods.yaml").to_str().unwrap(),
+            "--wait=true",
+        ]);
         up.ok(&["delete", "-f", manifest, "--wait=true"]);
         wait_for(&format!("{backend}'s routes and device gone"), || {
             let mut left: Vec<String> = Vec::new();

@@ -160,18 +160,7 @@ fn pods_on_two_nodes_talk_over_calico_bgp() {
     }
 
     // Pods on both nodes: pod to pod across nodes (source kept), to a Service, many MTUs.
-    let manifest = up.data_dir.path().join("pods.yaml");
-    std::fs::write(&manifest, PODS).unwrap();
-    up.ok(&["apply", "-f", manifest.to_str().unwrap()]);
-    up.ok(&[
-        "wait",
-        "--for=condition=Ready",
-        "pod/a",
-        "pod/b",
-        "--timeout=60s",
-    ]);
-    let ip_a = up.ok(&["get", "pod", "a", "-o", "jsonpath={.status.podIP}"]);
-    let ip_b = up.ok(&["get", "pod", "b", "-o", "jsonpath={.status.podIP}"]);
+    let (ip_a, ip_b) = up.start_pods_a_b(PODS);
     assert!(
         ip_a.starts_with("10.117.1.") && ip_b.starts_with("10.117.2."),
         "{ip_a} {ip_b}"

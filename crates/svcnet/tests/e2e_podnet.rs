@@ -94,18 +94,7 @@ fn pods_on_two_nodes_talk_over_flannel_vxlan() {
     );
 
     // Pods on both nodes, at MTU 1450.
-    let manifest = up.data_dir.path().join("pods.yaml");
-    std::fs::write(&manifest, common::pods_a_b("e2evx")).unwrap();
-    up.ok(&["apply", "-f", manifest.to_str().unwrap()]);
-    up.ok(&[
-        "wait",
-        "--for=condition=Ready",
-        "pod/a",
-        "pod/b",
-        "--timeout=60s",
-    ]);
-    let ip_a = up.ok(&["get", "pod", "a", "-o", "jsonpath={.status.podIP}"]);
-    let ip_b = up.ok(&["get", "pod", "b", "-o", "jsonpath={.status.podIP}"]);
+    let (ip_a, ip_b) = up.start_pods_a_b(&common::pods_a_b("e2evx"));
     assert!(
         ip_a.starts_with("10.131.1.") && ip_b.starts_with("10.131.2."),
         "{ip_a} {ip_b}"

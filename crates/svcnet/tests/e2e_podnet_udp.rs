@@ -70,18 +70,7 @@ fn pods_on_two_nodes_talk_over_flannel_udp_and_nothing_is_left() {
     );
 
     // Pods on both nodes, at MTU 1472.
-    let manifest = up.data_dir.path().join("pods.yaml");
-    std::fs::write(&manifest, common::pods_a_b("e2eud")).unwrap();
-    up.ok(&["apply", "-f", manifest.to_str().unwrap()]);
-    up.ok(&[
-        "wait",
-        "--for=condition=Ready",
-        "pod/a",
-        "pod/b",
-        "--timeout=60s",
-    ]);
-    let ip_a = up.ok(&["get", "pod", "a", "-o", "jsonpath={.status.podIP}"]);
-    let ip_b = up.ok(&["get", "pod", "b", "-o", "jsonpath={.status.podIP}"]);
+    let (ip_a, ip_b) = up.start_pods_a_b(&common::pods_a_b("e2eud"));
     assert!(
         ip_a.starts_with("10.197.1.") && ip_b.starts_with("10.197.2."),
         "{ip_a} {ip_b}"

@@ -143,6 +143,24 @@ impl Up {
         serde_json::from_slice(&out.stdout).unwrap()
     }
 
+    /// Applies `manifest` (pods `a` and `b`, as [`pods_a_b`] makes them), waits until both are
+    /// Ready and returns their IPs.
+    #[allow(dead_code)] // not every e2e binary runs pods a and b
+    pub fn start_pods_a_b(&self, manifest: &str) -> (String, String) {
+        let path = self.data_dir.path().join("pods.yaml");
+        std::fs::write(&path, manifest).unwrap();
+        self.ok(&["apply", "-f", path.to_str().unwrap()]);
+        self.ok(&[
+            "wait",
+            "--for=condition=Ready",
+            "pod/a",
+            "pod/b",
+            "--timeout=60s",
+        ]);
+        let ip = |pod: &str| self.ok(&["get", "pod", pod, "-o", "jsonpath={.status.podIP}"]);
+        (ip("a"), ip("b"))
+    }
+
     /// `svcnet exec POD -- sh -c CMD` on this cluster: its output, whether or not it succeeded.
     #[allow(dead_code)] // not every e2e binary execs
     pub fn exec_sh(&self, pod: &str, cmd: &str) -> Output {
