@@ -27,8 +27,7 @@ use std::path::Path;
 use common::is_root;
 use common::walkthrough::{leftovers, run_worked_example};
 
-const PLUGIN: &str = "/opt/cni/bin/svcnet";
-const CONFLIST: &str = "/etc/cni/net.d/10-svcnet.conflist";
+use common::{CNI_CONFLIST as CONFLIST, CNI_PLUGIN as PLUGIN};
 
 /// The walkthrough with the add-on in place of the built-in proxy and DNS.
 fn with_addon(i: usize, commands: &str) -> String {
@@ -106,31 +105,13 @@ fn proxy_rules(n: usize) -> Vec<String> {
     found
 }
 
-/// Removes the CNI files the add-on installs, whatever happened (the test checks they were
-/// absent before it started).
-struct RemoveOnDrop(&'static [&'static str]);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        for path in self.0 {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
-
 #[test]
 fn the_addon_manifests_run_the_cluster_network_from_pods() {
     if !is_root() {
         eprintln!("skipped: needs root (CI runs as root)");
         return;
     }
-    for path in [PLUGIN, CONFLIST] {
-        assert!(
-            !Path::new(path).exists(),
-            "{path} exists: another CNI install is on this machine"
-        );
-    }
-    let _installed = RemoveOnDrop(&[PLUGIN, CONFLIST]);
+    let _installed = common::CniFiles::claim();
     let ran = run_worked_example(with_addon);
 
     // The add-on's parts are what serves: no built-in proxy or DNS ran.

@@ -23,8 +23,7 @@ use std::process::Command;
 
 use common::{Net, free_udp_port, ip_in, is_root, wait_for};
 
-const PLUGIN: &str = "/opt/cni/bin/svcnet";
-const CONFLIST: &str = "/etc/cni/net.d/10-svcnet.conflist";
+use common::{CNI_CONFLIST as CONFLIST, CNI_PLUGIN as PLUGIN};
 const MANIFEST: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/svcnet.yaml");
 
 const NET: Net = Net {
@@ -49,18 +48,6 @@ metadata:
 spec:
   podCIDR: 10.231.9.0/24
 "#;
-
-/// Removes the CNI files the add-on installs, whatever happened (the test checks they were
-/// absent before it started).
-struct RemoveOnDrop;
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        for path in [PLUGIN, CONFLIST] {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-}
 
 fn bridge_fdb(netns: &str) -> String {
     let out = Command::new("bridge")
@@ -96,13 +83,7 @@ fn the_addon_runs_the_vxlan_pod_network() {
         return;
     }
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    for path in [PLUGIN, CONFLIST] {
-        assert!(
-            !Path::new(path).exists(),
-            "{path} exists: another CNI install is on this machine"
-        );
-    }
-    let _installed = RemoveOnDrop;
+    let _installed = common::CniFiles::claim();
     let mut up = NET.up_with(
         "2",
         free_udp_port(),
@@ -394,13 +375,7 @@ fn the_addon_runs_host_gw_or_udp_when_asked() {
         return;
     }
     let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    for path in [PLUGIN, CONFLIST] {
-        assert!(
-            !Path::new(path).exists(),
-            "{path} exists: another CNI install is on this machine"
-        );
-    }
-    let _installed = RemoveOnDrop;
+    let _installed = common::CniFiles::claim();
     let mut up = NET.up_with(
         "2",
         free_udp_port(),

@@ -447,3 +447,35 @@ pub fn ip_in(netns: &str, args: &[&str]) -> String {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// The files the add-on's CNI DaemonSet installs on this machine (its hostPath volumes).
+#[allow(dead_code)] // only the add-on tests install them
+pub const CNI_PLUGIN: &str = "/opt/cni/bin/svcnet";
+#[allow(dead_code)] // only the add-on tests install them
+pub const CNI_CONFLIST: &str = "/etc/cni/net.d/10-svcnet.conflist";
+
+/// Claims the add-on's CNI files for one test: they must be absent at the start (no other CNI
+/// install on this machine) and are removed when this is dropped, whatever happened.
+#[allow(dead_code)] // only the add-on tests install them
+pub struct CniFiles;
+
+#[allow(dead_code)] // only the add-on tests install them
+impl CniFiles {
+    pub fn claim() -> CniFiles {
+        for path in [CNI_PLUGIN, CNI_CONFLIST] {
+            assert!(
+                !Path::new(path).exists(),
+                "{path} exists: another CNI install is on this machine"
+            );
+        }
+        CniFiles
+    }
+}
+
+impl Drop for CniFiles {
+    fn drop(&mut self) {
+        for path in [CNI_PLUGIN, CNI_CONFLIST] {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
