@@ -22,12 +22,19 @@ pub fn config(dir: &Path) -> ServerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         bookmark_interval: std::time::Duration::from_millis(300),
         storage: storage(dir),
+        // On etcd each server renews its master lease record every TTL × 2/3, a write that
+        // moves the store's revision between any two reads of a test (`Raw::refused` checks
+        // that a refused request moved nothing). The tests here run one server, so the
+        // renewal is pushed past any test's length; `e2e_multi_apiserver` tests the leases.
+        endpoint_lease_ttl: std::time::Duration::from_secs(3600),
         ..ServerConfig::default()
     }
 }
 
 /// redb in the data dir; or, with `SVCNET_TEST_ETCD_SERVERS=http://127.0.0.1:2379,…`, that
 /// etcd cluster under a prefix of the data dir's name, so the API tests run on the etcd store.
+/// Run them one at a time there (`-- --test-threads=1`): etcd's revision is global to the
+/// cluster, so the tests that check a request moved no revision would see each other's writes.
 fn storage(dir: &Path) -> svcnet_apiserver::Storage {
     #[cfg(feature = "etcd")]
     if let Ok(servers) = std::env::var("SVCNET_TEST_ETCD_SERVERS") {
