@@ -85,6 +85,11 @@ pub struct WatchCacheStats {
     /// Cached client watches that fell back to their own etcd watch (lagged out of the
     /// window, or their upstream failed).
     pub fallbacks: u64,
+    /// Lists of a whole resource or namespace served from the cache's objects.
+    pub lists_cached: u64,
+    /// Lists read from etcd because the cache could not serve them (off for the resource,
+    /// not started, or not caught up with etcd within the wait).
+    pub lists_etcd: u64,
 }
 
 #[cfg(test)]

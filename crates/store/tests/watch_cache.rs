@@ -471,3 +471,87 @@ async fn a_member_killed_under_writes_goes_unnoticed() {
         acked.len()
     );
 }
+
+/// A list from the cache is the list etcd itself gives at the same revision, also right after
+/// another API server's write that the cache has not seen yet (a create, an update, a
+/// deletion alone, a write to another resource only), for a whole resource and for one
+/// namespace; with the resource's cache off, lists read etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_from_the_cache_are_etcds_lists() {
+    let Some(bin) = etcd_for_test("lists_from_the_cache_are_etcds_lists") else {
+        return;
+    };
+    let cluster = LocalEtcd::start(&bin, 1).await.expect("etcd");
+    let s = connect(&cluster, WatchCacheOptions::default()).await;
+    // Another API server (no cache): its writes reach `s` through etcd only, and its lists
+    // are etcd's own.
+    let other = connect(&cluster, off()).await;
+    churn(&other, "x", 9).await;
+    let prefixes = [
+        "/core/configmaps/",
+        "/core/configmaps/a/",
+        "/core/configmaps/b/",
+    ];
+    let same = |step: &str, cached: &svcnet_store::ListResult, etcd: &svcnet_store::ListResult| {
+        assert_eq!(cached.items, etcd.items, "{step}: items");
+        assert_eq!(cached.revision, etcd.revision, "{step}: revision");
+    };
+    for p in prefixes {
+        let cached = s.list(p).await.unwrap();
+        same(
+            &format!("first list of {p}"),
+            &cached,
+            &other.list(p).await.unwrap(),
+        );
+    }
+    assert_eq!(s.watch_cache_stats().upstreams, 1, "one hub for configmaps");
+
+    for round in 0..40u64 {
+        let ns = ["a", "b"][(round % 2) as usize];
+        let key = format!("/core/configmaps/{ns}/y{}", round % 3);
+        let step = match round % 4 {
+            0 => {
+                let _ = other.delete(&key, None).await;
+                other.create(&key, cm(&key, round)).await.unwrap();
+                "create"
+            }
+            1 => {
+                other.update(&key, cm(&key, round), None).await.ok();
+                "update"
+            }
+            2 => {
+                // A deletion alone: nothing under the prefix is newer than the cache's head.
+                other.delete(&key, None).await.ok();
+                "deletion"
+            }
+            _ => {
+                other
+                    .create(&format!("/core/pods/a/y{round}"), cm("p", round))
+                    .await
+                    .unwrap();
+                "another resource's write"
+            }
+        };
+        for p in prefixes {
+            let cached = s.list(p).await.unwrap();
+            let etcd = other.list(p).await.unwrap();
+            same(&format!("round {round}, {step}, {p}"), &cached, &etcd);
+        }
+    }
+    let stats = s.watch_cache_stats();
+    assert_eq!(
+        (stats.lists_cached, stats.lists_etcd),
+        (3 + 40 * 3, 0),
+        "{stats:?}"
+    );
+
+    let uncached = connect(&cluster, configmaps(0)).await;
+    let l = uncached.list("/core/configmaps/").await.unwrap();
+    same(
+        "cache off",
+        &l,
+        &other.list("/core/configmaps/").await.unwrap(),
+    );
+    let stats = uncached.watch_cache_stats();
+    assert_eq!((stats.lists_cached, stats.lists_etcd), (0, 1), "{stats:?}");
+}

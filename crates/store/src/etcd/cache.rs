@@ -26,6 +26,15 @@
 //! A watch from below the window, of a resource whose size is 0, of a prefix that is not one
 //! resource's, or with the cache off, is such a direct etcd watch from the start.
 //!
+//! Lists: a hub starts with a list of its resource at one revision and keeps every object of
+//! the resource as of its head, so a list of the latest state (a whole resource or one
+//! namespace) is served from memory, without reading and decoding every object from etcd, as
+//! kube-apiserver's consistent list from the cache does. It stays a consistent read: one
+//! cheap etcd transaction proves that nothing under the list's prefix changed between the
+//! cache's head and etcd's current revision, or the list waits (at most 3 s, then reads etcd)
+//! until the cache has the change ([`WatchCache::list`]). `list_at` (paged lists' later pages,
+//! `resourceVersionMatch=Exact`) reads etcd.
+//!
 //! Compaction: the cache knows the oldest revision etcd can still serve from the compactions
 //! this store makes, from every coordinated compaction (a watch on `compact_rev_key`, which
 //! every svcnet and kube-apiserver compactor writes before compacting) and from etcd refusing a
@@ -35,17 +44,27 @@
 //!
 //! **Architecture Invariant:** a cached client watch sees exactly what its own etcd watch would:
 //! every event of its prefix after its revision, once, in revision order, with the same
-//! objects; the ring only ever holds a gap-free suffix of the resource's events.
+//! objects; the ring only ever holds a gap-free suffix of the resource's events; a cached
+//! list is etcd's list at the revision it reports, which is no older than etcd's revision
+//! when the list began.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use etcd_client::{GetOptions, Txn, TxnOp, TxnOpResponse};
+use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
 use super::watch::{Upstream, direct, translate_response};
-use super::{COMPACT_REV_KEY, EtcdStore, KeyLayout};
-use crate::{Event, EventStream, StoreError, WatchCacheOptions, WatchCacheStats};
+use super::{COMPACT_REV_KEY, EtcdStore, KeyLayout, backend, decode, prefix_end, to_i64};
+use crate::{
+    Event, EventStream, EventType, ListResult, StoreError, WatchCacheOptions, WatchCacheStats,
+};
+
+/// How long a list waits for the cache to catch up with etcd before it reads etcd instead
+/// (kube-apiserver's consistent list from the cache waits up to 3 s).
+const CATCH_UP: std::time::Duration = std::time::Duration::from_secs(3);
 
 #[derive(Debug, Default)]
 pub(super) struct Counters {
@@ -54,6 +73,8 @@ pub(super) struct Counters {
     pub(super) cached: AtomicU64,
     pub(super) direct: AtomicU64,
     pub(super) fallbacks: AtomicU64,
+    pub(super) lists_cached: AtomicU64,
+    pub(super) lists_etcd: AtomicU64,
 }
 
 /// The cache of one [`EtcdStore`] (see the module's notes).
@@ -90,6 +111,8 @@ impl WatchCache {
             cached: c.cached.load(Ordering::Relaxed),
             direct: c.direct.load(Ordering::Relaxed),
             fallbacks: c.fallbacks.load(Ordering::Relaxed),
+            lists_cached: c.lists_cached.load(Ordering::Relaxed),
+            lists_etcd: c.lists_etcd.load(Ordering::Relaxed),
         }
     }
 
@@ -114,8 +137,9 @@ impl WatchCache {
         if size == 0 {
             return direct(store, prefix, from_revision).await;
         }
-        let resource = store.inner.layout.prefix(&format!("/{group}/{plural}/"))?;
-        let hub = match self.hub(store, &resource, size).await {
+        let store_prefix = format!("/{group}/{plural}/");
+        let resource = store.inner.layout.prefix(&store_prefix)?;
+        let hub = match self.hub(store, &resource, &store_prefix, size).await {
             Ok(hub) => hub,
             Err(e) => {
                 tracing::debug!("watch cache for {resource} not started ({e}); watching etcd");
@@ -140,11 +164,84 @@ impl WatchCache {
         Ok(Box::pin(futures::stream::unfold(Some(watcher), step)))
     }
 
+    /// A list of `prefix` (the latest state) from the cache's objects, as kube-apiserver's
+    /// consistent list from the watch cache: `None` when the cache cannot serve it (the
+    /// caller reads etcd), which is when the resource is not cached, its hub cannot start or
+    /// failed, or the cache does not reach etcd's current revision within [`CATCH_UP`].
+    ///
+    /// Consistency without trusting etcd's progress notifications (3.4.23 can send one
+    /// ahead of events it has not sent, etcd#15220): the cache's items under `prefix` at its
+    /// head `h` are taken, then one etcd transaction at the current revision `R` reads the
+    /// keys under `prefix` modified after `h` and how many keys `prefix` holds. None modified
+    /// and the same count means nothing under `prefix` changed in `(h, R]` (a change there
+    /// is a key written after `h`, which the first read finds, or a deletion only, which
+    /// lowers the count), so the items are the list at `R`. Otherwise the list waits for
+    /// the hub to reach `R` and takes the items then.
+    pub(super) async fn list(
+        &self,
+        store: &EtcdStore,
+        prefix: &str,
+    ) -> Result<Option<ListResult>, StoreError> {
+        let served = self.list_cached(store, prefix).await?;
+        let counter = if served.is_some() {
+            &self.counters.lists_cached
+        } else {
+            &self.counters.lists_etcd
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(served)
+    }
+
+    async fn list_cached(
+        &self,
+        store: &EtcdStore,
+        prefix: &str,
+    ) -> Result<Option<ListResult>, StoreError> {
+        let Some((group, plural)) = resource_of(prefix) else {
+            return Ok(None);
+        };
+        let size = self.options.size_for(group, plural);
+        if size == 0 {
+            return Ok(None);
+        }
+        let eprefix = store.inner.layout.prefix(prefix)?;
+        let store_prefix = format!("/{group}/{plural}/");
+        let resource = store.inner.layout.prefix(&store_prefix)?;
+        let hub = match self.hub(store, &resource, &store_prefix, size).await {
+            Ok(hub) => hub,
+            Err(e) => {
+                tracing::debug!("watch cache for {resource} not started ({e}); listing etcd");
+                return Ok(None);
+            }
+        };
+        let deadline = tokio::time::Instant::now() + CATCH_UP;
+        let mut rx = hub.shared.head.subscribe();
+        loop {
+            let Some((head, items)) = hub.shared.snapshot(&eprefix) else {
+                return Ok(None);
+            };
+            let fence = fence(store, &eprefix, head).await?;
+            if fence.newest_change.is_none() && fence.count == items.len() {
+                return Ok(Some(ListResult {
+                    items,
+                    revision: fence.revision.max(head),
+                }));
+            }
+            // Behind: wait for the newest change seen (a deletion alone: for any event).
+            let target = fence.newest_change.unwrap_or(head.saturating_add(1));
+            let caught_up = tokio::time::timeout_at(deadline, rx.wait_for(|h| *h >= target)).await;
+            if !matches!(caught_up, Ok(Ok(_))) {
+                return Ok(None);
+            }
+        }
+    }
+
     /// The running hub of a resource, started (from the current revision) if there is none.
     async fn hub(
         &self,
         store: &EtcdStore,
         resource: &str,
+        store_prefix: &str,
         capacity: usize,
     ) -> Result<Arc<Hub>, StoreError> {
         let mut hubs = self.hubs.lock().await;
@@ -153,7 +250,16 @@ impl WatchCache {
         {
             return Ok(hub.clone());
         }
-        let start = store.revision().await?;
+        // The resource's objects at one revision, then its events after that revision: the
+        // state lists are served from (kube-apiserver's Cacher lists, then watches).
+        let (kvs, start) = store.range(resource, None).await?;
+        let objects = kvs
+            .iter()
+            .map(|kv| {
+                let ekey = String::from_utf8_lossy(kv.key()).into_owned();
+                decode(store_prefix, kv).map(|object| (ekey, object))
+            })
+            .collect::<Result<BTreeMap<_, _>, _>>()?;
         self.start_floor_watch(store, start);
         let upstream = Upstream::open(
             store.inner.client.clone(),
@@ -172,6 +278,7 @@ impl WatchCache {
                 start,
                 head: start,
                 failed: false,
+                objects,
             }),
             head,
         });
@@ -211,6 +318,55 @@ impl WatchCache {
     }
 }
 
+/// What etcd holds under a prefix at its current revision, against a cache at `head`.
+struct Fence {
+    /// The revision etcd read at.
+    revision: u64,
+    /// The newest revision of a key under the prefix written after `head`, if any.
+    newest_change: Option<u64>,
+    /// How many keys the prefix holds.
+    count: usize,
+}
+
+/// One etcd transaction (two reads at one revision) telling whether anything under
+/// `eprefix` changed after `head` (see [`WatchCache::list`]).
+async fn fence(store: &EtcdStore, eprefix: &str, head: u64) -> Result<Fence, StoreError> {
+    let end = prefix_end(eprefix.as_bytes());
+    let changed = GetOptions::new()
+        .with_range(end.clone())
+        .with_keys_only()
+        .with_min_mod_revision(to_i64(head.saturating_add(1)));
+    let all = GetOptions::new().with_range(end).with_count_only();
+    let txn = Txn::new().and_then([
+        TxnOp::get(eprefix.as_bytes(), Some(changed)),
+        TxnOp::get(eprefix.as_bytes(), Some(all)),
+    ]);
+    let resp = store.kv().txn(txn).await.map_err(backend)?;
+    let revision = resp
+        .header()
+        .map_or(0, |h| u64::try_from(h.revision()).unwrap_or(0));
+    let mut fence = Fence {
+        revision,
+        newest_change: None,
+        count: usize::MAX,
+    };
+    for (i, op) in resp.op_responses().into_iter().enumerate() {
+        let TxnOpResponse::Get(get) = op else {
+            continue;
+        };
+        if i == 0 {
+            fence.newest_change = get
+                .kvs()
+                .iter()
+                .filter_map(|kv| u64::try_from(kv.mod_revision()).ok())
+                .max();
+        } else {
+            fence.count = usize::try_from(get.count()).unwrap_or(usize::MAX);
+        }
+    }
+    Ok(fence)
+}
+
 /// `(group, plural)` of a prefix within one resource (`/core/pods/`, `/core/pods/ns/`).
 fn resource_of(prefix: &str) -> Option<(&str, &str)> {
     let rest = prefix.strip_prefix('/')?;
@@ -242,6 +398,8 @@ struct Ring {
     head: u64,
     /// The upstream watch ended for good; the watchers must leave.
     failed: bool,
+    /// Every object of the resource as of `head`, by etcd key: what lists are served from.
+    objects: BTreeMap<String, Value>,
 }
 
 /// An event as the cache keeps it: with its etcd key, which a watcher's prefix is matched
@@ -254,6 +412,25 @@ struct Cached {
 impl Shared {
     fn failed(&self) -> bool {
         self.ring.read().map_or(true, |r| r.failed)
+    }
+
+    /// The head revision and the objects under `eprefix` at it, in key order; `None` when
+    /// the hub failed.
+    fn snapshot(&self, eprefix: &str) -> Option<(u64, Vec<Value>)> {
+        let ring = self.ring.read().ok()?;
+        if ring.failed {
+            return None;
+        }
+        let items = ring
+            .objects
+            .range::<str, _>((
+                std::ops::Bound::Included(eprefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .take_while(|(k, _)| k.starts_with(eprefix))
+            .map(|(_, v)| v.clone())
+            .collect();
+        Some((ring.head, items))
     }
 
     /// A wake-up receiver for a watcher from `from`, if the window covers it.
@@ -282,6 +459,14 @@ impl Shared {
 
     fn push(&self, batch: Vec<Arc<Cached>>, head: u64) {
         if let Ok(mut ring) = self.ring.write() {
+            for cached in &batch {
+                match cached.event.kind {
+                    EventType::Deleted => ring.objects.remove(&cached.ekey),
+                    EventType::Added | EventType::Modified => ring
+                        .objects
+                        .insert(cached.ekey.clone(), cached.event.object.clone()),
+                };
+            }
             ring.events.extend(batch);
             ring.head = ring.head.max(head);
             while ring.events.len() > self.capacity {
@@ -297,6 +482,7 @@ impl Shared {
         if let Ok(mut ring) = self.ring.write() {
             ring.failed = true;
             ring.events.clear();
+            ring.objects.clear();
         }
         self.head.send_modify(|_| {});
     }

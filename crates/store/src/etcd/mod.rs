@@ -9,10 +9,12 @@
 //!   `guaranteed_update` read the key, decide, and write with `Txn(ModRevision(key) = read ?
 //!   Put/Delete : Get)`, deciding again on the else-branch's fresh value until the compare
 //!   holds (so an [`crate::UpdateFn`] may run more than once).
-//! - Lists are `Range` pages of one revision; `list_at` reads at a revision; watches are etcd
-//!   watches from a revision with `prev_kv` (see `watch.rs`), served through the watch cache
-//!   (`cache.rs`: one etcd watch per resource and a history in memory, kube-apiserver's
-//!   `Cacher`); history older than the last compaction answers [`StoreError::Gone`].
+//! - Lists of the latest state are served from the watch cache (`cache.rs`: one etcd watch per
+//!   resource, the resource's objects and a history of its events in memory, kube-apiserver's
+//!   `Cacher`), after one etcd read that proves the cache current; otherwise, and for
+//!   `list_at`, they are `Range` pages of one revision. Watches are etcd watches from a
+//!   revision with `prev_kv` (see `watch.rs`), served through the same cache; history older
+//!   than the last compaction answers [`StoreError::Gone`].
 //! - Compaction is the API servers' job, coordinated through `compact_rev_key` as
 //!   kube-apiserver does (see `compact.rs` and [`EtcdStore::run_compactor`]).
 //!
@@ -380,6 +382,9 @@ impl Store for EtcdStore {
         let prefix = prefix.to_string();
         Box::pin(async move {
             let eprefix = self.inner.layout.prefix(&prefix)?;
+            if let Some(list) = self.inner.cache.list(self, &prefix).await? {
+                return Ok(list);
+            }
             let (kvs, revision) = self.range(&eprefix, None).await?;
             let items = decode_all(&prefix, &kvs)?;
             Ok(ListResult { items, revision })
