@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use svcnet_admission::{Allocation, Allocators};
-use svcnet_store::{Mutation, StoreError, object_revision};
+use svcnet_store::{Mutation, Outcome, StoreError, object_revision};
 
 use crate::registry;
 use crate::state::AppState;
@@ -64,6 +64,20 @@ enum Change {
 struct RangeBatch {
     pending: Mutex<Vec<Pending>>,
     flush: tokio::sync::Mutex<()>,
+    /// The range object as this server last read or wrote it: the belief a flush starts
+    /// from (`Store::guaranteed_update_from`), so that on etcd a flush is one round trip
+    /// while no other server wrote the range.
+    last: Mutex<Option<Value>>,
+}
+
+/// This server's batch of range `name`.
+fn batch_of(state: &AppState, name: &'static str) -> std::sync::Arc<RangeBatch> {
+    let mut all = state
+        .batches
+        .0
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    all.entry(name).or_default().clone()
 }
 
 /// The per-range batches of this server.
@@ -90,7 +104,10 @@ pub(crate) async fn load(state: &AppState) -> Result<Allocators, ApiError> {
             futures::future::join_all(names.iter().map(|name| state.store.get(&key(name)))).await;
         for (name, obj) in names.into_iter().zip(objects) {
             match obj? {
-                Some(obj) => allocs.load_range(name, &obj).map_err(internal)?,
+                Some(obj) => {
+                    allocs.load_range(name, &obj).map_err(internal)?;
+                    *lock(&batch_of(state, name).last) = Some(obj);
+                }
                 None => missing = true,
             }
         }
@@ -128,14 +145,7 @@ async fn change_range(
     add: Vec<Allocation>,
     remove: Vec<Allocation>,
 ) -> Result<(), Change> {
-    let batch = {
-        let mut all = state
-            .batches
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        all.entry(name).or_default().clone()
-    };
+    let batch = batch_of(state, name);
     let (done, mut answer) = tokio::sync::oneshot::channel();
     lock(&batch.pending).push(Pending { add, remove, done });
     loop {
@@ -148,13 +158,13 @@ async fn change_range(
         if pending.is_empty() {
             continue;
         }
-        flush(state, name, pending).await;
+        flush(state, name, &batch, pending).await;
     }
 }
 
 /// One compare-and-swap of a range with every change in `pending`, in order; each change is
 /// answered (a change whose additions are taken is refused alone).
-async fn flush(state: &AppState, name: &'static str, pending: Vec<Pending>) {
+async fn flush(state: &AppState, name: &'static str, batch: &RangeBatch, pending: Vec<Pending>) {
     let template = state.admission.template().empty();
     let changes: Vec<(Vec<Allocation>, Vec<Allocation>)> = pending
         .iter()
@@ -162,37 +172,45 @@ async fn flush(state: &AppState, name: &'static str, pending: Vec<Pending>) {
         .collect();
     let verdicts = std::sync::Arc::new(Mutex::new(Vec::new()));
     let slot = verdicts.clone();
-    let result = state
-        .store
-        .guaranteed_update(
-            &key(name),
-            Box::new(move |cur| {
-                // Decided again on every try: the closure may run more than once.
-                let mut allocs = template.clone();
-                let mut verdict = Vec::with_capacity(changes.len());
-                match cur {
-                    Some(obj) => allocs.load_range(name, obj).map_err(StoreError::aborted)?,
-                    None => {
-                        // Nothing to free in a range that is not there; claims wait for repair.
-                        for (add, _) in &changes {
-                            verdict.push(add.first().map_or(Ok(()), |a| Err(Change::Taken(*a))));
-                        }
-                        *lock(&slot) = verdict;
-                        return Ok(Mutation::Keep);
-                    }
-                }
-                for (add, remove) in &changes {
-                    verdict.push(allocs.apply(add, remove).map_err(Change::Taken));
+    let believed = lock(&batch.last).take();
+    let update: svcnet_store::UpdateFn = Box::new(move |cur| {
+        // Decided again on every try (and first on the belief): the closure may run
+        // more than once.
+        let mut allocs = template.clone();
+        let mut verdict = Vec::with_capacity(changes.len());
+        match cur {
+            Some(obj) => allocs.load_range(name, obj).map_err(StoreError::aborted)?,
+            None => {
+                // Nothing to free in a range that is not there; claims wait for repair.
+                for (add, _) in &changes {
+                    verdict.push(add.first().map_or(Ok(()), |a| Err(Change::Taken(*a))));
                 }
                 *lock(&slot) = verdict;
-                let obj = allocs.range_object(name).map_err(StoreError::aborted)?;
-                if Some(&obj) == cur.map(strip_rv).as_ref() {
-                    return Ok(Mutation::Keep);
-                }
-                Ok(Mutation::Put(obj))
-            }),
-        )
-        .await;
+                return Ok(Mutation::Keep);
+            }
+        }
+        for (add, remove) in &changes {
+            verdict.push(allocs.apply(add, remove).map_err(Change::Taken));
+        }
+        *lock(&slot) = verdict;
+        let obj = allocs.range_object(name).map_err(StoreError::aborted)?;
+        if Some(&obj) == cur.map(strip_rv).as_ref() {
+            return Ok(Mutation::Keep);
+        }
+        Ok(Mutation::Put(obj))
+    });
+    let result = match believed {
+        Some(b) => {
+            state
+                .store
+                .guaranteed_update_from(&key(name), Some(b), update)
+                .await
+        }
+        None => state.store.guaranteed_update(&key(name), update).await,
+    };
+    if let Ok(Outcome::Written(obj) | Outcome::Unchanged(Some(obj))) = &result {
+        *lock(&batch.last) = Some(obj.clone());
+    }
     let verdict = std::mem::take(&mut *lock(&verdicts));
     for (i, p) in pending.into_iter().enumerate() {
         let answer = match &result {

@@ -365,7 +365,7 @@ async fn create(
     let st = state.clone();
     let n = name.clone();
     let outcome = state
-        .write(res, &key(req, &name), req.query.dry_run, move |cur| {
+        .write_new(res, &key(req, &name), req.query.dry_run, move |cur| {
             if cur.is_some() {
                 return Err(ApiError::already_exists(res, &n));
             }

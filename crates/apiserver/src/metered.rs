@@ -48,6 +48,41 @@ impl MeteredStore {
             r
         })
     }
+
+    /// A read-modify-write through `call`, labelled by what the update decided, as upstream's
+    /// store names its calls: `create` for a new object, `delete`, `update` for a change, and
+    /// `get` when it wrote nothing.
+    fn labelled_update<'a>(
+        &'a self,
+        key: &str,
+        mut update: UpdateFn,
+        call: impl FnOnce(&'a dyn Store, &str, UpdateFn) -> BoxFuture<'a, Result<Outcome, StoreError>>,
+    ) -> BoxFuture<'a, Result<Outcome, StoreError>> {
+        let decided = Arc::new(std::sync::Mutex::new("get"));
+        let slot = decided.clone();
+        let update: UpdateFn = Box::new(move |cur| {
+            let m = update(cur)?;
+            let op = match (&m, cur.is_some()) {
+                (Mutation::Put(_), false) => "create",
+                (Mutation::Put(_), true) => "update",
+                (Mutation::Delete, _) => "delete",
+                (Mutation::Keep, _) => "get",
+            };
+            if let Ok(mut s) = slot.lock() {
+                *s = op;
+            }
+            Ok(m)
+        });
+        let kind = group_resource(key);
+        let f = call(&*self.inner, key, update);
+        Box::pin(async move {
+            let started = Instant::now();
+            let r = f.await;
+            let op = decided.lock().map(|s| *s).unwrap_or("update");
+            self.metrics.storage(op, kind, started);
+            r
+        })
+    }
 }
 
 impl Store for MeteredStore {
@@ -92,36 +127,25 @@ impl Store for MeteredStore {
         self.timed("delete", key, self.inner.delete(key, expected_revision))
     }
 
-    /// Labelled by what the update decided, as upstream's store names its calls: `create` for
-    /// a new object, `delete`, `update` for a change, and `get` when it wrote nothing.
+    /// Labelled by what the update decided ([`MeteredStore::labelled_update`]).
     fn guaranteed_update(
         &self,
         key: &str,
-        mut update: UpdateFn,
+        update: UpdateFn,
     ) -> BoxFuture<'_, Result<Outcome, StoreError>> {
-        let decided = Arc::new(std::sync::Mutex::new("get"));
-        let slot = decided.clone();
-        let update: UpdateFn = Box::new(move |cur| {
-            let m = update(cur)?;
-            let op = match (&m, cur.is_some()) {
-                (Mutation::Put(_), false) => "create",
-                (Mutation::Put(_), true) => "update",
-                (Mutation::Delete, _) => "delete",
-                (Mutation::Keep, _) => "get",
-            };
-            if let Ok(mut s) = slot.lock() {
-                *s = op;
-            }
-            Ok(m)
-        });
-        let kind = group_resource(key);
-        let f = self.inner.guaranteed_update(key, update);
-        Box::pin(async move {
-            let started = Instant::now();
-            let r = f.await;
-            let op = decided.lock().map(|s| *s).unwrap_or("update");
-            self.metrics.storage(op, kind, started);
-            r
+        self.labelled_update(key, update, |inner, key, update| {
+            inner.guaranteed_update(key, update)
+        })
+    }
+
+    fn guaranteed_update_from(
+        &self,
+        key: &str,
+        believed: Option<Value>,
+        update: UpdateFn,
+    ) -> BoxFuture<'_, Result<Outcome, StoreError>> {
+        self.labelled_update(key, update, move |inner, key, update| {
+            inner.guaranteed_update_from(key, believed, update)
         })
     }
 

@@ -125,6 +125,32 @@ impl AppState {
         res: &ResourceInfo,
         key: &str,
         dry_run: bool,
+        f: impl FnMut(Option<&Value>) -> Result<Mutation, ApiError> + Send + 'static,
+    ) -> Result<Outcome, ApiError> {
+        self.write_believing(res, key, dry_run, None, f).await
+    }
+
+    /// [`AppState::write`] of a key believed free (a create): the store tries the write
+    /// without reading first (on etcd one round trip instead of two, as kube-apiserver's
+    /// Create); `f` decides again on the stored object if the key is taken.
+    pub(crate) async fn write_new(
+        &self,
+        res: &ResourceInfo,
+        key: &str,
+        dry_run: bool,
+        f: impl FnMut(Option<&Value>) -> Result<Mutation, ApiError> + Send + 'static,
+    ) -> Result<Outcome, ApiError> {
+        self.write_believing(res, key, dry_run, Some(None), f).await
+    }
+
+    /// `believed`: the stored object as the caller believes it is (`Some(None)`: absent), for
+    /// [`svcnet_store::Store::guaranteed_update_from`].
+    async fn write_believing(
+        &self,
+        res: &ResourceInfo,
+        key: &str,
+        dry_run: bool,
+        believed: Option<Option<Value>>,
         mut f: impl FnMut(Option<&Value>) -> Result<Mutation, ApiError> + Send + 'static,
     ) -> Result<Outcome, ApiError> {
         let is_service = res.kind == "Service" && res.group.is_empty();
@@ -143,7 +169,7 @@ impl AppState {
         let result = if is_service {
             self.write_service(key, dry_run, f).await
         } else {
-            self.write_plain(key, dry_run, f).await
+            self.write_plain(key, dry_run, believed, f).await
         };
         if !dry_run
             && result.is_ok()
@@ -169,30 +195,29 @@ impl AppState {
         &self,
         key: &str,
         dry_run: bool,
+        believed: Option<Option<Value>>,
         mut f: impl FnMut(Option<&Value>) -> Result<Mutation, ApiError> + Send + 'static,
     ) -> Result<Outcome, ApiError> {
         let dry = std::sync::Arc::new(std::sync::Mutex::new(None::<Outcome>));
         let dry_slot = dry.clone();
-        let result = self
-            .store
-            .guaranteed_update(
-                key,
-                Box::new(move |cur| {
-                    let m = f(cur).map_err(StoreError::aborted)?;
-                    if let Mutation::Put(v) = &m {
-                        check_size(v).map_err(StoreError::aborted)?;
-                    }
-                    if !dry_run {
-                        return Ok(m);
-                    }
-                    if let Ok(mut slot) = dry_slot.lock() {
-                        *slot = Some(dry_outcome(m, cur));
-                    }
-                    Ok(Mutation::Keep)
-                }),
-            )
-            .await
-            .map_err(api_error)?;
+        let update: svcnet_store::UpdateFn = Box::new(move |cur| {
+            let m = f(cur).map_err(StoreError::aborted)?;
+            if let Mutation::Put(v) = &m {
+                check_size(v).map_err(StoreError::aborted)?;
+            }
+            if !dry_run {
+                return Ok(m);
+            }
+            if let Ok(mut slot) = dry_slot.lock() {
+                *slot = Some(dry_outcome(m, cur));
+            }
+            Ok(Mutation::Keep)
+        });
+        let result = match believed {
+            Some(b) => self.store.guaranteed_update_from(key, b, update).await,
+            None => self.store.guaranteed_update(key, update).await,
+        }
+        .map_err(api_error)?;
         if dry_run && let Some(o) = dry.lock().ok().and_then(|mut s| s.take()) {
             return Ok(o);
         }
@@ -267,10 +292,12 @@ impl AppState {
                 Err(Err(e)) => return Err(e),
             }
             let seen = cur.as_ref().map(|c| object_revision(c).unwrap_or(0));
+            // Believing what was read: on etcd the write is one round trip, not a read first.
             let result = self
                 .store
-                .guaranteed_update(
+                .guaranteed_update_from(
                     key,
+                    cur.clone(),
                     Box::new(move |now| {
                         if now.map(|c| object_revision(c).unwrap_or(0)) != seen {
                             return Err(StoreError::aborted(Moved));

@@ -167,6 +167,23 @@ pub trait Store: Send + Sync + 'static {
         update: UpdateFn,
     ) -> BoxFuture<'_, Result<Outcome, StoreError>>;
 
+    /// [`Store::guaranteed_update`] starting from `believed`, the object exactly as the caller
+    /// last read it from this store (`None`: believed absent), as kube-apiserver's
+    /// GuaranteedUpdate starts from a cached existing object. A back end whose writes compare
+    /// and swap on the revision (etcd) decides on the belief and skips its own read, one round
+    /// trip fewer; when the belief is stale, the compare fails and it decides again on what it
+    /// holds, so the outcome is the same as without a belief. `update` may see the stale
+    /// belief first. The default ignores the belief.
+    fn guaranteed_update_from(
+        &self,
+        key: &str,
+        believed: Option<Value>,
+        update: UpdateFn,
+    ) -> BoxFuture<'_, Result<Outcome, StoreError>> {
+        let _ = believed;
+        self.guaranteed_update(key, update)
+    }
+
     /// Events for keys under `prefix` with a revision greater than `from_revision`: first the
     /// retained history, then live changes, with no gap and no duplicate. Fails with
     /// [`StoreError::Gone`] when `from_revision` is older than the retained history (the

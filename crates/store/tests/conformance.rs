@@ -21,7 +21,7 @@ use support::{assert_quiet, next, rv};
 use svcnet_store::local_etcd::{LocalEtcd, etcd_for_test};
 use svcnet_store::{
     EtcdOptions, EtcdStore, EventType, Mutation, Outcome, RedbStore, Store, StoreError,
-    StoreOptions, WatchCacheOptions,
+    StoreOptions, UpdateFn, WatchCacheOptions,
 };
 
 /// A store under test and what it needs to compact and crash.
@@ -216,6 +216,7 @@ conformance!(
     crud_in_key_order,
     cas_conflicts,
     guaranteed_update_retries_under_contention,
+    guaranteed_update_from_a_belief,
     watch_replays_then_follows,
     watch_has_no_gap_or_duplicate_under_concurrent_writers,
     compaction_answers_gone,
@@ -421,6 +422,130 @@ async fn guaranteed_update_retries_under_contention(b: &mut Backend) {
         panic!("expected a deletion")
     };
     assert_eq!(rv(&last), head + 1);
+}
+
+/// An update from a believed object ends as one from a fresh read would, whether the belief
+/// is current or stale (an older version, absent when present, present when deleted): it may
+/// see the stale belief first, but writes only on the current object, and writes nothing
+/// (Keep, nothing to delete, an error) only when the current object says so.
+async fn guaranteed_update_from_a_belief(b: &mut Backend) {
+    let s = b.s();
+    let key = "/core/configmaps/ns/b";
+    let v1 = s.create(key, obj("b", 1)).await.unwrap();
+    let v2 = s.update(key, obj("b", 2), None).await.unwrap();
+    // Increment what it sees, remembering each version it was shown.
+    let increment = |seen: Arc<std::sync::Mutex<Vec<i64>>>| -> UpdateFn {
+        Box::new(move |cur| {
+            let mut o = cur.cloned().expect("exists");
+            let v = o["data"]["v"].as_i64().expect("v");
+            seen.lock().unwrap().push(v);
+            o["data"]["v"] = json!(v + 1);
+            Ok(Mutation::Put(o))
+        })
+    };
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let out = s
+        .guaranteed_update_from(key, Some(v1.clone()), increment(seen.clone()))
+        .await
+        .unwrap();
+    let Outcome::Written(v3) = out else {
+        panic!("expected a write, got {out:?}")
+    };
+    assert_eq!(
+        v3["data"]["v"], 3,
+        "written on the current object, not the stale belief"
+    );
+    assert_eq!(seen.lock().unwrap().last(), Some(&2));
+    // A current belief.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let out = s
+        .guaranteed_update_from(key, Some(v3.clone()), increment(seen.clone()))
+        .await
+        .unwrap();
+    let Outcome::Written(v4) = out else {
+        panic!("expected a write, got {out:?}")
+    };
+    assert_eq!(
+        (v4["data"]["v"].clone(), seen.lock().unwrap().clone()),
+        (json!(4), vec![3])
+    );
+
+    // A stale belief that alone would decide Keep (v is already 2 there) or fail: the current
+    // object (v = 4) decides, and it writes.
+    let to_two = |cur: Option<&Value>| -> Result<Mutation, StoreError> {
+        let mut o = cur.cloned().expect("exists");
+        if o["data"]["v"] == 2 {
+            return Ok(Mutation::Keep);
+        }
+        o["data"]["v"] = json!(2);
+        Ok(Mutation::Put(o))
+    };
+    let out = s
+        .guaranteed_update_from(key, Some(v2.clone()), Box::new(to_two))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&out, Outcome::Written(o) if o["data"]["v"] == 2),
+        "{out:?}"
+    );
+    let head = s.current_revision().await.unwrap();
+    let fails_on_one = |cur: Option<&Value>| -> Result<Mutation, StoreError> {
+        let mut o = cur.cloned().expect("exists");
+        if o["data"]["v"] == 1 {
+            return Err(StoreError::Backend("decided on the stale belief".into()));
+        }
+        o["data"]["v"] = json!(5);
+        Ok(Mutation::Put(o))
+    };
+    let out = s
+        .guaranteed_update_from(key, Some(v1.clone()), Box::new(fails_on_one))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&out, Outcome::Written(o) if rv(o) == head + 1),
+        "{out:?}"
+    );
+
+    // Believed absent while it exists: a create-only decision sees it and keeps it.
+    let head = s.current_revision().await.unwrap();
+    let create_only = |cur: Option<&Value>| -> Result<Mutation, StoreError> {
+        Ok(match cur {
+            Some(_) => Mutation::Keep,
+            None => Mutation::Put(obj("b", 100)),
+        })
+    };
+    let out = s
+        .guaranteed_update_from(key, None, Box::new(create_only))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&out, Outcome::Unchanged(Some(o)) if o["data"]["v"] == 5),
+        "{out:?}"
+    );
+    assert_eq!(s.current_revision().await.unwrap(), head, "nothing written");
+
+    // Believed present after its deletion: a deletion finds nothing, a Keep reports absence,
+    // a create-only decision creates.
+    let last = s.get(key).await.unwrap().unwrap();
+    s.delete(key, None).await.unwrap();
+    let err = s
+        .guaranteed_update_from(key, Some(last.clone()), Box::new(|_| Ok(Mutation::Delete)))
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    let out = s
+        .guaranteed_update_from(key, Some(last.clone()), Box::new(|_| Ok(Mutation::Keep)))
+        .await
+        .unwrap();
+    assert_eq!(out, Outcome::Unchanged(None));
+    let out = s
+        .guaranteed_update_from(key, Some(last), Box::new(create_only))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&out, Outcome::Written(o) if o["data"]["v"] == 100),
+        "{out:?}"
+    );
 }
 
 async fn watch_replays_then_follows(b: &mut Backend) {

@@ -40,7 +40,8 @@ use serde_json::Value;
 
 use crate::{
     BoxFuture, EventStream, ListResult, Mutation, Outcome, PrefixStats, Store, StoreError,
-    UpdateFn, WatchCacheOptions, WatchCacheStats, deleted, if_exists, stamp, written,
+    UpdateFn, WatchCacheOptions, WatchCacheStats, deleted, if_exists, object_revision, stamp,
+    written,
 };
 
 pub use compact::{COMPACT_REV_KEY, CompactorState};
@@ -304,31 +305,48 @@ impl EtcdStore {
         None
     }
 
-    /// The read-modify-write core: decide on the current kv (read linearizably, or `known`
-    /// when the caller already knows it), then write with a compare on its `mod_revision`;
-    /// when another writer came first, decide again on the kv the else-branch returned.
+    /// The read-modify-write core: decide on the current object (read linearizably, or
+    /// `known` when the caller already knows or believes it: the object and its
+    /// `mod_revision`, `None` for absent), then write with a compare on that `mod_revision`;
+    /// when another writer came first (or the belief was stale), decide again on the object
+    /// the else-branch returned. A decision that writes nothing (`Keep`, a deletion of
+    /// nothing, an error) is only taken on a read object: on a belief it reads and decides
+    /// again, as kube-apiserver's GuaranteedUpdate does with a cached object.
     async fn apply(
         &self,
         key: &str,
-        known: Option<Option<KeyValue>>,
+        known: Option<Option<(Value, i64)>>,
         update: &mut (dyn FnMut(Option<&Value>) -> Result<Mutation, StoreError> + Send),
     ) -> Result<Outcome, StoreError> {
         let ekey = self.inner.layout.key(key)?;
-        let mut current = match known {
-            Some(kv) => kv,
-            None => self.get_kv(&ekey).await?,
+        let read_now = async || -> Result<Option<(Value, i64)>, StoreError> {
+            self.get_kv(&ekey)
+                .await?
+                .map(|kv| decoded(key, &kv))
+                .transpose()
+        };
+        let (mut current, mut verified) = match known {
+            Some(c) => (c, false),
+            None => (read_now().await?, true),
         };
         loop {
-            let object = current.as_ref().map(|kv| decode(key, kv)).transpose()?;
-            let read = current.as_ref().map_or(0, KeyValue::mod_revision);
-            let (op, put) = match update(object.as_ref())? {
-                Mutation::Keep => return Ok(Outcome::Unchanged(object)),
+            let read = current.as_ref().map_or(0, |(_, r)| *r);
+            let decision = update(current.as_ref().map(|(o, _)| o));
+            let writes = matches!(&decision, Ok(Mutation::Put(_)))
+                || (matches!(&decision, Ok(Mutation::Delete)) && current.is_some());
+            if !writes && !verified {
+                current = read_now().await?;
+                verified = true;
+                continue;
+            }
+            let (op, put) = match decision? {
+                Mutation::Keep => return Ok(Outcome::Unchanged(current.map(|(o, _)| o))),
                 Mutation::Put(new) => {
                     let op = TxnOp::put(ekey.clone(), encode(key, &new)?, None);
                     (op, Some(new))
                 }
                 Mutation::Delete => {
-                    if object.is_none() {
+                    if current.is_none() {
                         return Err(StoreError::NotFound { key: key.into() });
                     }
                     (TxnOp::delete(ekey.clone(), None), None)
@@ -341,22 +359,28 @@ impl EtcdStore {
             let resp = self.kv().txn(txn).await.map_err(backend)?;
             if resp.succeeded() {
                 let revision = header_revision(resp.header());
-                return match (put, object) {
+                return match (put, current) {
                     (Some(mut w), _) => {
                         stamp(key, &mut w, revision)?;
                         Ok(Outcome::Written(w))
                     }
-                    (None, Some(mut last)) => {
+                    (None, Some((mut last, _))) => {
                         stamp(key, &mut last, revision)?;
                         Ok(Outcome::Deleted(last))
                     }
                     (None, None) => Err(StoreError::NotFound { key: key.into() }),
                 };
             }
-            current = resp.op_responses().into_iter().find_map(|r| match r {
-                TxnOpResponse::Get(mut g) => g.take_kvs().into_iter().next(),
-                _ => None,
-            });
+            current = resp
+                .op_responses()
+                .into_iter()
+                .find_map(|r| match r {
+                    TxnOpResponse::Get(mut g) => g.take_kvs().into_iter().next(),
+                    _ => None,
+                })
+                .map(|kv| decoded(key, &kv))
+                .transpose()?;
+            verified = true;
         }
     }
 
@@ -466,6 +490,21 @@ impl Store for EtcdStore {
         Box::pin(async move { self.apply(&key, None, &mut *update).await })
     }
 
+    fn guaranteed_update_from(
+        &self,
+        key: &str,
+        believed: Option<Value>,
+        mut update: UpdateFn,
+    ) -> BoxFuture<'_, Result<Outcome, StoreError>> {
+        let key = key.to_string();
+        // A believed object without a revision cannot be compared on: read instead.
+        let known = match believed {
+            None => Some(None),
+            Some(o) => object_revision(&o).map(|r| Some((o, to_i64(r)))),
+        };
+        Box::pin(async move { self.apply(&key, known, &mut *update).await })
+    }
+
     fn watch(
         &self,
         prefix: &str,
@@ -544,6 +583,12 @@ fn decode(key: &str, kv: &KeyValue) -> Result<Value, StoreError> {
         u64::try_from(kv.mod_revision()).unwrap_or(0),
     )?;
     Ok(object)
+}
+
+/// An object as [`EtcdStore::apply`] decides on it: decoded, with the `mod_revision` its
+/// write compares against.
+fn decoded(key: &str, kv: &KeyValue) -> Result<(Value, i64), StoreError> {
+    Ok((decode(key, kv)?, kv.mod_revision()))
 }
 
 fn decode_all(prefix: &str, kvs: &[KeyValue]) -> Result<Vec<Value>, StoreError> {
