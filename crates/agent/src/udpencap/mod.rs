@@ -15,6 +15,16 @@
 //! in-order TCP segments back to the TUN as one GSO super-packet. Each offload falls back when
 //! the kernel lacks it (then: one packet per read, `sendmmsg` batches, one packet per write).
 //!
+//! **One flow, one queue, on both nodes.** Every datagram between two nodes carries the same
+//! outer addresses and ports (8285 → 8285, as flanneld sends), so the kernel's `SO_REUSEPORT`
+//! hash would hand all of a peer's traffic to one socket, and since a multi-queue TUN sends a
+//! flow out of the queue that last wrote its other direction, one queue would carry everything
+//! both ways. A classic BPF program on the socket group ([`tun::steer_by_inner_flow`]) picks the
+//! socket by a symmetric hash of the inner packet's addresses and ports instead: a flow's
+//! datagrams arrive on queue `q` of both nodes, its packets are written to the TUN from queue
+//! `q`, and so the TUN hands its next packets to queue `q`'s reader. The wire format is
+//! flannel's unchanged.
+//!
 //! **Where it runs:** threads of the process that calls [`UdpEncap::start`] — `svcnet up`'s
 //! agent, one [`UdpEncap`] per node namespace. The TUN is not persistent: it, its address and
 //! its route vanish when the last queue closes, so they die with `up` (also on `kill -9`) and
@@ -105,6 +115,9 @@ pub struct Offloads {
     pub tun_offload: u32,
     pub udp_gso: bool,
     pub udp_gro: bool,
+    /// Datagrams go to the queue of their inner flow (`SO_ATTACH_REUSEPORT_CBPF`), not by the
+    /// kernel's hash of the outer header.
+    pub steering: bool,
 }
 
 #[derive(Debug)]
@@ -225,6 +238,15 @@ impl UdpEncap {
                     tun::set_udp_gro(&sock, true)?;
                 }
                 out.push((file, sock));
+            }
+            // Every datagram between two nodes has the same outer addresses and ports (8285 to
+            // 8285, as flanneld sends), so the kernel's reuseport hash would put all of a peer's
+            // traffic on one socket: one receiving thread, and, since the TUN sends a flow out
+            // of the queue that last wrote its other direction, one sending thread too. Steer
+            // by the inner flow instead (both directions alike), so the flows spread over the
+            // queues and each stays on one.
+            if let Some((_, first)) = out.first() {
+                offloads.steering = tun::steer_by_inner_flow(first, queues as u32).is_ok();
             }
             Ok((out, offloads))
         };
