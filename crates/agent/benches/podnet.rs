@@ -7,12 +7,19 @@
 //! seconds per GB of the one-stream transfer, for UDP against VXLAN (this process's CPU from
 //! `/proc/self/stat`: the transfer's sender and receiver threads, whose system time holds the
 //! kernel's encapsulation, plus for UDP the encapsulation loop's threads, also shown alone).
+//! The request/response figures come twice: plain (blocking sockets: on an idle VM each round
+//! trip also wakes halted vCPUs, which can dwarf the path) and busy-polling (both ends spin on
+//! non-blocking sockets, as netperf's busy-poll mode, so the figure is the path's own latency).
+//! For UDP rounds it also prints, during the 4 streams, each loop thread's CPU use and how many
+//! datagrams each queue sent and received (how the loop spreads over the cores).
 //! BGP's rounds include no convergence time: the transfer starts once both nodes have learnt
 //! the other's block.
 //! Needs root; traffic stays in the namespaces it creates, which are removed after each round
 //! (also on failure: the topology is dropped).
 //!
-//!     cargo bench -p svcnet-agent --bench podnet [-- ROUNDS MIB]   (default 4 rounds, 256 MiB)
+//!     cargo bench -p svcnet-agent --bench podnet [-- ROUNDS MIB [BACKENDS]]
+//!
+//! (default 4 rounds, 256 MiB, `host-gw,vxlan,udp,bgp`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a bench: a failure is a failed run
 
@@ -48,14 +55,27 @@ struct Round {
     /// CPU seconds per GB: the whole process, and the UDP loop's threads alone.
     cpu_per_gb: f64,
     loop_per_gb: f64,
-    /// 4 streams at once, MB/s of the whole.
+    /// 4 streams at once, MB/s of the whole, and the process's CPU seconds per second meanwhile
+    /// (2.0 = both of two cores busy).
     mbps4: f64,
-    /// Request/response round trips in microseconds: TCP p50, p99; UDP p50, p99.
-    tcp_rr: (f64, f64),
-    udp_rr: (f64, f64),
-    /// UDP requests that got no answer within 200 ms.
-    udp_lost: usize,
+    cores4: f64,
+    /// For udp: during the 4 streams, each loop thread's CPU seconds per second and each
+    /// receiving queue's share of the datagrams.
+    udp_detail: Option<String>,
+    /// Request/response round trips, plain (`[0]`) and busy-polling (`[1]`).
+    rr: [Rr; 2],
 }
+
+/// Request/response round trips in microseconds: TCP p50, p99; UDP p50, p99; and the UDP
+/// requests that got no answer within 200 ms.
+#[derive(Debug, Clone, Copy)]
+struct Rr {
+    tcp: (f64, f64),
+    udp: (f64, f64),
+    lost: usize,
+}
+
+const WAITS: [Wait; 2] = [Wait::Block, Wait::Spin];
 
 /// Request/response round trips per measurement (after 200 unmeasured ones).
 const RR_COUNT: usize = 5000;
@@ -125,15 +145,92 @@ fn multi_stream(p1: &NetNs, listener: TcpListener, streams: usize, bytes: usize)
     received as f64 / start.elapsed().as_secs_f64() / 1e6
 }
 
-/// 64-byte requests echoed over one TCP connection (no Nagle on either side).
-fn tcp_rr(p1: &NetNs, listener: TcpListener) -> (f64, f64) {
+/// How the request/response ends wait for a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// Blocking reads: the thread sleeps until the packet arrives (its vCPU may halt, and the
+    /// wake-up is part of the round trip).
+    Block,
+    /// Busy-polling, as netperf's busy-poll runs: non-blocking sockets tried again and again
+    /// (yielding to any other runnable thread each turn, so the UDP loop's threads still get a
+    /// CPU), bounded by a deadline; no thread sleeps, so the round trip is the path's own.
+    Spin,
+}
+
+impl Wait {
+    fn name(self) -> &'static str {
+        match self {
+            Wait::Block => "plain",
+            Wait::Spin => "busy-poll",
+        }
+    }
+}
+
+/// One turn of a busy-poll: `Err(TimedOut)` past `deadline`.
+fn spin_turn(deadline: Instant) -> std::io::Result<()> {
+    if Instant::now() > deadline {
+        return Err(std::io::ErrorKind::TimedOut.into());
+    }
+    std::thread::yield_now();
+    Ok(())
+}
+
+/// Reads exactly `buf.len()` bytes (busy-polling a non-blocking `conn` with `Wait::Spin`).
+fn read_full(
+    conn: &mut TcpStream,
+    buf: &mut [u8],
+    wait: Wait,
+    deadline: Instant,
+) -> std::io::Result<()> {
+    if wait == Wait::Block {
+        return conn.read_exact(buf);
+    }
+    let mut got = 0;
+    while got < buf.len() {
+        match conn.read(&mut buf[got..]) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => spin_turn(deadline)?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` (busy-polling a non-blocking `conn` with `Wait::Spin`).
+fn write_full(
+    conn: &mut TcpStream,
+    buf: &[u8],
+    wait: Wait,
+    deadline: Instant,
+) -> std::io::Result<()> {
+    if wait == Wait::Block {
+        return conn.write_all(buf);
+    }
+    let mut sent = 0;
+    while sent < buf.len() {
+        match conn.write(&buf[sent..]) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => spin_turn(deadline)?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// 64-byte requests echoed over one TCP connection (no Nagle on either side); each round trip
+/// must finish within 5 s.
+fn tcp_rr(p1: &NetNs, listener: TcpListener, wait: Wait) -> (f64, f64) {
     let to = listener.local_addr().unwrap();
     let echo = std::thread::spawn(move || {
         let (mut conn, _) = listener.accept().unwrap();
         conn.set_nodelay(true).unwrap();
+        conn.set_nonblocking(wait == Wait::Spin).unwrap();
         let mut buf = [0u8; RR_SIZE];
-        while conn.read_exact(&mut buf).is_ok() {
-            conn.write_all(&buf).unwrap();
+        // Ends when the client closes (or stays silent for 30 s).
+        let next = || Instant::now() + Duration::from_secs(30);
+        while read_full(&mut conn, &mut buf, wait, next()).is_ok() {
+            write_full(&mut conn, &buf, wait, next()).unwrap();
         }
     });
     let mut conn = p1
@@ -141,12 +238,14 @@ fn tcp_rr(p1: &NetNs, listener: TcpListener) -> (f64, f64) {
         .unwrap();
     conn.set_nodelay(true).unwrap();
     conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    conn.set_nonblocking(wait == Wait::Spin).unwrap();
     let mut buf = [7u8; RR_SIZE];
     let mut us = Vec::with_capacity(RR_COUNT);
     for i in 0..RR_COUNT + 200 {
         let t = Instant::now();
-        conn.write_all(&buf).unwrap();
-        conn.read_exact(&mut buf).unwrap();
+        let deadline = t + Duration::from_secs(5);
+        write_full(&mut conn, &buf, wait, deadline).unwrap();
+        read_full(&mut conn, &mut buf, wait, deadline).unwrap();
         if i >= 200 {
             us.push(t.elapsed().as_secs_f64() * 1e6);
         }
@@ -156,22 +255,42 @@ fn tcp_rr(p1: &NetNs, listener: TcpListener) -> (f64, f64) {
     percentiles(us)
 }
 
+/// Receives one datagram on `sock` before `deadline` (busy-polling a non-blocking socket with
+/// `Wait::Spin`; a blocking one has its read timeout).
+fn recv_until(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    wait: Wait,
+    deadline: Instant,
+) -> std::io::Result<(usize, SocketAddr)> {
+    loop {
+        match sock.recv_from(buf) {
+            Err(e) if wait == Wait::Spin && e.kind() == std::io::ErrorKind::WouldBlock => {
+                spin_turn(deadline)?
+            }
+            other => return other,
+        }
+    }
+}
+
 /// 64-byte UDP requests echoed by a socket in `p2`; a request unanswered within 200 ms is lost
 /// (not in the percentiles).
-fn udp_rr(p1: &NetNs, p2: &NetNs, ip2: Ipv4Addr) -> ((f64, f64), usize) {
+fn udp_rr(p1: &NetNs, p2: &NetNs, ip2: Ipv4Addr, wait: Wait) -> ((f64, f64), usize) {
     let server = p2
         .run(move || UdpSocket::bind((ip2, 9103)).unwrap())
         .unwrap();
     server
         .set_read_timeout(Some(Duration::from_millis(500)))
         .unwrap();
+    server.set_nonblocking(wait == Wait::Spin).unwrap();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let echo = {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 2048];
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok((n, from)) = server.recv_from(&mut buf) {
+                let deadline = Instant::now() + Duration::from_millis(500);
+                if let Ok((n, from)) = recv_until(&server, &mut buf, wait, deadline) {
                     let _ = server.send_to(&buf[..n], from);
                 }
             }
@@ -184,6 +303,7 @@ fn udp_rr(p1: &NetNs, p2: &NetNs, ip2: Ipv4Addr) -> ((f64, f64), usize) {
     client
         .set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
+    client.set_nonblocking(wait == Wait::Spin).unwrap();
     let mut us = Vec::with_capacity(RR_COUNT);
     let mut lost = 0;
     let mut buf = [0u8; 2048];
@@ -191,10 +311,11 @@ fn udp_rr(p1: &NetNs, p2: &NetNs, ip2: Ipv4Addr) -> ((f64, f64), usize) {
         // Each request carries its number, so a late answer is not taken for the next one.
         let req = [(i as u64).to_be_bytes().as_slice(), &[9u8; RR_SIZE - 8]].concat();
         let t = Instant::now();
+        let deadline = t + Duration::from_millis(200);
         client.send(&req).unwrap();
         let answered = loop {
-            match client.recv(&mut buf) {
-                Ok(n) if buf[..n] == req[..] => break true,
+            match recv_until(&client, &mut buf, wait, deadline) {
+                Ok((n, _)) if buf[..n] == req[..] => break true,
                 Ok(_) => continue,
                 Err(_) => break false,
             }
@@ -255,9 +376,50 @@ fn round(network: PodNetwork, bytes: usize) -> Round {
     let loop_per_gb = (udp.iter().map(|u| u.cpu_seconds()).sum::<f64>() - loop0) / gb;
     let secs = took.as_secs_f64();
     assert_eq!(received, bytes, "transfer incomplete");
+    let (cpu0, t0) = (process_cpu(), Instant::now());
+    let threads0: Vec<Vec<(String, f64)>> = udp.iter().map(|u| u.thread_cpu_seconds()).collect();
+    let queues0: Vec<_> = udp.iter().map(|u| u.queue_stats()).collect();
     let mbps4 = multi_stream(&p1, listen(9101), 4, bytes);
-    let tcp_rr = tcp_rr(&p1, listen(9102));
-    let (udp_rr, udp_lost) = udp_rr(&p1, &p2, ip2);
+    let secs4 = t0.elapsed().as_secs_f64();
+    let cores4 = (process_cpu() - cpu0) / secs4;
+    let udp_detail = (!udp.is_empty()).then(|| {
+        let mut out = String::new();
+        for (node, u) in udp.iter().enumerate() {
+            let busy: Vec<String> = u
+                .thread_cpu_seconds()
+                .iter()
+                .zip(&threads0[node])
+                .map(|((name, s), (_, s0))| format!("{name} {:.2}", (s - s0) / secs4))
+                .collect();
+            let rx: Vec<u64> = u
+                .queue_stats()
+                .iter()
+                .zip(&queues0[node])
+                .map(|(q, q0)| q.received_datagrams - q0.received_datagrams)
+                .collect();
+            let tx: Vec<u64> = u
+                .queue_stats()
+                .iter()
+                .zip(&queues0[node])
+                .map(|(q, q0)| q.sent_datagrams - q0.sent_datagrams)
+                .collect();
+            out += &format!(
+                "\n    node {}: cpu/s {}; datagrams sent per queue {tx:?}, received per queue {rx:?}",
+                node + 1,
+                busy.join(", ")
+            );
+        }
+        out
+    });
+    let rr = WAITS.map(|wait| {
+        let tcp = tcp_rr(
+            &p1,
+            listen(if wait == Wait::Block { 9102 } else { 9104 }),
+            wait,
+        );
+        let (udp, lost) = udp_rr(&p1, &p2, ip2, wait);
+        Rr { tcp, udp, lost }
+    });
     drop((udp, p1, p2, _speakers));
     topo.destroy().unwrap();
     Round {
@@ -265,9 +427,9 @@ fn round(network: PodNetwork, bytes: usize) -> Round {
         cpu_per_gb,
         loop_per_gb,
         mbps4,
-        tcp_rr,
-        udp_rr,
-        udp_lost,
+        cores4,
+        udp_detail,
+        rr,
     }
 }
 
@@ -323,12 +485,29 @@ fn main() {
         "S11 pod-to-pod TCP across nodes, {mib} MiB per transfer, {rounds} rounds alternating; loadavg {}",
         load.trim()
     );
-    let networks = [
-        PodNetwork::HostGw,
-        PodNetwork::Vxlan,
-        PodNetwork::Udp,
-        PodNetwork::Bgp,
-    ];
+    // An optional third argument picks the backends (`host-gw,vxlan,udp,bgp`, the default);
+    // ratios are printed for the pairs that ran.
+    let networks: Vec<PodNetwork> = match args.get(2) {
+        Some(list) => list
+            .split(',')
+            .map(|n| n.parse().unwrap_or_else(|e| panic!("backend {n:?}: {e}")))
+            .collect(),
+        None => vec![
+            PodNetwork::HostGw,
+            PodNetwork::Vxlan,
+            PodNetwork::Udp,
+            PodNetwork::Bgp,
+        ],
+    };
+    println!(
+        "per round: 1 stream of {mib} MiB, then 4 streams of {} MiB at once (MB/s; cores = the \
+         bench process's CPU seconds per second meanwhile), then {RR_COUNT} request/response \
+         round trips of {RR_SIZE} B over TCP and over UDP, twice:\n  plain: blocking sockets, \
+         the usual way; on an idle VM each round trip includes waking halted vCPUs;\n  \
+         busy-poll: both ends spin on non-blocking sockets (yielding each turn, bounded by a \
+         deadline), so no CPU sleeps and the figure is the path's own added latency",
+        mib / 4
+    );
     let mut results: Vec<Vec<Round>> = networks.iter().map(|_| Vec::new()).collect();
     for r in 0..rounds {
         // Rotate which goes first so drift in the machine's load hits all alike.
@@ -336,56 +515,93 @@ fn main() {
             let i = (k + r) % networks.len();
             let network = networks[i];
             let got = round(network, mib << 20);
+            let rr: Vec<String> = WAITS
+                .iter()
+                .zip(&got.rr)
+                .map(|(w, rr)| {
+                    format!(
+                        "{}: tcp rr p50/p99 {:.0}/{:.0} us, udp rr {:.0}/{:.0} us ({} lost)",
+                        w.name(),
+                        rr.tcp.0,
+                        rr.tcp.1,
+                        rr.udp.0,
+                        rr.udp.1,
+                        rr.lost
+                    )
+                })
+                .collect();
             println!(
-                "round {r} {network:8} {:8.1} MB/s  4 streams {:8.1} MB/s  cpu {:5.2} s/GB  \
-                 (udp loop {:5.2} s/GB)  tcp rr p50/p99 {:.0}/{:.0} us  udp rr {:.0}/{:.0} us \
-                 ({} lost)",
+                "round {r} {:8} {:8.1} MB/s  4 streams {:8.1} MB/s ({:.2} cores)  cpu \
+                 {:5.2} s/GB  (udp loop {:5.2} s/GB)\n    {}{}",
+                network.to_string(),
                 got.mbps,
                 got.mbps4,
+                got.cores4,
                 got.cpu_per_gb,
                 got.loop_per_gb,
-                got.tcp_rr.0,
-                got.tcp_rr.1,
-                got.udp_rr.0,
-                got.udp_rr.1,
-                got.udp_lost
+                rr.join("\n    "),
+                got.udp_detail.as_deref().unwrap_or("")
             );
             results[i].push(got);
         }
     }
-    let med = |i: usize, f: fn(&Round) -> f64| median(results[i].iter().map(f).collect());
-    let base = med(0, |r| r.mbps);
+    let idx = |n: PodNetwork| networks.iter().position(|&m| m == n);
+    let med = |i: usize, f: &dyn Fn(&Round) -> f64| median(results[i].iter().map(f).collect());
+    let base = idx(PodNetwork::HostGw).unwrap_or(0);
+    let base_name = networks[base];
+    println!("medians (ratios to {base_name}):");
     for (i, network) in networks.iter().enumerate() {
-        let m = med(i, |r| r.mbps);
+        let (m, m4) = (med(i, &|r| r.mbps), med(i, &|r| r.mbps4));
         println!(
-            "median {network:8} {m:8.1} MB/s  {:.2}x host-gw  cpu {:5.2} s/GB  (udp loop {:5.2} s/GB)",
-            m / base,
-            med(i, |r| r.cpu_per_gb),
-            med(i, |r| r.loop_per_gb),
+            "median {:8} 1 stream {m:7.1} MB/s {:.2}x  4 streams {m4:7.1} MB/s {:.2}x \
+             ({:.2} cores)  cpu {:5.2} s/GB  (udp loop {:5.2} s/GB)",
+            network.to_string(),
+            m / med(base, &|r| r.mbps),
+            m4 / med(base, &|r| r.mbps4),
+            med(i, &|r| r.cores4),
+            med(i, &|r| r.cpu_per_gb),
+            med(i, &|r| r.loop_per_gb),
         );
     }
-    let base4 = med(0, |r| r.mbps4);
-    let base_rr = (med(0, |r| r.tcp_rr.0), med(0, |r| r.udp_rr.0));
-    for (i, network) in networks.iter().enumerate() {
-        let m4 = med(i, |r| r.mbps4);
-        let (t50, t99) = (med(i, |r| r.tcp_rr.0), med(i, |r| r.tcp_rr.1));
-        let (u50, u99) = (med(i, |r| r.udp_rr.0), med(i, |r| r.udp_rr.1));
-        let lost: usize = results[i].iter().map(|r| r.udp_lost).sum();
+    for (w, wait) in WAITS.iter().enumerate() {
+        let (bt, bu) = (med(base, &|r| r.rr[w].tcp.0), med(base, &|r| r.rr[w].udp.0));
+        for (i, network) in networks.iter().enumerate() {
+            let (t50, t99) = (med(i, &|r| r.rr[w].tcp.0), med(i, &|r| r.rr[w].tcp.1));
+            let (u50, u99) = (med(i, &|r| r.rr[w].udp.0), med(i, &|r| r.rr[w].udp.1));
+            let lost: usize = results[i].iter().map(|r| r.rr[w].lost).sum();
+            println!(
+                "median {:8} {:9} tcp rr p50/p99 {t50:5.0}/{t99:5.0} us ({:+4.0} us p50)  \
+                 udp rr p50/p99 {u50:5.0}/{u99:5.0} us ({:+4.0} us; {lost} of {} lost)",
+                network.to_string(),
+                wait.name(),
+                t50 - bt,
+                u50 - bu,
+                results[i].len() * RR_COUNT,
+            );
+        }
+    }
+    if let (Some(h), Some(v)) = (idx(PodNetwork::HostGw), idx(PodNetwork::Vxlan)) {
+        let ratio = |f: &dyn Fn(&Round) -> f64| med(v, f) / med(h, f);
+        let plus = |f: &dyn Fn(&Round) -> f64| med(v, f) - med(h, f);
         println!(
-            "median {network:8} 4 streams {m4:8.1} MB/s {:.2}x host-gw  tcp rr p50/p99 \
-             {t50:.0}/{t99:.0} us ({:+.0} us p50 vs host-gw)  udp rr p50/p99 {u50:.0}/{u99:.0} us \
-             ({:+.0} us; {lost} of {} lost)",
-            m4 / base4,
-            t50 - base_rr.0,
-            u50 - base_rr.1,
-            results[i].len() * RR_COUNT,
+            "vxlan/host-gw throughput {:.2}x, 4 streams {:.2}x (goal >= 0.9x); tcp rr p50 {:+.0} us \
+             plain, {:+.0} us busy-poll (goal <= +5 us)",
+            ratio(&|r| r.mbps),
+            ratio(&|r| r.mbps4),
+            plus(&|r| r.rr[0].tcp.0),
+            plus(&|r| r.rr[1].tcp.0),
         );
     }
-    let (v, u) = (med(1, |r| r.mbps), med(2, |r| r.mbps));
-    let (vc, uc) = (med(1, |r| r.cpu_per_gb), med(2, |r| r.cpu_per_gb));
-    println!(
-        "udp/vxlan throughput {:.2}x (goal >= 0.8x; flannel's 0.6x)   cpu per GB udp/vxlan {:.2}x",
-        u / v,
-        uc / vc
-    );
+    if let (Some(v), Some(u)) = (idx(PodNetwork::Vxlan), idx(PodNetwork::Udp)) {
+        let ratio = |f: &dyn Fn(&Round) -> f64| med(u, f) / med(v, f);
+        println!(
+            "udp/vxlan throughput {:.2}x, 4 streams {:.2}x (goal >= 0.8x; flannel's 0.6x)   cpu \
+             per GB udp/vxlan {:.2}x",
+            ratio(&|r| r.mbps),
+            ratio(&|r| r.mbps4),
+            ratio(&|r| r.cpu_per_gb),
+        );
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("loadavg at the end {}", load.trim());
 }

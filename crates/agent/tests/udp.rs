@@ -3,11 +3,14 @@
 //! reaching each other across nodes over TCP and UDP with their source addresses kept, the
 //! traffic carried by the loop (no host-gw route), 10 MiB byte-exact at pod MTU 1472, a peer
 //! removed from the table cutting its pods off and coming back, a node started later reachable
-//! once the others learn it, and `flannel0` with its route gone when the loop stops.
+//! once the others learn it, and `flannel0` with its route gone when the loop stops. Each TCP
+//! flow keeps to the one queue its inner addresses and ports name, in both directions on both
+//! nodes, and flows spread over the queues.
 
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] functions
 
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
 use svcnet_agent::ip;
@@ -18,6 +21,7 @@ use svcnet_agent::test_support::{
 use svcnet_agent::topology::Topology;
 use svcnet_agent::udpencap::{PeerTable, UDP_DEVICE, UdpEncap, UdpEncapConfig};
 use svcnet_netns::test_support::{serve_tcp, serve_udp, udp_ask};
+use svcnet_netns::tun::inner_flow_index;
 
 fn link(netns: &str, dev: &str) -> serde_json::Value {
     link_json(netns, dev).unwrap()
@@ -25,6 +29,18 @@ fn link(netns: &str, dev: &str) -> serde_json::Value {
 
 fn packets(netns: &str, dev: &str, dir: &str) -> u64 {
     link_packets(netns, dev, dir).unwrap()
+}
+
+/// The first bytes of a TCP/IPv4 packet from `src:sport` to `dst:dport` (what the steering reads).
+fn tcp_header(src: Ipv4Addr, dst: Ipv4Addr, sport: u16, dport: u16) -> Vec<u8> {
+    let mut p = vec![0u8; 40];
+    p[0] = 0x45;
+    p[9] = 6;
+    p[12..16].copy_from_slice(&src.octets());
+    p[16..20].copy_from_slice(&dst.octets());
+    p[20..22].copy_from_slice(&sport.to_be_bytes());
+    p[22..24].copy_from_slice(&dport.to_be_bytes());
+    p
 }
 
 #[test]
@@ -77,6 +93,7 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
     let offloads = first[0].offloads();
     eprintln!("udp backend offloads on this kernel: {offloads:?}");
     assert!(offloads.queues >= 1);
+    assert!(offloads.steering, "datagrams steered by their inner flow");
     assert_eq!(
         first[1].offloads().tun_offload,
         0,
@@ -136,6 +153,82 @@ fn pods_on_three_nodes_reach_each_other_over_the_udp_backend() {
         assert_eq!(total, 10 << 20);
         eprintln!("10 MiB node {} -> node {}: {took:?}", from + 1, to + 1);
     }
+
+    // Each flow on one queue, the same on both nodes and in both directions: the one
+    // `inner_flow_index` names. Connections one at a time (the others idle), until every queue
+    // has carried one.
+    let queues = offloads.queues as u32;
+    let ip2 = ips[1];
+    let listener = pods[1]
+        .ns
+        .run(move || TcpListener::bind((ip2, 9200)))
+        .unwrap()
+        .unwrap();
+    let server = std::thread::spawn(move || {
+        // Per connection: take 1 MiB, answer one byte; keep it open until the test ends.
+        let mut open = Vec::new();
+        while let Ok((mut conn, _)) = listener.accept() {
+            let mut buf = vec![0u8; 1 << 20];
+            if conn.read_exact(&mut buf).is_err() || conn.write_all(b"k").is_err() {
+                break;
+            }
+            open.push(conn);
+        }
+    });
+    let mut used = vec![false; queues as usize];
+    let mut conns = Vec::new();
+    for _ in 0..64 {
+        if used.iter().all(|u| *u) {
+            break;
+        }
+        let before: Vec<_> = first.iter().map(|e| e.queue_stats()).collect();
+        let to = SocketAddr::new(IpAddr::V4(ips[1]), 9200);
+        let mut conn = pods[0]
+            .ns
+            .run(move || TcpStream::connect_timeout(&to, Duration::from_secs(2)))
+            .unwrap()
+            .unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        conn.write_all(&vec![7u8; 1 << 20]).unwrap();
+        let mut k = [0u8; 1];
+        conn.read_exact(&mut k).unwrap();
+        let sport = conn.local_addr().unwrap().port();
+        let want = inner_flow_index(&tcp_header(ips[0], ips[1], sport, 9200), queues).unwrap();
+        used[want as usize] = true;
+        for (node, encap) in first.iter().enumerate() {
+            let got: Vec<u64> = encap
+                .queue_stats()
+                .iter()
+                .zip(&before[node])
+                .map(|(a, b)| a.received_datagrams - b.received_datagrams)
+                .collect();
+            // The flow's datagrams (1 MiB of segments one way, their ACKs the other) all on
+            // its queue; a stray one or two of the earlier transfers' teardown may be elsewhere.
+            let elsewhere: u64 = got
+                .iter()
+                .enumerate()
+                .filter(|(q, _)| *q != want as usize)
+                .map(|(_, n)| n)
+                .sum();
+            assert!(
+                got[want as usize] >= 20 && elsewhere <= 2,
+                "node {}: flow from port {sport} received per queue {got:?}, want queue {want}",
+                node + 1
+            );
+        }
+        conns.push(conn);
+    }
+    assert!(used.iter().all(|u| *u), "flows on every queue: {used:?}");
+    // A connection that sends nothing ends the server.
+    let to = SocketAddr::new(IpAddr::V4(ips[1]), 9200);
+    drop(
+        pods[0]
+            .ns
+            .run(move || TcpStream::connect_timeout(&to, Duration::from_secs(2))),
+    );
+    server.join().unwrap();
+    drop(conns);
 
     // Node 3 is not running its loop and not in the others' tables: unreachable.
     let t = std::time::Instant::now();

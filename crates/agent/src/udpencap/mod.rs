@@ -15,6 +15,16 @@
 //! in-order TCP segments back to the TUN as one GSO super-packet. Each offload falls back when
 //! the kernel lacks it (then: one packet per read, `sendmmsg` batches, one packet per write).
 //!
+//! **One flow, one queue, on both nodes.** Every datagram between two nodes carries the same
+//! outer addresses and ports (8285 → 8285, as flanneld sends), so the kernel's `SO_REUSEPORT`
+//! hash would hand all of a peer's traffic to one socket, and since a multi-queue TUN sends a
+//! flow out of the queue that last wrote its other direction, one queue would carry everything
+//! both ways. A classic BPF program on the socket group ([`tun::steer_by_inner_flow`]) picks the
+//! socket by a symmetric hash of the inner packet's addresses and ports instead: a flow's
+//! datagrams arrive on queue `q` of both nodes, its packets are written to the TUN from queue
+//! `q`, and so the TUN hands its next packets to queue `q`'s reader. The wire format is
+//! flannel's unchanged.
+//!
 //! **Where it runs:** threads of the process that calls [`UdpEncap::start`] — `svcnet up`'s
 //! agent, one [`UdpEncap`] per node namespace. The TUN is not persistent: it, its address and
 //! its route vanish when the last queue closes, so they die with `up` (also on `kill -9`) and
@@ -105,6 +115,9 @@ pub struct Offloads {
     pub tun_offload: u32,
     pub udp_gso: bool,
     pub udp_gro: bool,
+    /// Datagrams go to the queue of their inner flow (`SO_ATTACH_REUSEPORT_CBPF`), not by the
+    /// kernel's hash of the outer header.
+    pub steering: bool,
 }
 
 #[derive(Debug)]
@@ -112,7 +125,55 @@ struct Shared {
     table: RwLock<Arc<PeerTable>>,
     generation: AtomicU64,
     stop: AtomicBool,
-    tids: Mutex<Vec<u32>>,
+    /// Each loop thread's id and name (`flannel0-tx0`, ...), for its CPU time.
+    tids: Mutex<Vec<(u32, String)>>,
+    counters: Vec<QueueCounters>,
+}
+
+/// What one queue's two threads moved, counted once per batch (relaxed atomics: figures for
+/// people and benches, not for logic).
+#[derive(Debug, Default)]
+struct QueueCounters {
+    tun_reads: AtomicU64,
+    sent_datagrams: AtomicU64,
+    sent_bytes: AtomicU64,
+    receives: AtomicU64,
+    received_datagrams: AtomicU64,
+    received_bytes: AtomicU64,
+    tun_writes: AtomicU64,
+}
+
+/// A snapshot of one queue's counters: TUN reads and the datagrams and bytes (inner packets)
+/// its socket sent; `recvmmsg` calls that returned data, the datagrams and bytes its socket
+/// received, and its TUN writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    pub tun_reads: u64,
+    pub sent_datagrams: u64,
+    pub sent_bytes: u64,
+    pub receives: u64,
+    pub received_datagrams: u64,
+    pub received_bytes: u64,
+    pub tun_writes: u64,
+}
+
+impl QueueCounters {
+    fn snapshot(&self) -> QueueStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        QueueStats {
+            tun_reads: get(&self.tun_reads),
+            sent_datagrams: get(&self.sent_datagrams),
+            sent_bytes: get(&self.sent_bytes),
+            receives: get(&self.receives),
+            received_datagrams: get(&self.received_datagrams),
+            received_bytes: get(&self.received_bytes),
+            tun_writes: get(&self.tun_writes),
+        }
+    }
+}
+
+fn add(counter: &AtomicU64, n: usize) {
+    counter.fetch_add(n as u64, Ordering::Relaxed);
 }
 
 impl Shared {
@@ -178,6 +239,15 @@ impl UdpEncap {
                 }
                 out.push((file, sock));
             }
+            // Every datagram between two nodes has the same outer addresses and ports (8285 to
+            // 8285, as flanneld sends), so the kernel's reuseport hash would put all of a peer's
+            // traffic on one socket: one receiving thread, and, since the TUN sends a flow out
+            // of the queue that last wrote its other direction, one sending thread too. Steer
+            // by the inner flow instead (both directions alike), so the flows spread over the
+            // queues and each stays on one.
+            if let Some((_, first)) = out.first() {
+                offloads.steering = tun::steer_by_inner_flow(first, queues as u32).is_ok();
+            }
             Ok((out, offloads))
         };
         let opened = match crate::ip::entered(Some(&node.netns)) {
@@ -200,6 +270,9 @@ impl UdpEncap {
             generation: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             tids: Mutex::new(Vec::new()),
+            counters: (0..queues_open.len())
+                .map(|_| QueueCounters::default())
+                .collect(),
         });
         let mut threads = Vec::new();
         for (q, (file, sock)) in queues_open.into_iter().enumerate() {
@@ -207,17 +280,20 @@ impl UdpEncap {
             for dir in ["tx", "rx"] {
                 let (file, sock, shared) = (file.clone(), sock.clone(), shared.clone());
                 let name = format!("flannel0-{dir}{q}");
-                let spawned = std::thread::Builder::new().name(name).spawn(move || {
-                    record_tid(&shared);
-                    let result = if dir == "tx" {
-                        tx_loop(&file, &sock, &shared, offloads)
-                    } else {
-                        rx_loop(&file, &sock, &shared)
-                    };
-                    if let Err(e) = result {
-                        tracing::warn!("udp backend {dir} loop: {e}");
-                    }
-                });
+                let spawned = std::thread::Builder::new()
+                    .name(name.clone())
+                    .spawn(move || {
+                        record_tid(&shared, name);
+                        let counters = &shared.counters[q];
+                        let result = if dir == "tx" {
+                            tx_loop(&file, &sock, &shared, counters, offloads)
+                        } else {
+                            rx_loop(&file, &sock, &shared, counters)
+                        };
+                        if let Err(e) = result {
+                            tracing::warn!("udp backend {dir} loop: {e}");
+                        }
+                    });
                 threads.push(spawned.map_err(io("spawn the UDP loop"))?);
             }
         }
@@ -247,13 +323,30 @@ impl UdpEncap {
 
     /// CPU seconds (user + system) the loop's threads used so far.
     pub fn cpu_seconds(&self) -> f64 {
+        self.thread_cpu_seconds().iter().map(|(_, s)| s).sum()
+    }
+
+    /// Each loop thread's name (`flannel0-tx0`, `flannel0-rx0`, ...) and the CPU seconds it
+    /// used so far.
+    pub fn thread_cpu_seconds(&self) -> Vec<(String, f64)> {
         let tids = self
             .shared
             .tids
             .lock()
             .map(|t| t.clone())
             .unwrap_or_default();
-        tids.iter().map(|tid| thread_cpu_seconds(*tid)).sum()
+        tids.into_iter()
+            .map(|(tid, name)| (name, thread_cpu_seconds(tid)))
+            .collect()
+    }
+
+    /// Each queue's counters so far (index = queue).
+    pub fn queue_stats(&self) -> Vec<QueueStats> {
+        self.shared
+            .counters
+            .iter()
+            .map(QueueCounters::snapshot)
+            .collect()
     }
 
     /// Stops the loops and closes the TUN (which removes `flannel0` and its route).
@@ -275,13 +368,13 @@ impl Drop for UdpEncap {
     }
 }
 
-fn record_tid(shared: &Shared) {
+fn record_tid(shared: &Shared, name: String) {
     // `/proc/thread-self` links to `<pid>/task/<tid>`.
     let tid = std::fs::read_link("/proc/thread-self")
         .ok()
         .and_then(|p| p.file_name()?.to_str()?.parse().ok());
     if let (Some(tid), Ok(mut tids)) = (tid, shared.tids.lock()) {
-        tids.push(tid);
+        tids.push((tid, name));
     }
 }
 
@@ -361,9 +454,9 @@ impl Pending {
         self.count += 1;
     }
 
-    fn flush(&mut self, sock: &UdpSocket, gso: bool, headers: &mut SendHeaders) {
+    fn flush(&mut self, out: &mut Sender<'_>) {
         if let (Some(to), true) = (self.to, self.count > 0) {
-            send_segments(sock, &self.buf, self.segment, to, gso, headers);
+            out.send(&self.buf, self.segment, to);
         }
         self.buf.clear();
         self.count = 0;
@@ -373,32 +466,48 @@ impl Pending {
 
 use tun::SendHeaders;
 
-fn send_segments(
-    sock: &UdpSocket,
-    buf: &[u8],
-    segment: usize,
-    to: SocketAddrV4,
+/// One queue's socket and what sending on it needs.
+struct Sender<'a> {
+    sock: &'a UdpSocket,
     gso: bool,
-    headers: &mut SendHeaders,
-) {
-    let result = if gso && buf.len() > segment {
-        let per = (GSO_MAX_BYTES / segment).clamp(1, GSO_MAX_SEGMENTS) * segment;
-        buf.chunks(per)
-            .try_for_each(|c| tun::send_gso(sock, c, segment as u16, to).map(drop))
-    } else {
-        buf.chunks(segment * 32).try_for_each(|group| {
-            let msgs: Vec<(&[u8], SocketAddrV4)> = group.chunks(segment).map(|d| (d, to)).collect();
-            tun::send_batch(sock, headers, &msgs).map(drop)
-        })
-    };
-    if let Err(e) = result {
-        // As flanneld: a failed send drops the packets (TCP retransmits).
-        tracing::debug!(%to, "udp backend send: {e}");
+    headers: SendHeaders,
+    counters: &'a QueueCounters,
+}
+
+impl Sender<'_> {
+    /// Sends `buf` to `to` as datagrams of `segment` bytes (the last may be shorter).
+    fn send(&mut self, buf: &[u8], segment: usize, to: SocketAddrV4) {
+        let (sock, headers) = (self.sock, &mut self.headers);
+        let result = if self.gso && buf.len() > segment {
+            let per = (GSO_MAX_BYTES / segment).clamp(1, GSO_MAX_SEGMENTS) * segment;
+            buf.chunks(per)
+                .try_for_each(|c| tun::send_gso(sock, c, segment as u16, to).map(drop))
+        } else {
+            buf.chunks(segment * 32).try_for_each(|group| {
+                let msgs: Vec<(&[u8], SocketAddrV4)> =
+                    group.chunks(segment).map(|d| (d, to)).collect();
+                tun::send_batch(sock, headers, &msgs).map(drop)
+            })
+        };
+        match result {
+            Ok(()) => {
+                add(&self.counters.sent_datagrams, buf.len().div_ceil(segment));
+                add(&self.counters.sent_bytes, buf.len());
+            }
+            // As flanneld: a failed send drops the packets (TCP retransmits).
+            Err(e) => tracing::debug!(%to, "udp backend send: {e}"),
+        }
     }
 }
 
 /// TUN → peers: read a packet (or a GSO super-packet), find its peer, send it.
-fn tx_loop(tun: &File, sock: &UdpSocket, shared: &Shared, offloads: Offloads) -> io::Result<()> {
+fn tx_loop(
+    tun: &File,
+    sock: &UdpSocket,
+    shared: &Shared,
+    counters: &QueueCounters,
+    offloads: Offloads,
+) -> io::Result<()> {
     let mut table = TableView::new(shared);
     let mut rbuf = vec![0u8; VNET_HDR_LEN + 65536];
     let mut segments = Vec::with_capacity(96 * 1024);
@@ -409,13 +518,18 @@ fn tx_loop(tun: &File, sock: &UdpSocket, shared: &Shared, offloads: Offloads) ->
         closed: false,
         count: 0,
     };
-    let mut headers = tun::send_headers(32);
+    let mut out = Sender {
+        sock,
+        gso: offloads.udp_gso,
+        headers: tun::send_headers(32),
+        counters,
+    };
     let mut reader = tun;
     loop {
         let n = match reader.read(&mut rbuf) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                pending.flush(sock, offloads.udp_gso, &mut headers);
+                pending.flush(&mut out);
                 if shared.stop.load(Ordering::Acquire) {
                     return Ok(());
                 }
@@ -425,6 +539,7 @@ fn tx_loop(tun: &File, sock: &UdpSocket, shared: &Shared, offloads: Offloads) ->
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
+        add(&counters.tun_reads, 1);
         let Some(hdr) = VnetHdr::parse(&rbuf[..n]) else {
             continue;
         };
@@ -434,10 +549,10 @@ fn tx_loop(tun: &File, sock: &UdpSocket, shared: &Shared, offloads: Offloads) ->
             continue;
         };
         if hdr.gso_type != GSO_NONE {
-            pending.flush(sock, offloads.udp_gso, &mut headers);
+            pending.flush(&mut out);
             segments.clear();
             if let Some(seg) = packet::segment(pkt, &hdr, &mut segments) {
-                send_segments(sock, &segments, seg, to, offloads.udp_gso, &mut headers);
+                out.send(&segments, seg, to);
             }
             continue;
         }
@@ -445,7 +560,7 @@ fn tx_loop(tun: &File, sock: &UdpSocket, shared: &Shared, offloads: Offloads) ->
             packet::complete_checksum(pkt, hdr.csum_start.into(), hdr.csum_offset.into());
         }
         if !pending.fits(pkt.len(), to) {
-            pending.flush(sock, offloads.udp_gso, &mut headers);
+            pending.flush(&mut out);
         }
         pending.add(pkt, to);
     }
@@ -453,13 +568,19 @@ fn tx_loop(tun: &File, sock: &UdpSocket, shared: &Shared, offloads: Offloads) ->
 
 /// Peers → TUN: receive batches, split GRO buffers into the inner packets, coalesce TCP and
 /// write to the TUN. Datagrams from addresses that are not peers are dropped.
-fn rx_loop(tun: &File, sock: &UdpSocket, shared: &Shared) -> io::Result<()> {
+fn rx_loop(
+    tun: &File,
+    sock: &UdpSocket,
+    shared: &Shared,
+    counters: &QueueCounters,
+) -> io::Result<()> {
     let mut table = TableView::new(shared);
     let mut batch = tun::RecvBatch::new(8, 65536);
     let mut got = Vec::new();
     let mut coalescer = Coalescer::default();
     let mut writer = tun;
     let mut write = |buf: &mut [u8]| {
+        add(&counters.tun_writes, 1);
         if let Err(e) = writer.write(buf) {
             tracing::debug!("udp backend: write to flannel0: {e}");
         }
@@ -480,12 +601,15 @@ fn rx_loop(tun: &File, sock: &UdpSocket, shared: &Shared) -> io::Result<()> {
                 continue;
             }
         }
+        add(&counters.receives, 1);
         let table = table.get();
         for (msg, buf) in got.iter().zip(&batch.bufs) {
             let known = msg.from.is_some_and(|f| table.knows(*f.ip()));
             if !known || msg.segment == 0 {
                 continue;
             }
+            add(&counters.received_datagrams, msg.len.div_ceil(msg.segment));
+            add(&counters.received_bytes, msg.len);
             for dgram in buf[..msg.len].chunks(msg.segment) {
                 coalescer.push(dgram, &mut write);
             }
