@@ -142,41 +142,46 @@ pub(crate) async fn serve_udp(
             observe(&handler.metrics, packet, out, src, started, Some(cached));
             ready += 1;
         }
-        send_batch(&socket, &answers[..ready], &counters).await;
+        let (sent, failed) = send_batch(&socket, &answers[..ready]).await;
+        counters.answered.fetch_add(sent, Ordering::Relaxed);
+        counters.send_failed.fetch_add(failed, Ordering::Relaxed);
     }
 }
 
 /// Sends `answers` with as few `sendmmsg` calls as the socket takes, waiting while its buffer
-/// is full; an answer the socket refuses is counted and skipped.
-async fn send_batch(socket: &UdpSocket, answers: &[(Vec<u8>, SocketAddr)], counters: &UdpCounters) {
-    let mut sent = 0;
-    while sent < answers.len() {
-        let rest = &answers[sent..];
+/// is full; an answer the socket refuses is skipped. Returns how many were sent and how many
+/// failed.
+pub(crate) async fn send_batch(
+    socket: &UdpSocket,
+    answers: &[(Vec<u8>, SocketAddr)],
+) -> (u64, u64) {
+    let (mut sent, mut failed) = (0u64, 0u64);
+    let mut at = 0;
+    while at < answers.len() {
+        let rest = &answers[at..];
         match socket.try_io(Interest::WRITABLE, || {
             svcnet_netns::datagrams::send_many(socket.as_fd(), rest)
         }) {
             Ok(n) => {
-                counters.answered.fetch_add(n as u64, Ordering::Relaxed);
-                sent += n.max(1);
+                sent += n as u64;
+                at += n.max(1);
                 if n == 0 {
-                    bump(&counters.send_failed);
+                    failed += 1;
                 }
             }
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
                 if socket.writable().await.is_err() {
-                    counters
-                        .send_failed
-                        .fetch_add(rest.len() as u64, Ordering::Relaxed);
-                    return;
+                    return (sent, failed + rest.len() as u64);
                 }
             }
             Err(error) => {
-                bump(&counters.send_failed);
+                failed += 1;
                 debug!(to = %rest[0].1, %error, "UDP send error");
-                sent += 1;
+                at += 1;
             }
         }
     }
+    (sent, failed)
 }
 
 /// Counts an answer decided without I/O (`cached`: from the answer cache, or a miss the
