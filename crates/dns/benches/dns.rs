@@ -466,6 +466,8 @@ fn packet_path_micro(config: &Arc<ZoneConfig>, objects: &Objects) {
     );
     let n = 200_000;
     let rounds = repeat;
+    // `SVCNET_BENCH_SCENARIO` picks one (e.g. `uncached`), so a profiler counts it alone.
+    let only = std::env::var("SVCNET_BENCH_SCENARIO").unwrap_or_default();
     for (label, packets) in [
         (
             "service-A-cached",
@@ -483,6 +485,9 @@ fn packet_path_micro(config: &Arc<ZoneConfig>, objects: &Objects) {
                 .collect(),
         ),
     ] {
+        if !label.contains(only.as_str()) {
+            continue;
+        }
         let t = Instant::now();
         let mut bytes = 0;
         for i in 0..n * rounds {

@@ -31,7 +31,7 @@ use tokio::task::JoinSet;
 
 use crate::replay::{Kept, ReplayCache};
 use crate::server::forward::is_negative;
-use crate::server::udp::{BATCH, MAX_REQUEST, next_batch};
+use crate::server::udp::{BATCH, MAX_REQUEST, next_batch, send_batch};
 use crate::server::{DnsError, ForwardError, Forwarder, ForwarderOptions, Upstream};
 
 /// Upstream's cap for the reverse zones and everything outside the cluster (`cache 30`).
@@ -308,15 +308,17 @@ impl Shared {
         Ok((request, query))
     }
 
-    /// The answer to one datagram from the cache, without waiting: `Err(())` on a miss.
-    fn answer_now(&self, packet: &[u8]) -> Result<Option<Vec<u8>>, ()> {
-        if let Some((reply, kept)) = self.replay.get(packet) {
+    /// The answer to one datagram from the cache, without waiting, into `out` (replaced):
+    /// `Ok(true)` when there is one to send, `Ok(false)` to drop the datagram, `Err(())` on a
+    /// miss.
+    fn answer_now(&self, packet: &[u8], out: &mut Vec<u8>) -> Result<bool, ()> {
+        if let Some(kept) = self.replay.get_into(packet, out) {
             self.forwarders[kept.route].count_hit(kept.negative);
-            return Ok(Some(reply));
+            return Ok(true);
         }
         let (request, query) = match self.parse(packet) {
             Ok(parsed) => parsed,
-            Err(reply) => return Ok(reply),
+            Err(reply) => return Ok(replace(out, reply)),
         };
         let route = self.route(query.name()) as usize;
         let hit = self.forwarders[route]
@@ -327,7 +329,7 @@ impl Shared {
         if let Some(bytes) = &reply {
             self.replay.put(packet, bytes, Kept { route, negative });
         }
-        Ok(reply)
+        Ok(replace(out, reply))
     }
 
     /// The answer to one datagram or TCP message; `None` drops it (not a query, or too short
@@ -342,6 +344,18 @@ impl Shared {
             .resolve(query.name(), query.query_type(), query.query_class())
             .await;
         encode(&request, query, result, udp)
+    }
+}
+
+/// `reply`, if any, into `out`; whether there was one.
+fn replace(out: &mut Vec<u8>, reply: Option<Vec<u8>>) -> bool {
+    out.clear();
+    match reply {
+        Some(reply) => {
+            out.extend_from_slice(&reply);
+            true
+        }
+        None => false,
     }
 }
 
@@ -404,26 +418,35 @@ fn encode(
 }
 
 /// Takes whatever datagrams are queued (up to `BATCH`) in one `recvmmsg`, as cluster DNS's UDP
-/// path does, and answers hits inline; only a miss gets a task of its own.
+/// path does, answers hits inline and sends their answers with one `sendmmsg`; only a miss
+/// gets a task of its own.
 async fn serve_udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
     let mut bufs: Box<[[u8; MAX_REQUEST]; BATCH]> = Box::new([[0u8; MAX_REQUEST]; BATCH]);
     let mut received = Vec::with_capacity(BATCH);
+    // The batch's answers, each buffer reused from batch to batch.
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+    let mut answers: Vec<(Vec<u8>, SocketAddr)> = (0..BATCH)
+        .map(|_| (Vec::with_capacity(512), unspecified))
+        .collect();
     loop {
         if let Err(error) = next_batch(&socket, &mut bufs[..], &mut received).await {
             tracing::warn!(%error, "node-local cache: UDP receive failed");
             tokio::time::sleep(Duration::from_millis(10)).await;
             continue;
         }
+        let mut ready = 0;
         for (buf, &(n, peer)) in bufs.iter().zip(&received) {
             shared.requests[0].fetch_add(1, Ordering::Relaxed);
             let Some(peer) = peer else { continue };
             let packet = &buf[..n];
-            match shared.answer_now(packet) {
-                Ok(Some(reply)) => {
-                    let _ = socket.send_to(&reply, peer).await;
+            let (out, to) = &mut answers[ready];
+            match shared.answer_now(packet, out) {
+                Ok(true) => {
+                    *to = peer;
+                    ready += 1;
                     continue;
                 }
-                Ok(None) => continue,
+                Ok(false) => continue,
                 Err(()) => {}
             }
             let packet = packet.to_vec();
@@ -435,6 +458,7 @@ async fn serve_udp(socket: Arc<UdpSocket>, shared: Arc<Shared>) {
                 }
             });
         }
+        send_batch(&socket, &answers[..ready]).await;
     }
 }
 

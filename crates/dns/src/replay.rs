@@ -78,7 +78,16 @@ impl ReplayCache {
     }
 
     /// The kept answer to `packet`, with its ID and TTLs as of now.
+    #[cfg(test)]
     pub(crate) fn get(&self, packet: &[u8]) -> Option<(Vec<u8>, Kept)> {
+        let mut reply = Vec::new();
+        let kept = self.get_into(packet, &mut reply)?;
+        Some((reply, kept))
+    }
+
+    /// [`ReplayCache::get`] into `reply` (replaced; left unspecified on a miss), so that the
+    /// UDP loop reuses one buffer per answer of a batch.
+    pub(crate) fn get_into(&self, packet: &[u8], reply: &mut Vec<u8>) -> Option<Kept> {
         let (id, key) = split(packet)?;
         let mut shard = self.shard(key).lock().ok()?;
         let entry = shard.map.get(key)?;
@@ -89,12 +98,13 @@ impl ReplayCache {
             }
             return None;
         }
-        let mut reply = entry.reply.to_vec();
+        reply.clear();
+        reply.extend_from_slice(&entry.reply);
         reply[..2].copy_from_slice(id);
         for &(at, ttl) in entry.ttls.iter() {
             reply[at..at + 4].copy_from_slice(&ttl.saturating_sub(age).to_be_bytes());
         }
-        Some((reply, entry.kept))
+        Some(entry.kept)
     }
 
     /// Keeps `reply`, the answer to `packet`, if it has a record whose TTL bounds it.

@@ -19,16 +19,18 @@
 //! ([`Served`]); publishing a zone publishes a new, empty cache with it, atomically, so a cached
 //! answer never outlives the data it came from.
 
+use std::borrow::Borrow;
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use rand::RngCore;
 
-use crate::zone::{Addresses, Zone};
+use super::wire::SoaWire;
+use crate::zone::Zone;
 
 /// Shards of the cache (each its own lock and byte budget).
 const SHARDS: usize = 16;
@@ -47,11 +49,15 @@ const DOORKEEPER: usize = 1 << 16;
 pub(crate) struct Served {
     pub(crate) zone: Arc<Zone>,
     pub(crate) cache: AnswerCache,
+    /// The cluster zone's SOA ([`Zone::soa`]), taken apart once for the negative answers
+    /// (`None` if it cannot be written: those answers then leave it out, with TC).
+    pub(crate) soa: Option<Box<SoaWire>>,
 }
 
 impl Served {
     pub(crate) fn new(zone: Arc<Zone>) -> Self {
         Served {
+            soa: SoaWire::new(&zone.soa()).map(Box::new),
             zone,
             cache: AnswerCache::default(),
         }
@@ -92,8 +98,100 @@ impl Default for AnswerCache {
 
 #[derive(Debug, Default)]
 struct Shard {
-    entries: HashMap<Box<[u8]>, Entry>,
+    /// Keyed by the datagram after its ID, hashed once per datagram by the cache's keyed
+    /// SipHash ([`Key`]): the map takes that hash as it is instead of hashing the bytes again.
+    entries: HashMap<Key, Entry, BuildHasherDefault<KnownHash>>,
     bytes: usize,
+}
+
+/// A kept question's bytes with their hash (from [`AnswerCache::hasher`]).
+#[derive(Debug)]
+struct Key {
+    hash: u64,
+    bytes: Box<[u8]>,
+}
+
+/// A question's bytes and hash, borrowed: what the map is probed with (through
+/// `dyn AsProbe`, which both [`Key`] and `Probe` are).
+#[derive(Clone, Copy)]
+struct Probe<'a> {
+    hash: u64,
+    bytes: &'a [u8],
+}
+
+trait AsProbe {
+    fn probe(&self) -> Probe<'_>;
+}
+
+impl AsProbe for Key {
+    fn probe(&self) -> Probe<'_> {
+        Probe {
+            hash: self.hash,
+            bytes: &self.bytes,
+        }
+    }
+}
+
+impl AsProbe for Probe<'_> {
+    fn probe(&self) -> Probe<'_> {
+        *self
+    }
+}
+
+impl<'a> Borrow<dyn AsProbe + 'a> for Key {
+    fn borrow(&self) -> &(dyn AsProbe + 'a) {
+        self
+    }
+}
+
+impl Hash for dyn AsProbe + '_ {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.probe().hash);
+    }
+}
+
+impl PartialEq for dyn AsProbe + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        let (a, b) = (self.probe(), other.probe());
+        a.hash == b.hash && a.bytes == b.bytes
+    }
+}
+
+impl Eq for dyn AsProbe + '_ {}
+
+impl Hash for Key {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        (self as &dyn AsProbe).hash(state);
+    }
+}
+
+impl PartialEq for Key {
+    fn eq(&self, other: &Self) -> bool {
+        (self as &dyn AsProbe) == (other as &dyn AsProbe)
+    }
+}
+
+impl Eq for Key {}
+
+/// The map's hasher: the hash a [`Key`] carries, as it is (it is already a keyed SipHash).
+#[derive(Default)]
+struct KnownHash(u64);
+
+impl Hasher for KnownHash {
+    fn write(&mut self, bytes: &[u8]) {
+        // Only `write_u64` is called (by `Key`'s `Hash`); anything else still hashes.
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// One kept answer.
@@ -130,24 +228,22 @@ impl Entry {
     /// answer cannot be replayed (mixed address families).
     pub(crate) fn new(
         bytes: &[u8],
-        shuffled: Option<(&Addresses, AddressRegion)>,
+        shuffled: Option<((&[IpAddr], u32), AddressRegion)>,
     ) -> Option<Entry> {
         let shuffle = match shuffled {
             None => None,
-            Some((addresses, region)) => {
-                let first = addresses.ips.first()?;
+            Some(((ips, ttl), region)) => {
+                let first = ips.first()?;
                 let v4 = first.is_ipv4();
-                if addresses.ips.iter().any(|ip| ip.is_ipv4() != v4) {
+                if ips.iter().any(|ip| ip.is_ipv4() != v4) {
                     return None;
                 }
                 let size = if v4 { 16 } else { 28 };
-                let mut records = Vec::with_capacity(addresses.ips.len() * size);
-                for ip in &addresses.ips {
-                    address_record(&mut records, *ip, addresses.ttl);
+                let mut records = Vec::with_capacity(ips.len() * size);
+                for ip in ips {
+                    address_record(&mut records, *ip, ttl);
                 }
-                if region.shown > addresses.ips.len()
-                    || region.at + region.shown * size > bytes.len()
-                {
+                if region.shown > ips.len() || region.at + region.shown * size > bytes.len() {
                     return None;
                 }
                 Some(Shuffle {
@@ -213,7 +309,11 @@ impl AnswerCache {
         let Ok(shard) = self.shards[shard_index(h)].read() else {
             return Err(None);
         };
-        match shard.entries.get(key) {
+        let probe = Probe {
+            hash: h,
+            bytes: key,
+        };
+        match shard.entries.get(&probe as &dyn AsProbe) {
             Some(entry) => {
                 entry.write(packet, out, rng);
                 Ok(())
@@ -265,7 +365,8 @@ impl AnswerCache {
             return;
         };
         let cost = entry.cost(key);
-        let Ok(mut shard) = self.shard(key).write() else {
+        let hash = self.hasher.hash_one(key);
+        let Ok(mut shard) = self.shards[shard_index(hash)].write() else {
             return;
         };
         if shard.bytes + cost > SHARD_BUDGET {
@@ -274,14 +375,13 @@ impl AnswerCache {
             shard.entries.clear();
             shard.bytes = 0;
         }
-        if shard.entries.insert(key.into(), entry).is_none() {
+        let key = Key {
+            hash,
+            bytes: key.into(),
+        };
+        if shard.entries.insert(key, entry).is_none() {
             shard.bytes += cost;
         }
-    }
-
-    fn shard(&self, key: &[u8]) -> &RwLock<Shard> {
-        // The shard's map hashes again (two short SipHashes cost far less than the syscalls).
-        &self.shards[shard_index(self.hasher.hash_one(key))]
     }
 
     /// Entries and bytes held (for tests and the bench).
@@ -293,8 +393,10 @@ impl AnswerCache {
     }
 }
 
+/// A shard from bits of the hash that the shard's map does not use (hashbrown takes its
+/// buckets from the low bits and its tags from the top seven).
 fn shard_index(h: u64) -> usize {
-    (h >> 60) as usize % SHARDS
+    (h >> 40) as usize % SHARDS
 }
 
 /// Whether `packet` is one question with a name free of compression pointers, and nothing else

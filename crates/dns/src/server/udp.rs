@@ -23,7 +23,7 @@ use tokio::net::UdpSocket;
 use tracing::debug;
 
 use super::cache::{AddressRegion, Entry, FastRng, Noting, Served};
-use super::handler::{Handler, Reply, Step, encode_udp, encode_udp_region};
+use super::handler::{Handler, Step, encode_udp, encode_udp_region};
 use super::metrics::{DnsMetrics, Observation, Proto, Source, question_type, response_flags};
 use super::wire;
 
@@ -142,41 +142,46 @@ pub(crate) async fn serve_udp(
             observe(&handler.metrics, packet, out, src, started, Some(cached));
             ready += 1;
         }
-        send_batch(&socket, &answers[..ready], &counters).await;
+        let (sent, failed) = send_batch(&socket, &answers[..ready]).await;
+        counters.answered.fetch_add(sent, Ordering::Relaxed);
+        counters.send_failed.fetch_add(failed, Ordering::Relaxed);
     }
 }
 
 /// Sends `answers` with as few `sendmmsg` calls as the socket takes, waiting while its buffer
-/// is full; an answer the socket refuses is counted and skipped.
-async fn send_batch(socket: &UdpSocket, answers: &[(Vec<u8>, SocketAddr)], counters: &UdpCounters) {
-    let mut sent = 0;
-    while sent < answers.len() {
-        let rest = &answers[sent..];
+/// is full; an answer the socket refuses is skipped. Returns how many were sent and how many
+/// failed.
+pub(crate) async fn send_batch(
+    socket: &UdpSocket,
+    answers: &[(Vec<u8>, SocketAddr)],
+) -> (u64, u64) {
+    let (mut sent, mut failed) = (0u64, 0u64);
+    let mut at = 0;
+    while at < answers.len() {
+        let rest = &answers[at..];
         match socket.try_io(Interest::WRITABLE, || {
             svcnet_netns::datagrams::send_many(socket.as_fd(), rest)
         }) {
             Ok(n) => {
-                counters.answered.fetch_add(n as u64, Ordering::Relaxed);
-                sent += n.max(1);
+                sent += n as u64;
+                at += n.max(1);
                 if n == 0 {
-                    bump(&counters.send_failed);
+                    failed += 1;
                 }
             }
             Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
                 if socket.writable().await.is_err() {
-                    counters
-                        .send_failed
-                        .fetch_add(rest.len() as u64, Ordering::Relaxed);
-                    return;
+                    return (sent, failed + rest.len() as u64);
                 }
             }
             Err(error) => {
-                bump(&counters.send_failed);
+                failed += 1;
                 debug!(to = %rest[0].1, %error, "UDP send error");
-                sent += 1;
+                at += 1;
             }
         }
     }
+    (sent, failed)
 }
 
 /// Counts an answer decided without I/O (`cached`: from the answer cache, or a miss the
@@ -266,24 +271,70 @@ pub(crate) fn answer_packet(
         }
     }
     // A plain query in the zone is answered without hickory's parser when the direct encoder
-    // can write its answer (the same bytes the general path below would send).
+    // can write its answer (the same bytes the general path below would send): from its labels
+    // as they lie in the datagram when the answer is a negative one or addresses at the
+    // question name, else from hickory's `Name` of it.
     if let Some(served) = served
-        && let Some((name, qtype, asked)) = wire::plain_query(packet)
+        && let Some(view) = wire::QuestionView::new(packet)
     {
-        let mut noting = Noting::new(rng);
-        let step =
-            handler.step_question(&name, qtype, DNSClass::IN, Some(&served.zone), &mut noting);
-        let drew = noting.used;
-        if let Step::Done(reply) = &step
-            && let Some(region) = wire::encode_asked_into(&asked, reply, out)
-        {
-            if hash.is_some_and(|h| served.cache.admit_hashed(packet, h)) {
-                keep(served, packet, out, drew, reply, region);
+        if let Some(done) = answer_quick(served, &view, packet, hash, out, rng) {
+            return done;
+        }
+        if let Some(name) = view.name() {
+            let mut noting = Noting::new(rng);
+            let step = handler.step_question(
+                &name,
+                view.qtype,
+                DNSClass::IN,
+                Some(&served.zone),
+                &mut noting,
+            );
+            let drew = noting.used;
+            if let Step::Done(reply) = &step
+                && let Some(region) = wire::encode_asked_into(&view.asked, reply, out)
+            {
+                if hash.is_some_and(|h| served.cache.admit_hashed(packet, h)) {
+                    let addresses = reply
+                        .addresses
+                        .as_deref()
+                        .map(|a| (a.ips.as_slice(), a.ttl));
+                    keep(served, packet, out, drew, addresses, region);
+                }
+                return Packet::Reply;
             }
-            return Packet::Reply;
         }
     }
     answer_parsed(handler, served, packet, src, out, rng)
+}
+
+/// [`answer_packet`] from the question's labels as they lie in the datagram, with no hickory
+/// name, record or encoder (`Zone::lookup_labels`, `wire::encode_quick_into`): `None` when the
+/// answer is not one of the shapes it writes.
+fn answer_quick(
+    served: &Served,
+    view: &wire::QuestionView<'_>,
+    packet: &[u8],
+    hash: Option<u64>,
+    out: &mut Vec<u8>,
+    rng: &mut FastRng,
+) -> Option<Packet> {
+    // Cluster names have up to 11 labels, search expansions a few more; longer names take
+    // the other paths.
+    let mut buf = [""; 32];
+    let labels = view.labels(&mut buf)?;
+    let mut noting = Noting::new(rng);
+    let quick = served.zone.lookup_labels(labels, view.qtype, &mut noting)?;
+    let drew = noting.used;
+    let ttl = served.zone.config().ttl;
+    let region = wire::encode_quick_into(view, &quick, ttl, served.soa.as_deref(), out)?;
+    if hash.is_some_and(|h| served.cache.admit_hashed(packet, h)) {
+        let addresses = match &quick {
+            crate::zone::Quick::Addresses(ips) => Some((ips.as_slice(), ttl)),
+            crate::zone::Quick::Negative { .. } => None,
+        };
+        keep(served, packet, out, drew, addresses, region);
+    }
+    Some(Packet::Reply)
 }
 
 /// [`answer_packet`]'s general path: hickory parses the datagram, the handler answers it, the
@@ -315,7 +366,11 @@ fn answer_parsed(
                 && !bytes.is_empty()
                 && served.cache.admit(packet)
             {
-                keep(served, packet, &bytes, drew, &reply, region);
+                let addresses = reply
+                    .addresses
+                    .as_deref()
+                    .map(|a| (a.ips.as_slice(), a.ttl));
+                keep(served, packet, &bytes, drew, addresses, region);
             }
             out.clear();
             out.extend_from_slice(&bytes);
@@ -333,10 +388,10 @@ fn keep(
     packet: &[u8],
     bytes: &[u8],
     drew: bool,
-    reply: &Reply,
+    addresses: Option<(&[std::net::IpAddr], u32)>,
     region: Option<AddressRegion>,
 ) {
-    let shuffled = match (drew, reply.addresses.as_deref(), region) {
+    let shuffled = match (drew, addresses, region) {
         (false, _, _) => Some(None),
         (true, Some(addresses), Some(region)) => Some(Some((addresses, region))),
         _ => None,
@@ -484,68 +539,242 @@ mod fuzz {
         }
     }
 
-    /// The plain-query path (no hickory parse) sends exactly the bytes of the general path, for
-    /// every question of the rule table, in several spellings and EDNS sizes.
+    /// Questions beyond the rule table's for the byte-equality test below: a pod's `ndots:5`
+    /// search expansions, names whose labels match the SOA's names (`ns`, `dns`,
+    /// `hostmaster`) so the SOA is compressed further, names in the served reverse zones and
+    /// outside them, and names around the length where the label path hands over to hickory's
+    /// `Name` (250 bytes).
+    fn more_questions() -> Vec<(String, RecordType)> {
+        let mut out: Vec<(String, RecordType)> = [
+            ("myapp.default.default.svc.cluster.local.", RecordType::A),
+            ("myapp.default.svc.cluster.local.", RecordType::A),
+            ("myapp.default.svc.cluster.local.", RecordType::AAAA),
+            ("www.example.com.default.svc.cluster.local.", RecordType::A),
+            ("www.example.com.svc.cluster.local.", RecordType::A),
+            ("www.example.com.cluster.local.", RecordType::A),
+            ("www.example.com.cluster.local.", RecordType::AAAA),
+            ("nothing.other.svc.cluster.local.", RecordType::SRV),
+            ("nothing.nons.svc.cluster.local.", RecordType::A),
+            ("nons.svc.cluster.local.", RecordType::A),
+            ("default.svc.cluster.local.", RecordType::TXT),
+            ("svc.cluster.local.", RecordType::A),
+            ("pod.cluster.local.", RecordType::MX),
+            ("ns.dns.cluster.local.", RecordType::AAAA),
+            ("ns.dns.cluster.local.", RecordType::A),
+            ("x.ns.dns.cluster.local.", RecordType::A),
+            ("dns.cluster.local.", RecordType::A),
+            ("x.dns.cluster.local.", RecordType::A),
+            ("hostmaster.cluster.local.", RecordType::A),
+            ("x.hostmaster.cluster.local.", RecordType::NS),
+            ("cluster.local.", RecordType::A),
+            ("local.", RecordType::A),
+            ("dns-version.cluster.local.", RecordType::A),
+            ("10-244-1-10.default.pod.cluster.local.", RecordType::AAAA),
+            ("10-244-1-10.nons.pod.cluster.local.", RecordType::A),
+            ("dual.default.svc.cluster.local.", RecordType::A),
+            ("dual.default.svc.cluster.local.", RecordType::AAAA),
+            ("nginx.default.svc.cluster.local.", RecordType::A),
+            ("web-0.nginx.default.svc.cluster.local.", RecordType::AAAA),
+            ("_tcp.nginx.default.svc.cluster.local.", RecordType::A),
+            ("_web._tcp.nginx.default.svc.cluster.local.", RecordType::A),
+            ("_x._tcp.nginx.default.svc.cluster.local.", RecordType::SRV),
+            (
+                "a.b.c.d.e.f.g.h.i.default.svc.cluster.local.",
+                RecordType::A,
+            ),
+            ("1.0.96.10.in-addr.arpa.", RecordType::PTR),
+            ("2.0.96.10.in-addr.arpa.", RecordType::PTR),
+            ("1.0.96.10.in-addr.arpa.", RecordType::A),
+            ("9.9.244.10.in-addr.arpa.", RecordType::PTR),
+            ("0.96.10.in-addr.arpa.", RecordType::PTR),
+            ("1.1.168.192.in-addr.arpa.", RecordType::PTR),
+            ("example.org.", RecordType::A),
+            ("idle.default.example.org.", RecordType::A),
+            ("nothing.default.example.org.", RecordType::A),
+        ]
+        .into_iter()
+        .map(|(n, t)| (n.to_string(), t))
+        .collect();
+        // More labels than the label path takes (32).
+        let many = format!("{}default.svc.cluster.local.", "a.".repeat(36));
+        out.push((many, RecordType::A));
+        // Names of 237..=253 bytes on the wire (text + 1; the label path reads up to 250).
+        let suffix = "default.svc.cluster.local.";
+        for text in 236..=252 {
+            let mut name = String::new();
+            while text - name.len() - suffix.len() > 11 {
+                name.push_str("abcdefghi.");
+            }
+            let fill = text - name.len() - suffix.len() - 1;
+            name.push_str(&"x".repeat(fill));
+            name.push('.');
+            name.push_str(suffix);
+            assert_eq!(name.len(), text);
+            out.push((name, RecordType::A));
+        }
+        out
+    }
+
+    /// `name`'s letters in alternating case (`mYaPp...`).
+    fn mixed_case(name: &str) -> String {
+        name.chars()
+            .enumerate()
+            .map(|(i, c)| {
+                if i % 2 == 0 {
+                    c.to_ascii_lowercase()
+                } else {
+                    c.to_ascii_uppercase()
+                }
+            })
+            .collect()
+    }
+
+    /// The plain-query paths (labels from the datagram, then hickory's `Name`; no hickory
+    /// request parse) send exactly the bytes of the general path, for every question of the
+    /// rule table and of [`more_questions`], in three spellings and five EDNS sizes, in every
+    /// zone setup of the table (pod modes, plugin options, `k8s_external`).
     #[test]
     fn plain_queries_answer_as_the_general_path() {
-        let mut fast_hits = 0;
-        for (pods, options) in rule_table::setups(&rule_table::cases().unwrap()) {
+        let (mut fast_hits, mut quick_hits) = (0, 0);
+        let cases = rule_table::cases().unwrap();
+        let mut questions: Vec<(String, RecordType)> = Vec::new();
+        for case in &cases {
+            for q in &case.queries {
+                let (name, qtype, class) = rule_table::parse_query(q).unwrap();
+                if class == hickory_proto::rr::DNSClass::IN {
+                    questions.push((name.to_ascii(), qtype));
+                }
+            }
+        }
+        questions.extend(more_questions());
+        for (pods, options) in rule_table::setups(&cases) {
             let config = Arc::new(rule_table::zone_config(pods, &options).unwrap());
             let zone = ZoneHandle::default();
             zone.publish(rule_table::zone_with(pods, &options).unwrap());
             let h = Handler::offline(config, zone);
-            for case in rule_table::cases().unwrap() {
-                for q in &case.queries {
-                    let (name, qtype, class) = rule_table::parse_query(q).unwrap();
-                    if class != hickory_proto::rr::DNSClass::IN {
-                        continue;
-                    }
-                    let upper = name.to_ascii().to_ascii_uppercase();
-                    for spelled in [name.to_ascii(), upper] {
-                        for edns in [None, Some(100), Some(512), Some(1232), Some(4096)] {
-                            let packet = query(&spelled, qtype, edns);
-                            let src = "127.0.0.1:5353".parse().unwrap();
-                            let mut general = Vec::new();
-                            let served = h.zone.served();
-                            let parsed = answer_parsed(
-                                &h,
-                                served.as_ref(),
-                                &packet,
-                                src,
-                                &mut general,
-                                &mut FastRng::seeded(7),
-                            );
-                            let zone = h.zone.current();
-                            let direct = wire::plain_query(&packet).and_then(|(n, t, asked)| {
-                                let step = h.step_question(
-                                    &n,
-                                    t,
-                                    hickory_proto::rr::DNSClass::IN,
-                                    zone.as_deref(),
-                                    &mut FastRng::seeded(7),
-                                );
-                                match step {
-                                    Step::Done(reply) => wire::encode_asked(&asked, &reply),
-                                    _ => None,
-                                }
-                            });
-                            if let Some((bytes, _)) = direct {
-                                assert!(matches!(parsed, Packet::Reply), "{spelled} {qtype}");
-                                assert_eq!(bytes, general, "{spelled} {qtype} {edns:?}");
-                                fast_hits += 1;
-                            }
-                            // And the whole packet path agrees on whether to answer.
-                            let mut any = Vec::new();
-                            let whole =
-                                answer_packet(&h, &packet, src, &mut any, &mut FastRng::seeded(7));
-                            let sent = |p: &Packet| matches!(p, Packet::Reply | Packet::Cached);
-                            assert_eq!(sent(&whole), sent(&parsed), "{spelled} {qtype}");
-                        }
+            for (name, qtype) in &questions {
+                let spellings = [name.clone(), name.to_ascii_uppercase(), mixed_case(name)];
+                for spelled in &spellings {
+                    for edns in [None, Some(100), Some(512), Some(1232), Some(4096)] {
+                        let packet = query(spelled, *qtype, edns);
+                        let what = format!("{spelled} {qtype} {edns:?} {options:?}");
+                        let (fast, quick) = check_plain_paths(&h, &packet, &what);
+                        fast_hits += usize::from(fast);
+                        quick_hits += usize::from(quick);
                     }
                 }
             }
         }
-        assert!(fast_hits > 100, "the plain path ran {fast_hits} times");
+        assert!(fast_hits > 1000, "the plain path ran {fast_hits} times");
+        assert!(quick_hits > 1000, "the label path ran {quick_hits} times");
+    }
+
+    /// Datagrams the label path must leave alone, each answered as the general path answers
+    /// it: a compression pointer in the question (FORMERR), a label byte outside ASCII, an
+    /// uppercase name of the same bytes otherwise, a name with a `.` inside a label.
+    #[test]
+    fn unusual_questions_answer_as_the_general_path() {
+        let h = handler();
+        let plain = query(
+            "nothing.default.svc.cluster.local.",
+            RecordType::A,
+            Some(1232),
+        );
+        let mut non_ascii = plain.clone();
+        non_ascii[13] = 0xe9; // "\233othing"
+        let mut dotted = plain.clone();
+        dotted[13] = b'.'; // ".othing" as one label
+        let mut pointer = query("x.default.svc.cluster.local.", RecordType::A, None);
+        // "x" then a pointer to offset 12 (itself): a loop, and a pointer in a query.
+        let at = 12 + 2;
+        pointer.splice(at.., [0xc0, 12, 0, 1, 0, 1]);
+        let mut into_header = query("x.", RecordType::A, None);
+        into_header.splice(12.., [1, b'5', 0xc0, 1, 0, 1, 0, 1]);
+        for (what, packet) in [
+            ("non-ASCII", &non_ascii),
+            ("dotted", &dotted),
+            ("pointer", &pointer),
+            ("pointer into header", &into_header),
+        ] {
+            let (_, quick) = check_plain_paths(&h, packet, what);
+            assert_eq!(quick, what == "dotted", "{what}: label path taken");
+        }
+        let mut general = Vec::new();
+        let served = h.zone.served();
+        answer_parsed(
+            &h,
+            served.as_ref(),
+            &pointer,
+            "127.0.0.1:5353".parse().unwrap(),
+            &mut general,
+            &mut FastRng::seeded(7),
+        );
+        assert_eq!(general[3] & 0x0f, 1, "a pointer in the question: FORMERR");
+    }
+
+    /// One datagram through the general path, the hickory-`Name` plain path and the label
+    /// path, each with the same seed: whichever of the two plain paths answers sends the
+    /// general path's bytes, and the whole packet path does too (a cache hit may redraw a
+    /// shuffle, so it is compared when it computed the answer). Returns which plain paths
+    /// answered.
+    fn check_plain_paths(h: &Handler, packet: &[u8], what: &str) -> (bool, bool) {
+        let src = "127.0.0.1:5353".parse().unwrap();
+        let mut general = Vec::new();
+        let served = h.zone.served();
+        let parsed = answer_parsed(
+            h,
+            served.as_ref(),
+            packet,
+            src,
+            &mut general,
+            &mut FastRng::seeded(7),
+        );
+        let zone = h.zone.current();
+        let direct = wire::plain_query(packet).and_then(|(n, t, asked)| {
+            let step = h.step_question(
+                &n,
+                t,
+                hickory_proto::rr::DNSClass::IN,
+                zone.as_deref(),
+                &mut FastRng::seeded(7),
+            );
+            match step {
+                Step::Done(reply) => wire::encode_asked(&asked, &reply),
+                _ => None,
+            }
+        });
+        if let Some((bytes, _)) = &direct {
+            assert!(matches!(parsed, Packet::Reply), "{what}");
+            assert_eq!(*bytes, general, "hickory-name path: {what}");
+        }
+        let quick = served.as_ref().and_then(|served| {
+            let view = wire::QuestionView::new(packet)?;
+            let mut buf = [""; 32];
+            let labels = view.labels(&mut buf)?;
+            let answer = served
+                .zone
+                .lookup_labels(labels, view.qtype, &mut FastRng::seeded(7))?;
+            let mut out = Vec::new();
+            let ttl = served.zone.config().ttl;
+            wire::encode_quick_into(&view, &answer, ttl, served.soa.as_deref(), &mut out)?;
+            Some(out)
+        });
+        if let Some(bytes) = &quick {
+            assert!(matches!(parsed, Packet::Reply), "{what}");
+            assert_eq!(*bytes, general, "label path: {what}");
+            assert!(direct.is_some(), "the label path answers a subset: {what}");
+        }
+        // And the whole packet path sends the same (when a plain path answers: otherwise
+        // the hickory-name path may have drawn a shuffle before handing over, so the general
+        // path in there draws another).
+        let mut any = Vec::new();
+        let whole = answer_packet(h, packet, src, &mut any, &mut FastRng::seeded(7));
+        let sent = |p: &Packet| matches!(p, Packet::Reply | Packet::Cached);
+        assert_eq!(sent(&whole), sent(&parsed), "{what}");
+        if matches!(whole, Packet::Reply) && direct.is_some() {
+            assert_eq!(any, general, "packet path: {what}");
+        }
+        (direct.is_some(), quick.is_some())
     }
 
     #[test]

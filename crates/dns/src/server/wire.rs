@@ -17,6 +17,7 @@ use hickory_server::zone_handler::MessageRequest;
 
 use super::cache::{AddressRegion, address_record};
 use super::handler::{Reply, response_edns};
+use crate::zone::Quick;
 
 /// Byte offset of the question name in a message.
 const QUESTION: usize = 12;
@@ -62,56 +63,148 @@ pub(crate) struct Asked<'a> {
 /// A plain query (one question, uncompressed, no records but an OPT without options, opcode
 /// QUERY, class IN, EDNS version 0) taken apart without hickory's parser: the question name,
 /// its type, and what the encoder needs. `None` for anything else, which takes the general path.
+#[cfg(test)]
 pub(crate) fn plain_query(raw: &[u8]) -> Option<(Name, RecordType, Asked<'_>)> {
-    if raw.len() < QUESTION || raw[2] & 0x80 != 0 || (raw[2] >> 3) & 0x0f != 0 {
-        return None;
-    }
-    if !super::cache::plain_question(raw) {
-        return None;
-    }
-    let end = question_end(raw)?;
-    let class = u16::from_be_bytes([raw[end - 2], raw[end - 1]]);
-    if class != u16::from(DNSClass::IN) {
-        return None;
-    }
-    let qtype = RecordType::from(u16::from_be_bytes([raw[end - 4], raw[end - 3]]));
-    if !matches!(
-        qtype,
-        RecordType::A
-            | RecordType::AAAA
-            | RecordType::SRV
-            | RecordType::PTR
-            | RecordType::TXT
-            | RecordType::CNAME
-            | RecordType::MX
-            | RecordType::NS
-            | RecordType::SOA
-    ) {
-        return None;
-    }
-    let payload = if end == raw.len() {
-        None
-    } else {
-        // OPT (checked by `plain_question`): root owner, type, class = payload size, TTL =
-        // extended rcode, version, flags; then rdlength, which must be 0 (options are parsed,
-        // and judged, by the general path).
-        let opt = raw.get(end..end + 11)?;
-        if opt[5] != 0 || opt[6] != 0 || opt[9] != 0 || opt[10] != 0 {
+    let view = QuestionView::new(raw)?;
+    Some((view.name()?, view.qtype, view.asked))
+}
+
+/// A plain query (see [`plain_query`]) as it lies in the datagram: its question's labels
+/// where they are (lower-cased in a copy when the question has capitals), its type, and what
+/// the encoder needs. Only for names of ASCII bytes up to [`MAX_VIEWED_NAME`] bytes; the
+/// general path takes the others.
+pub(crate) struct QuestionView<'a> {
+    pub(crate) asked: Asked<'a>,
+    pub(crate) qtype: RecordType,
+    /// Where the question's type starts (after the name).
+    name_end: usize,
+    labels: QuestionLabels,
+    /// The name's bytes from offset 12 with ASCII letters lower-cased, when it has capitals.
+    lower: Option<[u8; MAX_VIEWED_NAME]>,
+}
+
+/// Longest question name (wire bytes, root included) a [`QuestionView`] takes; longer ones go
+/// through hickory's parser, which decides whether they are valid.
+const MAX_VIEWED_NAME: usize = 250;
+
+impl<'a> QuestionView<'a> {
+    /// The view of `raw` when it is a plain query with a name it takes.
+    pub(crate) fn new(raw: &'a [u8]) -> Option<QuestionView<'a>> {
+        if raw.len() < QUESTION || raw[2] & 0x80 != 0 || (raw[2] >> 3) & 0x0f != 0 {
             return None;
         }
-        let client = u16::from_be_bytes([opt[3], opt[4]]);
-        Some(client.clamp(512, super::handler::MAX_UDP_PAYLOAD))
-    };
-    let mut decoder = BinDecoder::new(raw.get(QUESTION..end - 4)?);
-    let name = Name::read(&mut decoder).ok()?;
-    let asked = Asked {
-        raw,
-        op_code: 0,
-        recursion_desired: raw[2] & 0x01 != 0,
-        checking_disabled: raw[3] & 0x10 != 0,
-        payload,
-    };
-    Some((name, qtype, asked))
+        if !super::cache::plain_question(raw) {
+            return None;
+        }
+        // Where the name's labels start.
+        let mut labels = QuestionLabels {
+            starts: [0; 128],
+            count: 0,
+        };
+        let mut i = QUESTION;
+        loop {
+            let len = usize::from(*raw.get(i)?);
+            if len == 0 {
+                break;
+            }
+            if len & 0xc0 != 0 || i + 1 + len - QUESTION >= MAX_VIEWED_NAME {
+                return None;
+            }
+            *labels.starts.get_mut(labels.count)? = u16::try_from(i).ok()?;
+            labels.count += 1;
+            i += 1 + len;
+        }
+        let name_end = i + 1;
+        // Whether it is ASCII and has capitals, in one pass over its bytes (a length byte is
+        // below 64, so neither).
+        let (mut high, mut upper) = (false, false);
+        for &b in raw.get(QUESTION..name_end)? {
+            high |= b >= 0x80;
+            upper |= b.is_ascii_uppercase();
+        }
+        if high {
+            return None;
+        }
+        let end = name_end + 4;
+        let question = raw.get(name_end..end)?;
+        let class = u16::from_be_bytes([question[2], question[3]]);
+        if class != u16::from(DNSClass::IN) {
+            return None;
+        }
+        let qtype = RecordType::from(u16::from_be_bytes([question[0], question[1]]));
+        if !matches!(
+            qtype,
+            RecordType::A
+                | RecordType::AAAA
+                | RecordType::SRV
+                | RecordType::PTR
+                | RecordType::TXT
+                | RecordType::CNAME
+                | RecordType::MX
+                | RecordType::NS
+                | RecordType::SOA
+        ) {
+            return None;
+        }
+        let payload = if end == raw.len() {
+            None
+        } else {
+            // OPT (checked by `plain_question`): root owner, type, class = payload size, TTL =
+            // extended rcode, version, flags; then rdlength, which must be 0 (options are
+            // parsed, and judged, by the general path).
+            let opt = raw.get(end..end + 11)?;
+            if opt[5] != 0 || opt[6] != 0 || opt[9] != 0 || opt[10] != 0 {
+                return None;
+            }
+            let client = u16::from_be_bytes([opt[3], opt[4]]);
+            Some(client.clamp(512, super::handler::MAX_UDP_PAYLOAD))
+        };
+        let lower = upper.then(|| {
+            let mut lower = [0u8; MAX_VIEWED_NAME];
+            for (l, b) in lower.iter_mut().zip(&raw[QUESTION..name_end]) {
+                *l = b.to_ascii_lowercase();
+            }
+            lower
+        });
+        Some(QuestionView {
+            asked: Asked {
+                raw,
+                op_code: 0,
+                recursion_desired: raw[2] & 0x01 != 0,
+                checking_disabled: raw[3] & 0x10 != 0,
+                payload,
+            },
+            qtype,
+            name_end,
+            labels,
+            lower,
+        })
+    }
+
+    /// The question name as hickory reads it (`None` when it does not).
+    pub(crate) fn name(&self) -> Option<Name> {
+        let mut decoder = BinDecoder::new(self.asked.raw.get(QUESTION..self.name_end)?);
+        Name::read(&mut decoder).ok()
+    }
+
+    /// The question's labels, lower-cased, leftmost first, in `buf`; `None` when there are
+    /// more than it holds.
+    pub(crate) fn labels<'s>(&'s self, buf: &'s mut [&'s str]) -> Option<&'s [&'s str]> {
+        if self.labels.count > buf.len() {
+            return None;
+        }
+        let bytes = match &self.lower {
+            Some(lower) => &lower[..self.name_end - QUESTION],
+            None => self.asked.raw.get(QUESTION..self.name_end)?,
+        };
+        let text = std::str::from_utf8(bytes).ok()?;
+        for (slot, &start) in buf.iter_mut().zip(&self.labels.starts[..self.labels.count]) {
+            let at = usize::from(start) - QUESTION;
+            let len = usize::from(bytes[at]);
+            *slot = text.get(at + 1..at + 1 + len)?;
+        }
+        Some(&buf[..self.labels.count])
+    }
 }
 
 /// Encode `reply` to the question in `asked` when its shape allows.
@@ -132,16 +225,12 @@ pub(crate) fn encode_asked_into(
     out: &mut Vec<u8>,
 ) -> Option<Option<AddressRegion>> {
     out.clear();
-    let raw = asked.raw;
     if !reply.additionals.is_empty() {
         return None;
     }
     if reply.rcode.high() != 0 {
         return None;
     }
-    let rcode = reply.rcode.low();
-    let question_end = question_end(raw)?;
-    let question = &raw[QUESTION..question_end];
     // Owners were checked by the zone (comparing 100 names here would cost more than the
     // whole encoding).
     if !reply.answers.is_empty() && !reply.owned_by_question {
@@ -166,20 +255,98 @@ pub(crate) fn encode_asked_into(
         }
         _ => return None,
     };
+    let question_end = question_end(asked.raw)?;
+    // The SOA's names, taken apart here (the UDP loop's plain questions use the snapshot's,
+    // taken apart once); one that cannot be written is left out, with TC, as one that does
+    // not fit.
+    let soa = soa.map(|soa| {
+        let labels = QuestionLabels::new(asked.raw, question_end)?;
+        Some((SoaWire::new(soa)?, labels))
+    });
+    let parts = Parts {
+        rcode: reply.rcode.low(),
+        authoritative: reply.authoritative,
+        truncated: reply.truncated,
+        answers: &reply.answers,
+        addresses: reply
+            .addresses
+            .as_deref()
+            .map(|a| (a.ips.as_slice(), a.ttl)),
+    };
+    let soa = soa
+        .as_ref()
+        .map(|s| s.as_ref().map(|(soa, labels)| (soa, labels, false)));
+    encode_parts(asked, question_end, &parts, soa, out)
+}
 
+/// [`encode_asked_into`] of the answers [`Zone::lookup_labels`] gives, to the question of
+/// `view`, with `soa` (the snapshot's SOA, encoded once) for a negative one: the same bytes as
+/// the zone's `Response` for the same question would be encoded to.
+pub(crate) fn encode_quick_into(
+    view: &QuestionView<'_>,
+    quick: &Quick,
+    ttl: u32,
+    soa: Option<&SoaWire>,
+    out: &mut Vec<u8>,
+) -> Option<Option<AddressRegion>> {
+    out.clear();
+    let (rcode, addresses, soa) = match quick {
+        Quick::Negative { nxdomain } => {
+            let rcode = if *nxdomain { 3 } else { 0 };
+            // The zone answered the name as one under the cluster domain, the SOA's owner.
+            (rcode, None, Some(soa.map(|soa| (soa, &view.labels, true))))
+        }
+        Quick::Addresses(ips) => (0, Some((ips.as_slice(), ttl)), None),
+    };
+    let parts = Parts {
+        rcode,
+        authoritative: true,
+        truncated: false,
+        answers: &[],
+        addresses,
+    };
+    encode_parts(&view.asked, view.name_end + 4, &parts, soa, out)
+}
+
+/// An answer's header flags and answer section, for [`encode_parts`].
+struct Parts<'r> {
+    /// The low four bits of the rcode.
+    rcode: u8,
+    authoritative: bool,
+    truncated: bool,
+    /// A/AAAA records owned by the question name (checked by the caller).
+    answers: &'r [Record],
+    /// Addresses owned by the question name, and their TTL.
+    addresses: Option<(&'r [IpAddr], u32)>,
+}
+
+/// Write the answer: header, the question as asked, the answer records then the addresses
+/// (owners as pointers to the question), the SOA if any (`Some(None)`: one that cannot be
+/// written, left out with TC as one that does not fit; the flag: the question is under its
+/// owner), the OPT record when the question had one; whole records only, within the client's
+/// size.
+fn encode_parts(
+    asked: &Asked<'_>,
+    question_end: usize,
+    parts: &Parts<'_>,
+    soa: Option<Option<(&SoaWire, &QuestionLabels, bool)>>,
+    out: &mut Vec<u8>,
+) -> Option<Option<AddressRegion>> {
+    let raw = asked.raw;
+    let question = raw.get(QUESTION..question_end)?;
     let max = usize::from(asked.payload.unwrap_or(512));
     let opt_len = if asked.payload.is_some() { 11 } else { 0 };
 
     out.extend_from_slice(&raw[0..2]);
     let mut flags = [0u8; 2];
     flags[0] = 0x80 | ((asked.op_code & 0x0f) << 3);
-    if reply.authoritative {
+    if parts.authoritative {
         flags[0] |= 0x04;
     }
     if asked.recursion_desired {
         flags[0] |= 0x01;
     }
-    flags[1] = 0x80 | rcode; // RA
+    flags[1] = 0x80 | parts.rcode; // RA
     if asked.checking_disabled {
         flags[1] |= 0x10;
     }
@@ -188,8 +355,8 @@ pub(crate) fn encode_asked_into(
     out.extend_from_slice(question);
 
     let mut answers: u16 = 0;
-    let mut truncated = reply.truncated;
-    let records = reply.answers.iter().map(|r| match &r.data {
+    let mut truncated = parts.truncated;
+    let records = parts.answers.iter().map(|r| match &r.data {
         RData::A(a) => Some((IpAddr::V4(a.0), r.ttl)),
         RData::AAAA(a) => Some((IpAddr::V6(a.0), r.ttl)),
         _ => None,
@@ -204,11 +371,11 @@ pub(crate) fn encode_asked_into(
         }
         answers += 1;
     }
-    if let Some(a) = reply.addresses.as_deref().filter(|_| !cut) {
+    if let Some((ips, ttl)) = parts.addresses.filter(|_| !cut) {
         let at = out.len();
         let mut shown = 0;
-        for ip in &a.ips {
-            if !push_address(out, *ip, a.ttl, opt_len, max) {
+        for ip in ips {
+            if !push_address(out, *ip, ttl, opt_len, max) {
                 cut = true;
                 break;
             }
@@ -222,7 +389,8 @@ pub(crate) fn encode_asked_into(
     let mut authorities: u16 = 0;
     if let Some(soa) = soa {
         let start = out.len();
-        if write_soa(out, raw, question_end, soa).is_some() && out.len() + opt_len <= max {
+        let written = soa.and_then(|(soa, labels, under)| soa.write(out, raw, labels, under));
+        if written.is_some() && out.len() + opt_len <= max {
             authorities = 1;
         } else {
             out.truncate(start);
@@ -273,7 +441,7 @@ pub(crate) fn question_end(raw: &[u8]) -> Option<usize> {
 }
 
 /// Where each label of the question name starts (at most 127 labels in a name).
-struct QuestionLabels {
+pub(crate) struct QuestionLabels {
     starts: [u16; 128],
     count: usize,
 }
@@ -298,74 +466,179 @@ impl QuestionLabels {
     }
 }
 
-/// Append the SOA record, its names compressed against the question.
-fn write_soa(out: &mut Vec<u8>, raw: &[u8], question_end: usize, soa: &Record) -> Option<()> {
-    let RData::SOA(data) = &soa.data else {
-        return None;
-    };
-    let question = QuestionLabels::new(raw, question_end)?;
-    write_name(out, raw, &question, &soa.name)?;
-    out.extend_from_slice(&6u16.to_be_bytes());
-    out.extend_from_slice(&u16::from(DNSClass::IN).to_be_bytes());
-    out.extend_from_slice(&soa.ttl.to_be_bytes());
-    let len_at = out.len();
-    out.extend_from_slice(&[0, 0]);
-    write_name(out, raw, &question, &data.mname)?;
-    write_name(out, raw, &question, &data.rname)?;
-    out.extend_from_slice(&data.serial.to_be_bytes());
-    out.extend_from_slice(&data.refresh.to_be_bytes());
-    out.extend_from_slice(&data.retry.to_be_bytes());
-    out.extend_from_slice(&data.expire.to_be_bytes());
-    out.extend_from_slice(&data.minimum.to_be_bytes());
-    let len = u16::try_from(out.len() - len_at - 2).ok()?;
-    out[len_at..len_at + 2].copy_from_slice(&len.to_be_bytes());
-    Some(())
+/// A name in wire form (uncompressed, root included) with where each label starts: an SOA's
+/// names taken apart once.
+#[derive(Debug, Clone)]
+struct WireName {
+    bytes: [u8; 256],
+    starts: [u8; 128],
+    count: usize,
+    /// Where the root (the terminating 0) is.
+    root: usize,
 }
 
-/// Write `name`, ending in a pointer at the longest of its suffixes found in the question.
-///
-/// A suffix of `k` labels can only match the question's last `k` labels (both end at the
-/// root), and if the last `k` labels match so do the last `k - 1`: so the longest suffix found
-/// is the common tail of the two names, compared label by label from the root.
-fn write_name(out: &mut Vec<u8>, raw: &[u8], question: &QuestionLabels, name: &Name) -> Option<()> {
-    // The name's labels, taken once (hickory's label iterator is slow to restart); on the
-    // stack for the short names SOA records hold.
-    let mut short: [&[u8]; 8] = [&[]; 8];
-    let long: Vec<&[u8]>;
-    let mut labels_iter = name.iter();
-    let labels: &[&[u8]] = if labels_iter.len() <= short.len() {
-        let mut n = 0;
-        for (slot, label) in short.iter_mut().zip(&mut labels_iter) {
-            *slot = label;
-            n += 1;
+impl WireName {
+    /// `None` for a label of 64 bytes or more, or a name that does not fit a message.
+    fn new(name: &Name) -> Option<WireName> {
+        let mut wire = WireName {
+            bytes: [0; 256],
+            starts: [0; 128],
+            count: 0,
+            root: 0,
+        };
+        let mut at = 0;
+        for label in name.iter() {
+            let len = u8::try_from(label.len()).ok().filter(|l| *l < 64)?;
+            *wire.starts.get_mut(wire.count)? = u8::try_from(at).ok()?;
+            wire.count += 1;
+            *wire.bytes.get_mut(at)? = len;
+            wire.bytes
+                .get_mut(at + 1..at + 1 + label.len())?
+                .copy_from_slice(label);
+            at += 1 + label.len();
         }
-        &short[..n]
-    } else {
-        long = labels_iter.collect();
-        &long
-    };
-    let total = labels.len();
-    let mut common = 0;
-    while common < total.min(question.count) {
-        let label = labels[total - 1 - common];
-        let at = usize::from(question.starts[question.count - 1 - common]);
-        let len = usize::from(raw[at]);
-        if len != label.len() || !raw[at + 1..at + 1 + len].eq_ignore_ascii_case(label) {
-            break;
+        // The root's 0 is the array's.
+        (at < wire.bytes.len()).then_some(())?;
+        wire.root = at;
+        Some(wire)
+    }
+
+    fn label(&self, i: usize) -> &[u8] {
+        let at = usize::from(self.starts[i]);
+        &self.bytes[at + 1..at + 1 + usize::from(self.bytes[at])]
+    }
+
+    /// How many of its last labels equal `other`'s last labels (ignoring case).
+    fn common_tail(&self, other: &WireName) -> usize {
+        let mut common = 0;
+        while common < self.count.min(other.count)
+            && self
+                .label(self.count - 1 - common)
+                .eq_ignore_ascii_case(other.label(other.count - 1 - common))
+        {
+            common += 1;
         }
-        common += 1;
+        common
     }
-    for label in &labels[..total - common] {
-        out.push(u8::try_from(label.len()).ok().filter(|l| *l < 64)?);
-        out.extend_from_slice(label);
+
+    /// Append the name, ending in a pointer at the longest of its suffixes found in the
+    /// question. `known`: its last `k` labels are known to match the question's, and
+    /// whether the labels before them still need comparing (`None`: compare them all).
+    ///
+    /// A suffix of `k` labels can only match the question's last `k` labels (both end at the
+    /// root), and if the last `k` labels match so do the last `k - 1`: so the longest suffix
+    /// found is the common tail of the two names, compared label by label from the root.
+    fn write(
+        &self,
+        out: &mut Vec<u8>,
+        raw: &[u8],
+        question: &QuestionLabels,
+        known: Option<(usize, bool)>,
+    ) {
+        let total = self.count;
+        let (known, more) = known.unwrap_or((0, true));
+        let mut common = known.min(total).min(question.count);
+        while more && common < total.min(question.count) {
+            let label = self.label(total - 1 - common);
+            let at = usize::from(question.starts[question.count - 1 - common]);
+            let len = usize::from(raw[at]);
+            if len != label.len() || !raw[at + 1..at + 1 + len].eq_ignore_ascii_case(label) {
+                break;
+            }
+            common += 1;
+        }
+        // The labels before the common tail, as they are.
+        let kept = total - common;
+        let end = if kept == total {
+            self.root
+        } else {
+            usize::from(self.starts[kept])
+        };
+        out.extend_from_slice(&self.bytes[..end]);
+        if common > 0 {
+            let at = question.starts[question.count - common];
+            out.extend_from_slice(&(0xc000 | at).to_be_bytes());
+        } else {
+            out.push(0);
+        }
     }
-    if common > 0 {
-        let at = question.starts[question.count - common];
-        out.extend_from_slice(&(0xc000 | at).to_be_bytes());
-    } else {
-        out.push(0);
+}
+
+/// An SOA record taken apart for writing: its three names, TTL, and the five numbers of its
+/// data as they go on the wire. The UDP loop keeps the zone's with each published snapshot
+/// (`cache::Served`), so a negative answer writes it without touching hickory's records.
+#[derive(Debug, Clone)]
+pub(crate) struct SoaWire {
+    owner: WireName,
+    mname: WireName,
+    rname: WireName,
+    /// How many last labels of `mname` and of `rname` are the owner's (`owner.count` for a
+    /// name under the owner): for a question under the owner, those match the question's.
+    shared: (usize, usize),
+    ttl: u32,
+    /// Serial, refresh, retry, expire, minimum.
+    numbers: [u8; 20],
+}
+
+impl SoaWire {
+    /// `None` when `soa` is not an SOA record or a name of it has a label of 64 bytes or more.
+    pub(crate) fn new(soa: &Record) -> Option<SoaWire> {
+        let RData::SOA(data) = &soa.data else {
+            return None;
+        };
+        let mut numbers = [0u8; 20];
+        for (slot, n) in numbers.chunks_exact_mut(4).zip([
+            data.serial.to_be_bytes(),
+            data.refresh.to_be_bytes(),
+            data.retry.to_be_bytes(),
+            data.expire.to_be_bytes(),
+            data.minimum.to_be_bytes(),
+        ]) {
+            slot.copy_from_slice(&n);
+        }
+        let owner = WireName::new(&soa.name)?;
+        let mname = WireName::new(&data.mname)?;
+        let rname = WireName::new(&data.rname)?;
+        Some(SoaWire {
+            shared: (mname.common_tail(&owner), rname.common_tail(&owner)),
+            owner,
+            mname,
+            rname,
+            ttl: soa.ttl,
+            numbers,
+        })
     }
-    Some(())
+
+    /// Append the record, its names compressed against the question. `under_owner`: the
+    /// question's name is the owner or below it (ignoring case), so the comparisons of the
+    /// labels the names share with the owner are skipped: a name that leaves the owner's
+    /// labels before their end cannot match the question further either.
+    fn write(
+        &self,
+        out: &mut Vec<u8>,
+        raw: &[u8],
+        question: &QuestionLabels,
+        under_owner: bool,
+    ) -> Option<()> {
+        let owner = self.owner.count;
+        // How many last labels of a name sharing `shared` with the owner are known to match
+        // the question: those; a name that parts from the owner's labels before their end
+        // matches no further (its next label differs from the owner's, which is the
+        // question's).
+        let known = |shared: usize| under_owner.then_some((shared, shared == owner));
+        self.owner.write(out, raw, question, known(owner));
+        out.extend_from_slice(&6u16.to_be_bytes());
+        out.extend_from_slice(&u16::from(DNSClass::IN).to_be_bytes());
+        out.extend_from_slice(&self.ttl.to_be_bytes());
+        let len_at = out.len();
+        out.extend_from_slice(&[0, 0]);
+        self.mname.write(out, raw, question, known(self.shared.0));
+        self.rname.write(out, raw, question, known(self.shared.1));
+        out.extend_from_slice(&self.numbers);
+        let len = u16::try_from(out.len() - len_at - 2).ok()?;
+        out[len_at..len_at + 2].copy_from_slice(&len.to_be_bytes());
+        Some(())
+    }
 }
 
 #[cfg(test)]

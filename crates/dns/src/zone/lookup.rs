@@ -5,6 +5,7 @@
 //! `<dashed-ip>.<ns>.pod.<zone>`, `dns-version.<zone>`, `ns.dns.<zone>`, and the apex itself.
 //! Answer owners keep the question's case; comparisons ignore case.
 
+use std::convert::Infallible;
 use std::net::IpAddr;
 
 use hickory_proto::op::ResponseCode;
@@ -24,8 +25,10 @@ const DNS_VERSION_TTL: u32 = 28800;
 /// Longest in-zone CNAME chain followed in one answer.
 const MAX_CHASE: usize = 8;
 
-/// What one name holds for one type.
-enum Node {
+/// What one name holds for one type. `M` is what a caller without the question's [`Name`] gets
+/// back for an answer whose records need it as their owner ([`Node::Unnamed`]); callers with the
+/// name use `Infallible`.
+enum Node<M = Infallible> {
     NxDomain,
     NoData,
     Records {
@@ -34,6 +37,28 @@ enum Node {
     },
     Cname(Box<Record>, Name),
     /// A/AAAA answers at the owner, filtered by type and shuffled.
+    Addresses(Vec<IpAddr>),
+    /// Records owned by the question name, which the caller did not pass.
+    Unnamed(M),
+}
+
+/// The question name, for [`Zone::node`]: `Ok` with it, or `Err` from a caller that has only
+/// the question's labels ([`Zone::lookup_labels`]).
+type Owner<'a, M> = Result<&'a Name, M>;
+
+/// Returned by [`Zone::lookup_labels`]'s [`Zone::node`] for an answer that needs the name.
+#[derive(Debug, Clone, Copy)]
+struct NoName;
+
+/// An answer [`Zone::lookup_labels`] gives without the question's [`Name`]: the shapes that
+/// make up most cluster DNS traffic and all of a search path's misses.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Quick {
+    /// NXDOMAIN (`true`) or NODATA (`false`), with the cluster zone's SOA ([`Zone::soa`]) as
+    /// the only authority record.
+    Negative { nxdomain: bool },
+    /// A/AAAA answers at the question name, already shuffled, TTL [`ZoneConfig::ttl`](super::ZoneConfig::ttl)
+    /// (what [`Response::addresses`] holds for the same question).
     Addresses(Vec<IpAddr>),
 }
 
@@ -59,6 +84,41 @@ impl Zone {
                 Outcome::Forward
             }
             _ => outcome,
+        }
+    }
+
+    /// [`Zone::lookup`] of a class-IN question given as its labels (leftmost first, without
+    /// the root, lower-case ASCII), for the UDP loop that reads them straight from the
+    /// datagram: the same answer when it is one of [`Quick`]'s shapes, `None` when it is
+    /// anything else (a name outside the cluster domain, records owned by the question name,
+    /// `fallthrough` configured), which the caller then asks [`Zone::lookup`] with a `Name`.
+    /// Draws from `rng` only when it answers.
+    pub(crate) fn lookup_labels<R: Rng + ?Sized>(
+        &self,
+        labels: &[&str],
+        qtype: RecordType,
+        rng: &mut R,
+    ) -> Option<Quick> {
+        // `fallthrough` may send an NXDOMAIN upstream; zone transfers are refused.
+        if self.config.options.fallthrough.is_some()
+            || matches!(qtype, RecordType::AXFR | RecordType::IXFR)
+        {
+            return None;
+        }
+        let domain = &self.domain_labels;
+        let relative = labels.len().checked_sub(domain.len())?;
+        if labels[relative..]
+            .iter()
+            .zip(domain.iter())
+            .any(|(l, d)| *l != &**d)
+        {
+            return None;
+        }
+        match self.node(&labels[..relative], Err(NoName), qtype, rng) {
+            Node::NxDomain => Some(Quick::Negative { nxdomain: true }),
+            Node::NoData => Some(Quick::Negative { nxdomain: false }),
+            Node::Addresses(ips) => Some(Quick::Addresses(ips)),
+            Node::Records { .. } | Node::Cname(..) | Node::Unnamed(NoName) => None,
         }
     }
 
@@ -100,7 +160,7 @@ impl Zone {
                 response.chase = Some(owner);
                 return Outcome::Answer(response);
             };
-            match self.node(&labels, &owner, qtype, rng) {
+            match self.node::<_, _, Infallible>(&labels, Ok(&owner), qtype, rng) {
                 Node::NxDomain => {
                     response.rcode = ResponseCode::NXDomain;
                     response.authorities.push(self.soa());
@@ -134,6 +194,7 @@ impl Zone {
                     }
                     return Outcome::Answer(response);
                 }
+                Node::Unnamed(never) => match never {},
                 Node::Cname(record, target) => {
                     response.answers.push(*record);
                     if qtype == RecordType::CNAME {
@@ -192,33 +253,43 @@ impl Zone {
         Record::from_rdata(owner, self.config.ttl, RData::SOA(soa))
     }
 
-    fn node<R: Rng + ?Sized>(
+    /// What the name of `labels` (lower-case, below the cluster domain, leftmost first) holds
+    /// for `qtype`; `owner` is the question name as asked, when the caller has it.
+    fn node<L: AsRef<str>, R: Rng + ?Sized, M>(
         &self,
-        labels: &[std::borrow::Cow<'_, str>],
-        owner: &Name,
+        labels: &[L],
+        owner: Owner<'_, M>,
         qtype: RecordType,
         rng: &mut R,
-    ) -> Node {
+    ) -> Node<M> {
         let ttl = self.config.ttl;
         // Apex first; names of up to 8 labels (all the zone has) without an allocation.
         let mut short: [&str; 8] = [""; 8];
         let long: Vec<&str>;
         let labels: &[&str] = if labels.len() <= short.len() {
             for (slot, label) in short.iter_mut().zip(labels.iter().rev()) {
-                *slot = label;
+                *slot = label.as_ref();
             }
             &short[..labels.len()]
         } else {
-            long = labels.iter().rev().map(|l| &**l).collect();
+            long = labels.iter().rev().map(AsRef::as_ref).collect();
             &long
         };
         match labels {
             [] => {
+                let owner = match owner {
+                    Ok(owner) => owner,
+                    Err(m) => return Node::Unnamed(m),
+                };
                 let (answers, additionals) = self.apex_records(owner, qtype);
                 records(answers, additionals)
             }
             ["dns-version"] => {
                 if matches!(qtype, RecordType::TXT | RecordType::ANY) {
+                    let owner = match owner {
+                        Ok(owner) => owner,
+                        Err(m) => return Node::Unnamed(m),
+                    };
                     let txt = TXT::new(vec![DNS_SCHEMA_VERSION.to_string()]);
                     let record =
                         Record::from_rdata(owner.clone(), DNS_VERSION_TTL, RData::TXT(txt));
@@ -228,7 +299,10 @@ impl Zone {
                 }
             }
             ["dns"] | ["svc"] | ["pod"] => Node::NoData,
-            ["dns", "ns"] => records(address_records(owner, &self.dns_ips, qtype, ttl), vec![]),
+            ["dns", "ns"] => match owner {
+                Ok(owner) => records(address_records(owner, &self.dns_ips, qtype, ttl), vec![]),
+                Err(m) => Node::Unnamed(m),
+            },
             ["svc", ns] | ["pod", ns] => {
                 if self.namespace_exists(ns) {
                     Node::NoData
@@ -265,17 +339,21 @@ impl Zone {
     }
 
     /// `rest` holds the labels left of `<svc>.<ns>.svc`, nearest first.
-    fn service_node<R: Rng + ?Sized>(
+    fn service_node<R: Rng + ?Sized, M>(
         &self,
         entry: &ServiceEntry,
         rest: &[&str],
-        owner: &Name,
+        owner: Owner<'_, M>,
         qtype: RecordType,
         rng: &mut R,
-    ) -> Node {
+    ) -> Node<M> {
         let ttl = self.config.ttl;
         match (&entry.kind, rest) {
             (ServiceKind::ExternalName(target), []) => {
+                let owner = match owner {
+                    Ok(owner) => owner,
+                    Err(m) => return Node::Unnamed(m),
+                };
                 let record =
                     Record::from_rdata(owner.clone(), ttl, RData::CNAME(CNAME(target.clone())));
                 Node::Cname(Box::new(record), target.clone())
@@ -284,7 +362,10 @@ impl Zone {
             (ServiceKind::Headless, []) if entry.endpoints.is_empty() => Node::NxDomain,
             (kind, []) => {
                 if qtype == RecordType::SRV {
-                    return self.srv(entry, None, owner, rng);
+                    return match owner {
+                        Ok(owner) => self.srv(entry, None, owner, rng),
+                        Err(m) => Node::Unnamed(m),
+                    };
                 }
                 // Shuffle the addresses; the transport encodes them without building records.
                 let all = match kind {
@@ -317,7 +398,10 @@ impl Zone {
                     .map(|e| e.ip)
                     .collect();
                 if !ips.is_empty() {
-                    return records(address_records(owner, &ips, qtype, ttl), Vec::new());
+                    return match owner {
+                        Ok(owner) => records(address_records(owner, &ips, qtype, ttl), Vec::new()),
+                        Err(m) => Node::Unnamed(m),
+                    };
                 }
                 // `_tcp.<svc>...` is an empty non-terminal when some `_port._tcp` exists below.
                 let is_proto = label.starts_with('_')
@@ -346,7 +430,10 @@ impl Zone {
                 if qtype != RecordType::SRV && qtype != RecordType::ANY {
                     return Node::NoData;
                 }
-                self.srv(entry, Some((port, proto)), owner, rng)
+                match owner {
+                    Ok(owner) => self.srv(entry, Some((port, proto)), owner, rng),
+                    Err(m) => Node::Unnamed(m),
+                }
             }
             _ => Node::NxDomain,
         }
@@ -356,13 +443,13 @@ impl Zone {
     /// (the bare service name, as CoreDNS answers). Cluster-IP services target the service name
     /// with the service port; headless ones target each endpoint with the endpoint's port. The
     /// targets' addresses go to the additional section.
-    fn srv<R: Rng + ?Sized>(
+    fn srv<R: Rng + ?Sized, M>(
         &self,
         entry: &ServiceEntry,
         port: Option<(&str, &str)>,
         owner: &Name,
         rng: &mut R,
-    ) -> Node {
+    ) -> Node<M> {
         let ttl = self.config.ttl;
         let wanted = |p: &PortEntry| match port {
             Some((name, proto)) => p.name == name && p.protocol == proto,
@@ -421,7 +508,13 @@ impl Zone {
         }
     }
 
-    fn pod_node(&self, ns: &str, dashed: &str, owner: &Name, qtype: RecordType) -> Node {
+    fn pod_node<M>(
+        &self,
+        ns: &str,
+        dashed: &str,
+        owner: Owner<'_, M>,
+        qtype: RecordType,
+    ) -> Node<M> {
         let Some(ip) = parse_dashed_ip(dashed) else {
             return Node::NxDomain;
         };
@@ -437,6 +530,10 @@ impl Zone {
         if !known {
             return Node::NxDomain;
         }
+        let owner = match owner {
+            Ok(owner) => owner,
+            Err(m) => return Node::Unnamed(m),
+        };
         records(
             address_records(owner, &[ip], qtype, self.config.ttl),
             Vec::new(),
@@ -588,7 +685,7 @@ fn reverse_name_labels(ip: IpAddr) -> Vec<String> {
 }
 
 /// `Records` when there are answers, else NODATA (the name exists: the caller checked).
-fn records(answers: Vec<Record>, additionals: Vec<Record>) -> Node {
+fn records<M>(answers: Vec<Record>, additionals: Vec<Record>) -> Node<M> {
     if answers.is_empty() {
         Node::NoData
     } else {

@@ -31,6 +31,7 @@ use k8s_openapi::api::core::v1::{Namespace, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 pub use build::{ServiceFacts, SliceFacts};
+pub(crate) use lookup::Quick;
 pub use names::{dashed_ip, parse_dashed_ip};
 pub use options::{EXTERNAL_TTL, parse_ttl};
 pub use state::ZoneState;
@@ -242,7 +243,7 @@ pub struct Zone {
     serial: u32,
     /// Namespace name → its services (a namespace exists when a Namespace object or a Service
     /// in it exists).
-    namespaces: Arc<HashMap<String, Arc<NamespaceEntry>>>,
+    namespaces: Arc<NameMap<Arc<NamespaceEntry>>>,
     /// IP → PTR targets, sharded by address: the service for a cluster IP, else every endpoint
     /// with that IP.
     reverse: Vec<Arc<state::ReverseShard>>,
@@ -252,6 +253,8 @@ pub struct Zone {
     dns_ips: Vec<IpAddr>,
     /// The SOA's `ns.dns.<zone>` and `hostmaster.<zone>`, made once per snapshot.
     soa_names: (Name, Name),
+    /// The cluster domain's labels (lower-case, leftmost first), for [`Zone::lookup_labels`].
+    domain_labels: Box<[Box<str>]>,
     /// Objects that could not be indexed, each naming the object and field.
     warnings: Vec<String>,
 }
@@ -347,8 +350,14 @@ impl ReverseTargets {
 
 #[derive(Debug, Default, Clone)]
 struct NamespaceEntry {
-    services: HashMap<String, Arc<ServiceEntry>>,
+    services: NameMap<Arc<ServiceEntry>>,
 }
+
+/// The maps every question looks names up in (namespace, then service): foldhash instead of
+/// SipHash, about a third of the cost for these short keys. The keys are the API objects'
+/// names, which a client does not choose (it only looks them up), and the hasher is randomly
+/// seeded, so SipHash's protection against crafted colliding keys is not needed here.
+pub(crate) type NameMap<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 /// One service as the zone sees it: the parts of its Service object (shared with the watch
 /// state's facts) and its published endpoints.

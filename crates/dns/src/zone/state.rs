@@ -20,7 +20,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use super::build::{Key, ServiceFacts, SliceFacts, key_of, service_entry};
 use super::{
-    NamespaceEntry, ReverseTarget, ReverseTargets, ServiceEntry, ServiceKind, Zone, ZoneConfig,
+    NameMap, NamespaceEntry, ReverseTarget, ReverseTargets, ServiceEntry, ServiceKind, Zone,
+    ZoneConfig,
 };
 
 /// Number of reverse-index shards (a change copies one or two of them).
@@ -52,7 +53,7 @@ pub struct ZoneState {
     entries: HashMap<Key, Arc<ServiceEntry>>,
     /// Warnings of the services that have any.
     warnings: HashMap<Key, Vec<String>>,
-    index: Arc<HashMap<String, Arc<NamespaceEntry>>>,
+    index: Arc<NameMap<Arc<NamespaceEntry>>>,
     reverse: Vec<Arc<ReverseShard>>,
     pod_ips: Arc<HashSet<(String, IpAddr)>>,
 
@@ -104,7 +105,7 @@ impl ZoneState {
             pods: HashMap::new(),
             entries: HashMap::new(),
             warnings: HashMap::new(),
-            index: Arc::new(HashMap::new()),
+            index: Arc::default(),
             reverse: (0..REVERSE_SHARDS).map(|_| Arc::default()).collect(),
             pod_ips: Arc::default(),
             dirty: HashSet::new(),
@@ -433,6 +434,16 @@ impl ZoneState {
             pod_ips: self.pod_ips.clone(),
             dns_ips,
             soa_names: soa_names(&self.config.domain),
+            domain_labels: self
+                .config
+                .domain
+                .iter()
+                .map(|l| {
+                    String::from_utf8_lossy(l)
+                        .to_ascii_lowercase()
+                        .into_boxed_str()
+                })
+                .collect(),
             warnings,
         }
     }
