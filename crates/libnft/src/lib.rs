@@ -15,7 +15,10 @@
 //! ([`Error::NotInstalled`] names the package when it is missing). Nothing here knows about
 //! Services: [`tx`] is a transaction as a value (what the text is built from) and [`exec`]
 //! the executor every nftables user shares (`svcnet-nft`'s Service renderer, the userspace
-//! dataplane's redirect table, `svcnet trace`).
+//! dataplane's redirect table, `svcnet trace`). [`netlink`] writes a transaction that deletes
+//! as one nf_tables netlink batch, which the context's thread sends on a socket of its own
+//! (in the same namespace): libnftables 1.0.6 would first dump every chain and set of the
+//! namespace.
 
 pub mod exec;
 pub mod ffi;
