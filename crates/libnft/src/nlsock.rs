@@ -18,6 +18,8 @@ const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFT_MSG_NEWGEN: u16 = 15;
 const NFT_MSG_GETGEN: u16 = 16;
 const NFTA_GEN_ID: u16 = 1;
+/// `NLM_F_CAPPED`: an error carries the request's header only.
+const NLM_F_CAPPED: u16 = 0x100;
 /// `NLM_F_ACK_TLVS`: an error carries extended-ack attributes.
 const NLM_F_ACK_TLVS: u16 = 0x200;
 /// `NLMSGERR_ATTR_MSG`: the kernel's text for an error.
@@ -168,10 +170,16 @@ fn parse(mut b: &[u8], out: &mut Vec<(u32, i32, Option<String>)>) {
             && let Some(errno) = u32_at(msg, 16)
         {
             let errno = i32::from_ne_bytes(errno.to_ne_bytes());
-            // With capped acks the request's header alone follows; then the attributes.
+            // The request follows, its header alone when capped; then the attributes.
             let mut text = None;
+            let request = match flags & NLM_F_CAPPED {
+                0 => u32_at(msg, 20)
+                    .and_then(|l| usize::try_from(l).ok())
+                    .unwrap_or(16),
+                _ => 16,
+            };
             if flags & NLM_F_ACK_TLVS != 0 {
-                let mut at = 20 + 16;
+                let mut at = 20 + request.next_multiple_of(4);
                 while let (Some(alen), Some(atype)) = (u16_at(msg, at), u16_at(msg, at + 2)) {
                     let alen = usize::from(alen);
                     if alen < 4 || at + alen > msg.len() {
@@ -188,5 +196,62 @@ fn parse(mut b: &[u8], out: &mut Vec<(u32, i32, Option<String>)>) {
             out.push((seq, errno, text));
         }
         b = &b[len.next_multiple_of(4).min(b.len())..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error as the kernel writes it: header, errno, the request (capped or whole), the
+    /// extended-ack text.
+    fn error(seq: u32, errno: i32, capped: bool, text: &str) -> Vec<u8> {
+        let mut request = Vec::new();
+        let body = if capped { 0 } else { 12 };
+        request.extend_from_slice(&(16u32 + body).to_ne_bytes());
+        request.extend_from_slice(&0x0a0eu16.to_ne_bytes());
+        request.extend_from_slice(&5u16.to_ne_bytes());
+        request.extend_from_slice(&seq.to_ne_bytes());
+        request.extend_from_slice(&0u32.to_ne_bytes());
+        request.resize(request.len() + body as usize, 0xee);
+        let mut attr = Vec::new();
+        attr.extend_from_slice(&(4 + text.len() as u16 + 1).to_ne_bytes());
+        attr.extend_from_slice(&NLMSGERR_ATTR_MSG.to_ne_bytes());
+        attr.extend_from_slice(text.as_bytes());
+        attr.push(0);
+        attr.resize(attr.len().next_multiple_of(4), 0);
+        let flags = NLM_F_ACK_TLVS | if capped { NLM_F_CAPPED } else { 0 };
+        let len = 16 + 4 + request.len() + attr.len();
+        let mut m = Vec::new();
+        m.extend_from_slice(&(len as u32).to_ne_bytes());
+        m.extend_from_slice(&NLMSG_ERROR.to_ne_bytes());
+        m.extend_from_slice(&flags.to_ne_bytes());
+        m.extend_from_slice(&seq.to_ne_bytes());
+        m.extend_from_slice(&0u32.to_ne_bytes());
+        m.extend_from_slice(&errno.to_ne_bytes());
+        m.extend_from_slice(&request);
+        m.extend_from_slice(&attr);
+        m
+    }
+
+    #[test]
+    fn answers_give_sequence_errno_and_the_kernels_text() {
+        let mut datagram = error(7, -2, true, "no such set");
+        datagram.extend(error(8, 0, true, ""));
+        datagram.extend(error(9, -22, false, "bad key"));
+        let mut out = Vec::new();
+        parse(&datagram, &mut out);
+        assert_eq!(
+            out,
+            [
+                (7, -2, Some("no such set".to_string())),
+                (8, 0, Some(String::new())),
+                (9, -22, Some("bad key".to_string())),
+            ]
+        );
+        // A truncated datagram yields what it holds whole.
+        let mut out = Vec::new();
+        parse(&datagram[..datagram.len() - 3], &mut out);
+        assert_eq!(out.len(), 2);
     }
 }
