@@ -10,7 +10,7 @@ mod common;
 
 use common::{fixed, model, policy};
 use serde_json::json;
-use svcnet_libnft::{NftExecutor, Op, Transport};
+use svcnet_libnft::{NftExecutor, Op, SetDef, SetKind, Transport, netlink};
 use svcnet_netns::{NetNs, unique_name};
 use svcnet_netpol::Cluster;
 use svcnet_netpol_nft::{Enforcer, Options, Renderer, names, plan_changes, render};
@@ -80,6 +80,36 @@ impl Node {
         let applied = self.enforcer.applied().unwrap();
         let tx = plan_changes(applied, self.renderer.ruleset(), &changes);
         assert!(tx.ops.iter().all(allowed), "{tx}");
+        // What goes to the kernel: writes only, not one request that reads (no dump).
+        let known = |name: &str| {
+            applied.sets.get(name).map(|s| SetDef {
+                name: name.to_string(),
+                kind: match s.type_.contains(" : ") {
+                    true => SetKind::Map,
+                    false => SetKind::Set,
+                },
+                type_: s.type_.to_string(),
+                flags: if s.interval { vec!["interval"] } else { vec![] },
+                timeout_seconds: None,
+                size: None,
+                comment: None,
+            })
+        };
+        let batch = netlink::encode(&tx, &known).unwrap();
+        let writes = [
+            "BATCH_BEGIN",
+            "BATCH_END",
+            "NEWSETELEM",
+            "DELSETELEM",
+            "DELRULE",
+            "NEWRULE",
+            "DELCHAIN",
+            "DELSET",
+        ];
+        for m in batch.messages() {
+            let kind = m.split_whitespace().next().unwrap();
+            assert!(writes.contains(&kind), "{m}");
+        }
         let generation = self.exec.generation().unwrap();
         let report = (self.enforcer)
             .sync_changes(self.renderer.ruleset(), &changes)
