@@ -18,7 +18,10 @@
 //! for a set the kernel already holds with the same type (the text path declares sets so
 //! that nft need not look them up; here it is a no-op). Anything else (creating tables,
 //! chains or sets, interval elements, other rules) is [`Unsupported`], and the caller sends
-//! the text instead. Every message carries `NLM_F_ACK`, so each is answered.
+//! the text instead. The last request asks for an acknowledgement: nfnetlink reports every
+//! failed message whether asked or not and goes on to the end of the batch, so a batch is
+//! applied exactly when no error and that acknowledgement come back (one answer, however
+//! large the batch: no acknowledgement floods the socket's buffer).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -151,9 +154,16 @@ impl Batch {
         self.what.get(i).map(String::as_str)
     }
 
-    /// Messages between begin and end: each is answered once.
+    /// Messages between begin and end.
     pub fn requests(&self) -> usize {
         self.starts.len().saturating_sub(2)
+    }
+
+    /// The sequence number of the last request (the acknowledged one), when `first` was
+    /// the first.
+    pub fn last_request(&self, first: u32) -> u32 {
+        let n = u32::try_from(self.requests()).unwrap_or(u32::MAX);
+        first.wrapping_add(n)
     }
 }
 
@@ -237,7 +247,7 @@ pub fn encode(
                 let what = format!("{name} {} {t} {set} ({})", tx.family.as_str(), run.len());
                 w.begin(
                     (NFNL_SUBSYS_NFTABLES << 8) | kind,
-                    NLM_F_REQUEST | NLM_F_ACK | flags,
+                    NLM_F_REQUEST | flags,
                     family,
                     &what,
                 );
@@ -275,7 +285,7 @@ pub fn encode(
                 let what = format!("DELRULE {} {t} {chain} (all)", tx.family.as_str());
                 w.begin(
                     (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_DELRULE,
-                    NLM_F_REQUEST | NLM_F_ACK,
+                    NLM_F_REQUEST,
                     family,
                     &what,
                 );
@@ -287,7 +297,7 @@ pub fn encode(
                 let what = format!("DELCHAIN {} {t} {chain}", tx.family.as_str());
                 w.begin(
                     (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_DELCHAIN,
-                    NLM_F_REQUEST | NLM_F_ACK,
+                    NLM_F_REQUEST,
                     family,
                     &what,
                 );
@@ -299,7 +309,7 @@ pub fn encode(
                 let what = format!("DELSET {} {t} {name}", tx.family.as_str());
                 w.begin(
                     (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_DELSET,
-                    NLM_F_REQUEST | NLM_F_ACK,
+                    NLM_F_REQUEST,
                     family,
                     &what,
                 );
@@ -318,7 +328,7 @@ pub fn encode(
                 let what = format!("NEWRULE {} {t} {chain}: {rule}", tx.family.as_str());
                 w.begin(
                     (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWRULE,
-                    NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_APPEND,
+                    NLM_F_REQUEST | NLM_F_CREATE | NLM_F_APPEND,
                     family,
                     &what,
                 );
@@ -332,6 +342,14 @@ pub fn encode(
             }
         }
         i += 1;
+    }
+    if w.starts.len() < 2 {
+        return Err(Unsupported("an empty transaction".into()));
+    }
+    // The last request is acknowledged (see the module's documentation).
+    if let Some(&last) = w.starts.last() {
+        let flags = u16::from_ne_bytes([w.bytes[last + 6], w.bytes[last + 7]]) | NLM_F_ACK;
+        w.bytes[last + 6..last + 8].copy_from_slice(&flags.to_ne_bytes());
     }
     w.begin(NFNL_MSG_BATCH_END, NLM_F_REQUEST, AF_UNSPEC, "BATCH_END");
     let at = w.bytes.len() - 2;
@@ -784,11 +802,13 @@ mod tests {
                   \x10\x00\x02\x80\x0c\x00\x02\x80\x08\x00\x01\x00\x00\x00\x00\x00",
             ])
         );
-        // Begin and end name the nf_tables subsystem; every request asks for an answer.
+        // Begin and end name the nf_tables subsystem; the last request asks for an answer.
         assert_eq!(&bytes[16..20], b"\x00\x00\x00\x0a");
         let flags =
             |i: usize| u16::from_ne_bytes(bytes[b.starts[i] + 6..][..2].try_into().unwrap());
-        assert!((1..5).all(|i| flags(i) & NLM_F_ACK != 0));
+        assert!((1..4).all(|i| flags(i) & NLM_F_ACK == 0));
+        assert_ne!(flags(4) & NLM_F_ACK, 0);
+        assert_eq!(b.last_request(1), 5);
         assert_eq!(b.requests(), 4);
         assert_eq!(
             b.messages(),

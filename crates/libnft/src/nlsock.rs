@@ -2,9 +2,9 @@
 //! context's thread, so it belongs to the same network namespace as its libnftables context.
 //!
 //! nfnetlink processes a batch inside the `send` that hands it over (it commits or aborts,
-//! then queues one answer per message asking for one, errors included) before `send`
-//! returns; so the answers are read without waiting, and a batch whose last request has no
-//! answer is reported, not assumed applied.
+//! then queues an error for each failed message and an acknowledgement for each message
+//! asking for one) before `send` returns; so the answers are read without waiting, and a
+//! batch whose last request is not acknowledged is reported, not assumed applied.
 
 use std::io;
 
@@ -68,12 +68,13 @@ impl NfSocket {
         let answers = self
             .drain()
             .map_err(|e| Netlink(format!("reading the nf_tables answers: {e}")))?;
-        let mut acked = 0;
+        let last = batch.last_request(first);
+        let mut acked = false;
         let mut errors = Vec::new();
         for (seq, errno, text) in answers {
             let what = batch.describe(first, seq).unwrap_or("the batch");
             match errno {
-                0 => acked += 1,
+                0 => acked |= seq == last,
                 e => {
                     let os = io::Error::from_raw_os_error(-e);
                     errors.push(match text {
@@ -89,9 +90,9 @@ impl NfSocket {
                 errors.join("; ")
             )));
         }
-        if acked != batch.requests() {
+        if !acked {
             return Err(Netlink(format!(
-                "the nf_tables batch got {acked} answers for {} requests",
+                "no acknowledgement of the batch's last request ({} requests)",
                 batch.requests()
             )));
         }

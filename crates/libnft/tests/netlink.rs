@@ -218,6 +218,18 @@ fn a_refused_batch_changes_nothing_and_names_the_message() {
     assert!(err.is_retryable());
     assert_eq!(exec.list_table(Family::Ip, "t").unwrap().unwrap(), before);
     assert_eq!(exec.generation().unwrap(), generation);
+    // Refused in the middle (only the last request is acknowledged when all goes well):
+    // reported all the same, nothing applied.
+    let mut middle = tx.clone();
+    middle.ops.rotate_right(1);
+    let err = exec.apply_known(&middle, &known(Family::Ip)).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("DELSETELEM ip t iso (1): No such file"),
+        "{err}"
+    );
+    assert_eq!(exec.list_table(Family::Ip, "t").unwrap().unwrap(), before);
+    assert_eq!(exec.generation().unwrap(), generation);
     // The socket goes on: the same change without the bad element is applied.
     tx.ops.pop();
     assert_eq!(
