@@ -210,6 +210,9 @@ pub fn encode(
         let op = &tx.ops[i];
         match op {
             Op::AddSet(def) => {
+                if matches!(sets.get(def.name.as_str()), Some(None)) {
+                    return Err(Unsupported(format!("recreates set {}", def.name)));
+                }
                 let same = known(&def.name).is_some_and(|k| {
                     (k.kind, &k.type_, &k.flags) == (def.kind, &def.type_, &def.flags)
                 });
@@ -887,7 +890,9 @@ mod tests {
             name: "pods".into(),
             kind: SetKind::Set,
         };
-        assert!(unsupported(vec![gone, del("pods", "10.0.0.1")]).contains("deleted"));
+        assert!(unsupported(vec![gone.clone(), del("pods", "10.0.0.1")]).contains("deleted"));
+        let again = Op::AddSet(def("pods", SetKind::Set, "ipv4_addr"));
+        assert_eq!(unsupported(vec![gone, again]), "recreates set pods");
         // Rules outside the vocabulary, chains and tables.
         let rule = |r: &str| Op::AddRule {
             chain: "c".into(),
