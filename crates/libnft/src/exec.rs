@@ -20,7 +20,8 @@
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::Nft;
-use crate::tx::{Family, Transaction};
+use crate::netlink;
+use crate::tx::{Family, SetDef, Transaction};
 
 /// Why an apply failed.
 #[derive(Debug, thiserror::Error)]
@@ -56,6 +57,17 @@ impl ApplyError {
             Self::Context(e) => e.is_retryable(),
         }
     }
+}
+
+/// How a transaction reached the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Nothing to do (an empty transaction).
+    None,
+    /// Its text, through libnftables.
+    Libnftables,
+    /// One nf_tables netlink batch ([`netlink::encode`]), libnftables and its cache skipped.
+    Netlink,
 }
 
 /// Applies transactions in the current or a named network namespace through one context,
@@ -131,6 +143,60 @@ impl NftExecutor {
             return Ok(());
         }
         self.run(&tx.to_string()).map(|_| ())
+    }
+
+    /// Applies a transaction atomically as [`NftExecutor::apply`] does, except that one which
+    /// libnftables could only run after loading every chain and set of the namespace (it
+    /// deletes: [`netlink::needs_cache`]) is sent as one netlink batch when
+    /// [`netlink::encode`] knows all its operations; `known` gives the declaration of each
+    /// set the kernel holds. Either way one kernel transaction.
+    pub fn apply_known(
+        &self,
+        tx: &Transaction,
+        known: &dyn Fn(&str) -> Option<SetDef>,
+    ) -> Result<Transport, ApplyError> {
+        if tx.is_empty() {
+            return Ok(Transport::None);
+        }
+        if tx.ops.iter().any(netlink::needs_cache) {
+            match netlink::encode(tx, known) {
+                Ok(batch) => {
+                    self.send_batch(batch)?;
+                    return Ok(Transport::Netlink);
+                }
+                Err(why) => tracing::debug!("through libnftables: {why}"),
+            }
+        }
+        self.apply(tx)?;
+        Ok(Transport::Libnftables)
+    }
+
+    /// Sends a batch on the context's netlink socket (opening the context if needed).
+    fn send_batch(&self, batch: netlink::Batch) -> Result<(), ApplyError> {
+        let mut slot = self.slot();
+        let nft = match &mut *slot {
+            Some(nft) => nft,
+            empty => empty.insert(Nft::open(self.netns.as_deref())?),
+        };
+        match nft.send_batch(batch) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if matches!(e, crate::Error::Gone) {
+                    *slot = None;
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The namespace's nf_tables generation (one per committed transaction).
+    pub fn generation(&self) -> Result<u32, ApplyError> {
+        let mut slot = self.slot();
+        let nft = match &mut *slot {
+            Some(nft) => nft,
+            empty => empty.insert(Nft::open(self.netns.as_deref())?),
+        };
+        Ok(nft.generation()?)
     }
 
     /// Runs nft commands as written (a listing's text comes back): for readers of the kernel's

@@ -15,10 +15,15 @@
 //! ([`Error::NotInstalled`] names the package when it is missing). Nothing here knows about
 //! Services: [`tx`] is a transaction as a value (what the text is built from) and [`exec`]
 //! the executor every nftables user shares (`svcnet-nft`'s Service renderer, the userspace
-//! dataplane's redirect table, `svcnet trace`).
+//! dataplane's redirect table, `svcnet trace`). [`netlink`] writes a transaction that deletes
+//! as one nf_tables netlink batch, which the context's thread sends on a socket of its own
+//! (in the same namespace): libnftables 1.0.6 would first dump every chain and set of the
+//! namespace.
 
 pub mod exec;
 pub mod ffi;
+pub mod netlink;
+mod nlsock;
 pub mod tx;
 
 use std::sync::mpsc;
@@ -26,7 +31,7 @@ use std::thread::JoinHandle;
 
 use svcnet_netns::{NetNs, NetnsError};
 
-pub use exec::{ApplyError, NftExecutor};
+pub use exec::{ApplyError, NftExecutor, Transport};
 pub use ffi::SONAME;
 pub use tx::{BaseChain, Family, Op, SetDef, SetKind, Transaction};
 
@@ -49,10 +54,14 @@ pub enum Error {
     /// The context's thread ended (it panicked, or a test killed it); open a new one.
     #[error("the nftables context is gone (its thread ended)")]
     Gone,
-    /// The library refused the commands: its error text (what `nft -f` prints); nothing of
-    /// the batch was applied.
+    /// The library (or, for a [`netlink::Batch`], the kernel) refused the commands: its
+    /// error text (what `nft -f` prints); nothing of the batch was applied.
     #[error("{0}")]
     Rejected(String),
+    /// The nf_tables netlink socket could not be opened, or failed sending a batch or
+    /// reading its answers.
+    #[error("nf_tables netlink: {0}")]
+    Netlink(String),
 }
 
 impl Error {
@@ -72,11 +81,17 @@ pub fn available() -> Result<(), Error> {
 /// answered, by a fresh context and [`ffi::trim`].
 const FRESH_ABOVE: usize = 1 << 20;
 
+/// Work done on the context thread's netlink socket (or told why there is none); returns
+/// whether the socket may be used again.
+type SocketWork = Box<dyn FnOnce(Result<&mut nlsock::NfSocket, Error>) -> bool + Send>;
+
 enum Job {
     Run {
         commands: String,
         reply: mpsc::SyncSender<Result<String, String>>,
     },
+    /// Work on the thread's nf_tables netlink socket (opened on first use).
+    Socket(SocketWork),
     /// Ends the thread (and frees the context).
     Stop,
 }
@@ -97,6 +112,7 @@ impl Nft {
         let (jobs, queue) = mpsc::channel::<Job>();
         let (ready_tx, ready) = mpsc::sync_channel::<Result<(), String>>(1);
         let body = move || {
+            let mut socket: Option<nlsock::NfSocket> = None;
             let mut ctx = match ffi::Context::new() {
                 Ok(ctx) => {
                     let _ = ready_tx.send(Ok(()));
@@ -128,6 +144,24 @@ impl Nft {
                                     return;
                                 }
                             }
+                        }
+                    }
+                    Job::Socket(work) => {
+                        if socket.is_none() {
+                            match nlsock::NfSocket::open() {
+                                Ok(s) => socket = Some(s),
+                                Err(e) => {
+                                    let e = Error::Netlink(format!("opening the socket: {e}"));
+                                    work(Err(e));
+                                    continue;
+                                }
+                            }
+                        }
+                        if let Some(s) = &mut socket
+                            && !work(Ok(s))
+                        {
+                            // A socket in an unknown state is not reused.
+                            socket = None;
                         }
                     }
                     Job::Stop => break,
@@ -171,6 +205,35 @@ impl Nft {
             .recv()
             .map_err(|_| Error::Gone)?
             .map_err(Error::Rejected)
+    }
+
+    /// Sends `batch` as one kernel transaction on this context's nf_tables netlink socket
+    /// (in the same namespace), without libnftables: see [`netlink`] for when and why.
+    pub fn send_batch(&self, batch: netlink::Batch) -> Result<(), Error> {
+        self.on_socket(move |s| s.send(batch))
+    }
+
+    /// The namespace's nf_tables generation: the kernel counts one per committed
+    /// transaction (tests check that a change was one).
+    pub fn generation(&self) -> Result<u32, Error> {
+        self.on_socket(nlsock::NfSocket::generation)
+    }
+
+    fn on_socket<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut nlsock::NfSocket) -> Result<T, Error> + Send + 'static,
+    ) -> Result<T, Error> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        let work = move |socket: Result<&mut nlsock::NfSocket, Error>| {
+            let out = socket.and_then(f);
+            let healthy = !matches!(out, Err(Error::Netlink(_)));
+            let _ = reply.send(out);
+            healthy
+        };
+        self.jobs
+            .send(Job::Socket(Box::new(work)))
+            .map_err(|_| Error::Gone)?;
+        answer.recv().map_err(|_| Error::Gone)?
     }
 
     /// Fault injection for tests: ends the context's thread as if it had died; the next

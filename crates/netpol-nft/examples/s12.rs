@@ -2,7 +2,8 @@
 //! from a change to the rules being live on one node, four kinds in turn (a pod's label, a
 //! policy's port, a policy created, that policy deleted), each delivered as the node's watch
 //! does (one object) to the incremental renderer: render (the objects it touches), plan (those
-//! objects' difference → transaction) and apply (one libnftables transaction), p50/p99
+//! objects' difference → transaction) and apply (one transaction: a netlink batch for a change
+//! that deletes, libnftables' text otherwise), p50/p99
 //! nearest-rank, inside a fresh network namespace (removed afterwards). Ends by checking the
 //! incremental table against a full render.
 //!
@@ -13,7 +14,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
-use svcnet_libnft::NftExecutor;
+use svcnet_libnft::{NftExecutor, Transport};
 use svcnet_netns::{NetNs, unique_name};
 use svcnet_netpol::{
     Cluster, NamedPort, Namespace, Peer, Pod, Policy, Port, PortMatch, Protocol, Rule, Selector,
@@ -141,6 +142,8 @@ fn main() {
     let (mut total, mut rendering, mut applying) = (Vec::new(), Vec::new(), Vec::new());
     let mut ops = Vec::new();
     let mut by_kind: Vec<Vec<Duration>> = vec![Vec::new(); KINDS.len()];
+    // Changes per kind that went as one netlink batch (the others through libnftables).
+    let mut netlink = vec![0usize; KINDS.len()];
     let local = c.pods.len() / NODES;
     for i in 0..changes {
         let kind = i % KINDS.len();
@@ -179,12 +182,11 @@ fn main() {
         }
         let changed = renderer.take_changes();
         let rendered = t.elapsed();
-        ops.push(
-            enforcer
-                .sync_changes(renderer.ruleset(), &changed)
-                .unwrap()
-                .ops,
-        );
+        let report = enforcer.sync_changes(renderer.ruleset(), &changed).unwrap();
+        ops.push(report.ops);
+        if report.transport == Transport::Netlink {
+            netlink[kind] += 1;
+        }
         let done = t.elapsed();
         total.push(done);
         rendering.push(rendered);
@@ -207,8 +209,16 @@ fn main() {
     let kinds: Vec<String> = KINDS
         .iter()
         .zip(by_kind)
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| format!("{k} p50 {:?} p99 {:?}", pct(v.clone(), 50.0), pct(v, 99.0)))
+        .zip(netlink)
+        .filter(|((_, v), _)| !v.is_empty())
+        .map(|((k, v), n)| {
+            format!(
+                "{k} p50 {:?} p99 {:?} ({n}/{} as a netlink batch)",
+                pct(v.clone(), 50.0),
+                pct(v.clone(), 99.0),
+                v.len()
+            )
+        })
         .collect();
     println!("change→live by kind: {}", kinds.join("; "));
     // The incremental table is the full one (every created policy was deleted again).

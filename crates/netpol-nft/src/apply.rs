@@ -3,11 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use svcnet_libnft::{ApplyError, Family, NftExecutor};
+use svcnet_libnft::{ApplyError, Family, NftExecutor, SetDef, Transport};
 
 use crate::incremental::Changes;
 use crate::names;
-use crate::plan::{plan, plan_changes, plan_full};
+use crate::plan::{plan, plan_changes, plan_full, set_def};
 use crate::render::Ruleset;
 
 /// What one sync did.
@@ -17,7 +17,29 @@ pub struct SyncReport {
     pub ops: usize,
     /// Whether the whole table was (re)created.
     pub full: bool,
+    /// How the transaction reached the kernel: a change that deletes goes as a netlink
+    /// batch when it can, skipping libnftables' dump of every chain and set.
+    pub transport: Transport,
     pub took: Duration,
+}
+
+/// Applies `tx` over `applied` (what the kernel holds, whose sets a netlink batch may use).
+fn apply(
+    exec: &NftExecutor,
+    applied: Option<&Ruleset>,
+    tx: &svcnet_libnft::Transaction,
+) -> Result<Transport, ApplyError> {
+    match applied {
+        Some(prev) => {
+            let known =
+                |name: &str| -> Option<SetDef> { prev.sets.get(name).map(|s| set_def(name, s)) };
+            exec.apply_known(tx, &known)
+        }
+        None => exec.apply(tx).map(|()| match tx.is_empty() {
+            true => Transport::None,
+            false => Transport::Libnftables,
+        }),
+    }
 }
 
 /// Enforces one node's rendered policies: applies the difference to what it applied last, as
@@ -60,15 +82,19 @@ impl Enforcer {
         let full = self.applied.is_none();
         let tx = plan(self.applied.as_ref(), &next);
         let ops = tx.len();
-        if let Err(e) = self.exec.apply(&tx) {
-            self.applied = None;
-            self.exec.reset();
-            return Err(e);
-        }
+        let transport = match apply(&self.exec, self.applied.as_ref(), &tx) {
+            Ok(t) => t,
+            Err(e) => {
+                self.applied = None;
+                self.exec.reset();
+                return Err(e);
+            }
+        };
         self.applied = Some(next);
         Ok(SyncReport {
             ops,
             full,
+            transport,
             took: start.elapsed(),
         })
     }
@@ -88,13 +114,15 @@ impl Enforcer {
             None => (plan_full(next), true),
         };
         let ops = tx.len();
-        if ops > 0
-            && let Err(e) = self.exec.apply(&tx)
-        {
-            self.applied = None;
-            self.exec.reset();
-            return Err(e);
-        }
+        let known = if full { None } else { self.applied.as_ref() };
+        let transport = match apply(&self.exec, known, &tx) {
+            Ok(t) => t,
+            Err(e) => {
+                self.applied = None;
+                self.exec.reset();
+                return Err(e);
+            }
+        };
         match &mut self.applied {
             Some(applied) if !full => {
                 for name in &changes.sets {
@@ -115,6 +143,7 @@ impl Enforcer {
         Ok(SyncReport {
             ops,
             full,
+            transport,
             took: start.elapsed(),
         })
     }

@@ -40,7 +40,9 @@ fn add_element(tx: &mut Transaction, set: &str, e: &str) {
     });
 }
 
-fn set_def(name: &str, s: &SetSpec) -> SetDef {
+/// A set's declaration (what the text path writes, and what the netlink path checks a
+/// declaration against).
+pub(crate) fn set_def(name: &str, s: &SetSpec) -> SetDef {
     let comment: String = s
         .comment
         .chars()
