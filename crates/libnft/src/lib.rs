@@ -23,6 +23,10 @@
 pub mod exec;
 pub mod ffi;
 pub mod netlink;
+#[cfg(target_os = "linux")]
+mod nlsock;
+#[cfg(not(target_os = "linux"))]
+#[path = "nlsock_elsewhere.rs"]
 mod nlsock;
 pub mod tx;
 
