@@ -687,15 +687,7 @@ mod tests {
     use super::*;
 
     fn def(name: &str, kind: SetKind, type_: &str) -> SetDef {
-        SetDef {
-            name: name.into(),
-            kind,
-            type_: type_.into(),
-            flags: vec![],
-            timeout_seconds: None,
-            size: None,
-            comment: None,
-        }
+        SetDef::new(name, kind, type_)
     }
 
     fn known(name: &str) -> Option<SetDef> {

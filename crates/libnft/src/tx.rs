@@ -60,6 +60,21 @@ pub struct SetDef {
     pub comment: Option<String>,
 }
 
+impl SetDef {
+    /// A set or map of `type_` with no flags, timeout, size or comment.
+    pub fn new(name: impl Into<String>, kind: SetKind, type_: impl Into<String>) -> SetDef {
+        SetDef {
+            name: name.into(),
+            kind,
+            type_: type_.into(),
+            flags: vec![],
+            timeout_seconds: None,
+            size: None,
+            comment: None,
+        }
+    }
+}
+
 /// One operation of a transaction.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {

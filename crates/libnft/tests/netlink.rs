@@ -8,15 +8,7 @@ use svcnet_libnft::{ApplyError, Family, NftExecutor, Op, SetDef, SetKind, Transa
 use svcnet_netns::{NetNs, unique_name};
 
 fn set(name: &str, kind: SetKind, type_: &str) -> SetDef {
-    SetDef {
-        name: name.into(),
-        kind,
-        type_: type_.into(),
-        flags: vec![],
-        timeout_seconds: None,
-        size: None,
-        comment: None,
-    }
+    SetDef::new(name, kind, type_)
 }
 
 /// The sets of the table [`table`] creates.

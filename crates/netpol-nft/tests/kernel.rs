@@ -11,7 +11,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use common::lab::{Lab, Via};
-use common::policy;
+use common::{blocks, policy};
 use serde_json::{Value, json};
 use svcnet_netns::test_support::{Session, tcp_ask};
 use svcnet_netpol::Policy;
@@ -32,16 +32,6 @@ fn check(lab: &mut Lab, name: &str) {
     assert!(!report.full, "{name}: a change must not recreate the table");
     lab.check(name, Via::PodIp);
     lab.check(name, Via::ServiceIp);
-}
-
-/// A listing's sets and chains in name order (nft lists chains in creation order).
-fn blocks(listing: &str) -> Vec<String> {
-    let mut b: Vec<String> = listing
-        .split("\n\n")
-        .map(|s| s.trim().to_string())
-        .collect();
-    b.sort();
-    b
 }
 
 fn label_pod(lab: &mut Lab, id: &str, key: &str, value: &str) {

@@ -8,22 +8,12 @@
 
 mod common;
 
-use common::{fixed, model, policy};
+use common::{blocks, fixed, model, policy};
 use serde_json::json;
 use svcnet_libnft::{NftExecutor, Op, SetDef, SetKind, Transport, netlink};
 use svcnet_netns::{NetNs, unique_name};
 use svcnet_netpol::Cluster;
 use svcnet_netpol_nft::{Enforcer, Options, Renderer, names, plan_changes, render};
-
-/// A listing's sets and chains in name order (nft lists chains in creation order).
-fn blocks(listing: &str) -> Vec<String> {
-    let mut b: Vec<String> = listing
-        .split("\n\n")
-        .map(|s| s.trim().to_string())
-        .collect();
-    b.sort();
-    b
-}
 
 struct Node {
     _ns: NetNs,

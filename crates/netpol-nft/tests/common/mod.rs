@@ -14,6 +14,16 @@ pub mod lab;
 
 pub use svcnet_netpol::upstream::{NAMESPACES, PODS, PROBES};
 
+/// A listing's sets and chains in name order (nft lists chains in creation order).
+pub fn blocks(listing: &str) -> Vec<String> {
+    let mut b: Vec<String> = listing
+        .split("\n\n")
+        .map(|s| s.trim().to_string())
+        .collect();
+    b.sort();
+    b
+}
+
 /// `x/a`, ... in upstream's order.
 pub fn all_pods() -> Vec<(String, String)> {
     NAMESPACES
