@@ -25,9 +25,14 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::net::{Ipv4Addr, Ipv6Addr};
 
-use crate::tx::{Family, Op, SetDef, SetKind, Transaction};
+use crate::tx::{Family, Op, SetDef, Transaction};
+
+mod rules;
+mod writer;
+
+use rules::{Rule, Shape, Verdict};
+use writer::{NFTA_LIST_ELEM, Writer};
 
 /// nfnetlink subsystem of nf_tables.
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
@@ -45,38 +50,17 @@ const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_ACK: u16 = 0x4;
 const NLM_F_CREATE: u16 = 0x400;
 const NLM_F_APPEND: u16 = 0x800;
-const NLA_F_NESTED: u16 = 0x8000;
 
 const AF_UNSPEC: u8 = 0;
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
 
 // Attributes (linux/netfilter/nf_tables.h).
-const NFTA_LIST_ELEM: u16 = 1;
 const NFTA_CHAIN_TABLE: u16 = 1;
 const NFTA_CHAIN_NAME: u16 = 3;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_RULE_EXPRESSIONS: u16 = 4;
-const NFTA_RULE_USERDATA: u16 = 7;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
-const NFTA_PAYLOAD_DREG: u16 = 1;
-const NFTA_PAYLOAD_BASE: u16 = 2;
-const NFTA_PAYLOAD_OFFSET: u16 = 3;
-const NFTA_PAYLOAD_LEN: u16 = 4;
-const NFT_PAYLOAD_NETWORK_HEADER: u32 = 1;
-const NFTA_LOOKUP_SET: u16 = 1;
-const NFTA_LOOKUP_SREG: u16 = 2;
-const NFTA_IMMEDIATE_DREG: u16 = 1;
-const NFTA_IMMEDIATE_DATA: u16 = 2;
-const NFTA_REJECT_TYPE: u16 = 1;
-const NFTA_REJECT_ICMP_CODE: u16 = 2;
-const NFT_REJECT_ICMP_UNREACH: u32 = 0;
 const NFTA_DATA_VALUE: u16 = 1;
-const NFTA_DATA_VERDICT: u16 = 2;
-const NFTA_VERDICT_CODE: u16 = 1;
-const NFTA_VERDICT_CHAIN: u16 = 2;
 const NFTA_SET_TABLE: u16 = 1;
 const NFTA_SET_NAME: u16 = 2;
 const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
@@ -84,25 +68,6 @@ const NFTA_SET_ELEM_LIST_SET: u16 = 2;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
 const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_DATA: u16 = 2;
-
-/// The verdict register, and the first 128-bit data register (`reg 1` in nft's debug output).
-const NFT_REG_VERDICT: u32 = 0;
-const NFT_REG_1: u32 = 1;
-
-const NF_DROP: u32 = 0;
-const NF_ACCEPT: u32 = 1;
-const NFT_JUMP: i32 = -3;
-const NFT_GOTO: i32 = -4;
-
-/// ICMP "communication administratively prohibited" (`ICMP_PKT_FILTERED`), and ICMPv6's
-/// (`ICMPV6_ADM_PROHIBITED`): what `reject with icmp(v6) type admin-prohibited` compiles to.
-const ICMP_ADMIN_PROHIBITED: u8 = 13;
-const ICMPV6_ADMIN_PROHIBITED: u8 = 1;
-
-/// libnftnl's rule userdata type of a comment.
-const NFTNL_UDATA_RULE_COMMENT: u8 = 0;
-/// nft refuses longer comments (`NFT_USERDATA_MAXLEN` counts the NUL too).
-const COMMENT_MAX: usize = 127;
 
 /// Why a transaction is left to libnftables: the operation the encoder does not know.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,326 +330,10 @@ pub fn encode(
     })
 }
 
-/// A set's key layout and whether it maps to verdicts.
-struct Shape {
-    fields: Vec<Field>,
-    verdict: bool,
-}
-
-#[derive(Clone, Copy)]
-enum Field {
-    Ipv4,
-    Ipv6,
-    Proto,
-    Service,
-}
-
-impl Shape {
-    fn of(def: &SetDef, family: Family) -> Result<Shape, Unsupported> {
-        let unsupported = || Unsupported(format!("set {} of type {}", def.name, def.type_));
-        if !def.flags.is_empty() || def.type_.starts_with("typeof ") {
-            // Interval elements are ranges the kernel holds as pairs; not encoded here.
-            return Err(unsupported());
-        }
-        let (key, data) = match def.type_.split_once(" : ") {
-            Some((k, "verdict")) => (k, true),
-            Some(_) => return Err(unsupported()),
-            None => (def.type_.as_str(), false),
-        };
-        if data != (def.kind == SetKind::Map) {
-            return Err(unsupported());
-        }
-        let fields = key
-            .split(" . ")
-            .map(|f| match (f, family) {
-                ("ipv4_addr", Family::Ip) => Ok(Field::Ipv4),
-                ("ipv6_addr", Family::Ip6) => Ok(Field::Ipv6),
-                ("inet_proto", _) => Ok(Field::Proto),
-                ("inet_service", _) => Ok(Field::Service),
-                _ => Err(unsupported()),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Shape {
-            fields,
-            verdict: data,
-        })
-    }
-
-    /// The key's bytes: each field in network order, padded to 32 bits in a concatenation
-    /// (how nft lays out `a . b . c` in registers).
-    fn key(&self, text: &str) -> Result<Vec<u8>, Unsupported> {
-        let bad = || Unsupported(format!("element key {text}"));
-        let parts: Vec<&str> = text.split(" . ").map(str::trim).collect();
-        if parts.len() != self.fields.len() {
-            return Err(bad());
-        }
-        let mut out = Vec::new();
-        for (field, part) in self.fields.iter().zip(parts) {
-            match field {
-                Field::Ipv4 => {
-                    let a: Ipv4Addr = part.parse().map_err(|_| bad())?;
-                    out.extend_from_slice(&a.octets());
-                }
-                Field::Ipv6 => {
-                    let a: Ipv6Addr = part.parse().map_err(|_| bad())?;
-                    out.extend_from_slice(&a.octets());
-                }
-                Field::Proto => {
-                    let p: u8 = match part {
-                        "tcp" => 6,
-                        "udp" => 17,
-                        "sctp" => 132,
-                        n => n.parse().map_err(|_| bad())?,
-                    };
-                    out.extend_from_slice(&[p, 0, 0, 0]);
-                }
-                Field::Service => {
-                    let p: u16 = part.parse().map_err(|_| bad())?;
-                    out.extend_from_slice(&p.to_be_bytes());
-                    out.extend_from_slice(&[0, 0]);
-                }
-            }
-        }
-        if self.fields.len() == 1 {
-            // A single field is its own length (an IPv4 key is 4 bytes, not padded data).
-            out.truncate(match self.fields[0] {
-                Field::Ipv4 => 4,
-                Field::Ipv6 => 16,
-                Field::Proto => 1,
-                Field::Service => 2,
-            });
-        }
-        Ok(out)
-    }
-}
-
-/// A verdict: `accept`, `drop`, `jump chain`, `goto chain`.
-enum Verdict {
-    Code(u32),
-    To(i32, String),
-}
-
-impl Verdict {
-    fn parse(text: &str) -> Result<Verdict, Unsupported> {
-        let words: Vec<&str> = text.split_whitespace().collect();
-        match words.as_slice() {
-            ["accept"] => Ok(Verdict::Code(NF_ACCEPT)),
-            ["drop"] => Ok(Verdict::Code(NF_DROP)),
-            ["jump", chain] => Ok(Verdict::To(NFT_JUMP, chain.to_string())),
-            ["goto", chain] => Ok(Verdict::To(NFT_GOTO, chain.to_string())),
-            _ => Err(Unsupported(format!("verdict {text}"))),
-        }
-    }
-}
-
-/// The rules encoded: the dispatch vocabulary.
-enum Rule {
-    /// `<family> saddr|daddr @set <verdict> [comment "…"]`.
-    Lookup {
-        offset: u32,
-        len: u32,
-        set: String,
-        verdict: Verdict,
-        comment: Option<String>,
-    },
-    /// `reject with icmp(v6) type admin-prohibited`.
-    Reject(u8),
-    Verdict(Verdict),
-}
-
-impl Rule {
-    fn parse(text: &str, family: Family) -> Result<Rule, Unsupported> {
-        let bad = || Unsupported(format!("rule {text}"));
-        let (body, comment) = match text.split_once(" comment \"") {
-            Some((body, rest)) => {
-                let c = rest.strip_suffix('"').ok_or_else(bad)?;
-                if c.contains('"') || c.contains('\\') || c.len() > COMMENT_MAX {
-                    return Err(bad());
-                }
-                (body, Some(c.to_string()))
-            }
-            None => (text, None),
-        };
-        let words: Vec<&str> = body.split_whitespace().collect();
-        let rule = match (words.as_slice(), family) {
-            ([fam, addr, set, verdict @ ..], _) if *fam == family.as_str() => {
-                let set = set.strip_prefix('@').ok_or_else(bad)?;
-                let (offset, len) = match (family, *addr) {
-                    (Family::Ip, "saddr") => (12, 4),
-                    (Family::Ip, "daddr") => (16, 4),
-                    (Family::Ip6, "saddr") => (8, 16),
-                    (Family::Ip6, "daddr") => (24, 16),
-                    _ => return Err(bad()),
-                };
-                Rule::Lookup {
-                    offset,
-                    len,
-                    set: set.to_string(),
-                    verdict: Verdict::parse(&verdict.join(" ")).map_err(|_| bad())?,
-                    comment,
-                }
-            }
-            (["reject", "with", "icmp", "type", "admin-prohibited"], Family::Ip)
-                if comment.is_none() =>
-            {
-                Rule::Reject(ICMP_ADMIN_PROHIBITED)
-            }
-            (["reject", "with", "icmpv6", "type", "admin-prohibited"], Family::Ip6)
-                if comment.is_none() =>
-            {
-                Rule::Reject(ICMPV6_ADMIN_PROHIBITED)
-            }
-            ([v], _) if comment.is_none() => Rule::Verdict(Verdict::parse(v)?),
-            _ => return Err(bad()),
-        };
-        Ok(rule)
-    }
-
-    /// The rule's expressions (what `nft --debug=netlink` shows libnftables compile the same
-    /// text to) and its comment.
-    fn write(&self, w: &mut Writer) {
-        let list = w.nest(NFTA_RULE_EXPRESSIONS);
-        match self {
-            Rule::Lookup {
-                offset,
-                len,
-                set,
-                verdict,
-                comment,
-            } => {
-                w.expr("payload", |w| {
-                    w.u32(NFTA_PAYLOAD_DREG, NFT_REG_1);
-                    w.u32(NFTA_PAYLOAD_BASE, NFT_PAYLOAD_NETWORK_HEADER);
-                    w.u32(NFTA_PAYLOAD_OFFSET, *offset);
-                    w.u32(NFTA_PAYLOAD_LEN, *len);
-                });
-                w.expr("lookup", |w| {
-                    w.u32(NFTA_LOOKUP_SREG, NFT_REG_1);
-                    w.str(NFTA_LOOKUP_SET, set);
-                });
-                w.immediate(verdict);
-                w.close(list);
-                if let Some(c) = comment {
-                    let mut data = vec![NFTNL_UDATA_RULE_COMMENT];
-                    // COMMENT_MAX keeps the length (with its NUL) in a byte.
-                    data.push(u8::try_from(c.len() + 1).unwrap_or(u8::MAX));
-                    data.extend_from_slice(c.as_bytes());
-                    data.push(0);
-                    w.attr(NFTA_RULE_USERDATA, &data);
-                }
-                return;
-            }
-            Rule::Reject(code) => w.expr("reject", |w| {
-                w.u32(NFTA_REJECT_TYPE, NFT_REJECT_ICMP_UNREACH);
-                w.attr(NFTA_REJECT_ICMP_CODE, &[*code]);
-            }),
-            Rule::Verdict(v) => w.immediate(v),
-        }
-        w.close(list);
-    }
-}
-
-/// Netlink messages and attributes, written into one buffer.
-#[derive(Default)]
-struct Writer {
-    bytes: Vec<u8>,
-    starts: Vec<usize>,
-    what: Vec<String>,
-}
-
-impl Writer {
-    /// A message header (its length and sequence number filled in later) and nfgenmsg.
-    fn begin(&mut self, kind: u16, flags: u16, family: u8, what: &str) {
-        self.starts.push(self.bytes.len());
-        self.what.push(what.to_string());
-        self.bytes.extend_from_slice(&0u32.to_ne_bytes());
-        self.bytes.extend_from_slice(&kind.to_ne_bytes());
-        self.bytes.extend_from_slice(&flags.to_ne_bytes());
-        self.bytes.extend_from_slice(&0u32.to_ne_bytes()); // sequence number
-        self.bytes.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel
-        // nfgenmsg: family, version 0 (NFNETLINK_V0), res_id.
-        self.bytes.extend_from_slice(&[family, 0, 0, 0]);
-    }
-
-    fn end(&mut self) {
-        let start = self.starts.last().copied().unwrap_or(0);
-        let len = u32::try_from(self.bytes.len() - start).unwrap_or(u32::MAX);
-        self.bytes[start..start + 4].copy_from_slice(&len.to_ne_bytes());
-    }
-
-    fn pad(&mut self) {
-        while !self.bytes.len().is_multiple_of(4) {
-            self.bytes.push(0);
-        }
-    }
-
-    fn attr(&mut self, kind: u16, data: &[u8]) {
-        let len = u16::try_from(4 + data.len()).unwrap_or(u16::MAX);
-        self.bytes.extend_from_slice(&len.to_ne_bytes());
-        self.bytes.extend_from_slice(&kind.to_ne_bytes());
-        self.bytes.extend_from_slice(data);
-        self.pad();
-    }
-
-    /// A NUL-terminated string.
-    fn str(&mut self, kind: u16, s: &str) {
-        let mut data = s.as_bytes().to_vec();
-        data.push(0);
-        self.attr(kind, &data);
-    }
-
-    /// A 32-bit value in network order (nf_tables' convention).
-    fn u32(&mut self, kind: u16, v: u32) {
-        self.attr(kind, &v.to_be_bytes());
-    }
-
-    fn nest(&mut self, kind: u16) -> usize {
-        let at = self.bytes.len();
-        self.bytes.extend_from_slice(&0u16.to_ne_bytes());
-        self.bytes
-            .extend_from_slice(&(kind | NLA_F_NESTED).to_ne_bytes());
-        at
-    }
-
-    fn close(&mut self, at: usize) {
-        let len = u16::try_from(self.bytes.len() - at).unwrap_or(u16::MAX);
-        self.bytes[at..at + 2].copy_from_slice(&len.to_ne_bytes());
-    }
-
-    fn expr(&mut self, name: &str, data: impl FnOnce(&mut Writer)) {
-        let elem = self.nest(NFTA_LIST_ELEM);
-        self.str(NFTA_EXPR_NAME, name);
-        let d = self.nest(NFTA_EXPR_DATA);
-        data(self);
-        self.close(d);
-        self.close(elem);
-    }
-
-    fn immediate(&mut self, v: &Verdict) {
-        self.expr("immediate", |w| {
-            w.u32(NFTA_IMMEDIATE_DREG, NFT_REG_VERDICT);
-            let d = w.nest(NFTA_IMMEDIATE_DATA);
-            w.verdict(v);
-            w.close(d);
-        });
-    }
-
-    fn verdict(&mut self, v: &Verdict) {
-        let n = self.nest(NFTA_DATA_VERDICT);
-        match v {
-            Verdict::Code(code) => self.u32(NFTA_VERDICT_CODE, *code),
-            Verdict::To(code, chain) => {
-                self.attr(NFTA_VERDICT_CODE, &code.to_be_bytes());
-                self.str(NFTA_VERDICT_CHAIN, chain);
-            }
-        }
-        self.close(n);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tx::SetKind;
 
     fn def(name: &str, kind: SetKind, type_: &str) -> SetDef {
         SetDef::new(name, kind, type_)
