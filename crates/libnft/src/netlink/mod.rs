@@ -157,16 +157,7 @@ pub fn encode(
         Family::Ip6 => AF_INET6,
     };
     let mut w = Writer::default();
-    w.begin(
-        NFNL_MSG_BATCH_BEGIN,
-        NLM_F_REQUEST,
-        AF_UNSPEC,
-        "BATCH_BEGIN",
-    );
-    // nfnetlink's batch header names the subsystem in res_id (big-endian).
-    let at = w.bytes.len() - 2;
-    w.bytes[at..].copy_from_slice(&NFNL_SUBSYS_NFTABLES.to_be_bytes());
-    w.end();
+    batch_marker(&mut w, NFNL_MSG_BATCH_BEGIN, "BATCH_BEGIN");
     // The sets as the batch leaves them: declared (known, same type) or deleted.
     let mut sets: HashMap<&str, Option<SetDef>> = HashMap::new();
     let t = tx.table.as_str();
@@ -251,39 +242,36 @@ pub fn encode(
             Op::FlushChain(chain) => {
                 // A rule deletion without a handle empties the chain.
                 let what = format!("DELRULE {} {t} {chain} (all)", tx.family.as_str());
-                w.begin(
-                    (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_DELRULE,
-                    NLM_F_REQUEST,
+                table_object(
+                    &mut w,
+                    NFT_MSG_DELRULE,
                     family,
                     &what,
+                    (NFTA_RULE_TABLE, t),
+                    (NFTA_RULE_CHAIN, chain),
                 );
-                w.str(NFTA_RULE_TABLE, t);
-                w.str(NFTA_RULE_CHAIN, chain);
-                w.end();
             }
             Op::DeleteChain(chain) => {
                 let what = format!("DELCHAIN {} {t} {chain}", tx.family.as_str());
-                w.begin(
-                    (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_DELCHAIN,
-                    NLM_F_REQUEST,
+                table_object(
+                    &mut w,
+                    NFT_MSG_DELCHAIN,
                     family,
                     &what,
+                    (NFTA_CHAIN_TABLE, t),
+                    (NFTA_CHAIN_NAME, chain),
                 );
-                w.str(NFTA_CHAIN_TABLE, t);
-                w.str(NFTA_CHAIN_NAME, chain);
-                w.end();
             }
             Op::DeleteSet { name, .. } => {
                 let what = format!("DELSET {} {t} {name}", tx.family.as_str());
-                w.begin(
-                    (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_DELSET,
-                    NLM_F_REQUEST,
+                table_object(
+                    &mut w,
+                    NFT_MSG_DELSET,
                     family,
                     &what,
+                    (NFTA_SET_TABLE, t),
+                    (NFTA_SET_NAME, name),
                 );
-                w.str(NFTA_SET_TABLE, t);
-                w.str(NFTA_SET_NAME, name);
-                w.end();
                 sets.insert(name, None);
             }
             Op::AddRule { chain, rule } => {
@@ -319,15 +307,42 @@ pub fn encode(
         let flags = u16::from_ne_bytes([w.bytes[last + 6], w.bytes[last + 7]]) | NLM_F_ACK;
         w.bytes[last + 6..last + 8].copy_from_slice(&flags.to_ne_bytes());
     }
-    w.begin(NFNL_MSG_BATCH_END, NLM_F_REQUEST, AF_UNSPEC, "BATCH_END");
-    let at = w.bytes.len() - 2;
-    w.bytes[at..].copy_from_slice(&NFNL_SUBSYS_NFTABLES.to_be_bytes());
-    w.end();
+    batch_marker(&mut w, NFNL_MSG_BATCH_END, "BATCH_END");
     Ok(Batch {
         bytes: w.bytes,
         starts: w.starts,
         what: w.what,
     })
+}
+
+/// `NFNL_MSG_BATCH_BEGIN` or `_END`: nfnetlink's batch header names the subsystem in res_id
+/// (big-endian).
+fn batch_marker(w: &mut Writer, kind: u16, what: &str) {
+    w.begin(kind, NLM_F_REQUEST, AF_UNSPEC, what);
+    let at = w.bytes.len() - 2;
+    w.bytes[at..].copy_from_slice(&NFNL_SUBSYS_NFTABLES.to_be_bytes());
+    w.end();
+}
+
+/// A request that names only a table and one object in it (a chain or a set), each a
+/// string attribute.
+fn table_object(
+    w: &mut Writer,
+    kind: u16,
+    family: u8,
+    what: &str,
+    table: (u16, &str),
+    object: (u16, &str),
+) {
+    w.begin(
+        (NFNL_SUBSYS_NFTABLES << 8) | kind,
+        NLM_F_REQUEST,
+        family,
+        what,
+    );
+    w.str(table.0, table.1);
+    w.str(object.0, object.1);
+    w.end();
 }
 
 #[cfg(test)]
