@@ -347,12 +347,11 @@ impl Shared {
     }
 }
 
-/// `reply`, if any, into `out`; whether there was one.
+/// `reply`, if any, as `out` (moved, not copied: it was just allocated); whether there was one.
 fn replace(out: &mut Vec<u8>, reply: Option<Vec<u8>>) -> bool {
-    out.clear();
     match reply {
         Some(reply) => {
-            out.extend_from_slice(&reply);
+            *out = reply;
             true
         }
         None => false,
