@@ -24,6 +24,12 @@ pub const EGRESS_FORWARD: &str = "egress-forward";
 pub const EGRESS_INPUT: &str = "egress-input";
 /// Base chain: the ingress side of forwarded traffic (to a local pod).
 pub const INGRESS_FORWARD: &str = "ingress-forward";
+/// Base chain: the egress side of a local pod's connection the node sends on from its output
+/// hook (IPVS, which DNATs at input).
+pub const EGRESS_OUTPUT: &str = "egress-output";
+/// Base chain: the ingress side of what the node sends to a local pod on another's behalf
+/// (IPVS); the node's own traffic is let through.
+pub const INGRESS_OUTPUT: &str = "ingress-output";
 
 /// A namespace's dispatch for one direction, `in-ns-<hash>` / `out-ns-<hash>`: a jump to
 /// the chain of each of its policies isolating that direction (for the pods it selects),

@@ -5,8 +5,10 @@
 //!
 //! ```text
 //! egress-forward   hook forward prio 0: ct established,related accept; saddr vmap @egress-isolated
-//! egress-input     hook input   prio 0: the same, for a local pod's traffic to the node itself
+//! egress-input     hook input prio 110: the same, for a local pod's traffic to the node itself
+//! egress-output    hook output  prio 0: the same, for a pod's connection IPVS sends on
 //! ingress-forward  hook forward prio 1: ct established,related accept; daddr vmap @ingress-isolated
+//! ingress-output   hook output  prio 1: the same after `fib saddr type local accept`
 //! egress-/ingress-isolated: verdict maps, local isolated pod → jump out-ns-/in-ns-<its namespace>
 //! out-ns-<ns>: saddr @pods-<target> jump out-<policy> ... (the namespace's policies); deny
 //! in-ns-<ns>:  daddr @pods-<target> jump in-<policy> ...;  deny
@@ -15,10 +17,11 @@
 //!
 //! An `accept` ends only its base chain, so the egress and the ingress side are two base
 //! chains and both must pass (NetworkPolicy's "both ends must agree"); a drop or reject in
-//! either is final. Every base chain sits at a forward/input hook, after the proxy's DNAT
-//! (prerouting, priority -100), so a connection to a Service IP is judged by its destination
-//! pod and target port. Traffic the node itself sends leaves through the output hook, where
-//! this table has no chain: the node exception. Pods are matched by address: selector sets
+//! either is final. Every base chain sits after the proxy's DNAT (nftables and iptables:
+//! prerouting, priority -100, before forward and input; IPVS: at input, priority 99, and the
+//! packet goes on from output), so a connection to a Service IP is judged by its destination
+//! pod and target port. Traffic the node itself sends (from one of its own addresses) is let
+//! through at output: the node exception. Pods are matched by address: selector sets
 //! hold every matching pod of the cluster (a peer may be anywhere), the isolation maps only
 //! this node's pods (each node judges its own pods' two sides). A policy isolates pods of its
 //! own namespace only, so the dispatch is per namespace: creating a policy rewrites its
@@ -276,10 +279,22 @@ pub(crate) fn dispatch_chain(mut rules: Vec<String>, opts: &Options) -> ChainSpe
     ChainSpec { base: None, rules }
 }
 
-/// The three base chains, the same in every table of a family. IPv6 needs neighbour
-/// discovery to work at all (a pod resolving its gateway or a neighbour, with its own
-/// address as source): it is accepted before any policy, as ARP is never seen by an `ip`
-/// table.
+/// The input chain's priority: after IPVS's hooks at input (98 and 99, `NF_IP_PRI_NAT_SRC`
+/// − 2 and − 1), which take a packet to a virtual server away from the input path. So a pod's
+/// connection to a Service IP in IPVS mode is not judged here as traffic to the node (its
+/// destination then is still the Service IP); it is judged at output, after IPVS's DNAT.
+pub const INPUT_PRIORITY: i32 = 110;
+
+/// The base chains, the same in every table of a family. IPv6 needs neighbour discovery to
+/// work at all (a pod resolving its gateway or a neighbour, with its own address as source):
+/// it is accepted before any policy, as ARP is never seen by an `ip` table.
+///
+/// The output chains judge what the node sends on someone else's behalf: IPVS DNATs a
+/// connection to a virtual server at input and sends it on from the output hook, so neither
+/// end sees the forward hook. There a local pod's source address means the pod's egress is
+/// judged, a local pod's destination its ingress, unless the source is one of the node's own
+/// addresses (the node's own traffic, the node exception; with IPVS a node's connection to a
+/// Service IP leaves with the Service IP, a local address, as its source).
 fn base_chains(r: &mut Ruleset) {
     let f = r.family;
     let base = |hook, priority, addr: &str, map: &str| {
@@ -289,6 +304,9 @@ fn base_chains(r: &mut Ruleset) {
                 "icmpv6 type { nd-neighbor-solicit, nd-neighbor-advert, nd-router-solicit, nd-router-advert } accept"
                     .into(),
             );
+        }
+        if hook == "output" && addr == "daddr" {
+            rules.push("fib saddr type local accept".into());
         }
         rules.push(format!("{} {addr} vmap @{map}", f.as_str()));
         ChainSpec {
@@ -300,14 +318,18 @@ fn base_chains(r: &mut Ruleset) {
             rules,
         }
     };
-    let egress = |hook| base(hook, 0, "saddr", names::EGRESS_ISOLATED);
+    let egress = |hook, priority| base(hook, priority, "saddr", names::EGRESS_ISOLATED);
+    let ingress = |hook| base(hook, 1, "daddr", names::INGRESS_ISOLATED);
     r.chains
-        .insert(names::EGRESS_FORWARD.into(), egress("forward"));
-    r.chains.insert(names::EGRESS_INPUT.into(), egress("input"));
-    r.chains.insert(
-        names::INGRESS_FORWARD.into(),
-        base("forward", 1, "daddr", names::INGRESS_ISOLATED),
-    );
+        .insert(names::EGRESS_FORWARD.into(), egress("forward", 0));
+    r.chains
+        .insert(names::EGRESS_INPUT.into(), egress("input", INPUT_PRIORITY));
+    r.chains
+        .insert(names::EGRESS_OUTPUT.into(), egress("output", 0));
+    r.chains
+        .insert(names::INGRESS_FORWARD.into(), ingress("forward"));
+    r.chains
+        .insert(names::INGRESS_OUTPUT.into(), ingress("output"));
 }
 
 /// What `pod` puts in a wanted set: its addresses when the selector picks it, its named

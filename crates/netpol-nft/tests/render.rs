@@ -74,7 +74,11 @@ fn the_table_of_a_node() {
           ct state established,related accept
           ip saddr vmap @egress-isolated
         }
-        chain egress-input { type filter hook input priority 0 ;
+        chain egress-input { type filter hook input priority 110 ;
+          ct state established,related accept
+          ip saddr vmap @egress-isolated
+        }
+        chain egress-output { type filter hook output priority 0 ;
           ct state established,related accept
           ip saddr vmap @egress-isolated
         }
@@ -90,6 +94,11 @@ fn the_table_of_a_node() {
         }
         chain ingress-forward { type filter hook forward priority 1 ;
           ct state established,related accept
+          ip daddr vmap @ingress-isolated
+        }
+        chain ingress-output { type filter hook output priority 1 ;
+          ct state established,related accept
+          fib saddr type local accept
           ip daddr vmap @ingress-isolated
         }
         chain out-043841dc574e {
@@ -112,10 +121,12 @@ fn the_first_sync_recreates_the_table_in_one_batch() {
         delete table ip svcnet-netpol
         add table ip svcnet-netpol { comment "svcnet NetworkPolicy enforcement" ; }
         add chain ip svcnet-netpol egress-forward { type filter hook forward priority 0 ; }
-        add chain ip svcnet-netpol egress-input { type filter hook input priority 0 ; }
+        add chain ip svcnet-netpol egress-input { type filter hook input priority 110 ; }
+        add chain ip svcnet-netpol egress-output { type filter hook output priority 0 ; }
         add chain ip svcnet-netpol in-3688f9951893
         add chain ip svcnet-netpol in-ns-af63f54c8602
         add chain ip svcnet-netpol ingress-forward { type filter hook forward priority 1 ; }
+        add chain ip svcnet-netpol ingress-output { type filter hook output priority 1 ; }
         add set ip svcnet-netpol block-0cac71f0acbb { type ipv4_addr ; flags interval ; comment "10.244.0.0/16 except 10.244.1.0/24" ; }
         add set ip svcnet-netpol block-0cac71f0acbb { type ipv4_addr ; flags interval ; comment "10.244.0.0/16 except 10.244.1.0/24" ; elements = { 10.244.0.0-10.244.0.255, 10.244.2.0-10.244.255.255 } ; }
         add map ip svcnet-netpol egress-isolated { type ipv4_addr : verdict ; comment "this node's pods isolated for egress" ; }
@@ -129,9 +140,11 @@ fn the_first_sync_recreates_the_table_in_one_batch() {
         add set ip svcnet-netpol port-88d35c05f8ac { type ipv4_addr . inet_proto . inet_service ; comment "port serve-80-udp" ; elements = { 10.244.0.10 . udp . 80, 10.244.0.11 . udp . 80, 10.244.0.12 . udp . 80, 10.244.1.10 . udp . 80, 10.244.1.11 . udp . 80, 10.244.1.12 . udp . 80, 10.244.2.10 . udp . 80, 10.244.2.11 . udp . 80, 10.244.2.12 . udp . 80 } ; }
         add chain ip svcnet-netpol egress-forward { ct state established,related accept ; ip saddr vmap @egress-isolated ; }
         add chain ip svcnet-netpol egress-input { ct state established,related accept ; ip saddr vmap @egress-isolated ; }
+        add chain ip svcnet-netpol egress-output { ct state established,related accept ; ip saddr vmap @egress-isolated ; }
         add chain ip svcnet-netpol in-3688f9951893 { ip saddr @pods-486b6c67b6ae meta l4proto . th dport { tcp . 80-81 } accept ; ip saddr @pods-486b6c67b6ae meta l4proto udp ip daddr . meta l4proto . th dport @port-88d35c05f8ac accept ; ip saddr @block-0cac71f0acbb meta l4proto . th dport { tcp . 80-81 } accept ; ip saddr @block-0cac71f0acbb meta l4proto udp ip daddr . meta l4proto . th dport @port-88d35c05f8ac accept ; }
         add chain ip svcnet-netpol in-ns-af63f54c8602 { ip daddr @pods-0096132d46ea jump in-3688f9951893 comment "x/allow-y-b" ; reject with icmp type admin-prohibited ; }
         add chain ip svcnet-netpol ingress-forward { ct state established,related accept ; ip daddr vmap @ingress-isolated ; }
+        add chain ip svcnet-netpol ingress-output { ct state established,related accept ; fib saddr type local accept ; ip daddr vmap @ingress-isolated ; }
     "#]]
     .assert_eq(&tx.to_string());
 }

@@ -22,8 +22,16 @@ use svcnet_netpol_nft::{Enforcer, Options, Renderer, conntrack, render};
 use super::{NAMESPACES, PODS, PROBES, all_pods, model};
 
 /// How long a probe waits. Denied connections are rejected (reset, ICMP), so only a
-/// dataplane fault waits this long.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// dataplane fault waits this long. In the QEMU tier, whose emulated CPUs run the nine
+/// probing pods' threads several times slower, an allowed probe has been seen to take longer
+/// than the host's 2 s.
+pub fn probe_timeout() -> Duration {
+    if std::env::var_os("VM_GUEST").is_some() {
+        Duration::from_secs(15)
+    } else {
+        Duration::from_secs(2)
+    }
+}
 
 /// One pod of the lab.
 pub struct LabPod {
@@ -32,6 +40,19 @@ pub struct LabPod {
     pub ip: Ipv4Addr,
     /// Its "Service" address, DNATed to `ip` in the node.
     pub service_ip: Ipv4Addr,
+}
+
+/// The "proxy" of every node, DNATing each pod's Service IP to the pod (ports unchanged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proxy {
+    /// A DNAT rule in the node's prerouting, as svcnet's nftables and iptables proxies: the
+    /// connection then goes through the forward hook (or input, to the node).
+    Nft,
+    /// IPVS, as its proxy mode: the Service IPs on a dummy device, a virtual server per IP,
+    /// protocol and port with the pod as its one real server (masquerading forwarding, i.e.
+    /// DNAT), `net.ipv4.vs.conntrack=1`. IPVS takes the connection at input and sends it on
+    /// from output: no forward hook. Needs `ip_vs` (the QEMU tier).
+    Ipvs,
 }
 
 /// Which address a probe targets.
@@ -59,6 +80,7 @@ pub struct Lab {
     /// is a new connection, as upstream's probes are (one `conntrack -F`, where cutting
     /// hundreds of probes' flows one by one takes seconds).
     pub cut_denied: Option<bool>,
+    pub proxy: Proxy,
     _topology: Topology,
     _data: tempfile::TempDir,
     _slot: Slot,
@@ -72,6 +94,11 @@ impl Lab {
     /// The model on `n` nodes, pods placed round robin in upstream's order (with two nodes
     /// x/a, x/c, y/b, z/a, z/c on the first): same-node and cross-node pairs.
     pub fn with_nodes(n: usize) -> Lab {
+        Lab::with_proxy(n, Proxy::Nft)
+    }
+
+    /// The model on `n` nodes with `proxy` as every node's proxy.
+    pub fn with_proxy(n: usize, proxy: Proxy) -> Lab {
         let slot = Slot::acquire().unwrap();
         let data = tempfile::tempdir().unwrap();
         let config = slot.config(n, data.path().to_path_buf());
@@ -140,7 +167,10 @@ impl Lab {
         for node in &nodes {
             let node_ns = NetNs::open(&node.netns).unwrap();
             let exec = NftExecutor::new(Some(node.netns.clone()));
-            exec.command(&svc).unwrap();
+            match proxy {
+                Proxy::Nft => drop(exec.command(&svc).unwrap()),
+                Proxy::Ipvs => ipvs_proxy(&node_ns, &pods, data.path()),
+            }
             // Pods on one bridge talk without the node's routing: only br_netfilter shows
             // their packets to the forward hook (and un-NATs a Service reply on the bridge).
             svcnet_netpol_nft::bridge_netfilter(Some(&node.netns)).unwrap();
@@ -187,6 +217,7 @@ impl Lab {
             more,
             model,
             cut_denied: None,
+            proxy,
             _topology: topology,
             _data: data,
             _slot: slot,
@@ -334,10 +365,40 @@ impl Lab {
     }
 }
 
+/// IPVS in `node`: every pod's Service IP on a dummy device (so it is local and IPVS takes
+/// it at input), one virtual server per IP, protocol and port 80/81 with the pod as its real
+/// server, NAT forwarding; conntrack kept for IPVS's connections, as kube-proxy sets it.
+fn ipvs_proxy(node: &NetNs, pods: &[LabPod], dir: &std::path::Path) {
+    node.exec(&["modprobe", "ip_vs"]).unwrap();
+    node.exec(&["sysctl", "-qw", "net.ipv4.vs.conntrack=1"])
+        .unwrap();
+    node.exec(&["ip", "link", "add", "netpol-ipvs0", "type", "dummy"])
+        .unwrap();
+    let (mut rules, mut addrs) = (String::new(), String::new());
+    for p in pods {
+        addrs.push_str(&format!("addr add {}/32 dev netpol-ipvs0\n", p.service_ip));
+        for (flag, port) in [("-t", 80), ("-t", 81), ("-u", 80), ("-u", 81)] {
+            rules.push_str(&format!(
+                "-A {flag} {vip}:{port} -s rr\n-a {flag} {vip}:{port} -r {ip}:{port} -m\n",
+                vip = p.service_ip,
+                ip = p.ip
+            ));
+        }
+    }
+    let file = dir.join(format!("ipvs-{}", node.name()));
+    std::fs::write(&file, rules).unwrap();
+    node.exec(&["sh", "-c", &format!("ipvsadm -R < {}", file.display())])
+        .unwrap();
+    let file = dir.join(format!("addrs-{}", node.name()));
+    std::fs::write(&file, addrs).unwrap();
+    node.exec(&["ip", "-batch", &file.to_string_lossy()])
+        .unwrap();
+}
+
 /// One probe: connected (and answered by the expected pod) or not.
 fn probe(addr: SocketAddr, proto: Protocol, expect: &str) -> bool {
     let identity = match proto {
-        Protocol::Tcp => tcp_ask(addr, PROBE_TIMEOUT).map(|r| r.identity),
+        Protocol::Tcp => tcp_ask(addr, probe_timeout()).map(|r| r.identity),
         Protocol::Udp | Protocol::Sctp => udp_probe(addr),
     };
     match identity {
@@ -354,7 +415,7 @@ fn probe(addr: SocketAddr, proto: Protocol, expect: &str) -> bool {
 fn udp_probe(addr: SocketAddr) -> std::io::Result<String> {
     let sock = UdpSocket::bind("0.0.0.0:0")?;
     sock.connect(addr)?;
-    sock.set_read_timeout(Some(PROBE_TIMEOUT))?;
+    sock.set_read_timeout(Some(probe_timeout()))?;
     sock.send(b"?")?;
     let mut buf = [0u8; 512];
     let n = sock.recv(&mut buf)?;
