@@ -27,6 +27,17 @@ pub mod test_support;
 #[cfg(target_os = "linux")]
 pub mod tun;
 
+/// Waits up to `timeout_ms` for `fd` to be readable; `Ok(false)` on timeout.
+pub fn wait_readable(fd: &impl std::os::fd::AsFd, timeout_ms: u16) -> std::io::Result<bool> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::from(timeout_ms)) {
+        Ok(n) => Ok(n > 0),
+        Err(nix::errno::Errno::EINTR) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The namespace system calls: Linux's, or `ENOSYS` elsewhere.
 mod sys {
     #[cfg(target_os = "linux")]

@@ -302,7 +302,7 @@ pub fn serve_tcp(ns: &NetNs, port: u16, identity: &str) -> Result<Server, NetnsE
                 // here woke each server 500 times a second: a lab's 18 servers took a good
                 // part of a core, and all of the QEMU tier's emulated ones.)
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    let _ = crate::tun::wait_readable(&listener, 50);
+                    let _ = crate::wait_readable(&listener, 50);
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(2)),
             }

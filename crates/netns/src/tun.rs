@@ -105,16 +105,7 @@ fn set_nonblocking(fd: &impl AsFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Waits up to `timeout_ms` for `fd` to be readable; `Ok(false)` on timeout.
-pub fn wait_readable(fd: &impl AsFd, timeout_ms: u16) -> io::Result<bool> {
-    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-    match poll(&mut fds, PollTimeout::from(timeout_ms)) {
-        Ok(n) => Ok(n > 0),
-        Err(nix::errno::Errno::EINTR) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
-}
+pub use crate::wait_readable;
 
 /// A UDP socket bound to `addr` in the calling thread's network namespace, with `SO_REUSEPORT`
 /// when `reuse_port` (so one socket per loop can share the port). Sends block when the socket
