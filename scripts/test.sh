@@ -54,10 +54,29 @@ fi
 # network namespaces. SVCNET_VM=1 makes a test that is not inside it fail instead of
 # skipping. Its CPUs are emulated (~80x slower here), so `svcnet up --proxy-mode ipvs` with a
 # policy end to end (~6 min) runs only with SVCNET_VM_E2E=1.
-vm=(env SVCNET_VM=1 CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$PWD/scripts/vm/cargo-runner")
-"${vm[@]}" cargo test -p svcnet-netpol-nft --test kernel ipvs_
+#
+# The tiers run the test binaries the workspace build above made, through the tiers' cargo
+# runners, in their crate's directory as cargo would: `cargo test -p <crate>` would resolve
+# features for that crate alone and build its dependencies again (minutes in CI).
+workspace_tests=$(cargo test --workspace --no-run --message-format=json 2>/dev/null)
+# tier <runner> <crate dir> <test target> [test filter...]
+tier() {
+  local runner=$1 rel=$2 target=$3 dir=$PWD/$2 bin
+  shift 3
+  bin=$(printf '%s\n' "$workspace_tests" | grep -F "\"manifest_path\":\"$dir/Cargo.toml\"" |
+    grep -F '"kind":["test"]' | grep -F "\"name\":\"$target\"" |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | head -n 1)
+  if [ -z "$bin" ]; then
+    echo "no test binary $target of $rel in the workspace build" >&2
+    return 1
+  fi
+  echo "tier: $(basename "$(dirname "$runner")") $rel --test $target $*"
+  (cd "$dir" && "$runner" "$bin" "$@")
+}
+vm() { SVCNET_VM=1 tier "$PWD/scripts/vm/cargo-runner" "$@"; }
+vm crates/netpol-nft kernel ipvs_
 if [ "${SVCNET_VM_E2E:-}" = 1 ]; then
-  "${vm[@]}" cargo test -p svcnet --test e2e_netpol ipvs_
+  vm crates/svcnet e2e_netpol ipvs_
 fi
 
 # The kernel-matrix tier: test binaries that need what this host's kernel may lack (ip_vs,
@@ -80,17 +99,17 @@ if grep -qw amx_tile /proc/cpuinfo 2>/dev/null && [ "${SVCNET_UML_AMX:-}" != shi
 NOTE
   exit 0
 fi
-uml=(env SVCNET_UML=1 CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER="$PWD/scripts/uml/cargo-runner")
-"${uml[@]}" cargo test -p svcnet-iptables --test uml
-"${uml[@]}" cargo test -p svcnet-ipvs --test uml
-"${uml[@]}" cargo test -p svcnet-proxyd --test e2e ipvs_
+uml() { SVCNET_UML=1 tier "$PWD/scripts/uml/cargo-runner" "$@"; }
+uml crates/iptables uml
+uml crates/ipvs uml
+uml crates/proxyd e2e ipvs_
 # Calico's IPIP pod network (this host's kernel has no `ipip`; UML's has the module).
-"${uml[@]}" cargo test -p svcnet-agent --test uml_ipip
+uml crates/agent uml_ipip
 # The userspace dataplane's data path (unprivileged mode: frontends bound directly, no kernel
 # rules) on the second kernel; its privileged redirect table is nftables, which that kernel
 # lacks for ip/ip6.
-"${uml[@]}" cargo test -p svcnet-userspace --test unprivileged
+uml crates/userspace unprivileged
 # The seeds' walkthrough in IPVS mode in one more boot (svcnet up --nodes 2, examples/myapp.yaml,
-# curl from the host and from a pod, dig; each step checked; about a minute).
-cargo build -p svcnet
+# curl from the host and from a pod, dig; each step checked; about a minute), with the svcnet
+# binary of the workspace build (svcnet's integration tests need it, so it is there).
 scripts/uml/walkthrough ipvs
