@@ -48,10 +48,10 @@ else
   cargo test --workspace --no-fail-fast
 fi
 
-# The QEMU tier: Debian's own kernel (scripts/vm/), for what needs nf_tables for ip and ip_vs
-# together, which neither this host's kernel (no ip_vs) nor user-mode Linux (no nf_tables for
-# ip/ip6/inet) has: NetworkPolicy under the IPVS proxy, upstream's cases through IPVS in
-# network namespaces. SVCNET_VM=1 makes a test that is not inside it fail instead of
+# The QEMU tier: Debian's own kernel (scripts/vm/), for what needs nf_tables for ip with ip_vs
+# or ipip, which neither this host's kernel (no ip_vs, no ipip) nor user-mode Linux (no
+# nf_tables for ip/ip6/inet) has: upstream's NetworkPolicy cases in network namespaces under
+# the IPVS proxy, and across nodes over Calico's IPIP. SVCNET_VM=1 makes a test that is not inside it fail instead of
 # skipping. Its CPUs are emulated (~80x slower here), so `svcnet up --proxy-mode ipvs` with a
 # policy end to end (~6 min) runs only with SVCNET_VM_E2E=1.
 #
@@ -74,7 +74,8 @@ tier() {
   (cd "$dir" && "$runner" "$bin" "$@")
 }
 vm() { SVCNET_VM=1 tier "$PWD/scripts/vm/cargo-runner" "$@"; }
-vm crates/netpol-nft kernel ipvs_
+# One boot: NetworkPolicy under the IPVS proxy, and across nodes over Calico's IPIP.
+vm crates/netpol-nft kernel ipvs_ ipip_
 if [ "${SVCNET_VM_E2E:-}" = 1 ]; then
   vm crates/svcnet e2e_netpol ipvs_
 fi

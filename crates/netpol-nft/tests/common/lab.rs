@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use svcnet_agent::cni::{self, Invocation, NetConf};
+use svcnet_agent::routes::PodNetwork;
 use svcnet_agent::test_support::Slot;
 use svcnet_agent::topology::{NodeTopology, Topology};
 use svcnet_libnft::NftExecutor;
@@ -81,6 +82,8 @@ pub struct Lab {
     /// hundreds of probes' flows one by one takes seconds).
     pub cut_denied: Option<bool>,
     pub proxy: Proxy,
+    /// How pods cross nodes.
+    pub network: PodNetwork,
     _topology: Topology,
     _data: tempfile::TempDir,
     _slot: Slot,
@@ -97,11 +100,23 @@ impl Lab {
         Lab::with_proxy(n, Proxy::Nft)
     }
 
-    /// The model on `n` nodes with `proxy` as every node's proxy.
+    /// The model on `n` nodes with `proxy` as every node's proxy (host-gw routes).
     pub fn with_proxy(n: usize, proxy: Proxy) -> Lab {
+        Lab::with(n, proxy, PodNetwork::HostGw)
+    }
+
+    /// The model on `n` nodes with `proxy` as every node's proxy and pods crossing nodes over
+    /// `network`, programmed by the agent's topology as `svcnet up` does (Calico's IPIP needs
+    /// the `ipip` module: the QEMU tier).
+    pub fn with(n: usize, proxy: Proxy, network: PodNetwork) -> Lab {
+        if network == PodNetwork::Ipip {
+            // Loaded before the namespaces exist, so that each gets its fallback `tunl0`.
+            svcnet_agent::podnet::ipip::kernel_support().unwrap();
+        }
         let slot = Slot::acquire().unwrap();
         let data = tempfile::tempdir().unwrap();
-        let config = slot.config(n, data.path().to_path_buf());
+        let mut config = slot.config(n, data.path().to_path_buf());
+        config.pod_network = network;
         let prefix = config.prefix.clone();
         let service_net = config.service_cidrs[0];
         let topology = Topology::create(config).unwrap();
@@ -218,6 +233,7 @@ impl Lab {
             model,
             cut_denied: None,
             proxy,
+            network,
             _topology: topology,
             _data: data,
             _slot: slot,
