@@ -111,6 +111,6 @@ uml crates/agent uml_ipip
 # lacks for ip/ip6.
 uml crates/userspace unprivileged
 # The seeds' walkthrough in IPVS mode in one more boot (svcnet up --nodes 2, examples/myapp.yaml,
-# curl from the host and from a pod, dig; each step checked; about a minute), with the svcnet
-# binary of the workspace build (svcnet's integration tests need it, so it is there).
+# curl from the host and from a pod, svcnet trace, dig; each step checked; about a minute), with
+# the svcnet binary of the workspace build (svcnet's integration tests need it, so it is there).
 scripts/uml/walkthrough ipvs

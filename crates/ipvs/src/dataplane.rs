@@ -95,7 +95,7 @@ impl std::fmt::Debug for IpvsDataplane {
     }
 }
 
-fn run_tool(
+pub(crate) fn run_tool(
     netns: Option<&str>,
     program: &str,
     args: &[&str],
@@ -205,6 +205,11 @@ impl IpvsDataplane {
     /// The IPVS socket (tests read the table through it).
     pub fn socket(&mut self) -> &mut IpvsSocket {
         &mut self.sock
+    }
+
+    /// The state last applied for `family` (`None` before the first sync).
+    pub fn applied(&self, family: IpFamily) -> Option<&Rendered> {
+        self.applied.get(&family)
     }
 
     /// Real servers currently draining.

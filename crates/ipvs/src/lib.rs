@@ -12,6 +12,7 @@
 pub mod dataplane;
 pub mod fake;
 pub mod plan;
+pub mod readback;
 pub mod render;
 pub mod rules;
 pub mod socket;

@@ -101,3 +101,137 @@ fn rendered_servers_apply_to_the_fake() {
     );
     assert!(ops.iter().all(|o| !matches!(o, Op::DelService(_))));
 }
+
+/// `svcnet trace`'s words for the shared cases (frontend, masquerade reason, verdict), the
+/// same as the nftables and iptables tracers give; each branch's outcome and share are
+/// [`trace::trace`]'s.
+#[test]
+fn explanations_match_the_shared_table() {
+    let (_, rendered) = rendered();
+    svcnet_flows::check_explanations(&|p| {
+        let pkt = svcnet_proxy::trace::Packet {
+            src: p.src,
+            dst: p.dst,
+            dport: p.dport,
+            proto: Some(match p.proto {
+                Proto::Tcp => Protocol::Tcp,
+                Proto::Udp => Protocol::Udp,
+            }),
+            local_origin: p.from == Client::Node,
+        };
+        let branches = trace::branches(&rendered, &pkt);
+        let shares: Vec<f64> = branches.iter().map(|b| b.share).collect();
+        let traced: Vec<f64> = trace::trace(&rendered, &packet(p), None)
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
+        assert_eq!(shares, traced, "{p:?}");
+        branches
+            .into_iter()
+            .map(|b| {
+                let e = trace::explain(&b);
+                (b, e)
+            })
+            .collect()
+    });
+}
+
+/// The hops of a traced branch are in the order the kernel's hooks meet the packet: nat's
+/// masquerade decision in prerouting before IPVS at LOCAL_IN, the hairpin masquerade in
+/// postrouting after it.
+#[test]
+fn traced_hops_follow_the_hooks() {
+    let (_, rendered) = rendered();
+    let chains = |case: &str, masquerade: bool| -> Vec<String> {
+        let c = cases()
+            .into_iter()
+            .find(|c| c.name.starts_with(case))
+            .unwrap();
+        let p = c.packet();
+        let pkt = svcnet_proxy::trace::Packet {
+            src: p.src,
+            dst: p.dst,
+            dport: p.dport,
+            proto: Some(Protocol::Tcp),
+            local_origin: p.from == Client::Node,
+        };
+        let b = trace::branches(&rendered, &pkt)
+            .into_iter()
+            .find(|b| {
+                matches!(b.outcome, svcnet_proxy::trace::Outcome::Endpoint { masquerade: m, .. } if m == masquerade)
+            })
+            .unwrap();
+        b.path.iter().map(|h| h.chain.clone()).collect()
+    };
+    assert_eq!(
+        chains("cluster IP from off-cluster", true),
+        ["SVCIPVS-SERVICES", "SVCIPVS-FILTER", "IPVS"]
+    );
+    assert_eq!(
+        chains("hairpin is masqueraded", true),
+        ["SVCIPVS-FILTER", "IPVS", "SVCIPVS-POSTROUTING"]
+    );
+    assert_eq!(
+        chains("cluster IP spreads", false),
+        ["SVCIPVS-FILTER", "IPVS"]
+    );
+}
+
+/// The state read back from the texts the node's tools print (here the render's own restore
+/// texts, which the parsers must read as iptables-save and ipset save print them) and the
+/// servers IPVS lists is the rendered state, whole.
+#[test]
+fn the_state_reads_back_as_rendered() {
+    let (_, rendered) = rendered();
+    let family = IpFamily::V4;
+    let payload = svcnet_ipvs::rules::payload(&rendered, family);
+    let iptables = payload.to_string();
+    let ipsets = svcnet_ipvs::plan::ipset_text(family, Some(&Rendered::default()), &rendered);
+    let addresses: String = rendered
+        .addresses
+        .iter()
+        .map(|ip| format!("9: svcnet-ipvs0    inet {ip}/32 scope global svcnet-ipvs0\n"))
+        .collect();
+    let mut back = svcnet_ipvs::readback::parse(family, &iptables, &ipsets, &addresses).unwrap();
+    let servers = rendered
+        .servers
+        .values()
+        .map(|vs| (vs.service.clone(), vs.dests.values().cloned().collect()))
+        .collect();
+    svcnet_ipvs::readback::add_servers(&mut back, family, servers);
+    assert_eq!(back.members, rendered.members);
+    assert_eq!(back.marks, rendered.marks);
+    assert_eq!(back.port_dnats, rendered.port_dnats);
+    assert_eq!(back.servers, rendered.servers);
+    assert_eq!(back, rendered);
+    // As iptables-save prints the mark rules: host addresses with /32, `--set-xmark`.
+    let saved = iptables
+        .lines()
+        .map(|l| {
+            if l.starts_with("-A SVCIPVS-MARK ") {
+                let l = l.replace("--set-mark", "--set-xmark");
+                let mut words: Vec<String> = l.split(' ').map(String::from).collect();
+                for i in 0..words.len() {
+                    if words[i] == "-d" {
+                        words[i + 1] = format!("{}/32", words[i + 1]);
+                    }
+                    if words[i] == "--set-xmark" {
+                        words[i + 1] = format!("{}/0xffffffff", words[i + 1]);
+                    }
+                }
+                words.join(" ")
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let marks = svcnet_ipvs::readback::parse_marks(&saved, family).unwrap();
+    assert_eq!(marks, rendered.marks);
+    assert!(!marks.is_empty());
+    // Nothing of svcnet's: nothing read; a rule it cannot read is an error naming it.
+    let err =
+        svcnet_ipvs::readback::parse_marks("-A SVCIPVS-MARK -j MARK --set-xmark 0x1\n", family)
+            .unwrap_err();
+    assert!(err.to_string().contains("without a destination"), "{err}");
+}

@@ -202,6 +202,19 @@ fn flow_table_with_real_traffic() {
     let (kl, mut dp) = lab(&[svcnet_proxy::IpFamily::V4]);
     let state = svcnet_flows::world();
     full_sync(&mut dp, &state);
+    // What `svcnet trace` reads back from the node (IPVS, ipsets, iptables-save, the dummy's
+    // addresses) is what the dataplane applied, whole, before traffic moves the counters.
+    let v4 = svcnet_proxy::IpFamily::V4;
+    let back = svcnet_ipvs::readback::read(Some(kl.node().name()), v4)
+        .unwrap()
+        .expect("the IPVS dataplane's state");
+    let applied = dp.applied(v4).unwrap();
+    assert_eq!(back.members, applied.members);
+    assert_eq!(back.marks, applied.marks);
+    assert_eq!(back.port_dnats, applied.port_dnats);
+    assert_eq!(back.addresses, applied.addresses);
+    assert_eq!(back.servers, applied.servers);
+    assert_eq!(&back, applied);
     kl.run_table(&svcnet_flows::cases(), true);
     // A port the node itself listens on does not answer on service IPs, which are local
     // addresses on the dummy (k/k#72236): the listener answers on the node IP, a service IP

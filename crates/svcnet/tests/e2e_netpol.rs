@@ -182,11 +182,9 @@ fn scenario(net: &Net, mode: &str) {
     assert!(!other && client, "server2: other {other}, client {client}");
 
     // svcnet trace names the policy that let the client in and the one that keeps the
-    // other out, for the Service's endpoint (it reads nftables, iptables and userspace
-    // rules, not IPVS's).
-    if mode != "ipvs" {
-        trace_names_the_policies(&up, &svc_ip);
-    }
+    // other out, for the Service's endpoint (from the rules of each proxy mode, IPVS's virtual
+    // servers included).
+    trace_names_the_policies(&up, &svc_ip);
 
     up.ok(&["delete", "networkpolicy", "server-from-client"]);
     wait_for(

@@ -1,9 +1,11 @@
 //! `svcnet trace [--node N] SRC DST:PORT [--proto tcp|udp|icmp] [-o text|json]
 //! [--explain-ping]`: which rules a connection's first packet hits on a node, and why. It reads
 //! the rules as the kernel holds them now, inside the node's network namespace (`nft list
-//! table`, or `iptables-save` of the back end holding svcnet's chains, or the userspace
+//! table`, or `iptables-save` of the back end holding svcnet's chains, or IPVS's virtual servers
+//! with the IPVS mode's ipsets, companion rules and dummy addresses, or the userspace
 //! proxy's redirect table, whose trace ends at its listener), walks them with the
-//! dataplane's own tracer (`svcnet_nft::trace`, `svcnet_iptables::trace`) and prints the hook
+//! dataplane's own tracer (`svcnet_nft::trace`, `svcnet_iptables::trace`,
+//! `svcnet_ipvs::trace`) and prints the hook
 //! and chain path, the frontend that matched, each endpoint that can be chosen with its share,
 //! whether and why the packet is masqueraded, the verdict when nothing takes it, and, when
 //! NetworkPolicies exist, the evaluator's verdict for each destination after DNAT (which
@@ -56,6 +58,11 @@ svcnet then answers for the cluster IP as kube-proxy's nftables mode does: an al
 rejects what no port matches (ping prints \"Destination Port Unreachable\"), an unallocated \
 address of the service CIDR is dropped (ping times out). Test a service with its protocol \
 instead: `curl IP:PORT`, `nc -vz IP PORT`, or `dig @IP` for DNS.";
+
+const PING_IPVS: &str = "In IPVS mode every cluster IP (and external and load-balancer IP) is \
+an address of the dummy interface svcnet-ipvs0 in each node, so the node itself answers ping for \
+it, as with kube-proxy's IPVS mode: a reply says nothing about the service's endpoints. Test a \
+service with its protocol instead: `curl IP:PORT`, `nc -vz IP PORT`, or `dig @IP` for DNS.";
 
 /// What a packet is traced with: the parsed destination and protocol.
 fn parse_packet(args: &Args) -> anyhow::Result<(IpAddr, IpAddr, u16, Option<Protocol>)> {
@@ -239,6 +246,29 @@ fn trace_kernel(netns: Option<&str>, pkt: &Packet, local: Vec<IpAddr>) -> anyhow
             explain: svcnet_nft::trace::explain,
         });
     }
+    // IPVS mode: the virtual servers, the dummy's addresses, the ipsets and the companion
+    // rules, read back into the state the IPVS tracer follows.
+    let ipvs_family = if v6 {
+        svcnet_proxy::IpFamily::V6
+    } else {
+        svcnet_proxy::IpFamily::V4
+    };
+    match svcnet_ipvs::readback::read(netns, ipvs_family) {
+        Ok(Some(state)) => {
+            return Ok(Traced {
+                dataplane: "ipvs".into(),
+                source: "the IPVS table (netlink), ipset save, iptables-save, ip addr".into(),
+                branches: svcnet_ipvs::trace::branches(&state, pkt),
+                explain: svcnet_ipvs::trace::explain,
+            });
+        }
+        Ok(None)
+        | Err(
+            svcnet_ipvs::SyncError::NotInstalled { .. }
+            | svcnet_ipvs::SyncError::Iptables(svcnet_iptables::ApplyError::NotInstalled { .. }),
+        ) => {}
+        Err(e) => return Err(e).context("reading the IPVS dataplane's state"),
+    }
     let fam = if v6 {
         svcnet_iptables::Family::V6
     } else {
@@ -320,7 +350,12 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         .await
         .context("trace task")??;
     let policy = policy_verdicts(&args, &node, &local, &pkt, &traced).await;
-    let ping = (args.explain_ping || pkt.proto.is_none()).then_some(PING);
+    let ping =
+        (args.explain_ping || pkt.proto.is_none()).then_some(if traced.dataplane == "ipvs" {
+            PING_IPVS
+        } else {
+            PING
+        });
     let report = Report {
         node: &node,
         netns: netns.as_deref(),
