@@ -489,6 +489,22 @@ pub struct Packet {
     pub from: Client,
 }
 
+impl Packet {
+    /// The packet as the proxy core's tracers take it (`svcnet trace`'s).
+    pub fn to_trace(&self) -> svcnet_proxy::trace::Packet {
+        svcnet_proxy::trace::Packet {
+            src: self.src,
+            dst: self.dst,
+            dport: self.dport,
+            proto: Some(match self.proto {
+                Proto::Tcp => svcnet_proxy::Protocol::Tcp,
+                Proto::Udp => svcnet_proxy::Protocol::Udp,
+            }),
+            local_origin: self.from == Client::Node,
+        }
+    }
+}
+
 /// Where a traced packet ends.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Outcome {

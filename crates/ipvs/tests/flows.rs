@@ -109,17 +109,7 @@ fn rendered_servers_apply_to_the_fake() {
 fn explanations_match_the_shared_table() {
     let (_, rendered) = rendered();
     svcnet_flows::check_explanations(&|p| {
-        let pkt = svcnet_proxy::trace::Packet {
-            src: p.src,
-            dst: p.dst,
-            dport: p.dport,
-            proto: Some(match p.proto {
-                Proto::Tcp => Protocol::Tcp,
-                Proto::Udp => Protocol::Udp,
-            }),
-            local_origin: p.from == Client::Node,
-        };
-        let branches = trace::branches(&rendered, &pkt);
+        let branches = trace::branches(&rendered, &p.to_trace());
         let shares: Vec<f64> = branches.iter().map(|b| b.share).collect();
         let traced: Vec<f64> = trace::trace(&rendered, &packet(p), None)
             .into_iter()
@@ -147,15 +137,7 @@ fn traced_hops_follow_the_hooks() {
             .into_iter()
             .find(|c| c.name.starts_with(case))
             .unwrap();
-        let p = c.packet();
-        let pkt = svcnet_proxy::trace::Packet {
-            src: p.src,
-            dst: p.dst,
-            dport: p.dport,
-            proto: Some(Protocol::Tcp),
-            local_origin: p.from == Client::Node,
-        };
-        let b = trace::branches(&rendered, &pkt)
+        let b = trace::branches(&rendered, &c.packet().to_trace())
             .into_iter()
             .find(|b| {
                 matches!(b.outcome, svcnet_proxy::trace::Outcome::Endpoint { masquerade: m, .. } if m == masquerade)

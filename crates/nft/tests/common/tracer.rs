@@ -5,10 +5,9 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use svcnet_flows::{Client, Distribution, Outcome, Packet, Proto, Tracer};
+use svcnet_flows::{Distribution, Outcome, Packet, Tracer};
 use svcnet_nft::FakeNft;
 use svcnet_nft::trace::{self, Ruleset};
-use svcnet_proxy::Protocol;
 
 /// What the nft dataplane's tracer knows: the rules (with the affinity maps' entries) and the
 /// node's addresses.
@@ -47,16 +46,7 @@ impl NftTracer {
 }
 
 pub fn packet(pkt: &Packet) -> trace::Packet {
-    trace::Packet {
-        src: pkt.src,
-        dst: pkt.dst,
-        dport: pkt.dport,
-        proto: Some(match pkt.proto {
-            Proto::Tcp => Protocol::Tcp,
-            Proto::Udp => Protocol::Udp,
-        }),
-        local_origin: pkt.from == Client::Node,
-    }
+    pkt.to_trace()
 }
 
 impl Tracer for NftTracer {
