@@ -58,7 +58,7 @@ fi
 # The tiers run the test binaries the workspace build above made, through the tiers' cargo
 # runners, in their crate's directory as cargo would: `cargo test -p <crate>` would resolve
 # features for that crate alone and build its dependencies again (minutes in CI).
-workspace_tests=$(cargo test --workspace --no-run --message-format=json 2>/dev/null)
+workspace_tests=$(cargo test --workspace --no-run --message-format=json)
 # tier <runner> <crate dir> <test target> [test filter...]
 tier() {
   local runner=$1 rel=$2 target=$3 dir=$PWD/$2 bin
