@@ -51,9 +51,10 @@ fi
 # The QEMU tier: Debian's own kernel (scripts/vm/), for what needs nf_tables for ip with ip_vs
 # or ipip, which neither this host's kernel (no ip_vs, no ipip) nor user-mode Linux (no
 # nf_tables for ip/ip6/inet) has: upstream's NetworkPolicy cases in network namespaces under
-# the IPVS proxy, and across nodes over Calico's IPIP. SVCNET_VM=1 makes a test that is not inside it fail instead of
-# skipping. Its CPUs are emulated (~80x slower here), so `svcnet up --proxy-mode ipvs` with a
-# policy end to end (~6 min) runs only with SVCNET_VM_E2E=1.
+# the IPVS proxy, and across nodes over Calico's IPIP. SVCNET_VM=1 makes a test that is not
+# inside it fail instead of skipping. Its CPUs are emulated (~80x slower here), so `svcnet up`
+# with a policy end to end (--proxy-mode ipvs, ~5 min; --pod-network ipip across two nodes)
+# runs only with SVCNET_VM_E2E=1.
 #
 # The tiers run the test binaries the workspace build above made, through the tiers' cargo
 # runners, in their crate's directory as cargo would: `cargo test -p <crate>` would resolve
@@ -78,6 +79,7 @@ vm() { SVCNET_VM=1 tier "$PWD/scripts/vm/cargo-runner" "$@"; }
 vm crates/netpol-nft kernel ipvs_ ipip_
 if [ "${SVCNET_VM_E2E:-}" = 1 ]; then
   vm crates/svcnet e2e_netpol ipvs_
+  vm crates/svcnet e2e_netpol_nodes ipip_
 fi
 
 # The kernel-matrix tier: test binaries that need what this host's kernel may lack (ip_vs,

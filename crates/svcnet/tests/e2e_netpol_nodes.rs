@@ -1,5 +1,6 @@
 //! End to end (needs root): NetworkPolicy between pods on different nodes, on each pod network
-//! of `svcnet up` (host-gw, flannel's VXLAN and UDP, Calico's BGP), through the real kubectl. The server
+//! of `svcnet up` (host-gw, flannel's VXLAN and UDP, Calico's BGP; Calico's IPIP in the QEMU
+//! tier), through the real kubectl. The server
 //! is on node 1, both clients on node 2: an ingress policy on the server's node lets one client
 //! in and keeps the other out, by pod IP and through the Service IP (DNAT'd on the client's
 //! node, judged on the server's); an egress policy on the clients' node stops the allowed one
@@ -186,5 +187,25 @@ fn policy_across_nodes_on_udp() {
             lb: "10.209.0.0/24",
         },
         "udp",
+    );
+}
+
+/// The same over Calico's IPIP (`tunl0`), in the QEMU tier (this host's kernel has no
+/// `ipip`; user-mode Linux has no nf_tables for ip); skipped elsewhere. It runs with
+/// `SVCNET_VM_E2E=1 ./scripts/test.sh` (minutes in the emulated VM).
+#[test]
+fn ipip_policy_across_nodes_on_ipip() {
+    if !svcnet_netns::test_support::vm_guest() {
+        return;
+    }
+    across_nodes(
+        &Net {
+            prefix: "e2enpi",
+            underlay: "172.29.95.0/24",
+            pods: "10.210.0.0/16",
+            services: "10.211.0.0/16",
+            lb: "10.212.0.0/24",
+        },
+        "ipip",
     );
 }

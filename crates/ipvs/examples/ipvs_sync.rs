@@ -4,7 +4,7 @@
 //!
 //! ```sh
 //! CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUNNER=$PWD/scripts/uml/cargo-runner \
-//!   cargo run -p svcnet-ipvs --example sync_bench -- 1000 10000
+//!   cargo run -p svcnet-ipvs --example ipvs_sync -- 1000 10000
 //! ```
 //!
 //! For each size N, in a fresh network namespace: a full sync of N virtual servers with two
