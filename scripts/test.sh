@@ -64,7 +64,9 @@ workspace_tests=$(cargo test --workspace --no-run --message-format=json)
 tier() {
   local runner=$1 rel=$2 target=$3 dir=$PWD/$2 bin
   shift 3
-  bin=$(printf '%s\n' "$workspace_tests" | grep -F "\"manifest_path\":\"$dir/Cargo.toml\"" |
+  # The manifest's path ends with the crate's directory (cargo prints it as the physical
+  # path, which $PWD need not be when the checkout is reached through a symlink).
+  bin=$(printf '%s\n' "$workspace_tests" | grep -F "/$rel/Cargo.toml\"," |
     grep -F '"kind":["test"]' | grep -F "\"name\":\"$target\"" |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | head -n 1)
   if [ -z "$bin" ]; then
