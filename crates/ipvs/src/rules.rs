@@ -35,11 +35,13 @@ fn s(args: &[&str]) -> Vec<String> {
     args.iter().map(|a| a.to_string()).collect()
 }
 
-fn set(set: Set, family: IpFamily, dirs: &str) -> Vec<String> {
+/// `-m set --match-set <set> <dirs>`.
+pub(crate) fn set(set: Set, family: IpFamily, dirs: &str) -> Vec<String> {
     s(&["-m", "set", "--match-set", &set.name(family), dirs])
 }
 
-fn not_set(set: Set, family: IpFamily, dirs: &str) -> Vec<String> {
+/// `-m set ! --match-set <set> <dirs>`.
+pub(crate) fn not_set(set: Set, family: IpFamily, dirs: &str) -> Vec<String> {
     s(&["-m", "set", "!", "--match-set", &set.name(family), dirs])
 }
 

@@ -9,7 +9,9 @@ use std::net::{IpAddr, SocketAddr};
 use svcnet_proxy::trace::{Branch, Explanation, Hop, Outcome};
 
 use crate::render::{Dst, FWMARK_BASE, FWMARK_MASK, MarkRule, Rendered, Set, Source, ip_port};
-use crate::rules::{FILTER, FORWARD, MARK_CHAIN, MARK_MASQ, OUTPUT, POSTROUTING, SERVICES};
+use crate::rules::{
+    FILTER, FORWARD, MARK_CHAIN, MARK_MASQ, OUTPUT, POSTROUTING, SERVICES, not_set, set,
+};
 use crate::types::{F_PERSISTENT, Protocol, ServiceKey};
 use svcnet_proxy::IpFamily;
 
@@ -77,16 +79,9 @@ fn filter(r: &Rendered, p: &Packet, mark: Option<u32>) -> Option<Refusal> {
     }
     let fe = ip_port(p.dst, p.protocol, p.dport);
     let f = family(p);
-    let rule = |sets: &[(Set, bool, &str)], target: &str| {
-        let matches: Vec<String> = sets
-            .iter()
-            .map(|(set, yes, dirs)| {
-                let not = if *yes { "" } else { "! " };
-                format!("-m set {not}--match-set {} {dirs}", set.name(f))
-            })
-            .collect();
-        format!("{} -j {target}", matches.join(" "))
-    };
+    // The rule's words as the companion rules write them (`rules::payload`'s filter chain).
+    let rule =
+        |parts: &[Vec<String>], target: &str| format!("{} -j {target}", parts.concat().join(" "));
     if r.has(Set::LbFirewall, &fe) {
         let allowed = r.members.get(&Set::LbAllow).is_some_and(|m| {
             m.iter().any(|entry| {
@@ -98,8 +93,8 @@ fn filter(r: &Rendered, p: &Packet, mark: Option<u32>) -> Option<Refusal> {
         });
         if !allowed {
             let sets = [
-                (Set::LbFirewall, true, "dst,dst"),
-                (Set::LbAllow, false, "dst,dst,src"),
+                set(Set::LbFirewall, f, "dst,dst"),
+                not_set(Set::LbAllow, f, "dst,dst,src"),
             ];
             return Some((Verdict::Drop, rule(&sets, "DROP")));
         }
@@ -107,14 +102,17 @@ fn filter(r: &Rendered, p: &Packet, mark: Option<u32>) -> Option<Refusal> {
     if r.has(Set::Reject, &fe) {
         return Some((
             Verdict::Reject,
-            rule(&[(Set::Reject, true, "dst,dst")], "REJECT"),
+            rule(&[set(Set::Reject, f, "dst,dst")], "REJECT"),
         ));
     }
     if r.has(Set::Drop, &fe) {
-        return Some((Verdict::Drop, rule(&[(Set::Drop, true, "dst,dst")], "DROP")));
+        return Some((Verdict::Drop, rule(&[set(Set::Drop, f, "dst,dst")], "DROP")));
     }
     if r.has(Set::Vips, &p.dst.to_string()) && !r.has(Set::Frontends, &fe) {
-        let sets = [(Set::Vips, true, "dst"), (Set::Frontends, false, "dst,dst")];
+        let sets = [
+            set(Set::Vips, f, "dst"),
+            not_set(Set::Frontends, f, "dst,dst"),
+        ];
         return Some((Verdict::Reject, rule(&sets, "REJECT")));
     }
     None
@@ -162,6 +160,25 @@ struct Step {
     ended_by: Option<(String, String)>,
     /// The chain and rule that masquerade it.
     masquerade_by: Option<(String, String)>,
+}
+
+impl Step {
+    /// No rule takes it: routed (or delivered) as addressed.
+    fn pass(path: Vec<Hop>) -> Step {
+        Step {
+            verdict: Verdict::Pass,
+            share: 1.0,
+            path,
+            ended_by: None,
+            masquerade_by: None,
+        }
+    }
+}
+
+/// Whether `dst` is one of the node's addresses this dataplane serves on (the dummy's, the
+/// node ports').
+fn is_local(r: &Rendered, dst: IpAddr) -> bool {
+    r.addresses.contains(&dst) || r.node_ips.contains(&dst)
 }
 
 /// The chain `svcnet trace` names for IPVS's own hook (the virtual server lookup).
@@ -258,38 +275,31 @@ fn ipvs(r: &Rendered, p: &Packet, pinned: Option<SocketAddr>, path: &[Hop]) -> O
     path.push(at);
     let f = family(p);
     let to_real = |to: SocketAddr, weight: u32, share: f64| {
-        let set = masquerade_set(r, p, to);
+        let masq = masquerade_set(r, p, to);
         let mut path = path.clone();
-        let masquerade_by = set.map(|set| {
-            let (chain, hook, rule) = match set {
-                Set::LoopBack => (
-                    POSTROUTING,
-                    "nat POSTROUTING",
-                    format!(
-                        "-m set --match-set {} dst,dst,src -j MASQUERADE",
-                        set.name(f)
-                    ),
-                ),
-                _ => (
-                    SERVICES,
-                    hooks(p).nat,
-                    format!("-m set --match-set {} dst,dst -j {MARK_MASQ}", set.name(f)),
-                ),
-            };
-            if set == Set::LoopBack {
+        let masquerade_by = masq.map(|m| {
+            let (chain, target) = if m == Set::LoopBack {
                 // Postrouting: after IPVS has chosen the real server.
-                path.push(hop(chain, hook));
+                path.push(hop(POSTROUTING, "nat POSTROUTING"));
+                (
+                    POSTROUTING,
+                    set(m, f, "dst,dst,src").join(" ") + " -j MASQUERADE",
+                )
             } else {
                 // nat's prerouting (output) chain: right after the mangle marks.
                 let at = usize::from(path.first().is_some_and(|h| h.chain == MARK_CHAIN));
-                path.insert(at, hop(chain, hook));
-            }
-            (chain.to_string(), rule)
+                path.insert(at, hop(SERVICES, hooks(p).nat));
+                (
+                    SERVICES,
+                    set(m, f, "dst,dst").join(" ") + &format!(" -j {MARK_MASQ}"),
+                )
+            };
+            (chain.to_string(), target)
         });
         Step {
             verdict: Verdict::Endpoint {
                 to,
-                masquerade: set.is_some(),
+                masquerade: masq.is_some(),
                 server: key,
             },
             share,
@@ -332,7 +342,7 @@ fn ipvs(r: &Rendered, p: &Packet, pinned: Option<SocketAddr>, path: &[Hop]) -> O
 /// Where the packet goes, step by step.
 fn walk(r: &Rendered, p: &Packet, pinned: Option<SocketAddr>) -> Vec<Step> {
     let mark = mark_of(r, p);
-    let local = r.addresses.contains(&p.dst) || r.node_ips.contains(&p.dst);
+    let local = is_local(r, p.dst);
     let mut path = Vec::new();
     if mark.is_some() {
         path.push(hop(MARK_CHAIN, hooks(p).mangle));
@@ -357,15 +367,7 @@ fn walk(r: &Rendered, p: &Packet, pinned: Option<SocketAddr>) -> Vec<Step> {
     } else if in_cidrs(&r.service_cidrs, p.dst) {
         return vec![unallocated(r, p, path)];
     }
-    ipvs(r, p, pinned, &path).unwrap_or_else(|| {
-        vec![Step {
-            verdict: Verdict::Pass,
-            share: 1.0,
-            path,
-            ended_by: None,
-            masquerade_by: None,
-        }]
-    })
+    ipvs(r, p, pinned, &path).unwrap_or_else(|| vec![Step::pass(path)])
 }
 
 /// The outcomes of `p` with their probabilities; `pinned`: the real server an earlier
@@ -384,7 +386,6 @@ pub fn trace(r: &Rendered, p: &Packet, pinned: Option<SocketAddr>) -> Vec<(Verdi
 pub fn branches(r: &Rendered, pkt: &svcnet_proxy::trace::Packet) -> Vec<Branch> {
     let Some(protocol) = pkt.proto else {
         // ICMP has no port: no mark, no virtual server; the dummy's addresses answer it.
-        let local = r.addresses.contains(&pkt.dst) || r.node_ips.contains(&pkt.dst);
         let p = Packet {
             src: pkt.src,
             dst: pkt.dst,
@@ -392,16 +393,10 @@ pub fn branches(r: &Rendered, pkt: &svcnet_proxy::trace::Packet) -> Vec<Branch> 
             protocol: Protocol::Tcp,
             local_source: pkt.local_origin,
         };
-        let step = if !local && in_cidrs(&r.service_cidrs, pkt.dst) {
+        let step = if !is_local(r, pkt.dst) && in_cidrs(&r.service_cidrs, pkt.dst) {
             unallocated(r, &p, Vec::new())
         } else {
-            Step {
-                verdict: Verdict::Pass,
-                share: 1.0,
-                path: Vec::new(),
-                ended_by: None,
-                masquerade_by: None,
-            }
+            Step::pass(Vec::new())
         };
         return vec![branch_of(step)];
     };
