@@ -149,18 +149,24 @@ pub fn parse_addresses(text: &str) -> Vec<(String, IpAddr)> {
         .collect()
 }
 
+/// An IPVS socket in the current or the named network namespace (a generic-netlink socket
+/// stays in the namespace it was made in).
+pub(crate) fn open_socket(netns: Option<&str>) -> Result<IpvsSocket, SyncError> {
+    match netns {
+        Some(name) => Ok(NetNs::open(name)
+            .map_err(|e| SyncError::Netns(e.to_string()))?
+            .run(IpvsSocket::open)
+            .map_err(|e| SyncError::Netns(e.to_string()))??),
+        None => Ok(IpvsSocket::open()?),
+    }
+}
+
 impl IpvsDataplane {
     /// Opens the dataplane in the current or the named network namespace: resolves IPVS (which
     /// loads `ip_vs`; [`IpvsError::NotAvailable`] names the module when the kernel has none),
     /// picks the iptables back end and checks for `ipset`.
     pub fn new(netns: Option<String>, families: &[IpFamily]) -> Result<Self, SyncError> {
-        let sock = match &netns {
-            Some(name) => NetNs::open(name)
-                .map_err(|e| SyncError::Netns(e.to_string()))?
-                .run(IpvsSocket::open)
-                .map_err(|e| SyncError::Netns(e.to_string()))??,
-            None => IpvsSocket::open()?,
-        };
+        let sock = open_socket(netns.as_deref())?;
         run_tool(netns.as_deref(), "ipset", &["version"], None, "ipset")?;
         let iptables = IptablesExecutor::detect(netns.clone())?;
         tracing::info!(

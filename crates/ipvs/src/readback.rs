@@ -14,7 +14,7 @@ use ipnet::IpNet;
 use svcnet_proxy::IpFamily;
 
 use crate::Ipvs;
-use crate::dataplane::{SyncError, parse_addresses, run_tool};
+use crate::dataplane::{SyncError, open_socket, parse_addresses, run_tool};
 use crate::render::{DUMMY, Dst, MarkRule, PortDnat, Rendered, Set, Source, VirtualServer};
 use crate::rules::{FORWARD, MARK_CHAIN, PORTS};
 use crate::types::{Dest, Protocol, Service};
@@ -302,21 +302,12 @@ pub fn read(netns: Option<&str>, family: IpFamily) -> Result<Option<Rendered>, S
         program: "reading the IPVS dataplane's state".into(),
         stderr: e.to_string(),
     })?;
-    let listed = |sock: &mut crate::IpvsSocket| -> Result<Vec<(Service, Vec<Dest>)>, SyncError> {
-        let mut out = Vec::new();
-        for service in sock.services()? {
-            let dests = sock.dests(&service.key)?;
-            out.push((service, dests));
-        }
-        Ok(out)
-    };
-    let servers = match netns {
-        Some(name) => svcnet_netns::NetNs::open(name)
-            .map_err(|e| SyncError::Netns(e.to_string()))?
-            .run(|| -> Result<_, SyncError> { listed(&mut crate::IpvsSocket::open()?) })
-            .map_err(|e| SyncError::Netns(e.to_string()))??,
-        None => listed(&mut crate::IpvsSocket::open()?)?,
-    };
+    let mut sock = open_socket(netns)?;
+    let mut servers = Vec::new();
+    for service in sock.services()? {
+        let dests = sock.dests(&service.key)?;
+        servers.push((service, dests));
+    }
     add_servers(&mut r, family, servers);
     Ok(Some(r))
 }
