@@ -150,7 +150,7 @@ fn upstream_cases_across_two_nodes_match_the_evaluator() {
 #[test]
 fn ipvs_upstream_cases_across_two_nodes_match_the_evaluator() {
     if vm_guest() {
-        upstream_cases(&mut Lab::with_proxy(2, Proxy::Ipvs));
+        upstream_cases(&mut Lab::with(2, Proxy::Ipvs, PodNetwork::HostGw));
     }
 }
 

@@ -97,12 +97,7 @@ impl Lab {
     /// The model on `n` nodes, pods placed round robin in upstream's order (with two nodes
     /// x/a, x/c, y/b, z/a, z/c on the first): same-node and cross-node pairs.
     pub fn with_nodes(n: usize) -> Lab {
-        Lab::with_proxy(n, Proxy::Nft)
-    }
-
-    /// The model on `n` nodes with `proxy` as every node's proxy (host-gw routes).
-    pub fn with_proxy(n: usize, proxy: Proxy) -> Lab {
-        Lab::with(n, proxy, PodNetwork::HostGw)
+        Lab::with(n, Proxy::Nft, PodNetwork::HostGw)
     }
 
     /// The model on `n` nodes with `proxy` as every node's proxy and pods crossing nodes over
