@@ -40,7 +40,9 @@ use nix::sys::socket::MsgFlags;
 use slab::Slab;
 use socket2::{Domain, SockRef, Socket, Type};
 use svcnet_lb::Flow;
+use svcnet_proxy::Protocol;
 
+use crate::admission::{UpstreamSource, bind_source};
 use crate::proxy::Shared;
 use crate::relay::{Pipe, SCRATCH_SIZE, give_pipe, take_pipe};
 use crate::state::{EndpointState, Route};
@@ -460,7 +462,13 @@ impl Loop {
             let now = Instant::now();
             let left = budget.saturating_duration_since(now);
             let next = if *attempts < cfg.max_attempts.clamp(1, MAX_TRIED) && !left.is_zero() {
-                choose(route, flow, &tried[..*attempts])
+                choose(
+                    &self.shared,
+                    route,
+                    flow,
+                    &tried[..*attempts],
+                    Protocol::Tcp,
+                )
             } else {
                 None
             };
@@ -472,7 +480,7 @@ impl Loop {
             tried[*attempts] = i;
             *attempts += 1;
             let addr = route.endpoints[i].addr;
-            let started = connect(addr).and_then(|s| {
+            let started = connect(addr, cfg.upstream_source).and_then(|s| {
                 self.epoll.add(
                     &s,
                     EpollEvent::new(relay_interest(), token(index, UPSTREAM)),
@@ -667,9 +675,10 @@ fn accept4(listener: &TcpListener) -> io::Result<(TcpStream, SocketAddr)> {
 }
 
 /// A non-blocking connect with `TCP_NODELAY` (set before connecting); in progress on return.
-fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
+fn connect(addr: SocketAddr, source: Option<UpstreamSource>) -> io::Result<TcpStream> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM.nonblocking(), None)?;
     s.set_tcp_nodelay(true)?;
+    bind_source(&s, source, addr)?;
     match s.connect(&addr.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}

@@ -21,6 +21,7 @@
 //! [`dataplane`] (the proxy behind the dataplane contract, [`svcnet_proxy::Dataplane`]).
 //! This crate reads only the core's desired state, never API objects.
 
+pub mod admission;
 pub mod dataplane;
 pub mod error;
 #[cfg(target_os = "linux")]
@@ -35,6 +36,7 @@ mod tcp;
 mod udp;
 mod workers;
 
+pub use admission::{Admission, UpstreamSource};
 pub use dataplane::{UserspaceDataplane, UserspacePlan};
 pub use error::UserspaceError;
 pub use proxy::{Config, SyncReport, UnboundFrontend, UserspaceProxy, cleanup};

@@ -14,6 +14,7 @@ use svcnet_libnft::NftExecutor;
 use svcnet_proxy::{DesiredFamily, IpFamily, Protocol, ServicePortName};
 use tokio::task::AbortHandle;
 
+use crate::admission::{Admission, UpstreamSource};
 use crate::error::UserspaceError;
 use crate::rules;
 use crate::socket::SocketFactory;
@@ -60,6 +61,11 @@ pub struct Config {
     /// doubles it, up to `bind_retry_max`.
     pub bind_retry: Duration,
     pub bind_retry_max: Duration,
+    /// Judges each connection before it is opened (privileged mode under NetworkPolicy:
+    /// [`crate::admission`]); none admits everything.
+    pub admission: Option<Arc<dyn Admission>>,
+    /// Where upstream connections into a network leave from ([`UpstreamSource`]).
+    pub upstream_source: Option<UpstreamSource>,
 }
 
 impl Config {
@@ -80,6 +86,8 @@ impl Config {
             event_loop: cfg!(target_os = "linux"),
             bind_retry: Duration::from_secs(1),
             bind_retry_max: Duration::from_secs(300),
+            admission: None,
+            upstream_source: None,
         }
     }
 }

@@ -6,7 +6,7 @@
 //! upstream sockets are made right where they are used.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use svcnet_netns::NetNs;
 use tokio::net::{TcpSocket, TcpStream, UdpSocket};
 use tokio::sync::oneshot;
 
+use crate::admission::{UpstreamSource, bind_source};
 use crate::error::UserspaceError;
 
 type Request = (Domain, Type, oneshot::Sender<io::Result<Socket>>);
@@ -184,7 +185,12 @@ impl SocketFactory {
     }
 
     /// Connects to an endpoint within `timeout`, with `TCP_NODELAY` (set before connecting).
-    pub async fn connect_tcp(&self, addr: SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+    pub async fn connect_tcp(
+        &self,
+        addr: SocketAddr,
+        source: Option<UpstreamSource>,
+        timeout: Duration,
+    ) -> io::Result<TcpStream> {
         let connect = async {
             let s = if self.helper.is_none() || here() {
                 // Non-blocking from birth (SOCK_NONBLOCK): no fcntl on this path.
@@ -199,6 +205,7 @@ impl SocketFactory {
                 TcpSocket::from_std_stream(s.into())
             };
             s.set_nodelay(true)?;
+            bind_source(&s, source, addr)?;
             s.connect(addr).await
         };
         tokio::time::timeout(timeout, connect)
@@ -207,15 +214,22 @@ impl SocketFactory {
     }
 
     /// A UDP socket connected to an endpoint (one per client flow).
-    pub async fn connect_udp(&self, addr: SocketAddr) -> io::Result<UdpSocket> {
+    pub async fn connect_udp(
+        &self,
+        addr: SocketAddr,
+        source: Option<UpstreamSource>,
+    ) -> io::Result<UdpSocket> {
         let s = self.socket(Domain::for_address(addr), Type::DGRAM).await?;
         s.set_nonblocking(true)?;
-        let any: SocketAddr = if addr.is_ipv4() {
-            ([0, 0, 0, 0], 0).into()
-        } else {
-            ([0u16; 8], 0).into()
-        };
-        s.bind(&any.into())?;
+        let from = source
+            .filter(|r| r.to.contains(&addr.ip()))
+            .map(|r| r.from)
+            .unwrap_or(if addr.is_ipv4() {
+                Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                Ipv6Addr::UNSPECIFIED.into()
+            });
+        s.bind(&SocketAddr::new(from, 0).into())?;
         let sock = UdpSocket::from_std(s.into())?;
         sock.connect(addr).await?;
         Ok(sock)

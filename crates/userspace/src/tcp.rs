@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use socket2::SockRef;
 use svcnet_lb::Flow;
+use svcnet_proxy::Protocol;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::proxy::Shared;
@@ -94,9 +95,32 @@ pub(crate) fn connect_failed(route: &Route, i: usize, backoff: Duration, e: &std
     tracing::debug!(service = %route.name(), endpoint = %ep.addr, "connect failed, trying another endpoint: {e}");
 }
 
-/// Picks the next endpoint for a flow: the client's affinity pin if still usable, else the
-/// balancer's choice among endpoints not yet tried and not marked down.
-pub(crate) fn choose(route: &Route, flow: &Flow, tried: &[usize]) -> Option<usize> {
+/// Picks the next endpoint for a flow ([`balance`]), if the configured [`Admission`] lets the
+/// client reach it; `None` when none is left or the pick is denied (then no other endpoint is
+/// tried: a kernel dataplane's policy refuses the connection at the endpoint its DNAT chose).
+///
+/// [`Admission`]: crate::admission::Admission
+pub(crate) fn choose(
+    shared: &Shared,
+    route: &Route,
+    flow: &Flow,
+    tried: &[usize],
+    protocol: Protocol,
+) -> Option<usize> {
+    let i = balance(route, flow, tried)?;
+    if let Some(judge) = &shared.config.admission {
+        let endpoint = route.endpoints[i].addr;
+        if !judge.admits(flow.client.ip(), endpoint, protocol) {
+            tracing::debug!(client = %flow.client, %endpoint, "denied by network policy");
+            return None;
+        }
+    }
+    Some(i)
+}
+
+/// The client's affinity pin if still usable, else the balancer's choice among endpoints not
+/// yet tried and not marked down.
+fn balance(route: &Route, flow: &Flow, tried: &[usize]) -> Option<usize> {
     let now = now_ms();
     if let Some(timeout) = route.affinity
         && let Some(addr) = route.service.affinity.get(flow.client.ip(), timeout, now)
@@ -116,7 +140,7 @@ async fn connect(shared: &Shared, route: &Route, flow: &Flow) -> Option<(usize, 
     let deadline = Instant::now() + cfg.connect_budget;
     let mut tried = [0usize; MAX_TRIED];
     for k in 0..cfg.max_attempts.clamp(1, MAX_TRIED) {
-        let i = choose(route, flow, &tried[..k])?;
+        let i = choose(shared, route, flow, &tried[..k], Protocol::Tcp)?;
         tried[k] = i;
         let ep = &route.endpoints[i];
         let left = deadline.saturating_duration_since(Instant::now());
@@ -125,7 +149,7 @@ async fn connect(shared: &Shared, route: &Route, flow: &Flow) -> Option<(usize, 
         }
         match shared
             .sockets
-            .connect_tcp(ep.addr, cfg.connect_timeout.min(left))
+            .connect_tcp(ep.addr, cfg.upstream_source, cfg.connect_timeout.min(left))
             .await
         {
             Ok(s) => {

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use svcnet_lb::Flow;
+use svcnet_proxy::Protocol;
 use tokio::net::UdpSocket;
 
 use crate::proxy::Shared;
@@ -76,15 +77,21 @@ async fn open(
         .cloned()?
         .for_client(client.ip(), || Some(destination.ip()));
     let i = choose(
+        shared,
         &route,
         &Flow {
             client,
             destination,
         },
         &[],
+        Protocol::Udp,
     )?;
     let ep = route.endpoints[i].clone();
-    let upstream = match shared.sockets.connect_udp(ep.addr).await {
+    let upstream = match shared
+        .sockets
+        .connect_udp(ep.addr, shared.config.upstream_source)
+        .await
+    {
         Ok(u) => Arc::new(u),
         Err(e) => {
             tracing::debug!(endpoint = %ep.addr, "UDP socket failed: {e}");

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use svcnet_proxy::fixtures::*;
-use svcnet_userspace::{Config, Mode, UserspaceProxy};
+use svcnet_userspace::{Admission, Config, Mode, UserspaceProxy};
 use tokio::net::{TcpStream, UdpSocket};
 
 struct Setup {
@@ -577,4 +577,127 @@ fn privileged_port_without_the_capability_is_reported_once_and_retried_with_back
         assert!(p.unbound().is_empty());
         assert_eq!(p.retry_unbound().await.unwrap(), None);
     });
+}
+
+/// An [`Admission`] that denies one endpoint and records what it was asked.
+#[derive(Debug)]
+struct DenyOne {
+    denied: SocketAddr,
+    asked: std::sync::Mutex<Vec<(IpAddr, SocketAddr, svcnet_proxy::Protocol)>>,
+}
+
+impl Admission for DenyOne {
+    fn admits(
+        &self,
+        client: IpAddr,
+        endpoint: SocketAddr,
+        protocol: svcnet_proxy::Protocol,
+    ) -> bool {
+        self.asked
+            .lock()
+            .unwrap()
+            .push((client, endpoint, protocol));
+        endpoint != self.denied
+    }
+}
+
+/// A connection whose balanced endpoint the admission denies is refused, as a kernel
+/// dataplane's policy refuses it at the endpoint its DNAT chose: round robin's pick stands,
+/// no other endpoint is tried, and the denied endpoint is not marked down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_endpoint_refuses_the_connection_without_trying_another() {
+    denied_case(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_endpoint_refuses_the_connection_without_trying_another_on_tokio() {
+    denied_case(false).await;
+}
+
+async fn denied_case(event_loop: bool) {
+    let s = setup(3, 0).await;
+    let judge = std::sync::Arc::new(DenyOne {
+        denied: s.backends[1],
+        asked: Default::default(),
+    });
+    let (svc, sl) = objects(&s, "TCP", &s.backends, |_| {});
+    let p = proxy_with(|c| {
+        c.event_loop = event_loop;
+        c.admission = Some(judge.clone());
+    });
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let mut answers = BTreeMap::new();
+    for _ in 0..30 {
+        let a = ask(s.addr()).await.unwrap_or_else(|_| "refused".into());
+        *answers.entry(a).or_insert(0) += 1;
+    }
+    assert_eq!(
+        answers,
+        BTreeMap::from([("b0".into(), 10), ("b2".into(), 10), ("refused".into(), 10)])
+    );
+    let asked = judge.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 30, "one question per connection");
+    assert!(asked.iter().all(|(client, _, proto)| client.is_loopback()
+        && *proto == svcnet_proxy::Protocol::Tcp));
+    let m = &p.metrics()[0];
+    assert_eq!((m.refused, m.connect_failures), (10, 0));
+    assert!(m.endpoints.iter().all(|e| !e.down), "{:?}", m.endpoints);
+}
+
+/// UDP: a flow to a denied endpoint gets nothing; the next flow goes on to the next endpoint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_udp_flow_gets_no_answer() {
+    let svc_ip = unique_ip(96);
+    let port = UdpSocket::bind((svc_ip, 0))
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (b0, b1) = (unique_ip(1), unique_ip(1));
+    let target = UdpSocket::bind((b0, 0))
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _servers = [
+        udp_backend((b0, target).into(), "u0").await,
+        udp_backend((b1, target).into(), "u1").await,
+    ];
+    let judge = std::sync::Arc::new(DenyOne {
+        denied: (b0, target).into(),
+        asked: Default::default(),
+    });
+    let ip = svc_ip.to_string();
+    let svc = service("default", "dns", |b| {
+        b.cluster_ip(&[&ip]).port("d", "UDP", i32::from(port));
+    });
+    let sl = slice("default", "dns-1", "dns", |b| {
+        b.port("d", "UDP", i32::from(target));
+        b.endpoint(&b0.to_string(), NODE, |_| {});
+        b.endpoint(&b1.to_string(), NODE, |_| {});
+    });
+    let p = proxy_with(|c| c.admission = Some(judge.clone()));
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let service_addr = SocketAddr::new(svc_ip, port);
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        c.send_to(b"?", service_addr).await.unwrap();
+        let mut buf = [0u8; 64];
+        let got = tokio::time::timeout(Duration::from_millis(300), c.recv_from(&mut buf)).await;
+        answers.push(match got {
+            Ok(Ok((n, _))) => String::from_utf8_lossy(&buf[..n]).to_string(),
+            _ => "none".into(),
+        });
+    }
+    answers.sort();
+    assert_eq!(answers, ["none", "none", "u1", "u1"]);
+    let asked = judge.asked.lock().unwrap().clone();
+    assert!(
+        asked
+            .iter()
+            .all(|(_, _, proto)| *proto == svcnet_proxy::Protocol::Udp)
+    );
 }
