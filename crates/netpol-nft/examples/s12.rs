@@ -123,7 +123,7 @@ fn main() {
     let mut enforcer = Enforcer::new(NftExecutor::new(Some(ns.name().to_string())));
     let mut c = cluster();
     let opts = Options::default();
-    let mut renderer = Renderer::new(NODE, opts);
+    let mut renderer = Renderer::new(NODE, opts.clone());
     let t = Instant::now();
     renderer.update(&c);
     let render_full = t.elapsed();

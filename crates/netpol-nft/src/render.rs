@@ -52,12 +52,20 @@ pub enum DenyAction {
 }
 
 /// Render options.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
     pub deny: DenyAction,
     /// The table's family: `ip` (the pods' IPv4 addresses, IPv4 blocks) or `ip6` (their
     /// IPv6 addresses, IPv6 blocks). A dual-stack node runs one table of each.
     pub family: Family,
+    /// Under a proxy that relays Service connections from its own sockets (the userspace
+    /// proxy), the addresses the nodes' proxies connect to endpoints from. Such a proxy judges
+    /// each connection itself (client → the endpoint it chose, with the evaluator), so the
+    /// table leaves both legs to it: the client's leg, redirected to the proxy's listener on
+    /// this node (`ct status dnat` at `egress-input`), and the proxy's leg, new connections
+    /// from these sources (`ingress-forward`; from this node's own proxy the node exception
+    /// already lets them in at `ingress-output`). Empty for the kernel proxies.
+    pub proxy_sources: Vec<IpAddr>,
 }
 
 impl Default for Options {
@@ -65,6 +73,7 @@ impl Default for Options {
         Options {
             deny: DenyAction::default(),
             family: Family::Ip,
+            proxy_sources: Vec::new(),
         }
     }
 }
@@ -232,7 +241,7 @@ pub fn render(cluster: &Cluster, node: &str, opts: &Options) -> Ruleset {
         }
     }
     r.chains = chains;
-    base_chains(&mut r);
+    base_chains(&mut r, opts);
     r
 }
 
@@ -295,8 +304,12 @@ pub const INPUT_PRIORITY: i32 = 110;
 /// judged, a local pod's destination its ingress, unless the source is one of the node's own
 /// addresses (the node's own traffic, the node exception; with IPVS a node's connection to a
 /// Service IP leaves with the Service IP, a local address, as its source).
-fn base_chains(r: &mut Ruleset) {
+fn base_chains(r: &mut Ruleset, opts: &Options) {
     let f = r.family;
+    let proxies: Vec<String> = addrs(&opts.proxy_sources, f)
+        .map(|ip| ip.to_string())
+        .collect();
+    let relayed = !opts.proxy_sources.is_empty();
     let base = |hook, priority, addr: &str, map: &str| {
         let mut rules = vec!["ct state established,related accept".to_string()];
         if f == Family::Ip6 {
@@ -307,6 +320,16 @@ fn base_chains(r: &mut Ruleset) {
         }
         if hook == "output" && addr == "daddr" {
             rules.push("fib saddr type local accept".into());
+        }
+        if relayed && hook == "input" {
+            rules.push("ct status dnat accept comment \"to the proxy, which judges it\"".into());
+        }
+        if hook == "forward" && addr == "daddr" && !proxies.is_empty() {
+            rules.push(format!(
+                "{} saddr {{ {} }} accept comment \"from a node proxy, which judged it\"",
+                f.as_str(),
+                proxies.join(", ")
+            ));
         }
         rules.push(format!("{} {addr} vmap @{map}", f.as_str()));
         ChainSpec {

@@ -135,7 +135,7 @@ fn both_families_are_enforced_as_the_evaluator_judges_each() {
             };
             let exec = NftExecutor::new(Some(lab.node.name().to_string()));
             (
-                opts,
+                opts.clone(),
                 Renderer::new(NODE, opts),
                 Enforcer::for_family(exec, *f),
             )

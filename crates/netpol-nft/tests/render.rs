@@ -111,6 +111,46 @@ fn the_table_of_a_node() {
     .assert_eq(&r.to_string());
 }
 
+/// Under the userspace proxy, which relays Service connections from its own sockets and
+/// judges each itself: connections redirected to it pass `egress-input`, and new connections
+/// from the nodes' proxy addresses pass `ingress-forward` (of the family they belong to);
+/// nothing else changes.
+#[test]
+fn under_the_userspace_proxy_its_two_legs_are_left_to_it() {
+    let plain = render(&cluster(), "node1", &Options::default());
+    let opts = Options {
+        proxy_sources: vec!["10.244.1.1".parse().unwrap(), "10.244.2.1".parse().unwrap()],
+        ..Options::default()
+    };
+    let relayed = render(&cluster(), "node1", &opts);
+    let chain = |r: &svcnet_netpol_nft::Ruleset, name: &str| r.chains[name].rules.join("\n");
+    expect![[r#"
+        ct state established,related accept
+        ct status dnat accept comment "to the proxy, which judges it"
+        ip saddr vmap @egress-isolated"#]]
+    .assert_eq(&chain(&relayed, "egress-input"));
+    expect![[r#"
+        ct state established,related accept
+        ip saddr { 10.244.1.1, 10.244.2.1 } accept comment "from a node proxy, which judged it"
+        ip daddr vmap @ingress-isolated"#]]
+    .assert_eq(&chain(&relayed, "ingress-forward"));
+    for name in ["egress-forward", "egress-output", "ingress-output"] {
+        assert_eq!(relayed.chains[name], plain.chains[name], "{name}");
+    }
+    assert_eq!(relayed.sets, plain.sets);
+    // The IPv6 table has no IPv4 proxy address to trust; it still leaves redirects alone.
+    let v6 = render(
+        &cluster(),
+        "node1",
+        &Options {
+            family: svcnet_libnft::Family::Ip6,
+            ..opts
+        },
+    );
+    assert!(!chain(&v6, "ingress-forward").contains("saddr {"));
+    assert!(chain(&v6, "egress-input").contains("ct status dnat accept"));
+}
+
 #[test]
 fn the_first_sync_recreates_the_table_in_one_batch() {
     let mut c = cluster();
@@ -309,7 +349,7 @@ fn incremental_renders_equal_full_ones() {
     let mut rng = StdRng::seed_from_u64(12);
     let mut c = cluster();
     let opts = Options::default();
-    let mut renderer = Renderer::new("node1", opts);
+    let mut renderer = Renderer::new("node1", opts.clone());
     renderer.update(&c);
     renderer.take_changes();
     assert_eq!(renderer.ruleset(), &render(&c, "node1", &opts));

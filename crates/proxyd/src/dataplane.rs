@@ -113,6 +113,8 @@ impl Plane {
                 };
                 let mut config = svcnet_userspace::Config::new(mode);
                 config.netns = cfg.netns.clone();
+                config.admission = cfg.admission.clone();
+                config.upstream_source = cfg.upstream_source;
                 let proxy = Arc::new(UserspaceProxy::new(config)?);
                 let dp = UserspaceDataplane::new(proxy.clone(), tokio::runtime::Handle::current());
                 Ok(Self::Userspace(Syncer::new(dp), proxy))

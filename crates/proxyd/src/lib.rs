@@ -120,6 +120,11 @@ pub struct ProxyConfig {
     pub unprivileged: bool,
     /// IPVS mode only: kube-proxy's node-wide IPVS settings (timeouts, strict ARP).
     pub ipvs: svcnet_ipvs::NodeOptions,
+    /// Userspace mode only: judges each connection before the proxy relays it (NetworkPolicy
+    /// under `svcnet up`, whose policy table leaves the proxy's connections to it).
+    pub admission: Option<Arc<dyn svcnet_userspace::Admission>>,
+    /// Userspace mode only: where upstream connections into the pod network leave from.
+    pub upstream_source: Option<svcnet_userspace::UpstreamSource>,
 }
 
 impl Default for ProxyConfig {
@@ -141,6 +146,8 @@ impl Default for ProxyConfig {
             scheduler: None,
             unprivileged: false,
             ipvs: svcnet_ipvs::NodeOptions::default(),
+            admission: None,
+            upstream_source: None,
         }
     }
 }

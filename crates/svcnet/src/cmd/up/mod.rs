@@ -381,13 +381,35 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     // The backend's daemons below run only when the pod network is svcnet up's own.
     let daemons = with_pod_network.then_some(args.pod_network);
     if let Some(topology) = &topology {
+        let userspace = args.proxy_mode == svcnet_proxyd::ProxyMode::Userspace;
+        // Under the userspace proxy each node's policy table trusts the proxies' connections,
+        // which leave from the nodes' cni0 addresses (the proxies judge them).
+        let proxy_sources: Vec<std::net::IpAddr> = if userspace && with_proxy {
+            topology.nodes().iter().map(|n| n.gateway.into()).collect()
+        } else {
+            Vec::new()
+        };
         for node in topology.nodes() {
+            let netpol = (!disabled.contains(&Component::NetworkPolicy)).then(|| {
+                netpol::NodeNetpol::new(
+                    node,
+                    args.network_policy_cut_existing,
+                    proxy_sources.clone(),
+                )
+            });
             if with_proxy {
                 let mut cfg = cluster::proxy_config(node, &cluster_config, args.proxy_mode);
                 cfg.scheduler = args.scheduler;
                 cfg.min_sync_period = args.min_sync_period;
                 cfg.sync_period = args.sync_period;
                 cfg.ipvs = args.ipvs.options();
+                if let Some(np) = netpol.as_ref().filter(|_| userspace) {
+                    cfg.admission = Some(np.judge());
+                    cfg.upstream_source = Some(svcnet_userspace::UpstreamSource {
+                        to: IpNet::V4(args.pod_cidr),
+                        from: node.gateway.into(),
+                    });
+                }
                 let client = client.clone();
                 let stop = stopped(stop_rx.clone());
                 let name = node.name.clone();
@@ -440,12 +462,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
                 &args.images,
             );
             cfg.network_from_addon = !with_pod_network;
-            if !disabled.contains(&Component::NetworkPolicy) {
-                let np = netpol::NodeNetpol::new(
-                    &node.name,
-                    &node.netns,
-                    args.network_policy_cut_existing,
-                );
+            if let Some(np) = netpol {
                 cfg.before_start = Some(np.clone());
                 let client = client.clone();
                 let stop = stopped(stop_rx.clone());

@@ -4,13 +4,19 @@
 //! node's namespace. The agent calls [`NodeNetpol`]'s [`BeforeStart`] hook between a pod's
 //! sandbox and its first container: the pod's address is put in the model at once and the
 //! hook returns once a sync holding it is live, so a pod a policy selects is never open.
+//!
+//! Under the userspace proxy, which relays a Service connection from its own socket on the
+//! node, the proxy judges each connection (client → the endpoint it chose) with
+//! [`ProxyJudge`], from the model of the last applied sync, and the node's table leaves the
+//! proxy's two legs to it (`Options::proxy_sources`: every node's `cni0` address, which the
+//! proxies' upstream connections into the pod network leave from).
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -19,9 +25,11 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use svcnet_agent::BeforeStart;
+use ipnet::Ipv4Net;
+use svcnet_agent::{BeforeStart, NodeTopology};
 use svcnet_libnft::NftExecutor;
-use svcnet_netpol::Cluster;
+use svcnet_netpol::{Cluster, Connection, Endpoint, IpFamily, Protocol, Verdict};
+use svcnet_userspace::Admission;
 use svcnet_netpol_nft::{Enforcer, Options, Renderer, conntrack};
 use tokio::sync::{Notify, watch};
 
@@ -38,6 +46,10 @@ pub struct NodeNetpol {
     netns: String,
     /// Also cut existing flows a change denies (conntrack).
     cut_existing: bool,
+    /// Userspace proxy mode: the addresses the nodes' proxies connect from (else empty).
+    proxy_sources: Vec<IpAddr>,
+    /// What the userspace proxy asks; fed by every applied sync.
+    judge: Arc<ProxyJudge>,
     /// Pods whose address the agent reported before the API shows it, by uid.
     admitted: Mutex<HashMap<String, (svcnet_netpol::Pod, Instant)>>,
     /// Bumped by every admission; the loop publishes the highest one its sync included.
@@ -47,11 +59,19 @@ pub struct NodeNetpol {
 }
 
 impl NodeNetpol {
-    pub fn new(node: &str, netns: &str, cut_existing: bool) -> Arc<Self> {
+    /// `proxy_sources`: under the userspace proxy, every node's proxy source address.
+    pub fn new(node: &NodeTopology, cut_existing: bool, proxy_sources: Vec<IpAddr>) -> Arc<Self> {
         Arc::new(Self {
-            node: node.to_string(),
-            netns: netns.to_string(),
+            node: node.name.clone(),
+            netns: node.netns.clone(),
             cut_existing,
+            proxy_sources,
+            judge: Arc::new(ProxyJudge {
+                node: node.name.clone(),
+                internal_ip: IpAddr::V4(node.internal_ip),
+                pod_cidr: node.pod_cidr,
+                model: RwLock::default(),
+            }),
             admitted: Mutex::default(),
             wanted: AtomicU64::new(0),
             applied: watch::channel(0).0,
@@ -63,6 +83,83 @@ impl NodeNetpol {
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<String, (svcnet_netpol::Pod, Instant)>> {
         self.admitted.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The userspace proxy's judge for this node.
+    pub fn judge(&self) -> Arc<ProxyJudge> {
+        self.judge.clone()
+    }
+}
+
+/// The userspace proxy's [`Admission`] on one node: the evaluator over the model of the node's
+/// last applied sync, so the proxy and the kernel table decide from the same state. Before the
+/// first sync it admits everything, as the node without its table does.
+#[derive(Debug)]
+pub struct ProxyJudge {
+    node: String,
+    internal_ip: IpAddr,
+    /// The node's own pod range: `cni0`'s address and a tunnel device's are in it.
+    pod_cidr: Ipv4Net,
+    model: RwLock<Option<Arc<Cluster>>>,
+}
+
+impl ProxyJudge {
+    fn publish(&self, cluster: Arc<Cluster>) {
+        *self.model.write().unwrap_or_else(PoisonError::into_inner) = Some(cluster);
+    }
+
+    /// What `client` is: a pod of the model, this node (its addresses, loopback, an address of
+    /// its pod range that no pod holds: the node exception applies to what it sends), or an
+    /// address.
+    fn client(&self, cluster: &Cluster, client: IpAddr) -> Endpoint {
+        match cluster.endpoint(client, &[]) {
+            Endpoint::Ip(ip)
+                if ip.is_loopback()
+                    || ip == self.internal_ip
+                    || matches!(ip, IpAddr::V4(v4) if self.pod_cidr.contains(&v4)) =>
+            {
+                Endpoint::Node {
+                    name: self.node.clone(),
+                    ip,
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// The verdict on `client` reaching `endpoint`, `None` before the first sync.
+    pub fn verdict(
+        &self,
+        client: IpAddr,
+        endpoint: SocketAddr,
+        protocol: svcnet_proxy::Protocol,
+    ) -> Option<Verdict> {
+        let cluster = self
+            .model
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()?;
+        let conn = Connection {
+            src: self.client(&cluster, client),
+            dst: cluster.endpoint(endpoint.ip(), &[]),
+            protocol: match protocol {
+                svcnet_proxy::Protocol::Tcp => Protocol::Tcp,
+                svcnet_proxy::Protocol::Udp => Protocol::Udp,
+                svcnet_proxy::Protocol::Sctp => Protocol::Sctp,
+            },
+            port: endpoint.port(),
+        };
+        // Both ends were resolved from this model: no unknown pod.
+        cluster
+            .check_over(&conn, IpFamily::of(endpoint.ip()))
+            .ok()
+    }
+}
+
+impl Admission for ProxyJudge {
+    fn admits(&self, client: IpAddr, endpoint: SocketAddr, protocol: svcnet_proxy::Protocol) -> bool {
+        self.verdict(client, endpoint, protocol)
+            .is_none_or(|v| v.allowed())
     }
 }
 
@@ -131,17 +228,24 @@ pub async fn run(
     // The renderer keeps the model and its table and hands the enforcer only what each
     // change touched; both live in the blocking task's hands, one sync at a time.
     let node = Arc::new(Mutex::new((
-        Renderer::new(&np.node, Options::default()),
+        Renderer::new(
+            &np.node,
+            Options {
+                proxy_sources: np.proxy_sources.clone(),
+                ..Options::default()
+            },
+        ),
         Enforcer::new(NftExecutor::new(Some(np.netns.clone()))),
     )));
     loop {
         let generation = np.wanted.load(Ordering::SeqCst);
-        let cluster = model(&policies, &pods, &namespaces, &np);
-        let (state, netns, name, cut) = (
+        let cluster = Arc::new(model(&policies, &pods, &namespaces, &np));
+        let (state, netns, name, cut, applied) = (
             node.clone(),
             np.netns.clone(),
             np.node.clone(),
             np.cut_existing,
+            cluster.clone(),
         );
         let synced = tokio::task::spawn_blocking(move || {
             let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -161,6 +265,7 @@ pub async fn run(
         .await?;
         match synced {
             Ok(report) => {
+                np.judge.publish(applied);
                 if report.ops > 0 {
                     tracing::debug!(node = %np.node, ops = report.ops, full = report.full, took = ?report.took, "network policies synced");
                 }
@@ -267,4 +372,93 @@ fn model(
         }
     }
     cluster
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use svcnet_proxy::Protocol::{Tcp, Udp};
+
+    fn pod(name: &str, app: &str, ip: &str, node: &str) -> svcnet_netpol::Pod {
+        svcnet_netpol::Pod {
+            namespace: "default".into(),
+            name: name.into(),
+            labels: [("app".to_string(), app.to_string())].into(),
+            ips: vec![ip.parse().unwrap()],
+            node: Some(node.into()),
+            ..Default::default()
+        }
+    }
+
+    /// node1 (InternalIP 172.30.0.2, pods 10.244.1.0/24) holds the server and both clients; a
+    /// second server runs on node2. A policy lets only `app=client` into `app=server` on TCP 80.
+    fn judge() -> Arc<ProxyJudge> {
+        let node: NodeTopology = serde_json::from_value(serde_json::json!({
+            "name": "node1", "netns": "node1", "internal_ip": "172.30.0.2",
+            "pod_cidr": "10.244.1.0/24", "gateway": "10.244.1.1", "host_link": "n1",
+        }))
+        .unwrap();
+        let np = NodeNetpol::new(&node, false, vec![]);
+        let judge = np.judge();
+        let policy: k8s_openapi::api::networking::v1::NetworkPolicy =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "server-from-client", "namespace": "default"},
+                "spec": {
+                    "podSelector": {"matchLabels": {"app": "server"}},
+                    "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "client"}}}],
+                                 "ports": [{"port": 80}]}],
+                },
+            }))
+            .unwrap();
+        assert!(judge.admits(ip("10.244.1.9"), sock("10.244.1.5:80"), Tcp), "no model yet");
+        judge.publish(Arc::new(Cluster {
+            namespaces: vec![svcnet_netpol::Namespace {
+                name: "default".into(),
+                labels: Default::default(),
+            }],
+            pods: vec![
+                pod("server", "server", "10.244.1.5", "node1"),
+                pod("server2", "server", "10.244.2.5", "node2"),
+                pod("client", "client", "10.244.1.7", "node1"),
+                pod("other", "other", "10.244.1.9", "node1"),
+            ],
+            policies: vec![svcnet_netpol::Policy::from_k8s(&policy).unwrap()],
+        }));
+        judge
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn sock(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    /// The proxy judges the client pod against the endpoint it chose, on either node, by
+    /// protocol and target port; the node's own connections (its addresses, loopback, its
+    /// pod range) keep the node exception for its own pods and only for them.
+    #[test]
+    fn the_proxy_judges_the_client_against_the_endpoint_it_chose() {
+        let j = judge();
+        for server in ["10.244.1.5:80", "10.244.2.5:80"] {
+            assert!(j.admits(ip("10.244.1.7"), sock(server), Tcp), "client → {server}");
+            assert!(!j.admits(ip("10.244.1.9"), sock(server), Tcp), "other → {server}");
+        }
+        assert!(!j.admits(ip("10.244.1.7"), sock("10.244.1.5:81"), Tcp), "port 81");
+        assert!(!j.admits(ip("10.244.1.7"), sock("10.244.1.5:80"), Udp), "UDP 80");
+        let v = j.verdict(ip("10.244.1.9"), sock("10.244.1.5:80"), Tcp).unwrap();
+        assert_eq!(
+            v.to_string(),
+            "egress: not isolated; ingress: denied (isolated by default/server-from-client)"
+        );
+        // Not isolated: anyone.
+        assert!(j.admits(ip("10.244.1.9"), sock("10.244.1.7:80"), Tcp));
+        for node in ["172.30.0.2", "127.0.0.1", "10.244.1.1", "10.244.1.0"] {
+            assert!(j.admits(ip(node), sock("10.244.1.5:80"), Tcp), "{node} → own pod");
+            assert!(!j.admits(ip(node), sock("10.244.2.5:80"), Tcp), "{node} → node2's pod");
+        }
+        // An address outside the cluster is judged as an address.
+        assert!(!j.admits(ip("192.0.2.1"), sock("10.244.1.5:80"), Tcp));
+    }
 }
