@@ -120,6 +120,22 @@ fn ipvs_the_same_with_the_ipvs_proxy() {
     );
 }
 
+/// The same with the userspace proxy, which accepts the client's connection on the node and
+/// opens its own to the endpoint: it judges (client → the endpoint it chose) itself.
+#[test]
+fn the_same_with_the_userspace_proxy() {
+    scenario(
+        &Net {
+            prefix: "e2eus",
+            underlay: "172.29.32.0/24",
+            pods: "10.224.0.0/16",
+            services: "10.225.0.0/16",
+            lb: "10.226.0.0/24",
+        },
+        "userspace",
+    );
+}
+
 /// `svcnet up` on `net` with `extra` flags, the pods and Service applied and ready.
 fn start(net: &Net, extra: &[&str]) -> Up {
     let up = net.up_with("1", free_udp_port(), extra);
@@ -184,7 +200,7 @@ fn scenario(net: &Net, mode: &str) {
     // svcnet trace names the policy that let the client in and the one that keeps the
     // other out, for the Service's endpoint (from the rules of each proxy mode, IPVS's virtual
     // servers included).
-    trace_names_the_policies(&up, &svc_ip);
+    trace_names_the_policies(&up, &svc_ip, &pod_ip, mode == "userspace");
 
     up.ok(&["delete", "networkpolicy", "server-from-client"]);
     wait_for(
@@ -196,7 +212,7 @@ fn scenario(net: &Net, mode: &str) {
 
 /// `svcnet trace` from the client and from the other pod to the Service: the policy that lets
 /// the first in, the one that keeps the second out.
-fn trace_names_the_policies(up: &Up, svc_ip: &str) {
+fn trace_names_the_policies(up: &Up, svc_ip: &str, pod_ip: &str, userspace: bool) {
     let trace = |from: &str| {
         let ip = up.ok(&["get", "pod", from, "-o", "jsonpath={.status.podIP}"]);
         let out = Command::new(env!("CARGO_BIN_EXE_svcnet"))
@@ -212,14 +228,28 @@ fn trace_names_the_policies(up: &Up, svc_ip: &str) {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
+    // The userspace proxy's part follows its listener: the endpoint it relays to, with the
+    // verdict it applies.
+    let label = if userspace {
+        "network policy (judged by the proxy)"
+    } else {
+        "network policy"
+    };
     let allowed = trace("client");
+    if userspace {
+        assert!(
+            allowed.contains("relays each connection to one of 2 endpoints, from the node:")
+                && allowed.contains(&format!("\n    {pod_ip}:80\n")),
+            "{allowed}"
+        );
+    }
     assert!(
-        allowed.contains("network policy: allowed (egress: not isolated; ingress: allowed by default/server-from-client rule 0)"),
+        allowed.contains(&format!("{label}: allowed (egress: not isolated; ingress: allowed by default/server-from-client rule 0)")),
         "{allowed}"
     );
     let denied = trace("other");
     assert!(
-        denied.contains("network policy: denied (egress: not isolated; ingress: denied (isolated by default/server-from-client))"),
+        denied.contains(&format!("{label}: denied (egress: not isolated; ingress: denied (isolated by default/server-from-client))")),
         "{denied}"
     );
 }

@@ -4,7 +4,8 @@
 //! is on node 1, both clients on node 2: an ingress policy on the server's node lets one client
 //! in and keeps the other out, by pod IP and through the Service IP (DNAT'd on the client's
 //! node, judged on the server's); an egress policy on the clients' node stops the allowed one
-//! at its own node; deleting both opens everything again. Ranges and prefixes are this test's
+//! at its own node, unless it allows the server; deleting them opens everything again. Also
+//! under the userspace proxy (VXLAN). Ranges and prefixes are this test's
 //! own; nothing leaves the machine.
 #![allow(clippy::unwrap_used)]
 
@@ -57,6 +58,18 @@ spec:
     ports: [{port: http}]
 "#;
 
+const EGRESS_TO_SERVER: &str = r#"
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: client-to-server}
+spec:
+  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Egress]
+  egress:
+  - to: [{podSelector: {matchLabels: {app: server}}}]
+    ports: [{port: 80}]
+"#;
+
 const EGRESS: &str = r#"
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
@@ -78,11 +91,15 @@ fn reaches(up: &Up, pod: &str, url: &str) -> bool {
 }
 
 fn across_nodes(net: &Net, pod_network: &str) {
+    across_nodes_with(net, &["--pod-network", pod_network]);
+}
+
+fn across_nodes_with(net: &Net, flags: &[&str]) {
     if !is_root() {
         eprintln!("skipped: needs root (CI runs as root)");
         return;
     }
-    let mut up = net.up_with("2", free_udp_port(), &["--pod-network", pod_network]);
+    let mut up = net.up_with("2", free_udp_port(), flags);
     apply(&up, "pods.yaml", &manifest(net.prefix));
     up.ok(&[
         "wait",
@@ -118,6 +135,15 @@ fn across_nodes(net: &Net, pod_network: &str) {
         "only the client gets in (ingress, on the server's node)",
         [true, true, false, false],
     );
+    // Egress allowed to the server only: through the Service too (judged after the proxy, by
+    // the endpoint it chose).
+    apply(&up, "egress-to-server.yaml", EGRESS_TO_SERVER);
+    settle(
+        &up,
+        "the client's egress to the server is allowed, by pod IP and through the Service",
+        [true, true, false, false],
+    );
+    up.ok(&["delete", "networkpolicy", "client-to-server"]);
     apply(&up, "egress.yaml", EGRESS);
     settle(
         &up,
@@ -187,6 +213,24 @@ fn policy_across_nodes_on_udp() {
             lb: "10.209.0.0/24",
         },
         "udp",
+    );
+}
+
+/// The same under the userspace proxy, which relays each Service connection from its own
+/// socket on the client's node: it judges the client against the endpoint it chose, its
+/// connection leaves from the node's cni0 address, which the server's node trusts as a proxy's;
+/// over VXLAN, where the node's own traffic would leave from `flannel.1`'s address.
+#[test]
+fn policy_across_nodes_with_the_userspace_proxy() {
+    across_nodes_with(
+        &Net {
+            prefix: "e2enpx",
+            underlay: "172.29.96.0/24",
+            pods: "10.213.0.0/16",
+            services: "10.214.0.0/16",
+            lb: "10.215.0.0/24",
+        },
+        &["--pod-network", "vxlan", "--proxy-mode", "userspace"],
     );
 }
 

@@ -18,6 +18,7 @@ pub mod proxy;
 pub mod proxy_config;
 pub mod trace;
 mod trace_route;
+mod trace_userspace;
 pub mod up;
 
 /// The help text of every `--data-dir`: where it is and how a relative one is read.

@@ -3,7 +3,8 @@
 //! the rules as the kernel holds them now, inside the node's network namespace (`nft list
 //! table`, or `iptables-save` of the back end holding svcnet's chains, or IPVS's virtual servers
 //! with the IPVS mode's ipsets, companion rules and dummy addresses, or the userspace
-//! proxy's redirect table, whose trace ends at its listener), walks them with the
+//! proxy's redirect table, whose trace ends at its listener: `trace_userspace` adds the
+//! endpoints the proxy relays to), walks them with the
 //! dataplane's own tracer (`svcnet_nft::trace`, `svcnet_iptables::trace`,
 //! `svcnet_ipvs::trace`) and prints the hook
 //! and chain path, the frontend that matched, each endpoint that can be chosen with its share,
@@ -349,7 +350,35 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         })
         .await
         .context("trace task")??;
-    let policy = policy_verdicts(&args, &node, &local, &pkt, &traced).await;
+    // The userspace proxy picks the endpoint past its listener: the ones it can pick.
+    let kubeconfig = args.data_dir.join("kubeconfig");
+    let relayed = if traced.dataplane == "userspace" && kubeconfig.exists() {
+        super::trace_userspace::endpoints(&kubeconfig, &node, &local, &pkt)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!("the userspace proxy's endpoints left out: {e:#}");
+                Vec::new()
+            })
+    } else {
+        Vec::new()
+    };
+    let mut forwarding = forwarding;
+    if !relayed.is_empty() {
+        let (ns, to) = (netns.clone(), relayed.clone());
+        let more = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let mut m = BTreeMap::new();
+            for to in to {
+                if let Some(l) = super::trace_route::lookup(ns.as_deref(), run_in, to.ip())? {
+                    m.insert(to.ip().to_string(), super::trace_route::explain(&l));
+                }
+            }
+            Ok(m)
+        })
+        .await
+        .context("trace task")??;
+        forwarding.extend(more);
+    }
+    let policy = policy_verdicts(&args, &node, &local, &pkt, &traced, &relayed).await;
     let ping =
         (args.explain_ping || pkt.proto.is_none()).then_some(if traced.dataplane == "ipvs" {
             PING_IPVS
@@ -364,6 +393,7 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
         ping,
         policy,
         forwarding,
+        relayed,
     };
     if args.output == "json" {
         println!("{}", serde_json::to_string_pretty(&report.json())?);
@@ -383,6 +413,8 @@ struct Report<'a> {
     policy: BTreeMap<String, String>,
     /// How the node forwards to each destination's address (the pod network's part).
     forwarding: BTreeMap<String, String>,
+    /// Userspace mode: the endpoints the proxy relays the connection to (one per connection).
+    relayed: Vec<SocketAddr>,
 }
 
 /// Where the packet goes after the proxy: each endpoint, or the destination itself when no
@@ -412,6 +444,7 @@ async fn policy_verdicts(
     local: &[IpAddr],
     pkt: &Packet,
     traced: &Traced,
+    relayed: &[SocketAddr],
 ) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     let protocol = match pkt.proto {
@@ -456,7 +489,10 @@ async fn policy_verdicts(
         }
     };
     let nodes: Vec<(String, IpAddr)> = local.iter().map(|ip| (node.to_string(), *ip)).collect();
-    for to in destinations(traced, pkt) {
+    for to in destinations(traced, pkt)
+        .into_iter()
+        .chain(relayed.iter().copied())
+    {
         let conn = svcnet_netpol::Connection {
             src: cluster.endpoint(pkt.src, &nodes),
             dst: cluster.endpoint(to.ip(), &[]),
@@ -623,6 +659,7 @@ impl Report<'_> {
                     if let (Outcome::Pass, Some(p)) = (o, self.policy.get(&dst)) {
                         let _ = writeln!(out, "  network policy: {p}");
                     }
+                    self.relayed_text(&mut out);
                 }
             }
         }
@@ -630,6 +667,29 @@ impl Report<'_> {
             let _ = writeln!(out, "why ping does not answer: {p}");
         }
         out
+    }
+
+    /// The userspace proxy's part: the endpoints it relays to, each with how the node
+    /// forwards to it and the policy verdict the proxy applies.
+    fn relayed_text(&self, out: &mut String) {
+        use std::fmt::Write;
+        if self.relayed.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "  the userspace proxy relays each connection to one of {} endpoints, from the node:",
+            self.relayed.len()
+        );
+        for to in &self.relayed {
+            let _ = writeln!(out, "    {to}");
+            if let Some(f) = self.forwarding.get(&to.ip().to_string()) {
+                let _ = writeln!(out, "      forwarded: {f}");
+            }
+            if let Some(p) = self.policy.get(&to.to_string()) {
+                let _ = writeln!(out, "      network policy (judged by the proxy): {p}");
+            }
+        }
     }
 
     fn json(&self) -> serde_json::Value {
@@ -683,6 +743,7 @@ impl Report<'_> {
             },
             "branches": branches,
             "explainPing": self.ping,
+            "relayedTo": self.relayed.iter().map(ToString::to_string).collect::<Vec<_>>(),
             "networkPolicy": self.policy,
             "forwarding": self.forwarding,
         })

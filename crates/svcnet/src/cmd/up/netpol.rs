@@ -20,17 +20,17 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use ipnet::Ipv4Net;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
-use ipnet::Ipv4Net;
 use svcnet_agent::{BeforeStart, NodeTopology};
 use svcnet_libnft::NftExecutor;
 use svcnet_netpol::{Cluster, Connection, Endpoint, IpFamily, Protocol, Verdict};
-use svcnet_userspace::Admission;
 use svcnet_netpol_nft::{Enforcer, Options, Renderer, conntrack};
+use svcnet_userspace::Admission;
 use tokio::sync::{Notify, watch};
 
 /// How long a pod waits for its isolation before starting anyway (enforcement is broken:
@@ -150,14 +150,17 @@ impl ProxyJudge {
             port: endpoint.port(),
         };
         // Both ends were resolved from this model: no unknown pod.
-        cluster
-            .check_over(&conn, IpFamily::of(endpoint.ip()))
-            .ok()
+        cluster.check_over(&conn, IpFamily::of(endpoint.ip())).ok()
     }
 }
 
 impl Admission for ProxyJudge {
-    fn admits(&self, client: IpAddr, endpoint: SocketAddr, protocol: svcnet_proxy::Protocol) -> bool {
+    fn admits(
+        &self,
+        client: IpAddr,
+        endpoint: SocketAddr,
+        protocol: svcnet_proxy::Protocol,
+    ) -> bool {
         self.verdict(client, endpoint, protocol)
             .is_none_or(|v| v.allowed())
     }
@@ -410,7 +413,10 @@ mod tests {
                 },
             }))
             .unwrap();
-        assert!(judge.admits(ip("10.244.1.9"), sock("10.244.1.5:80"), Tcp), "no model yet");
+        assert!(
+            judge.admits(ip("10.244.1.9"), sock("10.244.1.5:80"), Tcp),
+            "no model yet"
+        );
         judge.publish(Arc::new(Cluster {
             namespaces: vec![svcnet_netpol::Namespace {
                 name: "default".into(),
@@ -442,12 +448,26 @@ mod tests {
     fn the_proxy_judges_the_client_against_the_endpoint_it_chose() {
         let j = judge();
         for server in ["10.244.1.5:80", "10.244.2.5:80"] {
-            assert!(j.admits(ip("10.244.1.7"), sock(server), Tcp), "client → {server}");
-            assert!(!j.admits(ip("10.244.1.9"), sock(server), Tcp), "other → {server}");
+            assert!(
+                j.admits(ip("10.244.1.7"), sock(server), Tcp),
+                "client → {server}"
+            );
+            assert!(
+                !j.admits(ip("10.244.1.9"), sock(server), Tcp),
+                "other → {server}"
+            );
         }
-        assert!(!j.admits(ip("10.244.1.7"), sock("10.244.1.5:81"), Tcp), "port 81");
-        assert!(!j.admits(ip("10.244.1.7"), sock("10.244.1.5:80"), Udp), "UDP 80");
-        let v = j.verdict(ip("10.244.1.9"), sock("10.244.1.5:80"), Tcp).unwrap();
+        assert!(
+            !j.admits(ip("10.244.1.7"), sock("10.244.1.5:81"), Tcp),
+            "port 81"
+        );
+        assert!(
+            !j.admits(ip("10.244.1.7"), sock("10.244.1.5:80"), Udp),
+            "UDP 80"
+        );
+        let v = j
+            .verdict(ip("10.244.1.9"), sock("10.244.1.5:80"), Tcp)
+            .unwrap();
         assert_eq!(
             v.to_string(),
             "egress: not isolated; ingress: denied (isolated by default/server-from-client)"
@@ -455,8 +475,14 @@ mod tests {
         // Not isolated: anyone.
         assert!(j.admits(ip("10.244.1.9"), sock("10.244.1.7:80"), Tcp));
         for node in ["172.30.0.2", "127.0.0.1", "10.244.1.1", "10.244.1.0"] {
-            assert!(j.admits(ip(node), sock("10.244.1.5:80"), Tcp), "{node} → own pod");
-            assert!(!j.admits(ip(node), sock("10.244.2.5:80"), Tcp), "{node} → node2's pod");
+            assert!(
+                j.admits(ip(node), sock("10.244.1.5:80"), Tcp),
+                "{node} → own pod"
+            );
+            assert!(
+                !j.admits(ip(node), sock("10.244.2.5:80"), Tcp),
+                "{node} → node2's pod"
+            );
         }
         // An address outside the cluster is judged as an address.
         assert!(!j.admits(ip("192.0.2.1"), sock("10.244.1.5:80"), Tcp));
