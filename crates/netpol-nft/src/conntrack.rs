@@ -76,11 +76,15 @@ pub fn parse(line: &str) -> Option<Flow> {
 }
 
 /// The flows touching a pod of `node` that the policies of `cluster` deny. `nodes` names the
-/// nodes' addresses (traffic from a pod's own node is always allowed).
+/// nodes' addresses (traffic from a pod's own node is always allowed). `proxy_sources` are
+/// the table's ([`crate::Options::proxy_sources`]): under a proxy that relays Service
+/// connections and judges them itself, its two legs are left alone as the table leaves them
+/// (a connection redirected to one of this node's addresses, and the proxies' own).
 pub fn denied<'a>(
     cluster: &Cluster,
     node: &str,
     nodes: &[(String, IpAddr)],
+    proxy_sources: &[IpAddr],
     flows: &'a [Flow],
 ) -> Vec<&'a Flow> {
     let local = |e: &Endpoint| match e {
@@ -89,8 +93,15 @@ pub fn denied<'a>(
             .is_some_and(|p| p.node.as_deref() == Some(node)),
         _ => false,
     };
+    let this_node =
+        |ip: IpAddr| ip.is_loopback() || nodes.iter().any(|(n, a)| n == node && *a == ip);
+    let relayed = |f: &Flow| {
+        !proxy_sources.is_empty()
+            && (proxy_sources.contains(&f.src) || (f.to != f.dst && this_node(f.to)))
+    };
     flows
         .iter()
+        .filter(|f| !relayed(f))
         .filter(|f| {
             let src = cluster.endpoint(f.src, nodes);
             let dst = cluster.endpoint(f.to, nodes);
@@ -201,5 +212,69 @@ mod tests {
             parse("conntrack v1.4.7 (conntrack-tools): 0 flow entries"),
             None
         );
+    }
+
+    fn flow(src: &str, dst: &str, to: &str) -> Flow {
+        let (to, to_port) = to.split_once(':').unwrap();
+        Flow {
+            protocol: Protocol::Tcp,
+            src: src.parse().unwrap(),
+            dst: dst.parse().unwrap(),
+            sport: 40000,
+            dport: 80,
+            to: to.parse().unwrap(),
+            to_port: to_port.parse().unwrap(),
+        }
+    }
+
+    /// node1 holds `x/a` (10.244.1.5, isolated for ingress and egress by deny-all) and
+    /// `x/b` (10.244.1.6); node2's `cni0` is 10.244.2.1. The node's own flows to its pods keep
+    /// the node exception; under the userspace proxy its legs (the client's to the listener,
+    /// the proxies' from their sources) are left to it; everything else is judged.
+    #[test]
+    fn the_node_and_a_relaying_proxy_keep_their_flows() {
+        let pod = |name: &str, ip: &str| svcnet_netpol::Pod {
+            namespace: "x".into(),
+            name: name.into(),
+            ips: vec![ip.parse().unwrap()],
+            node: Some("node1".into()),
+            ..Default::default()
+        };
+        let np: k8s_openapi::api::networking::v1::NetworkPolicy =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "deny-a", "namespace": "x"},
+                "spec": {"podSelector": {"matchLabels": {}}, "policyTypes": ["Ingress", "Egress"]},
+            }))
+            .unwrap();
+        let mut a = pod("a", "10.244.1.5");
+        a.labels.insert("pod".into(), "a".into());
+        let cluster = Cluster {
+            namespaces: vec![],
+            pods: vec![a, pod("b", "10.244.1.6")],
+            policies: vec![svcnet_netpol::Policy::from_k8s(&np).unwrap()],
+        };
+        let nodes: Vec<(String, IpAddr)> = ["172.30.0.2", "10.244.1.1"]
+            .iter()
+            .map(|a| ("node1".to_string(), a.parse().unwrap()))
+            .collect();
+        let flows = [
+            flow("10.244.1.6", "10.244.1.5", "10.244.1.5:80"), // b → a: denied
+            flow("10.244.1.1", "10.244.1.5", "10.244.1.5:80"), // the node → a
+            flow("10.244.2.1", "10.244.1.5", "10.244.1.5:80"), // node2's proxy → a
+            flow("10.244.1.5", "10.96.0.10", "10.244.1.1:41000"), // a → a Service, redirected
+        ];
+        let cut = |proxies: &[IpAddr]| -> Vec<&str> {
+            let names = ["b→a", "node→a", "proxy→a", "a→listener"];
+            denied(&cluster, "node1", &nodes, proxies, &flows)
+                .into_iter()
+                .map(|f| names[flows.iter().position(|g| g == f).unwrap()])
+                .collect()
+        };
+        assert_eq!(cut(&[]), ["b→a", "proxy→a", "a→listener"]);
+        let proxies: Vec<IpAddr> = ["10.244.1.1", "10.244.2.1"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(cut(&proxies), ["b→a"]);
     }
 }

@@ -255,7 +255,7 @@ impl Lab {
             match cut {
                 Some(true) => {
                     let flows = conntrack::list(netns).unwrap();
-                    let denied = conntrack::denied(model, &node.name, &[], &flows);
+                    let denied = conntrack::denied(model, &node.name, &[], &[], &flows);
                     conntrack::delete(netns, &denied).unwrap();
                 }
                 Some(false) => {}

@@ -48,6 +48,9 @@ pub struct NodeNetpol {
     cut_existing: bool,
     /// Userspace proxy mode: the addresses the nodes' proxies connect from (else empty).
     proxy_sources: Vec<IpAddr>,
+    /// The node's addresses, for the node exception when existing flows are judged: its
+    /// InternalIP and its `cni0` address (the source of its own connections to its pods).
+    own: Vec<(String, IpAddr)>,
     /// What the userspace proxy asks; fed by every applied sync.
     judge: Arc<ProxyJudge>,
     /// Pods whose address the agent reported before the API shows it, by uid.
@@ -66,6 +69,10 @@ impl NodeNetpol {
             netns: node.netns.clone(),
             cut_existing,
             proxy_sources,
+            own: [node.internal_ip, node.gateway]
+                .into_iter()
+                .map(|ip| (node.name.clone(), IpAddr::V4(ip)))
+                .collect(),
             judge: Arc::new(ProxyJudge {
                 node: node.name.clone(),
                 internal_ip: IpAddr::V4(node.internal_ip),
@@ -243,6 +250,7 @@ pub async fn run(
     loop {
         let generation = np.wanted.load(Ordering::SeqCst);
         let cluster = Arc::new(model(&policies, &pods, &namespaces, &np));
+        let (own, proxies) = (np.own.clone(), np.proxy_sources.clone());
         let (state, netns, name, cut, applied) = (
             node.clone(),
             np.netns.clone(),
@@ -260,7 +268,7 @@ pub async fn run(
                 .map_err(|err| err.to_string())?;
             if cut && report.ops > 0 {
                 let flows = conntrack::list(Some(&netns)).map_err(|err| err.to_string())?;
-                let denied = conntrack::denied(&cluster, &name, &[], &flows);
+                let denied = conntrack::denied(&cluster, &name, &own, &proxies, &flows);
                 conntrack::delete(Some(&netns), &denied).map_err(|err| err.to_string())?;
             }
             Ok::<_, String>(report)
