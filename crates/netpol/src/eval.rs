@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use crate::model::{Direction, Namespace, Peer, Pod, Policy, PortMatch, Protocol, Rule};
 
@@ -229,6 +229,43 @@ impl Cluster {
             None => SideVerdict::default(),
         };
         Ok(Verdict { egress, ingress })
+    }
+
+    /// A connection a node's relaying proxy (the userspace proxy) opens to `endpoint` for
+    /// `client`, judged as a kernel proxy's DNAT leaves it: the client is the pod holding its
+    /// address, else node `node` when `own` says the address is the node's (the node
+    /// exception then lets it into the node's own pods), else an address; the destination is
+    /// the pod (or address) at `endpoint`, its port the target port.
+    pub fn check_relayed(
+        &self,
+        node: &str,
+        own: impl Fn(IpAddr) -> bool,
+        client: IpAddr,
+        endpoint: SocketAddr,
+        protocol: Protocol,
+    ) -> Verdict {
+        let src = match self.endpoint(client, &[]) {
+            Endpoint::Ip(ip) if own(ip) => Endpoint::Node {
+                name: node.to_string(),
+                ip,
+            },
+            other => other,
+        };
+        let conn = Connection {
+            src,
+            dst: self.endpoint(endpoint.ip(), &[]),
+            protocol,
+            port: endpoint.port(),
+        };
+        // Both ends were resolved from this model: no pod is unknown.
+        self.check_over(&conn, IpFamily::of(endpoint.ip()))
+            .unwrap_or_else(|_| Verdict {
+                egress: SideVerdict::default(),
+                ingress: SideVerdict {
+                    isolated_by: vec!["(unknown pod)".into()],
+                    ..SideVerdict::default()
+                },
+            })
     }
 
     /// Shorthand for [`Cluster::check`] that treats unknown pods as denied.

@@ -7,6 +7,7 @@
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::json;
@@ -54,6 +55,122 @@ pub enum Proxy {
     /// DNAT), `net.ipv4.vs.conntrack=1`. IPVS takes the connection at input and sends it on
     /// from output: no forward hook. Needs `ip_vs` (the QEMU tier).
     Ipvs,
+    /// svcnet's userspace proxy in privileged mode, as `svcnet up --proxy-mode userspace`
+    /// runs it: its table redirects each Service IP and port to a listener on the node, and
+    /// it relays each connection from the node's `cni0` address once its judge
+    /// ([`Cluster::check_relayed`] over the model of the lab's last sync) allows the client
+    /// to reach the endpoint; each node's policy table leaves the two legs to it
+    /// ([`Options::proxy_sources`]: the nodes' `cni0` addresses).
+    Userspace,
+}
+
+/// The userspace proxy's judge in the lab.
+#[derive(Debug)]
+struct LabJudge {
+    node: String,
+    own: Vec<IpAddr>,
+    model: Arc<RwLock<Cluster>>,
+}
+
+impl svcnet_userspace::Admission for LabJudge {
+    fn admits(
+        &self,
+        client: IpAddr,
+        endpoint: SocketAddr,
+        protocol: svcnet_proxy::Protocol,
+    ) -> bool {
+        let protocol = match protocol {
+            svcnet_proxy::Protocol::Tcp => Protocol::Tcp,
+            svcnet_proxy::Protocol::Udp => Protocol::Udp,
+            svcnet_proxy::Protocol::Sctp => Protocol::Sctp,
+        };
+        let own = |ip: IpAddr| ip.is_loopback() || self.own.contains(&ip);
+        self.model
+            .read()
+            .unwrap()
+            .check_relayed(&self.node, own, client, endpoint, protocol)
+            .allowed()
+    }
+}
+
+/// The nodes' userspace proxies and the runtime their syncs run on; stopped on drop.
+struct Proxies {
+    runtime: tokio::runtime::Runtime,
+    proxies: Vec<svcnet_userspace::UserspaceProxy>,
+    /// What the judges read: the model as of the last sync.
+    model: Arc<RwLock<Cluster>>,
+}
+
+impl Drop for Proxies {
+    fn drop(&mut self) {
+        for p in &self.proxies {
+            let _ = self.runtime.block_on(p.shutdown());
+        }
+    }
+}
+
+/// A userspace proxy in `node` serving one Service per pod (its Service IP, TCP and UDP 80
+/// and 81, the pod as its endpoint), as the proxy core computes it for that node.
+fn userspace_proxy(
+    runtime: &tokio::runtime::Runtime,
+    node: &NodeTopology,
+    config: &svcnet_agent::topology::TopologyConfig,
+    pods: &[LabPod],
+    placed: &[(String, Ipv4Addr, String)],
+    model: &Arc<RwLock<Cluster>>,
+) -> svcnet_userspace::UserspaceProxy {
+    use svcnet_proxy::fixtures::{service, slice};
+    let mut state = svcnet_proxy::ProxyState::new(svcnet_proxy::CoreConfig {
+        node_name: node.name.clone(),
+        cluster_cidrs: vec![config.pod_cidr.into()],
+        service_cidrs: config.service_cidrs.iter().map(|&c| c.into()).collect(),
+        ..Default::default()
+    });
+    for p in pods {
+        let (ns, name) = p.id.split_once('/').unwrap();
+        let (_, ip, on) = placed.iter().find(|(id, _, _)| *id == p.id).unwrap();
+        let ports = [
+            ("t80", "TCP", 80),
+            ("t81", "TCP", 81),
+            ("u80", "UDP", 80),
+            ("u81", "UDP", 81),
+        ];
+        let svc = service(ns, name, |b| {
+            b.cluster_ip(&[&p.service_ip.to_string()]);
+            for (port, proto, n) in ports {
+                b.port(port, proto, n);
+            }
+        });
+        let sl = slice(ns, &format!("{name}-1"), name, |b| {
+            for (port, proto, n) in ports {
+                b.port(port, proto, n);
+            }
+            b.endpoint(&ip.to_string(), on, |_| {});
+        });
+        state.update_service(&svc).unwrap();
+        state.update_slice(&sl);
+    }
+    let mut cfg = svcnet_userspace::Config::new(svcnet_userspace::Mode::Privileged);
+    cfg.netns = Some(node.netns.clone());
+    cfg.admission = Some(Arc::new(LabJudge {
+        node: node.name.clone(),
+        own: vec![node.internal_ip.into(), node.gateway.into()],
+        model: model.clone(),
+    }));
+    // The lab empties the nodes' conntrack tables after each sync, so that a probe reusing
+    // an earlier probe's source port is new; the proxy's UDP flows are its own conntrack:
+    // they end 200 ms after their last datagram, long before the next case's probes.
+    cfg.udp_idle_timeout = Duration::from_millis(200);
+    cfg.upstream_source = Some(svcnet_userspace::UpstreamSource {
+        to: config.pod_cidr.into(),
+        from: node.gateway.into(),
+    });
+    let proxy = svcnet_userspace::UserspaceProxy::new(cfg).unwrap();
+    let report = runtime
+        .block_on(proxy.sync(&[state.desired(svcnet_proxy::IpFamily::V4)]))
+        .unwrap();
+    assert!(report.bind_errors.is_empty(), "{:?}", report.bind_errors);
+    proxy
 }
 
 /// Which address a probe targets.
@@ -63,8 +180,10 @@ pub enum Via {
     ServiceIp,
 }
 
-/// The lab. Fields drop in order: servers, pods, then the topology (node namespace, bridge).
+/// The lab. Fields drop in order: the userspace proxies, servers, pods, then the topology
+/// (node namespace, bridge).
 pub struct Lab {
+    userspace: Option<Proxies>,
     servers: Vec<Server>,
     pub pods: Vec<LabPod>,
     /// The first node and its enforcer.
@@ -82,6 +201,8 @@ pub struct Lab {
     /// hundreds of probes' flows one by one takes seconds).
     pub cut_denied: Option<bool>,
     pub proxy: Proxy,
+    /// The nodes' table options (the userspace proxy's sources).
+    opts: Options,
     /// How pods cross nodes.
     pub network: PodNetwork,
     _topology: Topology,
@@ -114,7 +235,7 @@ impl Lab {
         config.pod_network = network;
         let prefix = config.prefix.clone();
         let service_net = config.service_cidrs[0];
-        let topology = Topology::create(config).unwrap();
+        let topology = Topology::create(config.clone()).unwrap();
         let nodes = topology.nodes().to_vec();
         let confs: Vec<NetConf> = nodes
             .iter()
@@ -180,6 +301,7 @@ impl Lab {
             match proxy {
                 Proxy::Nft => drop(exec.command(&svc).unwrap()),
                 Proxy::Ipvs => ipvs_proxy(&node_ns, &pods, data.path()),
+                Proxy::Userspace => {}
             }
             // Pods on one bridge talk without the node's routing: only br_netfilter shows
             // their packets to the forward hook (and un-NATs a Service reply on the bridge).
@@ -214,11 +336,37 @@ impl Lab {
         let mut enforcers = enforcers.into_iter();
         let enforcer = enforcers.next().unwrap();
         let more = nodes[1..].iter().cloned().zip(enforcers).collect();
+        let opts = Options {
+            proxy_sources: match proxy {
+                Proxy::Userspace => nodes.iter().map(|n| n.gateway.into()).collect(),
+                Proxy::Nft | Proxy::Ipvs => Vec::new(),
+            },
+            ..Options::default()
+        };
         let renderers = nodes
             .iter()
-            .map(|n| Renderer::new(&n.name, Options::default()))
+            .map(|n| Renderer::new(&n.name, opts.clone()))
             .collect();
+        let userspace = (proxy == Proxy::Userspace).then(|| {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap();
+            let model = Arc::new(RwLock::new(model.clone()));
+            let proxies = nodes
+                .iter()
+                .map(|n| userspace_proxy(&runtime, n, &config, &pods, &placed, &model))
+                .collect();
+            Proxies {
+                runtime,
+                proxies,
+                model,
+            }
+        });
         Lab {
+            userspace,
+            opts,
             servers,
             pods,
             renderers,
@@ -239,6 +387,7 @@ impl Lab {
     /// the report is the first node's.
     pub fn sync(&mut self) -> svcnet_netpol_nft::SyncReport {
         let model = &self.model;
+        let opts = &self.opts;
         let cut = self.cut_denied;
         let mut renderers = self.renderers.iter_mut();
         let mut sync = |node: &NodeTopology, enforcer: &mut Enforcer| {
@@ -246,10 +395,7 @@ impl Lab {
             let renderer = renderers.next().unwrap();
             renderer.update(model);
             let changes = renderer.take_changes();
-            assert_eq!(
-                renderer.ruleset(),
-                &render(model, &node.name, &Options::default())
-            );
+            assert_eq!(renderer.ruleset(), &render(model, &node.name, opts));
             let report = enforcer.sync_changes(renderer.ruleset(), &changes).unwrap();
             let netns = Some(node.netns.as_str());
             match cut {
@@ -272,6 +418,9 @@ impl Lab {
         for (node, enforcer) in &mut self.more {
             sync(node, enforcer);
         }
+        if let Some(u) = &self.userspace {
+            *u.model.write().unwrap() = self.model.clone();
+        }
         first
     }
 
@@ -281,6 +430,12 @@ impl Lab {
 
     /// Probes every ordered pair on every (protocol, port) of [`PROBES`].
     pub fn probe_all(&self, via: Via) -> Matrix {
+        // The userspace proxy cannot reject a UDP flow it denies (no ICMP from a socket): the
+        // client hears nothing. Allowed flows through it answer within milliseconds.
+        let udp_wait = match self.proxy {
+            Proxy::Userspace => Duration::from_millis(500),
+            Proxy::Nft | Proxy::Ipvs => probe_timeout(),
+        };
         let mut cells = Vec::new();
         std::thread::scope(|s| {
             let handles: Vec<_> = self
@@ -315,7 +470,7 @@ impl Lab {
                                 targets
                                     .into_iter()
                                     .map(|(dst, addr, proto, port)| {
-                                        let ok = probe(addr, proto, &dst);
+                                        let ok = probe(addr, proto, &dst, udp_wait);
                                         ((src.id.clone(), dst, proto, port), ok)
                                     })
                                     .collect::<Vec<_>>()
@@ -407,10 +562,10 @@ fn ipvs_proxy(node: &NetNs, pods: &[LabPod], dir: &std::path::Path) {
 }
 
 /// One probe: connected (and answered by the expected pod) or not.
-fn probe(addr: SocketAddr, proto: Protocol, expect: &str) -> bool {
+fn probe(addr: SocketAddr, proto: Protocol, expect: &str, udp_wait: Duration) -> bool {
     let identity = match proto {
         Protocol::Tcp => tcp_ask(addr, probe_timeout()).map(|r| r.identity),
-        Protocol::Udp | Protocol::Sctp => udp_probe(addr),
+        Protocol::Udp | Protocol::Sctp => udp_probe(addr, udp_wait),
     };
     match identity {
         Ok(id) => {
@@ -423,10 +578,10 @@ fn probe(addr: SocketAddr, proto: Protocol, expect: &str) -> bool {
 }
 
 /// A UDP request from a connected socket, so that an ICMP reject ends it at once.
-fn udp_probe(addr: SocketAddr) -> std::io::Result<String> {
+fn udp_probe(addr: SocketAddr, wait: Duration) -> std::io::Result<String> {
     let sock = UdpSocket::bind("0.0.0.0:0")?;
     sock.connect(addr)?;
-    sock.set_read_timeout(Some(probe_timeout()))?;
+    sock.set_read_timeout(Some(wait))?;
     sock.send(b"?")?;
     let mut buf = [0u8; 512];
     let n = sock.recv(&mut buf)?;

@@ -28,7 +28,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client};
 use svcnet_agent::{BeforeStart, NodeTopology};
 use svcnet_libnft::NftExecutor;
-use svcnet_netpol::{Cluster, Connection, Endpoint, IpFamily, Protocol, Verdict};
+use svcnet_netpol::{Cluster, Protocol, Verdict};
 use svcnet_netpol_nft::{Enforcer, Options, Renderer, conntrack};
 use svcnet_userspace::Admission;
 use tokio::sync::{Notify, watch};
@@ -115,23 +115,12 @@ impl ProxyJudge {
         *self.model.write().unwrap_or_else(PoisonError::into_inner) = Some(cluster);
     }
 
-    /// What `client` is: a pod of the model, this node (its addresses, loopback, an address of
-    /// its pod range that no pod holds: the node exception applies to what it sends), or an
-    /// address.
-    fn client(&self, cluster: &Cluster, client: IpAddr) -> Endpoint {
-        match cluster.endpoint(client, &[]) {
-            Endpoint::Ip(ip)
-                if ip.is_loopback()
-                    || ip == self.internal_ip
-                    || matches!(ip, IpAddr::V4(v4) if self.pod_cidr.contains(&v4)) =>
-            {
-                Endpoint::Node {
-                    name: self.node.clone(),
-                    ip,
-                }
-            }
-            other => other,
-        }
+    /// The node's own addresses: loopback, its InternalIP, its pod range (`cni0`'s address,
+    /// a tunnel's; a pod's address is a pod first).
+    fn own(&self, ip: IpAddr) -> bool {
+        ip.is_loopback()
+            || ip == self.internal_ip
+            || matches!(ip, IpAddr::V4(v4) if self.pod_cidr.contains(&v4))
     }
 
     /// The verdict on `client` reaching `endpoint`, `None` before the first sync.
@@ -146,18 +135,12 @@ impl ProxyJudge {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()?;
-        let conn = Connection {
-            src: self.client(&cluster, client),
-            dst: cluster.endpoint(endpoint.ip(), &[]),
-            protocol: match protocol {
-                svcnet_proxy::Protocol::Tcp => Protocol::Tcp,
-                svcnet_proxy::Protocol::Udp => Protocol::Udp,
-                svcnet_proxy::Protocol::Sctp => Protocol::Sctp,
-            },
-            port: endpoint.port(),
+        let protocol = match protocol {
+            svcnet_proxy::Protocol::Tcp => Protocol::Tcp,
+            svcnet_proxy::Protocol::Udp => Protocol::Udp,
+            svcnet_proxy::Protocol::Sctp => Protocol::Sctp,
         };
-        // Both ends were resolved from this model: no unknown pod.
-        cluster.check_over(&conn, IpFamily::of(endpoint.ip())).ok()
+        Some(cluster.check_relayed(&self.node, |ip| self.own(ip), client, endpoint, protocol))
     }
 }
 
