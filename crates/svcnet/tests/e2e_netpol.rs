@@ -319,14 +319,27 @@ fn an_established_connection_a_new_policy_denies_is_cut_only_with_the_option() {
         services: "10.222.0.0/16",
         lb: "10.223.0.0/24",
     };
-    for cut in [false, true] {
-        let mut extra = vec!["--proxy-mode", "nftables"];
+    // With the nftables proxy, a connection to the pod IP (the node's conntrack pass cuts
+    // it); with the userspace proxy, one through the Service IP, which the proxy relays (it
+    // judges its connections again and closes the denied ones).
+    for (mode, cut) in [
+        ("nftables", false),
+        ("nftables", true),
+        ("userspace", false),
+        ("userspace", true),
+    ] {
+        let mut extra = vec!["--proxy-mode", mode];
         if cut {
             extra.push("--network-policy-cut-existing");
         }
         let mut up = start(&net, &extra);
-        let ip = up.ok(&["get", "pod", "server", "-o", "jsonpath={.status.podIP}"]);
-        let to = SocketAddr::new(ip.trim().parse().unwrap(), 80);
+        let to = if mode == "userspace" {
+            let ip = up.ok(&["get", "svc", "server", "-o", "jsonpath={.spec.clusterIP}"]);
+            SocketAddr::new(ip.trim().parse().unwrap(), 8080)
+        } else {
+            let ip = up.ok(&["get", "pod", "server", "-o", "jsonpath={.status.podIP}"]);
+            SocketAddr::new(ip.trim().parse().unwrap(), 80)
+        };
         let mut held = Held::open(&up, "other", to).unwrap();
         let first = held.ask().unwrap();
         assert!(first.contains("pod=server"), "{first}");
@@ -343,12 +356,12 @@ fn an_established_connection_a_new_policy_denies_is_cut_only_with_the_option() {
         if cut {
             assert!(
                 after.is_err(),
-                "with --network-policy-cut-existing the established connection was kept: {after:?}"
+                "{mode}: with --network-policy-cut-existing the established connection was kept: {after:?}"
             );
         } else {
             assert!(
                 after.as_ref().is_ok_and(|b| b.contains("pod=server")),
-                "without the option the established connection was cut: {after:?}"
+                "{mode}: without the option the established connection was cut: {after:?}"
             );
             // And it stays usable.
             assert!(held.ask().is_ok());

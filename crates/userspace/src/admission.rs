@@ -9,6 +9,9 @@
 //! and the node's policy table leaves the two legs to it (`svcnet-netpol-nft`'s
 //! `proxy_sources`). A denied connection is refused as the kernel refuses one: the balancer's
 //! choice stands, no other endpoint is tried, the client gets a reset (TCP) or nothing (UDP).
+//! Connections already relayed are judged again only when the admission asks for it
+//! ([`Admission::rejudge`], NetworkPolicy's option that cuts existing flows): the denied ones
+//! are closed, TCP with a reset.
 
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
@@ -21,6 +24,20 @@ use svcnet_proxy::Protocol;
 pub trait Admission: Send + Sync + fmt::Debug {
     /// Whether `client` may reach `endpoint` (the balancer's choice) over `protocol`.
     fn admits(&self, client: IpAddr, endpoint: SocketAddr, protocol: Protocol) -> bool;
+
+    /// Changes whenever the connections already relayed must be judged again (each is
+    /// closed if [`Admission::admits`] now denies it); `None`, the default: never, as the
+    /// kernel lets an established connection live on.
+    fn rejudge(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+}
+
+/// Resolves when `rx` says to judge again (never for a channel whose sender is gone).
+pub(crate) async fn rejudged(rx: &mut tokio::sync::watch::Receiver<u64>) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// Upstream connections to endpoints in `to` leave from `from` (a local address) instead of

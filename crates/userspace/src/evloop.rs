@@ -240,6 +240,8 @@ enum Phase {
     Relaying {
         ep: Arc<EndpointState>,
         active: Active,
+        /// For judging the connection again ([`crate::admission::Admission::rejudge`]).
+        client: std::net::IpAddr,
     },
     /// Closed in this batch of events; the slot is freed after the batch, so a late event
     /// in the same batch can never reach a connection accepted meanwhile.
@@ -257,6 +259,8 @@ struct Conn {
 
 struct Loop {
     shared: Arc<Shared>,
+    /// Seen at each tick: connections are judged again when it changed.
+    rejudge: tokio::sync::watch::Receiver<u64>,
     epoll: Epoll,
     commands: mpsc::Receiver<Command>,
     wake: Arc<EventFd>,
@@ -282,6 +286,7 @@ impl Loop {
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)?;
         epoll.add(&*wake, EpollEvent::new(EpollFlags::EPOLLIN, token(0, WAKE)))?;
         Ok(Self {
+            rejudge: shared.rejudge.clone(),
             shared,
             epoll,
             commands,
@@ -553,7 +558,11 @@ impl Loop {
         pin(route, flow, i);
         let ep = route.endpoints[i].clone();
         let active = Active::new(ep.clone(), route.service.clone());
-        conn.phase = Phase::Relaying { ep, active };
+        conn.phase = Phase::Relaying {
+            ep,
+            active,
+            client: flow.client.ip(),
+        };
         self.relay(index);
     }
 
@@ -637,6 +646,26 @@ impl Loop {
             for index in evicted {
                 tracing::debug!("drain timeout passed, closing a connection");
                 self.close(index, false);
+            }
+            if self.rejudge.has_changed().unwrap_or(false) {
+                self.rejudge.mark_unchanged();
+                let shared = &self.shared;
+                let denied: Vec<usize> = self
+                    .conns
+                    .iter()
+                    .filter(|(_, c)| {
+                        matches!(&c.phase, Phase::Relaying { ep, client, .. }
+                            if !shared.admits(*client, ep.addr, Protocol::Tcp))
+                    })
+                    .map(|(k, _)| k)
+                    .collect();
+                for index in denied {
+                    tracing::debug!("now denied, closing a connection");
+                    if let Some(s) = self.conns.get_mut(index).and_then(|c| c.socks[1].take()) {
+                        reset(s);
+                    }
+                    self.close(index, true);
+                }
             }
         }
     }

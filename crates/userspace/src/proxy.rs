@@ -96,9 +96,24 @@ pub(crate) struct Shared {
     pub(crate) config: Config,
     pub(crate) table: ArcSwap<Table>,
     pub(crate) sockets: SocketFactory,
+    /// The admission's [`Admission::rejudge`] (a sender-less channel when it has none).
+    pub(crate) rejudge: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Shared {
+    /// Whether the admission still lets `client` reach `endpoint` (always without one).
+    pub(crate) fn admits(
+        &self,
+        client: std::net::IpAddr,
+        endpoint: SocketAddr,
+        p: Protocol,
+    ) -> bool {
+        self.config
+            .admission
+            .as_ref()
+            .is_none_or(|a| a.admits(client, endpoint, p))
+    }
+
     pub(crate) fn privileged(&self) -> bool {
         self.config.mode == Mode::Privileged
     }
@@ -199,10 +214,16 @@ impl UserspaceProxy {
         let workers = crate::workers::Workers::start(runtimes, config.netns.as_deref())
             .map_err(|e| UserspaceError::Workers(e.to_string()))?;
         let nft = NftExecutor::new(config.netns.clone());
+        let rejudge = config
+            .admission
+            .as_ref()
+            .and_then(|a| a.rejudge())
+            .unwrap_or_else(|| tokio::sync::watch::channel(0).1);
         let shared = Arc::new(Shared {
             config,
             table: ArcSwap::from_pointee(Table::default()),
             sockets,
+            rejudge,
         });
         #[cfg(target_os = "linux")]
         let loops = looped

@@ -214,7 +214,17 @@ async fn handle(shared: Arc<Shared>, key: RouteKey, mut client: TcpStream, peer:
     let active = Active::new(ep.clone(), route.service.clone());
     drop(route);
     let evicted = crate::state::evicted(ep.eviction());
+    let mut rx = shared.rejudge.clone();
+    let denied = async {
+        loop {
+            crate::admission::rejudged(&mut rx).await;
+            if !shared.admits(peer.ip(), ep.addr, Protocol::Tcp) {
+                return;
+            }
+        }
+    };
     let moved = Moved::default();
+    let mut cut = false;
     tokio::select! {
         r = relay(&mut client, &mut upstream, &moved, shared.config.splice) => {
             if let Err(e) = r {
@@ -224,9 +234,17 @@ async fn handle(shared: Arc<Shared>, key: RouteKey, mut client: TcpStream, peer:
         _ = evicted => {
             tracing::debug!(endpoint = %ep.addr, "drain timeout passed, closing a connection");
         }
+        () = denied => {
+            tracing::debug!(client = %peer, endpoint = %ep.addr, "now denied, closing a connection");
+            cut = true;
+        }
     }
     active.bytes(
         moved.to_endpoint.load(Ordering::Relaxed),
         moved.to_client.load(Ordering::Relaxed),
     );
+    if cut {
+        reset(client);
+        reset(upstream);
+    }
 }

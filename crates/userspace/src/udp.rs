@@ -112,6 +112,7 @@ async fn open(
     }
     let (reply_flow, sock, flows) = (flow.clone(), sock.clone(), flows.clone());
     let idle = shared.config.udp_idle_timeout;
+    let (mut rx, shared) = (shared.rejudge.clone(), shared.clone());
     tokio::spawn(async move {
         let mut buf = vec![0u8; 65_536];
         let evicted = crate::state::evicted(reply_flow.ep.eviction());
@@ -136,6 +137,11 @@ async fn open(
                     }
                 },
                 _ = &mut evicted => break,
+                () = crate::admission::rejudged(&mut rx) => {
+                    if !shared.admits(client.ip(), reply_flow.ep.addr, Protocol::Udp) {
+                        break;
+                    }
+                }
             }
         }
         if let Ok(mut f) = flows.lock()

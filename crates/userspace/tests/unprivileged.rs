@@ -701,3 +701,118 @@ async fn a_denied_udp_flow_gets_no_answer() {
             .all(|(_, _, proto)| *proto == svcnet_proxy::Protocol::Udp)
     );
 }
+
+/// An [`Admission`] switched between allowing and denying everything, which asks for
+/// established connections to be judged again when told to.
+#[derive(Debug)]
+struct Switch {
+    deny: std::sync::atomic::AtomicBool,
+    rejudge: tokio::sync::watch::Sender<u64>,
+}
+
+impl Admission for Switch {
+    fn admits(&self, _: IpAddr, _: SocketAddr, _: svcnet_proxy::Protocol) -> bool {
+        !self.deny.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn rejudge(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.rejudge.subscribe())
+    }
+}
+
+/// A connection relayed before a change lives on while nothing asks for it to be judged
+/// again (the kernel's `ct state established`); once the admission says to, the one it now
+/// denies is closed, and a new one is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn established_connections_are_cut_only_when_judged_again() {
+    rejudge_case(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn established_connections_are_cut_only_when_judged_again_on_tokio() {
+    rejudge_case(false).await;
+}
+
+async fn rejudge_case(event_loop: bool) {
+    let s = setup(1, 0).await;
+    let judge = std::sync::Arc::new(Switch {
+        deny: false.into(),
+        rejudge: tokio::sync::watch::channel(0).0,
+    });
+    let (svc, sl) = objects(&s, "TCP", &s.backends, |_| {});
+    let p = proxy_with(|c| {
+        c.event_loop = event_loop;
+        c.admission = Some(judge.clone());
+    });
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let mut held = Conn::open(s.addr()).await.unwrap();
+    assert_eq!(held.ask().await.unwrap(), "b0");
+    judge.deny.store(true, std::sync::atomic::Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(
+        held.ask().await.unwrap(),
+        "b0",
+        "established: not judged again yet"
+    );
+    assert!(ask(s.addr()).await.is_err(), "a new connection is judged");
+    judge.rejudge.send_modify(|g| *g += 1);
+    let started = Instant::now();
+    let cut = loop {
+        match held.ask().await {
+            Err(_) => break true,
+            Ok(_) if started.elapsed() > Duration::from_secs(3) => break false,
+            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    };
+    assert!(cut, "the connection now denied was not closed");
+}
+
+/// UDP: a flow now denied ends when judged again; the client's next datagram opens a new
+/// flow, which is judged (and gets nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_established_udp_flow_is_cut_when_judged_again() {
+    let svc_ip = unique_ip(96);
+    let port = UdpSocket::bind((svc_ip, 0))
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let b0 = unique_ip(1);
+    let target = UdpSocket::bind((b0, 0))
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _server = udp_backend((b0, target).into(), "u0").await;
+    let judge = std::sync::Arc::new(Switch {
+        deny: false.into(),
+        rejudge: tokio::sync::watch::channel(0).0,
+    });
+    let ip = svc_ip.to_string();
+    let svc = service("default", "dns", |b| {
+        b.cluster_ip(&[&ip]).port("d", "UDP", i32::from(port));
+    });
+    let sl = slice("default", "dns-1", "dns", |b| {
+        b.port("d", "UDP", i32::from(target));
+        b.endpoint(&b0.to_string(), NODE, |_| {});
+    });
+    let p = proxy_with(|c| c.admission = Some(judge.clone()));
+    p.sync(&desired(&[svc], &[sl])).await.unwrap();
+    let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let service_addr = SocketAddr::new(svc_ip, port);
+    let round = || async {
+        c.send_to(b"?", service_addr).await.unwrap();
+        let mut buf = [0u8; 64];
+        tokio::time::timeout(Duration::from_millis(500), c.recv_from(&mut buf))
+            .await
+            .is_ok()
+    };
+    assert!(round().await);
+    judge.deny.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(round().await, "the flow lives on until judged again");
+    judge.rejudge.send_modify(|g| *g += 1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!round().await, "the flow was not cut");
+}

@@ -78,6 +78,7 @@ impl NodeNetpol {
                 internal_ip: IpAddr::V4(node.internal_ip),
                 pod_cidr: node.pod_cidr,
                 model: RwLock::default(),
+                rejudge: cut_existing.then(|| watch::channel(0).0),
             }),
             admitted: Mutex::default(),
             wanted: AtomicU64::new(0),
@@ -108,11 +109,18 @@ pub struct ProxyJudge {
     /// The node's own pod range: `cni0`'s address and a tunnel device's are in it.
     pod_cidr: Ipv4Net,
     model: RwLock<Option<Arc<Cluster>>>,
+    /// With the option that cuts existing flows: bumped by every published model that
+    /// changed the table, so the proxy judges its relayed connections again (as the node's
+    /// conntrack pass judges its flows).
+    rejudge: Option<watch::Sender<u64>>,
 }
 
 impl ProxyJudge {
-    fn publish(&self, cluster: Arc<Cluster>) {
+    fn publish(&self, cluster: Arc<Cluster>, changed: bool) {
         *self.model.write().unwrap_or_else(PoisonError::into_inner) = Some(cluster);
+        if let Some(tx) = self.rejudge.as_ref().filter(|_| changed) {
+            tx.send_modify(|g| *g += 1);
+        }
     }
 
     /// The node's own addresses: loopback, its InternalIP, its pod range (`cni0`'s address,
@@ -153,6 +161,10 @@ impl Admission for ProxyJudge {
     ) -> bool {
         self.verdict(client, endpoint, protocol)
             .is_none_or(|v| v.allowed())
+    }
+
+    fn rejudge(&self) -> Option<watch::Receiver<u64>> {
+        self.rejudge.as_ref().map(watch::Sender::subscribe)
     }
 }
 
@@ -259,7 +271,7 @@ pub async fn run(
         .await?;
         match synced {
             Ok(report) => {
-                np.judge.publish(applied);
+                np.judge.publish(applied, report.ops > 0);
                 if report.ops > 0 {
                     tracing::debug!(node = %np.node, ops = report.ops, full = report.full, took = ?report.took, "network policies synced");
                 }
@@ -408,19 +420,22 @@ mod tests {
             judge.admits(ip("10.244.1.9"), sock("10.244.1.5:80"), Tcp),
             "no model yet"
         );
-        judge.publish(Arc::new(Cluster {
-            namespaces: vec![svcnet_netpol::Namespace {
-                name: "default".into(),
-                labels: Default::default(),
-            }],
-            pods: vec![
-                pod("server", "server", "10.244.1.5", "node1"),
-                pod("server2", "server", "10.244.2.5", "node2"),
-                pod("client", "client", "10.244.1.7", "node1"),
-                pod("other", "other", "10.244.1.9", "node1"),
-            ],
-            policies: vec![svcnet_netpol::Policy::from_k8s(&policy).unwrap()],
-        }));
+        judge.publish(
+            Arc::new(Cluster {
+                namespaces: vec![svcnet_netpol::Namespace {
+                    name: "default".into(),
+                    labels: Default::default(),
+                }],
+                pods: vec![
+                    pod("server", "server", "10.244.1.5", "node1"),
+                    pod("server2", "server", "10.244.2.5", "node2"),
+                    pod("client", "client", "10.244.1.7", "node1"),
+                    pod("other", "other", "10.244.1.9", "node1"),
+                ],
+                policies: vec![svcnet_netpol::Policy::from_k8s(&policy).unwrap()],
+            }),
+            true,
+        );
         judge
     }
 
