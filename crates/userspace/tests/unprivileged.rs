@@ -234,8 +234,19 @@ async fn drain_case(event_loop: bool) {
     assert!(held.ask().await.is_err(), "drained connection still open");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn udp_replies_come_from_the_service_address() {
+/// A UDP Service on a loopback cluster IP with `n` echo backends answering their names
+/// (`u0`, `u1`, …) on one port: its address, the backends, the objects, the servers.
+struct UdpSetup {
+    service: SocketAddr,
+    backends: Vec<SocketAddr>,
+    objects: (
+        k8s_openapi::api::core::v1::Service,
+        k8s_openapi::api::discovery::v1::EndpointSlice,
+    ),
+    _servers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+async fn udp_setup(n: usize) -> UdpSetup {
     let svc_ip = unique_ip(96);
     let port = UdpSocket::bind((svc_ip, 0))
         .await
@@ -243,30 +254,44 @@ async fn udp_replies_come_from_the_service_address() {
         .local_addr()
         .unwrap()
         .port();
-    let b0 = unique_ip(1);
-    let target = UdpSocket::bind((b0, 0))
+    let ips: Vec<IpAddr> = (0..n).map(|_| unique_ip(1)).collect();
+    let target = UdpSocket::bind((ips[0], 0))
         .await
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let b1 = unique_ip(1);
-    let _servers = [
-        udp_backend((b0, target).into(), "u0").await,
-        udp_backend((b1, target).into(), "u1").await,
-    ];
-    let ip = svc_ip.to_string();
+    let mut servers = Vec::new();
+    let mut backends = Vec::new();
+    for (i, ip) in ips.iter().enumerate() {
+        backends.push(SocketAddr::new(*ip, target));
+        servers.push(udp_backend((*ip, target).into(), &format!("u{i}")).await);
+    }
+    let svc_text = svc_ip.to_string();
     let svc = service("default", "dns", |b| {
-        b.cluster_ip(&[&ip]).port("d", "UDP", i32::from(port));
+        b.cluster_ip(&[&svc_text]).port("d", "UDP", i32::from(port));
     });
     let sl = slice("default", "dns-1", "dns", |b| {
         b.port("d", "UDP", i32::from(target));
-        b.endpoint(&b0.to_string(), NODE, |_| {});
-        b.endpoint(&b1.to_string(), NODE, |_| {});
+        for ip in &ips {
+            b.endpoint(&ip.to_string(), NODE, |_| {});
+        }
     });
+    UdpSetup {
+        service: SocketAddr::new(svc_ip, port),
+        backends,
+        objects: (svc, sl),
+        _servers: servers,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn udp_replies_come_from_the_service_address() {
+    let u = udp_setup(2).await;
+    let (svc, sl) = u.objects.clone();
     let p = proxy();
     p.sync(&desired(&[svc], &[sl])).await.unwrap();
-    let service_addr = SocketAddr::new(svc_ip, port);
+    let service_addr = u.service;
     let mut seen = BTreeMap::new();
     for _ in 0..4 {
         // A fresh client socket per round: rr gives each new flow the next endpoint.
@@ -647,40 +672,15 @@ async fn denied_case(event_loop: bool) {
 /// UDP: a flow to a denied endpoint gets nothing; the next flow goes on to the next endpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_denied_udp_flow_gets_no_answer() {
-    let svc_ip = unique_ip(96);
-    let port = UdpSocket::bind((svc_ip, 0))
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let (b0, b1) = (unique_ip(1), unique_ip(1));
-    let target = UdpSocket::bind((b0, 0))
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let _servers = [
-        udp_backend((b0, target).into(), "u0").await,
-        udp_backend((b1, target).into(), "u1").await,
-    ];
+    let u = udp_setup(2).await;
     let judge = std::sync::Arc::new(DenyOne {
-        denied: (b0, target).into(),
+        denied: u.backends[0],
         asked: Default::default(),
     });
-    let ip = svc_ip.to_string();
-    let svc = service("default", "dns", |b| {
-        b.cluster_ip(&[&ip]).port("d", "UDP", i32::from(port));
-    });
-    let sl = slice("default", "dns-1", "dns", |b| {
-        b.port("d", "UDP", i32::from(target));
-        b.endpoint(&b0.to_string(), NODE, |_| {});
-        b.endpoint(&b1.to_string(), NODE, |_| {});
-    });
+    let (svc, sl) = u.objects.clone();
     let p = proxy_with(|c| c.admission = Some(judge.clone()));
     p.sync(&desired(&[svc], &[sl])).await.unwrap();
-    let service_addr = SocketAddr::new(svc_ip, port);
+    let service_addr = u.service;
     let mut answers = Vec::new();
     for _ in 0..4 {
         let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
@@ -771,37 +771,16 @@ async fn rejudge_case(event_loop: bool) {
 /// flow, which is judged (and gets nothing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_established_udp_flow_is_cut_when_judged_again() {
-    let svc_ip = unique_ip(96);
-    let port = UdpSocket::bind((svc_ip, 0))
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let b0 = unique_ip(1);
-    let target = UdpSocket::bind((b0, 0))
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let _server = udp_backend((b0, target).into(), "u0").await;
+    let u = udp_setup(1).await;
     let judge = std::sync::Arc::new(Switch {
         deny: false.into(),
         rejudge: tokio::sync::watch::channel(0).0,
     });
-    let ip = svc_ip.to_string();
-    let svc = service("default", "dns", |b| {
-        b.cluster_ip(&[&ip]).port("d", "UDP", i32::from(port));
-    });
-    let sl = slice("default", "dns-1", "dns", |b| {
-        b.port("d", "UDP", i32::from(target));
-        b.endpoint(&b0.to_string(), NODE, |_| {});
-    });
+    let (svc, sl) = u.objects.clone();
     let p = proxy_with(|c| c.admission = Some(judge.clone()));
     p.sync(&desired(&[svc], &[sl])).await.unwrap();
     let c = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    let service_addr = SocketAddr::new(svc_ip, port);
+    let service_addr = u.service;
     let round = || async {
         c.send_to(b"?", service_addr).await.unwrap();
         let mut buf = [0u8; 64];
