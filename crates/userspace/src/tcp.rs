@@ -108,12 +108,10 @@ pub(crate) fn choose(
     protocol: Protocol,
 ) -> Option<usize> {
     let i = balance(route, flow, tried)?;
-    if let Some(judge) = &shared.config.admission {
-        let endpoint = route.endpoints[i].addr;
-        if !judge.admits(flow.client.ip(), endpoint, protocol) {
-            tracing::debug!(client = %flow.client, %endpoint, "denied by network policy");
-            return None;
-        }
+    let endpoint = route.endpoints[i].addr;
+    if !shared.admits(flow.client.ip(), endpoint, protocol) {
+        tracing::debug!(client = %flow.client, %endpoint, "denied by network policy");
+        return None;
     }
     Some(i)
 }
