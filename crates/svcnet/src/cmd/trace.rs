@@ -329,56 +329,64 @@ pub async fn run(mut args: Args) -> anyhow::Result<()> {
     let (src, dst, dport, proto) = parse_packet(&args)?;
     let (node, netns) = namespace(&args)?;
     let ns = netns.clone();
-    let (traced, pkt, local, forwarding) =
-        tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let local = local_addrs(ns.as_deref())?;
-            let pkt = Packet {
-                src,
-                dst,
-                dport,
-                proto,
-                local_origin: local.contains(&src),
-            };
-            let traced = trace_kernel(ns.as_deref(), &pkt, local.clone())?;
-            let mut forwarding = BTreeMap::new();
-            for to in destinations(&traced, &pkt) {
-                if let Some(l) = super::trace_route::lookup(ns.as_deref(), run_in, to.ip())? {
-                    forwarding.insert(to.ip().to_string(), super::trace_route::explain(&l));
-                }
-            }
-            Ok((traced, pkt, local, forwarding))
-        })
-        .await
-        .context("trace task")??;
-    // The userspace proxy picks the endpoint past its listener: the ones it can pick.
+    let (traced, pkt, local) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let local = local_addrs(ns.as_deref())?;
+        let pkt = Packet {
+            src,
+            dst,
+            dport,
+            proto,
+            local_origin: local.contains(&src),
+        };
+        let traced = trace_kernel(ns.as_deref(), &pkt, local.clone())?;
+        Ok((traced, pkt, local))
+    })
+    .await
+    .context("trace task")??;
+    // The API's objects (policies, and in userspace mode what the proxy relays to), read
+    // with the data dir's kubeconfig when there is one.
     let kubeconfig = args.data_dir.join("kubeconfig");
-    let relayed = if traced.dataplane == "userspace" && kubeconfig.exists() {
-        super::trace_userspace::endpoints(&kubeconfig, &node, &local, &pkt)
+    let client = if kubeconfig.exists() {
+        crate::cmd::kubeconfig::client_from_kubeconfig(&kubeconfig)
             .await
-            .unwrap_or_else(|e| {
-                tracing::warn!("the userspace proxy's endpoints left out: {e:#}");
-                Vec::new()
-            })
+            .map_err(|e| tracing::warn!("the API's part left out: {e:#}"))
+            .ok()
     } else {
-        Vec::new()
+        None
     };
-    let mut forwarding = forwarding;
-    if !relayed.is_empty() {
-        let (ns, to) = (netns.clone(), relayed.clone());
-        let more = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let mut m = BTreeMap::new();
-            for to in to {
-                if let Some(l) = super::trace_route::lookup(ns.as_deref(), run_in, to.ip())? {
-                    m.insert(to.ip().to_string(), super::trace_route::explain(&l));
-                }
+    // The userspace proxy picks the endpoint past its listener: the ones it can pick.
+    let relayed = match &client {
+        Some(c) if traced.dataplane == "userspace" => {
+            super::trace_userspace::endpoints(c.clone(), &node, &local, &pkt)
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!("the userspace proxy's endpoints left out: {e:#}");
+                    Vec::new()
+                })
+        }
+        _ => Vec::new(),
+    };
+    // How the node forwards to each destination: past the proxy's rules, or past its relay.
+    let to: Vec<SocketAddr> = destinations(&traced, &pkt)
+        .into_iter()
+        .chain(relayed.iter().copied())
+        .collect();
+    let ns = netns.clone();
+    let forwarding = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let mut forwarding = BTreeMap::new();
+        for to in to {
+            if let Some(l) = super::trace_route::lookup(ns.as_deref(), run_in, to.ip())? {
+                forwarding.insert(to.ip().to_string(), super::trace_route::explain(&l));
             }
-            Ok(m)
-        })
-        .await
-        .context("trace task")??;
-        forwarding.extend(more);
-    }
-    let policy = policy_verdicts(&args, &node, &local, &pkt, &traced, &relayed).await;
+        }
+        Ok(forwarding)
+    })
+    .await
+    .context("trace task")??;
+    let policy = match client {
+        Some(c) => policy_verdicts(c, &node, &local, &pkt, &traced, &relayed).await,
+        None => BTreeMap::new(),
+    };
     let ping =
         (args.explain_ping || pkt.proto.is_none()).then_some(if traced.dataplane == "ipvs" {
             PING_IPVS
@@ -436,10 +444,10 @@ fn destinations(traced: &Traced, pkt: &Packet) -> Vec<SocketAddr> {
 
 /// NetworkPolicy's verdict for each destination, from the API's objects through the
 /// evaluator (the decision the node's table is compiled from): which policies isolate each
-/// end and which rule allowed it. Empty without a kubeconfig in the data dir, without
-/// policies, or for ICMP (policies are defined for TCP, UDP and SCTP).
+/// end and which rule allowed it. Empty without policies or for ICMP (policies are defined
+/// for TCP, UDP and SCTP); not asked without a kubeconfig in the data dir.
 async fn policy_verdicts(
-    args: &Args,
+    client: kube::Client,
     node: &str,
     local: &[IpAddr],
     pkt: &Packet,
@@ -453,12 +461,7 @@ async fn policy_verdicts(
         Some(Protocol::Sctp) => svcnet_netpol::Protocol::Sctp,
         None => return out,
     };
-    let kubeconfig = args.data_dir.join("kubeconfig");
-    if !kubeconfig.exists() {
-        return out;
-    }
     let listed = async {
-        let client = crate::cmd::kubeconfig::client_from_kubeconfig(&kubeconfig).await?;
         let lp = kube::api::ListParams::default();
         let policies =
             kube::Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::all(client.clone())

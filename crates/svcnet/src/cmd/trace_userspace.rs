@@ -7,7 +7,6 @@
 //! packet.
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::Path;
 
 use anyhow::Context;
 use ipnet::IpNet;
@@ -19,12 +18,11 @@ use svcnet_userspace::table::{Frontend, RouteSpec, Sources, routes};
 
 /// The endpoints the userspace proxy on `node` relays `pkt` to, one of them per connection.
 pub async fn endpoints(
-    kubeconfig: &Path,
+    client: kube::Client,
     node: &str,
     local: &[IpAddr],
     pkt: &Packet,
 ) -> anyhow::Result<Vec<SocketAddr>> {
-    let client = crate::cmd::kubeconfig::client_from_kubeconfig(kubeconfig).await?;
     let lp = kube::api::ListParams::default();
     let services = kube::Api::<Service>::all(client.clone())
         .list(&lp)
