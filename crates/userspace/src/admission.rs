@@ -33,13 +33,6 @@ pub trait Admission: Send + Sync + fmt::Debug {
     }
 }
 
-/// Resolves when `rx` says to judge again (never for a channel whose sender is gone).
-pub(crate) async fn rejudged(rx: &mut tokio::sync::watch::Receiver<u64>) {
-    if rx.changed().await.is_err() {
-        std::future::pending::<()>().await;
-    }
-}
-
 /// Upstream connections to endpoints in `to` leave from `from` (a local address) instead of
 /// the address the route would pick, so the nodes that hold those endpoints can tell the
 /// proxy's connections from the node's own (svcnet up: the pod network, from the node's
@@ -50,6 +43,14 @@ pub struct UpstreamSource {
     pub from: IpAddr,
 }
 
+impl UpstreamSource {
+    /// The source `rule` gives a connection to `endpoint`, if any.
+    pub(crate) fn for_endpoint(rule: Option<Self>, endpoint: SocketAddr) -> Option<IpAddr> {
+        rule.filter(|r| r.to.contains(&endpoint.ip()))
+            .map(|r| r.from)
+    }
+}
+
 /// Binds `socket` to the source `rule` gives for `endpoint`, if any. The port is left to
 /// `connect` (`IP_BIND_ADDRESS_NO_PORT`), so connections to different endpoints may share
 /// one: binding a port first would cap the proxy at one connection per local port.
@@ -58,18 +59,18 @@ pub(crate) fn bind_source(
     rule: Option<UpstreamSource>,
     endpoint: SocketAddr,
 ) -> std::io::Result<()> {
-    let Some(rule) = rule.filter(|r| r.to.contains(&endpoint.ip())) else {
+    let Some(from) = UpstreamSource::for_endpoint(rule, endpoint) else {
         return Ok(());
     };
     #[cfg(target_os = "linux")]
-    if rule.from.is_ipv4() {
+    if from.is_ipv4() {
         nix::sys::socket::setsockopt(
             socket,
             nix::sys::socket::sockopt::IpBindAddressNoPort,
             &true,
         )?;
     }
-    SockRef::from(socket).bind(&SocketAddr::new(rule.from, 0).into())
+    SockRef::from(socket).bind(&SocketAddr::new(from, 0).into())
 }
 
 #[cfg(test)]

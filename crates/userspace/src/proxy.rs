@@ -114,6 +114,26 @@ impl Shared {
             .is_none_or(|a| a.admits(client, endpoint, p))
     }
 
+    /// Resolves once the admission, asked to judge again ([`Admission::rejudge`], seen
+    /// through `rx`), denies `client` reaching `endpoint`; never without such a request.
+    pub(crate) async fn denied_later(
+        &self,
+        rx: &mut tokio::sync::watch::Receiver<u64>,
+        client: std::net::IpAddr,
+        endpoint: SocketAddr,
+        p: Protocol,
+    ) {
+        loop {
+            if rx.changed().await.is_err() {
+                // No sender: nothing will ask again.
+                std::future::pending::<()>().await;
+            }
+            if !self.admits(client, endpoint, p) {
+                return;
+            }
+        }
+    }
+
     pub(crate) fn privileged(&self) -> bool {
         self.config.mode == Mode::Privileged
     }

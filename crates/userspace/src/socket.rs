@@ -221,14 +221,11 @@ impl SocketFactory {
     ) -> io::Result<UdpSocket> {
         let s = self.socket(Domain::for_address(addr), Type::DGRAM).await?;
         s.set_nonblocking(true)?;
-        let from = source
-            .filter(|r| r.to.contains(&addr.ip()))
-            .map(|r| r.from)
-            .unwrap_or(if addr.is_ipv4() {
-                Ipv4Addr::UNSPECIFIED.into()
-            } else {
-                Ipv6Addr::UNSPECIFIED.into()
-            });
+        let from = UpstreamSource::for_endpoint(source, addr).unwrap_or(if addr.is_ipv4() {
+            Ipv4Addr::UNSPECIFIED.into()
+        } else {
+            Ipv6Addr::UNSPECIFIED.into()
+        });
         s.bind(&SocketAddr::new(from, 0).into())?;
         let sock = UdpSocket::from_std(s.into())?;
         sock.connect(addr).await?;

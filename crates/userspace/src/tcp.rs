@@ -213,14 +213,7 @@ async fn handle(shared: Arc<Shared>, key: RouteKey, mut client: TcpStream, peer:
     drop(route);
     let evicted = crate::state::evicted(ep.eviction());
     let mut rx = shared.rejudge.clone();
-    let denied = async {
-        loop {
-            crate::admission::rejudged(&mut rx).await;
-            if !shared.admits(peer.ip(), ep.addr, Protocol::Tcp) {
-                return;
-            }
-        }
-    };
+    let denied = shared.denied_later(&mut rx, peer.ip(), ep.addr, Protocol::Tcp);
     let moved = Moved::default();
     let mut cut = false;
     tokio::select! {

@@ -137,11 +137,7 @@ async fn open(
                     }
                 },
                 _ = &mut evicted => break,
-                () = crate::admission::rejudged(&mut rx) => {
-                    if !shared.admits(client.ip(), reply_flow.ep.addr, Protocol::Udp) {
-                        break;
-                    }
-                }
+                () = shared.denied_later(&mut rx, client.ip(), reply_flow.ep.addr, Protocol::Udp) => break,
             }
         }
         if let Ok(mut f) = flows.lock()
