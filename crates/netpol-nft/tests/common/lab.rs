@@ -431,7 +431,8 @@ impl Lab {
     /// Probes every ordered pair on every (protocol, port) of [`PROBES`].
     pub fn probe_all(&self, via: Via) -> Matrix {
         // The userspace proxy cannot reject a UDP flow it denies (no ICMP from a socket): the
-        // client hears nothing. Allowed flows through it answer within milliseconds; 1 s leaves room for a loaded machine.
+        // client hears nothing. Allowed flows through it answer within milliseconds; 1 s
+        // leaves room for a loaded machine.
         let udp_wait = match self.proxy {
             Proxy::Userspace => Duration::from_secs(1),
             Proxy::Nft | Proxy::Ipvs => probe_timeout(),
