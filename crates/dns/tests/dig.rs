@@ -474,3 +474,55 @@ async fn hostile_packets_do_not_stop_the_server() {
         "{st:?}"
     );
 }
+
+/// Five questions to `f`'s server one at a time, each answered before the next leaves, and
+/// then none: no answer comes twice or late. Returns the server's UDP ledger.
+async fn lone_questions(f: &Fixture) -> svcnet_dns::server::UdpStats {
+    let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+    let mut question = vec![0, 0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in "myapp.default.svc.cluster.local".split('.') {
+        question.push(label.len() as u8);
+        question.extend_from_slice(label.as_bytes());
+    }
+    question.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let mut buf = [0u8; 512];
+    for id in 1..=5u8 {
+        question[1] = id;
+        sock.send_to(&question, f.server.local_addr())
+            .await
+            .unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(3), sock.recv(&mut buf))
+            .await
+            .expect("an answer within 3 s")
+            .unwrap();
+        assert_eq!(&buf[..2], &[0, id], "the answer to question {id}");
+        assert!(
+            n > question.len(),
+            "an answer with records: {:?}",
+            &buf[..n]
+        );
+    }
+    let extra = tokio::time::timeout(Duration::from_millis(200), sock.recv(&mut buf)).await;
+    assert!(extra.is_err(), "an answer nobody asked for: {extra:?}");
+    let st = f.server.udp_stats();
+    assert_eq!((st.received, st.answered), (5, 5), "{st:?}");
+    st
+}
+
+#[tokio::test]
+async fn a_lone_question_costs_one_receive_call() {
+    // One runtime worker, so one receive loop: each wake-up finds one datagram, and the short
+    // batch tells the loop the socket is empty, so it waits again without a `recvmmsg` that
+    // finds nothing.
+    let st = lone_questions(&start(true).await).await;
+    assert_eq!(st.receive_calls, st.received, "{st:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_receive_loops_answer_each_question_once() {
+    // Two workers, two loops on the socket: both wake for a datagram, one takes it, and the
+    // other must not answer its own previous batch again.
+    for _ in 0..10 {
+        lone_questions(&start(true).await).await;
+    }
+}

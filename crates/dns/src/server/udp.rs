@@ -37,6 +37,7 @@ pub(crate) const BATCH: usize = 16;
 #[derive(Debug, Default)]
 pub(crate) struct UdpCounters {
     received: AtomicU64,
+    receive_calls: AtomicU64,
     answered: AtomicU64,
     dropped: AtomicU64,
     send_failed: AtomicU64,
@@ -47,6 +48,8 @@ pub(crate) struct UdpCounters {
 pub struct UdpStats {
     /// Datagrams taken from the socket.
     pub received: u64,
+    /// `recvmmsg` calls made, those that found nothing included.
+    pub receive_calls: u64,
     /// Answers sent.
     pub answered: u64,
     /// Datagrams not answered on purpose (too short, a response, no source port, nothing to
@@ -61,6 +64,7 @@ impl UdpCounters {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
         UdpStats {
             received: load(&self.received),
+            receive_calls: load(&self.receive_calls),
             answered: load(&self.answered),
             dropped: load(&self.dropped),
             send_failed: load(&self.send_failed),
@@ -89,10 +93,15 @@ pub(crate) async fn serve_udp(
         .collect();
     let mut rng = FastRng::new();
     loop {
-        if let Err(error) = next_batch(&socket, &mut bufs[..], &mut received).await {
-            debug!(%error, "UDP receive error");
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            continue;
+        match next_batch(&socket, &mut bufs[..], &mut received).await {
+            Ok(calls) => {
+                counters.receive_calls.fetch_add(calls, Ordering::Relaxed);
+            }
+            Err(error) => {
+                debug!(%error, "UDP receive error");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                continue;
+            }
         }
         let started = Instant::now();
         let mut ready = 0;
@@ -213,19 +222,39 @@ fn observe(
 
 /// Waits until datagrams are queued on `socket` and takes up to one per buffer of `bufs` with
 /// one `recvmmsg` (each one's length and sender in `received`); an error other than "nothing
-/// queued after all" is the caller's to report.
+/// queued after all" is the caller's to report. Returns how many `recvmmsg` calls it made.
+///
+/// A batch shorter than `bufs` emptied the queue, so the socket's readiness is cleared with
+/// it: the next call waits for the next datagram instead of first making a `recvmmsg` that
+/// finds nothing (one system call per wake-up saved). The socket is registered
+/// edge-triggered, so a datagram that arrives after this `recvmmsg` wakes the next wait, and
+/// tokio keeps the readiness when an event newer than the one this call saw was recorded.
 pub(crate) async fn next_batch(
     socket: &UdpSocket,
     bufs: &mut [[u8; MAX_REQUEST]],
     received: &mut Vec<(usize, Option<SocketAddr>)>,
-) -> std::io::Result<()> {
+) -> std::io::Result<u64> {
+    let want = bufs.len();
+    let mut calls = 0;
     loop {
         socket.readable().await?;
+        // Another loop on the socket may have taken the datagrams and cleared the readiness
+        // since: then `try_io` answers `WouldBlock` without calling the closure, and an
+        // earlier batch must not look like a new one.
+        received.clear();
         match socket.try_io(Interest::READABLE, || {
-            svcnet_netns::datagrams::recv_many(socket.as_fd(), bufs, received)
+            calls += 1;
+            match svcnet_netns::datagrams::recv_many(socket.as_fd(), bufs, received)? {
+                n if n < want => Err(std::io::ErrorKind::WouldBlock.into()),
+                _ => Ok(()),
+            }
         }) {
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => continue,
-            other => return other.map(|_| ()),
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                if !received.is_empty() {
+                    return Ok(calls);
+                }
+            }
+            other => return other.map(|()| calls),
         }
     }
 }
