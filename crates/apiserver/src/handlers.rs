@@ -256,7 +256,15 @@ async fn list(
                 _ => state.store.list(&prefix).await?,
             };
             let items: Vec<Value> = list.items.into_iter().filter(|o| sel.matches(o)).collect();
-            paging::page(&scope, list.revision, items, q.limit, filtered)
+            // Version "0" (any) is answered whole, `limit` or not, as kube-apiserver's watch
+            // cache answers it: informers and kube-rs watchers send it with `limit=500`, and a
+            // page each would cost a read of the whole list per page.
+            let any = q.resource_version.as_deref() == Some("0")
+                && q.resource_version_match
+                    .as_deref()
+                    .is_none_or(|m| m.is_empty() || m == "NotOlderThan");
+            let limit = if any { None } else { q.limit };
+            paging::page(&scope, list.revision, items, limit, filtered)
         }
     };
     let (items, rv) = (

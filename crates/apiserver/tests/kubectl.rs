@@ -340,6 +340,13 @@ async fn lists_come_in_pages_of_one_snapshot() {
         // resourceVersion 0 (any) may come with a token, as kube-rs watchers send it.
         let zero = get(&format!("limit=1&continue={fresh}&resourceVersion=0"));
         assert_eq!(names(&zero), ["s1"]);
+        // Without a token, version 0 is answered whole, limit or not (kube-apiserver's watch
+        // cache does; informers list so), also asked "NotOlderThan".
+        let whole = get("limit=2&resourceVersion=0");
+        assert_eq!(names(&whole), ["s0", "s1", "s2", "s3", "s4", "s5"]);
+        assert!(whole["metadata"].get("continue").is_none(), "{whole}");
+        let older = get("limit=2&resourceVersion=0&resourceVersionMatch=NotOlderThan");
+        assert_eq!(names(&older).len(), 6, "{older}");
         // kubectl's chunked lists: every object, in pages (its requests carry the tokens).
         let o = k.run(
             &[
