@@ -199,73 +199,30 @@ async fn list(
     );
     let prefix = res.ns_prefix(req.namespace.as_deref());
     let filtered = q.label_selector.is_some() || q.field_selector.is_some();
-    let mut page = match &q.continue_token {
-        Some(token) => {
-            // As upstream: "0" (any version, which kube-rs watchers send on every page) may
-            // come with a token; any other version may not.
-            if q.resource_version
-                .as_deref()
-                .is_some_and(|v| !v.is_empty() && v != "0")
-            {
-                return Err(ApiError::BadRequest(
-                    "specifying resource version is not allowed when using continue".into(),
-                ));
+    // Version "0" (any) without a token is answered whole, `limit` or not, as kube-apiserver's
+    // watch cache answers it (client-go's informers list so).
+    let any = q.resource_version.as_deref() == Some("0")
+        && q.continue_token.is_none()
+        && q.resource_version_match
+            .as_deref()
+            .is_none_or(|m| m.is_empty() || m == "NotOlderThan");
+    let paged = !any && (q.continue_token.is_some() || q.limit.is_some_and(|l| l > 0));
+    let mut page = if paged {
+        read_page(state, res, q, &sel, &scope, &prefix, filtered).await?
+    } else {
+        let list = match (q.resource_version_match.as_deref(), list_version(q)?) {
+            // The state exactly at that revision (410 once compacted).
+            (Some("Exact"), Some(at)) => state.store.list_at(&prefix, at).await?,
+            // Not older than: the current state, unless the store has not got there.
+            (_, Some(at)) => {
+                let list = state.store.list(&prefix).await?;
+                not_older(list.revision, at)?;
+                list
             }
-            let from = paging::decode(&scope, token)?;
-            let list = match from.revision {
-                Some(at) => match state.store.list_at(&prefix, at).await {
-                    Err(svcnet_store::StoreError::Gone { .. }) => {
-                        return Err(paging::expired(&scope, &from));
-                    }
-                    other => other?,
-                },
-                None => state.store.list(&prefix).await?,
-            };
-            let items: Vec<Value> = list
-                .items
-                .into_iter()
-                .filter(|o| paging::relative_key(o) >= from.start && sel.matches(o))
-                .collect();
-            paging::page(&scope, list.revision, items, q.limit, filtered)
-        }
-        None => {
-            let rv = q
-                .resource_version
-                .as_deref()
-                .filter(|v| !v.is_empty() && *v != "0");
-            let revision = match rv {
-                Some(v) => Some(v.parse::<u64>().map_err(|_| {
-                    ApiError::BadRequest(format!("invalid resourceVersion {v:?}: not a number"))
-                })?),
-                None => None,
-            };
-            let list = match (q.resource_version_match.as_deref(), revision) {
-                // The state exactly at that revision (410 once compacted).
-                (Some("Exact"), Some(at)) => state.store.list_at(&prefix, at).await?,
-                // Not older than: the current state, unless the store has not got there.
-                (_, Some(at)) => {
-                    let list = state.store.list(&prefix).await?;
-                    if at > list.revision {
-                        return Err(ApiError::TooLargeResourceVersion(format!(
-                            "Too large resource version: {at}, current: {}",
-                            list.revision
-                        )));
-                    }
-                    list
-                }
-                _ => state.store.list(&prefix).await?,
-            };
-            let items: Vec<Value> = list.items.into_iter().filter(|o| sel.matches(o)).collect();
-            // Version "0" (any) is answered whole, `limit` or not, as kube-apiserver's watch
-            // cache answers it: informers and kube-rs watchers send it with `limit=500`, and a
-            // page each would cost a read of the whole list per page.
-            let any = q.resource_version.as_deref() == Some("0")
-                && q.resource_version_match
-                    .as_deref()
-                    .is_none_or(|m| m.is_empty() || m == "NotOlderThan");
-            let limit = if any { None } else { q.limit };
-            paging::page(&scope, list.revision, items, limit, filtered)
-        }
+            _ => state.store.list(&prefix).await?,
+        };
+        let items: Vec<Value> = list.items.into_iter().filter(|o| sel.matches(o)).collect();
+        paging::page(&scope, list.revision, items, None, filtered, 0)
     };
     let (items, rv) = (
         std::mem::take(&mut page.items),
@@ -296,6 +253,100 @@ async fn list(
     };
     page.annotate(&mut body);
     Ok(json_response(StatusCode::OK, &body, &[]))
+}
+
+/// The list's `resourceVersion`, when it names one (not empty, not "0").
+fn list_version(q: &crate::request::Query) -> Result<Option<u64>, ApiError> {
+    match q.resource_version.as_deref() {
+        Some(v) if !v.is_empty() && v != "0" => v.parse::<u64>().map(Some).map_err(|_| {
+            ApiError::BadRequest(format!("invalid resourceVersion {v:?}: not a number"))
+        }),
+        _ => Ok(None),
+    }
+}
+
+/// A list read at the latest revision (`current`) for a request "not older than" `at`: refused
+/// while the store has not got there.
+fn not_older(current: u64, at: u64) -> Result<(), ApiError> {
+    if at > current {
+        return Err(ApiError::TooLargeResourceVersion(format!(
+            "Too large resource version: {at}, current: {current}"
+        )));
+    }
+    Ok(())
+}
+
+/// The largest page read from the store while a selector filters a paged list (upstream's
+/// etcd3 store grows its reads the same way, to 10,000).
+const MAX_FILTERED_READ: usize = 10_000;
+
+/// A list with `limit` or `continue`: pages read from the store at one revision, from the
+/// token's key on, until `limit` objects match the selectors, so a page costs what it returns
+/// rather than the whole list. A token's revision, once compacted, gets upstream's 410.
+async fn read_page(
+    state: &SharedState,
+    res: &ResourceInfo,
+    q: &crate::request::Query,
+    sel: &Selectors,
+    scope: &str,
+    prefix: &str,
+    filtered: bool,
+) -> Result<paging::Page, ApiError> {
+    let limit = q.limit.unwrap_or(0);
+    let (mut revision, mut from, token, newer_than) = match &q.continue_token {
+        Some(token) => {
+            // As upstream: "0" (any version, which kube-rs watchers send on every page) may
+            // come with a token; any other version may not.
+            if q.resource_version
+                .as_deref()
+                .is_some_and(|v| !v.is_empty() && v != "0")
+            {
+                return Err(ApiError::BadRequest(
+                    "specifying resource version is not allowed when using continue".into(),
+                ));
+            }
+            let from = paging::decode(scope, token)?;
+            let key = res.list_key(&from.start);
+            (from.revision, key, Some(from), None)
+        }
+        None => match (q.resource_version_match.as_deref(), list_version(q)?) {
+            (Some("Exact"), Some(at)) => (Some(at), prefix.to_string(), None, None),
+            (_, at) => (None, prefix.to_string(), None, at),
+        },
+    };
+    let mut items = Vec::new();
+    let mut read = limit;
+    loop {
+        let chunk = match (
+            state.store.list_page(prefix, &from, read, revision).await,
+            &token,
+        ) {
+            (Err(svcnet_store::StoreError::Gone { .. }), Some(t)) => {
+                return Err(paging::expired(scope, t));
+            }
+            (other, _) => other?,
+        };
+        if let Some(at) = newer_than.filter(|_| revision.is_none()) {
+            not_older(chunk.revision, at)?;
+        }
+        revision = Some(chunk.revision);
+        if let Some(last) = chunk.items.last() {
+            from = format!("{}\u{0}", res.object_key(last));
+        }
+        items.extend(chunk.items.into_iter().filter(|o| sel.matches(o)));
+        if limit == 0 || chunk.remaining == 0 || items.len() >= limit {
+            let revision = revision.unwrap_or(0);
+            return Ok(paging::page(
+                scope,
+                revision,
+                items,
+                Some(limit),
+                filtered,
+                chunk.remaining,
+            ));
+        }
+        read = (read * 2).min(MAX_FILTERED_READ).max(limit);
+    }
 }
 
 fn plain_list(res: &ResourceInfo, items: Vec<Value>, rv: &str) -> Value {

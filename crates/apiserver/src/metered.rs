@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use serde_json::Value;
 use svcnet_store::{
-    BoxFuture, EventStream, ListResult, Mutation, Outcome, PrefixStats, Store, StoreError, UpdateFn,
+    BoxFuture, EventStream, ListPage, ListResult, Mutation, Outcome, PrefixStats, Store,
+    StoreError, UpdateFn,
 };
 
 use crate::metrics::Metrics;
@@ -100,6 +101,17 @@ impl Store for MeteredStore {
         revision: u64,
     ) -> BoxFuture<'_, Result<ListResult, StoreError>> {
         self.timed("list", prefix, self.inner.list_at(prefix, revision))
+    }
+
+    fn list_page(
+        &self,
+        prefix: &str,
+        from: &str,
+        limit: usize,
+        revision: Option<u64>,
+    ) -> BoxFuture<'_, Result<ListPage, StoreError>> {
+        let page = self.inner.list_page(prefix, from, limit, revision);
+        self.timed("list", prefix, page)
     }
 
     fn create(&self, key: &str, object: Value) -> BoxFuture<'_, Result<Value, StoreError>> {

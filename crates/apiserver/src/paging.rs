@@ -137,28 +137,29 @@ pub(crate) fn expired(scope: &str, from: &Continue) -> ApiError {
     }
 }
 
-/// One page of `items` (everything at `revision` from the page's start on, in key order, the
-/// selector applied): the first `limit` and a token for the rest.
+/// One page of `items` (the objects read at `revision` from the page's start on, in key order,
+/// the selector applied, with `after` more objects in the store after the last one read): the
+/// first `limit` and, when anything is left, a token for the rest.
 pub(crate) fn page(
     scope: &str,
     revision: u64,
-    items: Vec<Value>,
+    mut items: Vec<Value>,
     limit: Option<usize>,
     filtered: bool,
+    after: usize,
 ) -> Page {
-    let limit = limit.filter(|l| *l > 0 && *l < items.len());
+    let limit = limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
+    let left = items.len().saturating_sub(limit) + after;
+    items.truncate(limit);
     let resource_version = revision.to_string();
-    let Some(limit) = limit else {
+    if left == 0 {
         return Page {
             items,
             resource_version,
             continue_token: None,
             remaining: None,
         };
-    };
-    let mut items = items;
-    let left = items.len() - limit;
-    items.truncate(limit);
+    }
     let last = items.last().map(relative_key).unwrap_or_default();
     let rv = i64::try_from(revision).unwrap_or(i64::MAX);
     Page {
@@ -200,7 +201,7 @@ mod tests {
 
     #[test]
     fn pages_walk_one_revision_and_tokens_are_repeatable() {
-        let first = page("svc|default||", 42, items(5), Some(2), false);
+        let first = page("svc|default||", 42, items(5), Some(2), false, 0);
         assert_eq!(names(&first), ["o000", "o001"]);
         assert_eq!(first.remaining, Some(3));
         let t1 = first.continue_token.clone().unwrap();
@@ -211,14 +212,14 @@ mod tests {
         );
         let (rv, left) = rest(&t1);
         assert_eq!(rv, 42);
-        let second = page("svc|default||", rv, left, Some(2), false);
+        let second = page("svc|default||", rv, left, Some(2), false, 0);
         assert_eq!(names(&second), ["o002", "o003"]);
         assert_eq!(second.resource_version, "42");
         let t2 = second.continue_token.clone().unwrap();
         // The same token gives the same page again, on any server.
         assert_eq!(rest(&t1).1.len(), 3);
         let (rv, left) = rest(&t2);
-        let last = page("svc|default||", rv, left, Some(10), false);
+        let last = page("svc|default||", rv, left, Some(10), false, 0);
         assert_eq!(names(&last), ["o004"]);
         assert!(last.continue_token.is_none() && last.remaining.is_none());
     }
@@ -226,17 +227,24 @@ mod tests {
     #[test]
     fn no_token_when_everything_fits_and_no_count_when_filtered() {
         for limit in [None, Some(0), Some(3), Some(9)] {
-            let p = page("s", 1, items(3), limit, false);
+            let p = page("s", 1, items(3), limit, false, 0);
             assert_eq!(p.items.len(), 3);
             assert!(p.continue_token.is_none());
         }
-        let p = page("s", 1, items(3), Some(1), true);
+        let p = page("s", 1, items(3), Some(1), true, 0);
         assert!(p.continue_token.is_some() && p.remaining.is_none());
+        // Objects the store holds after the ones read count as left, however many were read.
+        let p = page("s", 1, items(2), Some(2), false, 5);
+        assert_eq!((p.items.len(), p.remaining), (2, Some(5)));
+        let p = page("s", 1, items(3), Some(2), false, 5);
+        assert_eq!((p.items.len(), p.remaining), (2, Some(6)));
+        let start = decode("s", &p.continue_token.unwrap()).unwrap().start;
+        assert_eq!(start, "default/o001\u{0}");
     }
 
     #[test]
     fn bad_and_foreign_tokens_are_refused() {
-        let t = page("a", 7, items(4), Some(1), false)
+        let t = page("a", 7, items(4), Some(1), false, 0)
             .continue_token
             .unwrap();
         let scoped = |start: &str| {

@@ -336,6 +336,22 @@ impl ResourceInfo {
         }
     }
 
+    /// The store key of a list's position given relative to the resource (`namespace/name`
+    /// when namespaced, else `name`, as continue tokens carry it; a trailing NUL stays).
+    pub fn list_key(&self, relative: &str) -> String {
+        if self.namespaced {
+            format!("{}{relative}", self.prefix())
+        } else {
+            format!("{}/{relative}", self.prefix())
+        }
+    }
+
+    /// The store key of a stored object.
+    pub fn object_key(&self, object: &serde_json::Value) -> String {
+        let meta = |f: &str| object["metadata"][f].as_str().unwrap_or_default();
+        self.key(Some(meta("namespace")), meta("name"))
+    }
+
     /// The store key of one object.
     pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
         let ns = if self.namespaced {

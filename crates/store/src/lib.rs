@@ -112,6 +112,17 @@ pub struct ListResult {
     pub revision: u64,
 }
 
+/// One page of a list ([`Store::list_page`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListPage {
+    /// Items in key order.
+    pub items: Vec<Value>,
+    /// The store revision the page was read at.
+    pub revision: u64,
+    /// How many objects under the prefix come after the page, at that revision.
+    pub remaining: usize,
+}
+
 /// What a prefix holds, read without decoding the objects (the API server's
 /// `apiserver_storage_objects` and size metrics).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -139,6 +150,20 @@ pub trait Store: Send + Sync + 'static {
     /// the store.
     fn list_at(&self, prefix: &str, revision: u64)
     -> BoxFuture<'_, Result<ListResult, StoreError>>;
+
+    /// One page of the list under `prefix`: the objects whose keys are `from` or later (keys
+    /// compare as bytes; `from` before `prefix` starts at its first key), in key order, at
+    /// most `limit` of them (0: no limit), read at `revision` (the latest when `None`; the
+    /// errors of [`Store::list_at`] otherwise), and how many come after them. A page costs
+    /// what it returns: the objects after it are counted, not read (kube-apiserver's paged
+    /// lists, an etcd range with a limit).
+    fn list_page(
+        &self,
+        prefix: &str,
+        from: &str,
+        limit: usize,
+        revision: Option<u64>,
+    ) -> BoxFuture<'_, Result<ListPage, StoreError>>;
 
     /// Stores a new object; [`StoreError::AlreadyExists`] when the key is taken.
     fn create(&self, key: &str, object: Value) -> BoxFuture<'_, Result<Value, StoreError>>;

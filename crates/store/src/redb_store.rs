@@ -12,8 +12,8 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::{
-    BoxFuture, Event, EventStream, EventType, ListResult, Mutation, Outcome, PrefixStats, Store,
-    StoreError, UpdateFn, deleted, if_exists, stamp, written,
+    BoxFuture, Event, EventStream, EventType, ListPage, ListResult, Mutation, Outcome, PrefixStats,
+    Store, StoreError, UpdateFn, deleted, if_exists, stamp, written,
 };
 
 const OBJECTS: TableDefinition<'_, &str, &[u8]> = TableDefinition::new("objects");
@@ -181,19 +181,11 @@ impl Inner {
     }
 
     pub(crate) fn list(&self, prefix: &str) -> Result<ListResult, StoreError> {
-        let txn = self.db.begin_read()?;
-        let objects = txn.open_table(OBJECTS)?;
-        let meta = txn.open_table(META)?;
-        let revision = meta.get(META_REVISION)?.map(|v| v.value()).unwrap_or(0);
-        let mut items = Vec::new();
-        for entry in objects.range(prefix..)? {
-            let (key, value) = entry?;
-            if !key.value().starts_with(prefix) {
-                break;
-            }
-            items.push(serde_json::from_slice(value.value())?);
-        }
-        Ok(ListResult { items, revision })
+        let page = self.list_page(prefix, prefix, 0, None)?;
+        Ok(ListResult {
+            items: page.items,
+            revision: page.revision,
+        })
     }
 
     /// Counts the objects under `prefix` and their bytes, without decoding them.
@@ -212,15 +204,56 @@ impl Inner {
         Ok(stats)
     }
 
-    /// The objects under `prefix` at `revision`: today's, with every later event under the
-    /// prefix undone, newest first (an addition removed, a change or deletion put back to the
-    /// object before it), all in one read transaction.
+    /// The objects under `prefix` at `revision` ([`Inner::list_page`] without a limit).
     pub(crate) fn list_at(&self, prefix: &str, revision: u64) -> Result<ListResult, StoreError> {
+        let page = self.list_page(prefix, prefix, 0, Some(revision))?;
+        Ok(ListResult {
+            items: page.items,
+            revision: page.revision,
+        })
+    }
+
+    /// [`Store::list_page`], in one read transaction. At the head revision the page is read
+    /// from the objects table and the keys after it are counted. At an older one the keys
+    /// from `from` on are today's with every later event under the prefix undone, newest first
+    /// (an addition removed, a change or deletion put back to the object before it), and
+    /// only the page's objects are decoded.
+    pub(crate) fn list_page(
+        &self,
+        prefix: &str,
+        from: &str,
+        limit: usize,
+        revision: Option<u64>,
+    ) -> Result<ListPage, StoreError> {
         let txn = self.db.begin_read()?;
         let objects = txn.open_table(OBJECTS)?;
         let meta = txn.open_table(META)?;
-        let events = txn.open_table(EVENTS)?;
         let head = meta.get(META_REVISION)?.map(|v| v.value()).unwrap_or(0);
+        let start = from.max(prefix);
+        let take = if limit == 0 { usize::MAX } else { limit };
+        let under = objects.range(start..)?.map_while(|entry| match entry {
+            Ok((key, value)) => key
+                .value()
+                .starts_with(prefix)
+                .then(|| Ok((key.value().to_string(), value))),
+            Err(e) => Some(Err(e)),
+        });
+        let Some(revision) = revision.filter(|r| *r != head) else {
+            let (mut items, mut remaining) = (Vec::new(), 0);
+            for entry in under {
+                let (_, value) = entry?;
+                if items.len() < take {
+                    items.push(serde_json::from_slice(value.value())?);
+                } else {
+                    remaining += 1;
+                }
+            }
+            return Ok(ListPage {
+                items,
+                revision: head,
+                remaining,
+            });
+        };
         let compacted = meta.get(META_COMPACTED)?.map(|v| v.value()).unwrap_or(0);
         if revision > head {
             return Err(StoreError::FutureRevision {
@@ -234,21 +267,17 @@ impl Inner {
                 compacted,
             });
         }
-        let mut at: std::collections::BTreeMap<String, Value> = std::collections::BTreeMap::new();
-        for entry in objects.range(prefix..)? {
-            let (key, value) = entry?;
-            if !key.value().starts_with(prefix) {
-                break;
-            }
-            at.insert(
-                key.value().to_string(),
-                serde_json::from_slice(value.value())?,
-            );
+        // Each key as of `revision`: `None` is today's object, `Some` the one an event put back.
+        let mut at: std::collections::BTreeMap<String, Option<Value>> =
+            std::collections::BTreeMap::new();
+        for entry in under {
+            at.insert(entry?.0, None);
         }
+        let events = txn.open_table(EVENTS)?;
         for entry in events.range(revision.saturating_add(1)..)?.rev() {
             let (_, bytes) = entry?;
             let event: Event = serde_json::from_slice(bytes.value())?;
-            if !event.key.starts_with(prefix) {
+            if !event.key.starts_with(prefix) || event.key.as_str() < start {
                 continue;
             }
             match (event.kind, event.prev_object) {
@@ -256,7 +285,7 @@ impl Inner {
                     at.remove(&event.key);
                 }
                 (_, Some(prev)) => {
-                    at.insert(event.key, prev);
+                    at.insert(event.key, Some(prev));
                 }
                 (_, None) => {
                     return Err(StoreError::InvalidObject {
@@ -269,9 +298,23 @@ impl Inner {
                 }
             }
         }
-        Ok(ListResult {
-            items: at.into_values().collect(),
+        let remaining = at.len().saturating_sub(take);
+        let mut items = Vec::with_capacity(at.len() - remaining);
+        for (key, held) in at.into_iter().take(take) {
+            items.push(match held {
+                Some(object) => object,
+                None => {
+                    let bytes = objects.get(key.as_str())?.ok_or_else(|| {
+                        StoreError::Backend(format!("{key} vanished inside a read transaction"))
+                    })?;
+                    serde_json::from_slice(bytes.value())?
+                }
+            });
+        }
+        Ok(ListPage {
+            items,
             revision,
+            remaining,
         })
     }
 
@@ -471,6 +514,17 @@ impl Store for RedbStore {
     ) -> BoxFuture<'_, Result<ListResult, StoreError>> {
         let prefix = prefix.to_string();
         self.spawn(move |inner| inner.list_at(&prefix, revision))
+    }
+
+    fn list_page(
+        &self,
+        prefix: &str,
+        from: &str,
+        limit: usize,
+        revision: Option<u64>,
+    ) -> BoxFuture<'_, Result<ListPage, StoreError>> {
+        let (prefix, from) = (prefix.to_string(), from.to_string());
+        self.spawn(move |inner| inner.list_page(&prefix, &from, limit, revision))
     }
 
     fn create(&self, key: &str, object: Value) -> BoxFuture<'_, Result<Value, StoreError>> {

@@ -221,6 +221,7 @@ conformance!(
     watch_has_no_gap_or_duplicate_under_concurrent_writers,
     compaction_answers_gone,
     list_at_is_the_state_then,
+    pages_hold_what_they_return_at_one_revision,
     acknowledged_writes_survive_a_crash,
 );
 
@@ -745,6 +746,74 @@ async fn list_at_is_the_state_then(b: &mut Backend) {
         Err(StoreError::FutureRevision { requested, current }) => {
             assert_eq!((requested, current), (head + 10, head))
         }
+        other => panic!("expected FutureRevision, got {other:?}"),
+    }
+}
+
+async fn pages_hold_what_they_return_at_one_revision(b: &mut Backend) {
+    let s = b.s();
+    let mut made = BTreeMap::new();
+    for name in ["a", "b", "c", "d", "e"] {
+        let o = s
+            .create(&format!("/core/configmaps/ns/{name}"), obj(name, 1))
+            .await
+            .unwrap();
+        made.insert(name, o);
+    }
+    s.create("/core/configmaps/ns2/x", obj("x", 1))
+        .await
+        .unwrap();
+    s.create("/core/pods/ns/p", obj("p", 1)).await.unwrap();
+    let at = s.current_revision().await.unwrap();
+    let names = |items: &[Value]| -> Vec<String> {
+        items
+            .iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let ns = "/core/configmaps/ns/";
+    let first = s.list_page(ns, "", 2, None).await.unwrap();
+    assert_eq!(
+        (names(&first.items), first.remaining),
+        (vec!["a".into(), "b".into()], 3)
+    );
+    assert_eq!(first.revision, at);
+    assert_eq!(first.items, vec![made["a"].clone(), made["b"].clone()]);
+
+    // Changes after the first page: the rest of that list is read at its revision.
+    s.update("/core/configmaps/ns/c", obj("c", 2), None)
+        .await
+        .unwrap();
+    s.delete("/core/configmaps/ns/d", None).await.unwrap();
+    s.create("/core/configmaps/ns/f", obj("f", 1))
+        .await
+        .unwrap();
+    let after_b = "/core/configmaps/ns/b\u{0}";
+    let second = s.list_page(ns, after_b, 2, Some(at)).await.unwrap();
+    assert_eq!(second.items, vec![made["c"].clone(), made["d"].clone()]);
+    assert_eq!((second.revision, second.remaining), (at, 1));
+    let rest = s.list_page(ns, after_b, 0, Some(at)).await.unwrap();
+    assert_eq!(names(&rest.items), ["c", "d", "e"]);
+    assert_eq!(rest.remaining, 0);
+    // At the latest revision: today's objects.
+    let now = s.list_page(ns, after_b, 0, None).await.unwrap();
+    assert_eq!(names(&now.items), ["c", "e", "f"]);
+    assert_eq!(now.items[0]["data"]["v"], 2);
+    assert_eq!(now.items, s.list(ns).await.unwrap().items[2..].to_vec());
+    // The whole resource, across namespaces; nothing after the prefix's last key.
+    let all = s.list_page("/core/configmaps/", "", 3, None).await.unwrap();
+    assert_eq!(
+        (names(&all.items), all.remaining),
+        (vec!["a".into(), "b".into(), "c".into()], 3)
+    );
+    let past = s
+        .list_page(ns, "/core/configmaps/nt", 5, None)
+        .await
+        .unwrap();
+    assert_eq!((past.items.len(), past.remaining), (0, 0));
+    let head = s.current_revision().await.unwrap();
+    match s.list_page(ns, "", 1, Some(head + 10)).await {
+        Err(StoreError::FutureRevision { requested, .. }) => assert_eq!(requested, head + 10),
         other => panic!("expected FutureRevision, got {other:?}"),
     }
 }

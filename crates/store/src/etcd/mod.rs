@@ -39,9 +39,9 @@ use etcd_client::{
 use serde_json::Value;
 
 use crate::{
-    BoxFuture, EventStream, ListResult, Mutation, Outcome, PrefixStats, Store, StoreError,
-    UpdateFn, WatchCacheOptions, WatchCacheStats, deleted, if_exists, object_revision, stamp,
-    written,
+    BoxFuture, EventStream, ListPage, ListResult, Mutation, Outcome, PrefixStats, Store,
+    StoreError, UpdateFn, WatchCacheOptions, WatchCacheStats, deleted, if_exists, object_revision,
+    stamp, written,
 };
 
 pub use compact::{COMPACT_REV_KEY, CompactorState};
@@ -237,12 +237,33 @@ impl EtcdStore {
         etcd_prefix: &str,
         at: Option<u64>,
     ) -> Result<(Vec<KeyValue>, u64), StoreError> {
+        let (kvs, revision, _) = self
+            .range_from(etcd_prefix.as_bytes().to_vec(), etcd_prefix, at, 0)
+            .await?;
+        Ok((kvs, revision))
+    }
+
+    /// The keys from `start` to the end of `etcd_prefix`, at most `limit` of them (0: all), in
+    /// requests of at most [`PAGE`] keys at one revision (`at`, or the first request's); with
+    /// that revision and how many keys of the range come after the ones read.
+    async fn range_from(
+        &self,
+        mut start: Vec<u8>,
+        etcd_prefix: &str,
+        at: Option<u64>,
+        limit: usize,
+    ) -> Result<(Vec<KeyValue>, u64, usize), StoreError> {
         let end = prefix_end(etcd_prefix.as_bytes());
         let mut kvs = Vec::new();
-        let mut start = etcd_prefix.as_bytes().to_vec();
         let mut revision = at.map_or(0, to_i64);
+        // Keys in the range at the first request (etcd counts them whatever the limit).
+        let mut total = None;
         loop {
-            let mut opts = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+            let want = match limit {
+                0 => PAGE,
+                _ => PAGE.min(i64::try_from(limit - kvs.len()).unwrap_or(PAGE)),
+            };
+            let mut opts = GetOptions::new().with_range(end.clone()).with_limit(want);
             if revision > 0 {
                 opts = opts.with_revision(revision);
             }
@@ -260,6 +281,7 @@ impl EtcdStore {
             if revision == 0 {
                 revision = to_i64(header_revision(resp.header()));
             }
+            total.get_or_insert(resp.count());
             let more = resp.more();
             let page = resp.take_kvs();
             if let Some(last) = page.last() {
@@ -267,11 +289,13 @@ impl EtcdStore {
                 start.push(0);
             }
             kvs.extend(page);
-            if !more {
+            if !more || (limit > 0 && kvs.len() >= limit) {
                 break;
             }
         }
-        Ok((kvs, u64::try_from(revision).unwrap_or(0)))
+        let total = usize::try_from(total.unwrap_or(0)).unwrap_or(0);
+        let after = total.saturating_sub(kvs.len());
+        Ok((kvs, u64::try_from(revision).unwrap_or(0), after))
     }
 
     /// What a failed read at `revision` means: [`StoreError::Gone`] when etcd compacted it
@@ -433,6 +457,41 @@ impl Store for EtcdStore {
             let (kvs, _) = self.range(&eprefix, Some(revision)).await?;
             let items = decode_all(&prefix, &kvs)?;
             Ok(ListResult { items, revision })
+        })
+    }
+
+    fn list_page(
+        &self,
+        prefix: &str,
+        from: &str,
+        limit: usize,
+        revision: Option<u64>,
+    ) -> BoxFuture<'_, Result<ListPage, StoreError>> {
+        let (prefix, from) = (prefix.to_string(), from.to_string());
+        Box::pin(async move {
+            let eprefix = self.inner.layout.prefix(&prefix)?;
+            // `from` maps as a prefix does (a key, or a key with a byte after it); one past
+            // every key under `prefix` leaves nothing to read.
+            let start = if from.as_str() <= prefix.as_str() {
+                eprefix.clone().into_bytes()
+            } else if from.starts_with(prefix.as_str()) {
+                self.inner.layout.prefix(&from)?.into_bytes()
+            } else {
+                prefix_end(eprefix.as_bytes())
+            };
+            if revision == Some(0) {
+                return Err(StoreError::Gone {
+                    requested: 0,
+                    compacted: compact::compacted_floor(self, 1).await,
+                });
+            }
+            let (kvs, revision, remaining) =
+                self.range_from(start, &eprefix, revision, limit).await?;
+            Ok(ListPage {
+                items: decode_all(&prefix, &kvs)?,
+                revision,
+                remaining,
+            })
         })
     }
 
