@@ -143,6 +143,11 @@ fn to_u128(ip: IpAddr) -> u128 {
     }
 }
 
+/// Who holds an allocation (`namespace/name`, or [`ranges`]' nobody for one loaded from a stored
+/// range): shared, so that copying the allocators (admission works on a copy per write) and
+/// loading a range of thousands of allocations copy pointers, not strings.
+pub(crate) type Owner = std::sync::Arc<str>;
+
 /// One contiguous range of addresses (a service CIDR or the LB pool).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct IpRange {
@@ -153,7 +158,7 @@ pub(crate) struct IpRange {
     dynamic_start: u128,
     /// Given only on explicit request.
     reserved: BTreeSet<u128>,
-    allocated: BTreeMap<u128, String>,
+    allocated: BTreeMap<u128, Owner>,
 }
 
 impl IpRange {
@@ -206,24 +211,32 @@ impl IpRange {
         }
         let v = to_u128(ip);
         match self.allocated.get(&v) {
-            Some(o) if o == owner => Ok(()),
+            Some(o) if **o == *owner => Ok(()),
             Some(_) => Err(AllocError::IpAllocated),
             None => {
-                self.allocated.insert(v, owner.to_string());
+                self.allocated.insert(v, Owner::from(owner));
                 Ok(())
             }
         }
     }
 
+    /// The first address from `lo` to `hi` that is neither allocated nor reserved: the
+    /// allocated ones are walked in order alongside (a step each, not a lookup each).
     fn free_in(&self, lo: u128, hi: u128) -> Option<u128> {
+        if lo > hi {
+            return None;
+        }
+        let mut taken = self.allocated.range(lo..=hi).map(|(v, _)| *v).peekable();
         let mut c = lo;
-        while c <= hi {
-            if !self.reserved.contains(&c) && !self.allocated.contains_key(&c) {
+        loop {
+            if taken.next_if_eq(&c).is_none() && !self.reserved.contains(&c) {
                 return Some(c);
             }
-            c = c.checked_add(1)?;
+            if c == hi {
+                return None;
+            }
+            c += 1;
         }
-        None
     }
 
     fn allocate_next(&mut self, owner: &str, seed: Option<u64>) -> Result<IpAddr, AllocError> {
@@ -251,13 +264,13 @@ impl IpRange {
                 }
             });
         let v = found.ok_or(AllocError::Full)?;
-        self.allocated.insert(v, owner.to_string());
+        self.allocated.insert(v, Owner::from(owner));
         Ok(self.to_ip(v))
     }
 
     fn release(&mut self, ip: IpAddr, owner: &str) -> bool {
         let v = to_u128(ip);
-        if self.allocated.get(&v).is_some_and(|o| o == owner) {
+        if self.allocated.get(&v).is_some_and(|o| **o == *owner) {
             self.allocated.remove(&v);
             true
         } else {
@@ -269,7 +282,7 @@ impl IpRange {
         if !self.cidr.contains(&ip) {
             return None;
         }
-        self.allocated.get(&to_u128(ip)).map(String::as_str)
+        self.allocated.get(&to_u128(ip)).map(|o| &**o)
     }
 }
 
@@ -279,7 +292,7 @@ impl IpRange {
 pub struct Allocators {
     cfg: AdmissionConfig,
     ranges: Vec<IpRange>,
-    node_ports: BTreeMap<(u16, Protocol), String>,
+    node_ports: BTreeMap<(u16, Protocol), Owner>,
     node_port_dynamic_start: u16,
     lb: Option<IpRange>,
     /// Where dynamic allocation starts scanning (see [`Allocators::scan_from`]).
@@ -391,7 +404,11 @@ impl Allocators {
     pub fn cluster_ips(&self) -> Vec<(IpAddr, String)> {
         self.ranges
             .iter()
-            .flat_map(|r| r.allocated.iter().map(|(v, o)| (r.to_ip(*v), o.clone())))
+            .flat_map(|r| {
+                r.allocated
+                    .iter()
+                    .map(|(v, o)| (r.to_ip(*v), o.to_string()))
+            })
             .collect()
     }
 
@@ -399,7 +416,7 @@ impl Allocators {
     pub fn node_ports(&self) -> Vec<(u16, Protocol, String)> {
         self.node_ports
             .iter()
-            .map(|((p, proto), o)| (*p, *proto, o.clone()))
+            .map(|((p, proto), o)| (*p, *proto, o.to_string()))
             .collect()
     }
 
@@ -407,7 +424,11 @@ impl Allocators {
     pub fn lb_ips(&self) -> Vec<(IpAddr, String)> {
         self.lb
             .iter()
-            .flat_map(|r| r.allocated.iter().map(|(v, o)| (r.to_ip(*v), o.clone())))
+            .flat_map(|r| {
+                r.allocated
+                    .iter()
+                    .map(|(v, o)| (r.to_ip(*v), o.to_string()))
+            })
             .collect()
     }
 
@@ -475,10 +496,10 @@ impl Allocators {
             });
         }
         match self.node_ports.get(&(port, proto)) {
-            Some(o) if o == owner => Ok(()),
+            Some(o) if **o == *owner => Ok(()),
             Some(_) => Err(AllocError::PortAllocated),
             None => {
-                self.node_ports.insert((port, proto), owner.to_string());
+                self.node_ports.insert((port, proto), Owner::from(owner));
                 Ok(())
             }
         }
@@ -521,7 +542,7 @@ impl Allocators {
             .or_else(|| order().find(|p| free_for(*p, protos)))
             .ok_or(AllocError::Full)?;
         for proto in protos {
-            self.node_ports.insert((found, *proto), owner.to_string());
+            self.node_ports.insert((found, *proto), Owner::from(owner));
         }
         Ok(found)
     }
@@ -530,7 +551,7 @@ impl Allocators {
         if self
             .node_ports
             .get(&(port, proto))
-            .is_some_and(|o| o == owner)
+            .is_some_and(|o| **o == *owner)
         {
             self.node_ports.remove(&(port, proto));
         }
@@ -588,7 +609,7 @@ impl Allocators {
         owner: &str,
     ) -> Result<(), String> {
         if let Some(o) = self.node_ports.get(&(port, proto))
-            && o != owner
+            && **o != *owner
         {
             return Err(format!(
                 "node port {port}/{} is already allocated to {o}",
@@ -620,6 +641,28 @@ impl Allocators {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_free_address_skips_allocated_and_reserved_ones() {
+        let mut r = IpRange::new("10.0.0.0/28".parse().unwrap(), false).unwrap();
+        for v in [5u128, 6, 8] {
+            r.allocated.insert(r.first - 1 + v, Owner::from("ns/a"));
+        }
+        r.reserved.insert(r.first - 1 + 7);
+        let at = |v: u128| r.first - 1 + v;
+        assert_eq!(r.free_in(at(5), at(14)), Some(at(9)));
+        assert_eq!(r.free_in(at(4), at(14)), Some(at(4)));
+        assert_eq!(r.free_in(at(5), at(8)), None);
+        assert_eq!(r.free_in(at(9), at(9)), Some(at(9)));
+        assert_eq!(r.free_in(at(9), at(8)), None);
+        // The last address of an IPv6 range is the largest u128: no overflow past it.
+        let mut v6 = IpRange::new("::/124".parse().unwrap(), false).unwrap();
+        v6.last = u128::MAX;
+        v6.allocated.insert(u128::MAX - 1, Owner::from("ns/a"));
+        assert_eq!(v6.free_in(u128::MAX - 1, u128::MAX), Some(u128::MAX));
+        v6.allocated.insert(u128::MAX, Owner::from("ns/b"));
+        assert_eq!(v6.free_in(u128::MAX - 1, u128::MAX), None);
+    }
 
     fn small(cidr: &str) -> Allocators {
         Allocators::new(AdmissionConfig {

@@ -21,7 +21,7 @@ use base64::Engine;
 use k8s_openapi::api::core::v1::Service;
 use serde_json::{Value, json};
 
-use super::{Allocators, IpRange, Protocol, to_u128};
+use super::{Allocators, IpRange, Owner, Protocol, to_u128};
 
 /// The range of the primary family's cluster IPs.
 pub const SERVICE_IPS: &str = "serviceips";
@@ -101,15 +101,14 @@ impl IpRange {
     }
 
     fn load(&mut self, offsets: &[u64]) -> Result<(), String> {
+        let nobody = Owner::from(NOBODY);
         for o in offsets {
             let v = self
                 .first
                 .checked_add(u128::from(*o))
                 .filter(|v| *v <= self.last)
                 .ok_or_else(|| format!("offset {o} is outside {}", self.cidr))?;
-            self.allocated
-                .entry(v)
-                .or_insert_with(|| NOBODY.to_string());
+            self.allocated.entry(v).or_insert_with(|| nobody.clone());
         }
         Ok(())
     }
@@ -212,6 +211,7 @@ impl Allocators {
         }
         let bits = |v: Option<&Value>| decode_bits(v.and_then(Value::as_str).unwrap_or(""));
         if name == NODE_PORTS {
+            let nobody = Owner::from(NOBODY);
             let start = *self.cfg.node_port_range.start();
             let protocols = obj.get("protocols").and_then(Value::as_object);
             for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
@@ -228,7 +228,7 @@ impl Allocators {
                         .ok_or_else(|| err(format!("offset {o} is outside the range")))?;
                     self.node_ports
                         .entry((port, proto))
-                        .or_insert_with(|| NOBODY.to_string());
+                        .or_insert_with(|| nobody.clone());
                 }
             }
             return Ok(());
@@ -291,17 +291,17 @@ impl Allocators {
         match a {
             Allocation::ClusterIp(ip) => {
                 if let Some(r) = self.ranges.iter_mut().find(|r| r.contains(ip)) {
-                    r.allocated.insert(to_u128(ip), owner.to_string());
+                    r.allocated.insert(to_u128(ip), Owner::from(owner));
                 }
             }
             Allocation::NodePort(p, proto) => {
                 if self.cfg.node_port_range.contains(&p) {
-                    self.node_ports.insert((p, proto), owner.to_string());
+                    self.node_ports.insert((p, proto), Owner::from(owner));
                 }
             }
             Allocation::LbIp(ip) => {
                 if let Some(r) = self.lb.as_mut().filter(|r| r.contains(ip)) {
-                    r.allocated.insert(to_u128(ip), owner.to_string());
+                    r.allocated.insert(to_u128(ip), Owner::from(owner));
                 }
             }
         }
