@@ -29,8 +29,10 @@ use crate::registry;
 use crate::state::AppState;
 use crate::status::ApiError;
 
-/// How often [`repair`] runs after the first pass.
-pub(crate) const REPAIR_PERIOD: Duration = Duration::from_secs(30);
+/// How often [`repair`] runs after the first pass: kube-apiserver's interval for its cluster-IP
+/// and node-port repair controllers (`ServiceClusterIPInterval`, `ServiceNodePortInterval`).
+/// A pass reads every Service, so it is not cheap on a large cluster.
+pub(crate) const REPAIR_PERIOD: Duration = Duration::from_secs(180);
 /// Passes in a row an allocation must be seen leaked before it is freed.
 pub(crate) const LEAK_PASSES: u32 = 3;
 

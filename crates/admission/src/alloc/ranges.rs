@@ -150,21 +150,19 @@ impl Allocators {
 
     /// Everything allocated, owners aside.
     pub fn allocations(&self) -> BTreeSet<Allocation> {
+        let addresses = |r: &IpRange| r.allocated.keys().map(|v| r.to_ip(*v)).collect::<Vec<_>>();
         let mut all: BTreeSet<Allocation> = self
-            .cluster_ips()
-            .into_iter()
-            .map(|(ip, _)| Allocation::ClusterIp(ip))
+            .ranges
+            .iter()
+            .flat_map(addresses)
+            .map(Allocation::ClusterIp)
             .collect();
         all.extend(
             self.node_ports
                 .keys()
                 .map(|(p, proto)| Allocation::NodePort(*p, *proto)),
         );
-        all.extend(
-            self.lb_ips()
-                .into_iter()
-                .map(|(ip, _)| Allocation::LbIp(ip)),
-        );
+        all.extend(self.lb.iter().flat_map(addresses).map(Allocation::LbIp));
         all
     }
 
