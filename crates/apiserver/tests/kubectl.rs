@@ -309,6 +309,36 @@ async fn lists_come_in_pages_of_one_snapshot() {
         assert!(sel["metadata"]["continue"].is_string());
         assert!(sel["metadata"].get("remainingItemCount").is_none(), "{sel}");
         assert!(get("limit=100")["metadata"].get("continue").is_none());
+        // Across namespaces with a selector the first read holds other namespaces' Services:
+        // the server reads on until the page is full, and the pages walk every match once.
+        let (mut walked, mut sizes, mut next) = (Vec::new(), Vec::new(), String::new());
+        for _ in 0..10 {
+            let more = if next.is_empty() {
+                String::new()
+            } else {
+                format!("&continue={next}")
+            };
+            let out = k.ok(&[
+                "get",
+                "--raw",
+                &format!("/api/v1/services?limit=2&fieldSelector=metadata.namespace%3Dpaged{more}"),
+            ]);
+            let page: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let got = names(&page);
+            sizes.push(got.len());
+            walked.extend(got);
+            match page["metadata"]["continue"].as_str() {
+                Some(t) => next = t.to_string(),
+                None => break,
+            }
+        }
+        assert_eq!(walked, ["s0", "s1", "s2", "s3", "s4", "s5"]);
+        assert_eq!(
+            sizes[..3],
+            [2, 2, 2],
+            "full pages, then at most an empty last one"
+        );
+        assert!(sizes[3..].iter().all(|n| *n == 0), "{sizes:?}");
         // Bad tokens, and a token with a resourceVersion.
         let err = k.fails(&[
             "get",
