@@ -335,10 +335,9 @@ async fn read_page(
         }
         items.extend(chunk.items.into_iter().filter(|o| sel.matches(o)));
         if limit == 0 || chunk.remaining == 0 || items.len() >= limit {
-            let revision = revision.unwrap_or(0);
             return Ok(paging::page(
                 scope,
-                revision,
+                chunk.revision,
                 items,
                 Some(limit),
                 filtered,
