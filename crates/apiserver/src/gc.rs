@@ -145,7 +145,7 @@ pub async fn orphan_dependents(state: &SharedState, owner: &Value) {
             continue;
         };
         let uid = uid.clone();
-        let key = res.key(meta_str(obj, "namespace"), name_of(obj));
+        let key = res.object_key(obj);
         let _ = state
             .write(res, &key, false, move |cur| {
                 let Some(cur) = cur else {

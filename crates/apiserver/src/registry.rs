@@ -348,8 +348,10 @@ impl ResourceInfo {
 
     /// The store key of a stored object.
     pub fn object_key(&self, object: &serde_json::Value) -> String {
-        let meta = |f: &str| object["metadata"][f].as_str().unwrap_or_default();
-        self.key(Some(meta("namespace")), meta("name"))
+        self.key(
+            crate::objects::meta_str(object, "namespace"),
+            crate::objects::name_of(object),
+        )
     }
 
     /// The store key of one object.

@@ -232,10 +232,7 @@ impl Inner {
         let start = from.max(prefix);
         let take = if limit == 0 { usize::MAX } else { limit };
         let under = objects.range(start..)?.map_while(|entry| match entry {
-            Ok((key, value)) => key
-                .value()
-                .starts_with(prefix)
-                .then(|| Ok((key.value().to_string(), value))),
+            Ok((key, value)) => key.value().starts_with(prefix).then(|| Ok((key, value))),
             Err(e) => Some(Err(e)),
         });
         let Some(revision) = revision.filter(|r| *r != head) else {
@@ -271,7 +268,7 @@ impl Inner {
         let mut at: std::collections::BTreeMap<String, Option<Value>> =
             std::collections::BTreeMap::new();
         for entry in under {
-            at.insert(entry?.0, None);
+            at.insert(entry?.0.value().to_string(), None);
         }
         let events = txn.open_table(EVENTS)?;
         for entry in events.range(revision.saturating_add(1)..)?.rev() {

@@ -446,17 +446,11 @@ impl Store for EtcdStore {
     ) -> BoxFuture<'_, Result<ListResult, StoreError>> {
         let prefix = prefix.to_string();
         Box::pin(async move {
-            let eprefix = self.inner.layout.prefix(&prefix)?;
-            if revision == 0 {
-                // etcd reads revision 0 as "the latest"; the store has nothing older than 1.
-                return Err(StoreError::Gone {
-                    requested: 0,
-                    compacted: compact::compacted_floor(self, 1).await,
-                });
-            }
-            let (kvs, _) = self.range(&eprefix, Some(revision)).await?;
-            let items = decode_all(&prefix, &kvs)?;
-            Ok(ListResult { items, revision })
+            let page = self.list_page(&prefix, &prefix, 0, Some(revision)).await?;
+            Ok(ListResult {
+                items: page.items,
+                revision: page.revision,
+            })
         })
     }
 
@@ -480,6 +474,7 @@ impl Store for EtcdStore {
                 prefix_end(eprefix.as_bytes())
             };
             if revision == Some(0) {
+                // etcd reads revision 0 as "the latest"; the store has nothing older than 1.
                 return Err(StoreError::Gone {
                     requested: 0,
                     compacted: compact::compacted_floor(self, 1).await,
