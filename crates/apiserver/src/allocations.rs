@@ -95,6 +95,23 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(e.to_string())
 }
 
+/// The allocations as this server last read or wrote each range (its belief, which another
+/// server's writes may have made stale), reading only the ranges it holds no belief of. A write
+/// may admit on this: its claim compares and swaps on the stored range, so an address the
+/// belief shows free but another server took fails the claim ([`Taken`]), and the write starts
+/// over from [`load`]. On etcd that spares every Service write a read of each range.
+pub(crate) async fn load_believed(state: &AppState) -> Result<Allocators, ApiError> {
+    let mut allocs = state.admission.template().empty();
+    for name in allocs.range_names() {
+        let believed = lock(&batch_of(state, name).last).clone();
+        match believed {
+            Some(obj) => allocs.load_range(name, &obj).map_err(internal)?,
+            None => return load(state).await,
+        }
+    }
+    Ok(allocs)
+}
+
 /// The stored allocations, all held by nobody in particular. Builds the range objects first
 /// (a [`repair`] pass) when one is missing.
 pub(crate) async fn load(state: &AppState) -> Result<Allocators, ApiError> {
@@ -174,7 +191,7 @@ async fn flush(state: &AppState, name: &'static str, batch: &RangeBatch, pending
         .collect();
     let verdicts = std::sync::Arc::new(Mutex::new(Vec::new()));
     let slot = verdicts.clone();
-    let believed = lock(&batch.last).take();
+    let believed = lock(&batch.last).clone();
     let update: svcnet_store::UpdateFn = Box::new(move |cur| {
         // Decided again on every try (and first on the belief): the closure may run
         // more than once.
@@ -210,9 +227,11 @@ async fn flush(state: &AppState, name: &'static str, batch: &RangeBatch, pending
         }
         None => state.store.guaranteed_update(&key(name), update).await,
     };
-    if let Ok(Outcome::Written(obj) | Outcome::Unchanged(Some(obj))) = &result {
-        *lock(&batch.last) = Some(obj.clone());
-    }
+    // What the store answered is the belief now; after a failure, none (the next write reads).
+    *lock(&batch.last) = match &result {
+        Ok(Outcome::Written(obj) | Outcome::Unchanged(Some(obj))) => Some(obj.clone()),
+        _ => None,
+    };
     let verdict = std::mem::take(&mut *lock(&verdicts));
     for (i, p) in pending.into_iter().enumerate() {
         let answer = match &result {

@@ -396,7 +396,9 @@ async fn namespace_accepts(
     };
     let nsres = registry::lookup("", "v1", "namespaces")
         .ok_or_else(|| ApiError::Internal("namespaces are not registered".into()))?;
-    match state.store.get(&nsres.key(None, ns)).await? {
+    // From the watch cache, as upstream's NamespaceLifecycle reads its informer's lister (a
+    // namespace the cache does not hold yet is read from the store).
+    match state.store.get_cached(&nsres.key(None, ns)).await? {
         None => Err(ApiError::not_found(nsres, ns)),
         Some(n) if is_terminating(&n) => Err(ApiError::Forbidden(format!(
             "{} \"{name}\" is forbidden: unable to create new content in namespace {ns} because it is being terminated",

@@ -91,6 +91,10 @@ impl Store for MeteredStore {
         self.timed("get", key, self.inner.get(key))
     }
 
+    fn get_cached(&self, key: &str) -> BoxFuture<'_, Result<Option<Value>, StoreError>> {
+        self.timed("get", key, self.inner.get_cached(key))
+    }
+
     fn list(&self, prefix: &str) -> BoxFuture<'_, Result<ListResult, StoreError>> {
         self.timed("list", prefix, self.inner.list(prefix))
     }

@@ -167,7 +167,7 @@ impl AppState {
             }
         };
         let result = if is_service {
-            self.write_service(key, dry_run, f).await
+            self.write_service(key, dry_run, believed, f).await
         } else {
             self.write_plain(key, dry_run, believed, f).await
         };
@@ -228,16 +228,30 @@ impl AppState {
     /// of the ranges, claim what the new object newly holds, write the Service if it is still
     /// the one admission saw, then release what it gave up (see `crate::allocations`). A lost
     /// race on either step starts over from fresh state.
+    ///
+    /// The first attempt starts from beliefs: `believed` for the Service (a create believes it
+    /// absent) and the ranges as this server last knew them. Both are checked where they
+    /// matter (the claim and the Service write compare and swap), so a stale belief costs an
+    /// attempt, never a wrong write; on etcd a create is then two transactions (the claim,
+    /// shared with concurrent writes, and the Service) with no read before them.
     async fn write_service(
         &self,
         key: &str,
         dry_run: bool,
+        mut believed: Option<Option<Value>>,
         mut f: impl FnMut(Option<&Value>) -> Result<Mutation, ApiError> + Send + 'static,
     ) -> Result<Outcome, ApiError> {
         let mut lost_race = false;
         for attempt in 0..MAX_SERVICE_ATTEMPTS {
-            let (cur, loaded) = tokio::join!(self.store.get(key), allocations::load(self));
-            let (cur, loaded) = (cur?, loaded?);
+            // A dry run answers what a write would do now: it reads.
+            let from_belief = believed.is_some() && !dry_run;
+            let (cur, loaded) = match believed.take().filter(|_| from_belief) {
+                Some(cur) => (cur, allocations::load_believed(self).await?),
+                None => {
+                    let (cur, loaded) = tokio::join!(self.store.get(key), allocations::load(self));
+                    (cur?, loaded?)
+                }
+            };
             let stored = loaded.allocations();
             // Admission and the in-flight hint in one step, so no other write here picks what
             // this one is about to claim.
@@ -267,7 +281,12 @@ impl AppState {
                 inflight.extend(add.iter().copied());
                 (decision, before, after, Inflight::new(&self.inflight, add))
             };
-            let m = decision?;
+            let m = match decision {
+                // A refusal (an address taken, the name taken) may come from a stale belief:
+                // it is given only on what the store holds.
+                Err(_) if from_belief => continue,
+                d => d?,
+            };
             if let Mutation::Put(v) = &m {
                 check_size(v)?;
             }

@@ -141,6 +141,15 @@ pub trait Store: Send + Sync + 'static {
     /// The object under `key`, if any.
     fn get(&self, key: &str) -> BoxFuture<'_, Result<Option<Value>, StoreError>>;
 
+    /// The object under `key` as this process's cache of its resource holds it, which may be
+    /// behind the store by writes not yet seen there (kube-apiserver's admission reads
+    /// namespaces from an informer's lister the same way); the store is read, as by
+    /// [`Store::get`], when there is no such cache or it does not hold the key. For checks
+    /// that tolerate a moment's staleness only. The default is [`Store::get`].
+    fn get_cached(&self, key: &str) -> BoxFuture<'_, Result<Option<Value>, StoreError>> {
+        self.get(key)
+    }
+
     /// Every object whose key starts with `prefix`, read at one revision.
     fn list(&self, prefix: &str) -> BoxFuture<'_, Result<ListResult, StoreError>>;
 

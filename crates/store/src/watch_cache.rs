@@ -90,6 +90,8 @@ pub struct WatchCacheStats {
     /// Lists read from etcd because the cache could not serve them (off for the resource,
     /// not started, or not caught up with etcd within the wait).
     pub lists_etcd: u64,
+    /// Reads of one object answered from the cache ([`crate::Store::get_cached`]).
+    pub gets_cached: u64,
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! watch; a watcher that stops reading blocks nobody and, once out of the window, goes on
 //! from etcd without a gap; compaction answers Gone only when etcd compacted (also one made by
 //! another API server's compactor); a 3-member cluster losing each member in turn, the leader
-//! first, under writes goes unnoticed by the cached watchers. Skipped with a printed reason when the
+//! first, under writes goes unnoticed by the cached watchers; a cached read of one object is the
+//! cache's or etcd's. Skipped with a printed reason when the
 //! `etcd` binary is missing (a failure under `SVCNET_REQUIRE_ETCD=1`).
 #![allow(clippy::unwrap_used)] // test: a failure here is a test failure
 
@@ -554,4 +555,70 @@ async fn lists_from_the_cache_are_etcds_lists() {
     );
     let stats = uncached.watch_cache_stats();
     assert_eq!((stats.lists_cached, stats.lists_etcd), (0, 1), "{stats:?}");
+}
+
+/// A cached read of one object: what the resource's cache holds (counted), else etcd's object
+/// (a key the cache has not seen yet, or no key at all); a write by another API server shows
+/// once its event reaches the cache; with the resource's cache off, it is etcd's read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_get_is_the_caches_object_or_etcds() {
+    let Some(bin) = etcd_for_test("a_cached_get_is_the_caches_object_or_etcds") else {
+        return;
+    };
+    let cluster = LocalEtcd::start(&bin, 1).await.expect("etcd");
+    let s = connect(&cluster, WatchCacheOptions::default()).await;
+    let other = connect(&cluster, off()).await;
+    let ns = |name: &str, v: u64| {
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
+               "spec": {"v": v}})
+    };
+    let a = "/core/namespaces//a";
+    other.create(a, ns("a", 0)).await.unwrap();
+
+    // The first read starts the cache from etcd's state: it holds `a`.
+    let got = s.get_cached(a).await.unwrap();
+    assert_eq!(got, other.get(a).await.unwrap(), "a, from the cache");
+    assert_eq!(s.watch_cache_stats().gets_cached, 1);
+    assert_eq!(s.watch_cache_stats().upstreams, 1, "one hub for namespaces");
+
+    // A key nobody wrote: etcd answers it, not the cache.
+    assert_eq!(s.get_cached("/core/namespaces//none").await.unwrap(), None);
+    assert_eq!(s.watch_cache_stats().gets_cached, 1);
+
+    // Another server's writes: a new key reads right away (etcd, until the cache has it), a
+    // change shows once its event arrives.
+    for round in 1..=20u64 {
+        let key = format!("/core/namespaces//n{round}");
+        let created = other.create(&key, ns("n", round)).await.unwrap();
+        assert_eq!(s.get_cached(&key).await.unwrap(), Some(created), "{key}");
+        let updated = other.update(a, ns("a", round), None).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let seen = s.get_cached(a).await.unwrap();
+            if seen.as_ref() == Some(&updated) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the cache still holds {seen:?}, etcd {updated:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert!(s.watch_cache_stats().gets_cached >= 21);
+
+    let uncached = connect(
+        &cluster,
+        WatchCacheOptions {
+            sizes: [("namespaces".to_string(), 0)].into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        uncached.get_cached(a).await.unwrap(),
+        other.get(a).await.unwrap()
+    );
+    let stats = uncached.watch_cache_stats();
+    assert_eq!((stats.gets_cached, stats.upstreams), (0, 0), "{stats:?}");
 }

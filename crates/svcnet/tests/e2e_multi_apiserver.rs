@@ -6,7 +6,8 @@
 //! - a watch through server A sees writes made through B, in order;
 //! - a paged list continues on the other server (the token is a revision and a key);
 //! - 1,000 NodePort services created concurrently through both servers never share a cluster
-//!   IP or a node port;
+//!   IP or a node port; an address freed through one server can be asked for through the
+//!   other at once;
 //! - the `kubernetes` endpoints name both servers, and a killed server's address goes after
 //!   its lease TTL;
 //! - killing a server mid-watch: the watch resumes on the other from its last resourceVersion,
@@ -472,6 +473,29 @@ async fn two_apiservers_on_one_etcd_serve_one_cluster() {
         )
     };
     assert_eq!(table(&ua), table(&b.url()));
+
+    // A server admits a create on the ranges as it last wrote them, which the other server may
+    // have changed since: B believes the addresses of `freed` taken after A deleted it, and a
+    // create through B that asks for exactly those is still decided on what etcd holds.
+    let (load_a, load_b) = (
+        apis[0].clone(),
+        Api::<Service>::namespaced(cb.clone(), "load"),
+    );
+    let freed = load_b
+        .create(&PostParams::default(), &nodeport("freed"))
+        .await
+        .unwrap();
+    let (ip, port) = addresses(&freed);
+    load_a.delete("freed", &Default::default()).await.unwrap();
+    let mut again = nodeport("again");
+    let spec = again.spec.as_mut().unwrap();
+    spec.cluster_ip = Some(ip.clone());
+    spec.ports.as_mut().unwrap()[0].node_port = Some(port);
+    let again = load_b
+        .create(&PostParams::default(), &again)
+        .await
+        .unwrap_or_else(|e| panic!("{ip} / {port}, freed through A, asked for through B: {e}"));
+    assert_eq!(addresses(&again), (ip, port));
     drop(b);
     drop(a);
     drop(cluster);

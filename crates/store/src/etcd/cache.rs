@@ -75,6 +75,7 @@ pub(super) struct Counters {
     pub(super) fallbacks: AtomicU64,
     pub(super) lists_cached: AtomicU64,
     pub(super) lists_etcd: AtomicU64,
+    pub(super) gets_cached: AtomicU64,
 }
 
 /// The cache of one [`EtcdStore`] (see the module's notes).
@@ -113,6 +114,7 @@ impl WatchCache {
             fallbacks: c.fallbacks.load(Ordering::Relaxed),
             lists_cached: c.lists_cached.load(Ordering::Relaxed),
             lists_etcd: c.lists_etcd.load(Ordering::Relaxed),
+            gets_cached: c.gets_cached.load(Ordering::Relaxed),
         }
     }
 
@@ -234,6 +236,26 @@ impl WatchCache {
                 return Ok(None);
             }
         }
+    }
+
+    /// The object under `key` as its resource's cache holds it (the cache is started if it
+    /// does not run yet); `None` when the cache is off for the resource, could not start,
+    /// failed, or does not hold the key, so the caller reads etcd. What it returns may be
+    /// behind etcd by the events still on their way to the cache.
+    pub(super) async fn get(&self, store: &EtcdStore, key: &str) -> Option<Value> {
+        let (group, plural) = resource_of(key)?;
+        let size = self.options.size_for(group, plural);
+        if size == 0 {
+            return None;
+        }
+        let store_prefix = format!("/{group}/{plural}/");
+        let resource = store.inner.layout.prefix(&store_prefix).ok()?;
+        let ekey = store.inner.layout.key(key).ok()?;
+        let hub = self.hub(store, &resource, &store_prefix, size).await.ok()?;
+        let ring = hub.shared.ring.read().ok()?;
+        let object = (!ring.failed).then(|| ring.objects.get(&ekey).cloned())??;
+        self.counters.gets_cached.fetch_add(1, Ordering::Relaxed);
+        Some(object)
     }
 
     /// The running hub of a resource, started (from the current revision) if there is none.

@@ -426,6 +426,16 @@ impl Store for EtcdStore {
         })
     }
 
+    fn get_cached(&self, key: &str) -> BoxFuture<'_, Result<Option<Value>, StoreError>> {
+        let key = key.to_string();
+        Box::pin(async move {
+            match self.inner.cache.get(self, &key).await {
+                Some(object) => Ok(Some(object)),
+                None => self.get(&key).await,
+            }
+        })
+    }
+
     fn list(&self, prefix: &str) -> BoxFuture<'_, Result<ListResult, StoreError>> {
         let prefix = prefix.to_string();
         Box::pin(async move {
