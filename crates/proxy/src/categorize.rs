@@ -51,12 +51,18 @@ fn topology_filter<'n>(endpoints: &[EndpointInfo], node: &'n NodeTopology) -> Op
         .iter()
         .all(|e| e.node_hints.as_ref().is_some_and(|h| !h.is_empty()));
     if node_hinted
-        && ready
-            .iter()
-            .any(|e| e.node_hints.iter().flatten().any(|n| *n == node.name))
+        && ready.iter().any(|e| {
+            e.node_hints
+                .iter()
+                .flat_map(|h| h.iter())
+                .any(|n| **n == *node.name)
+        })
     {
         return Some(Box::new(|e: &EndpointInfo| {
-            e.node_hints.iter().flatten().any(|n| *n == node.name)
+            e.node_hints
+                .iter()
+                .flat_map(|h| h.iter())
+                .any(|n| **n == *node.name)
         }));
     }
     let zone = node.zone.as_deref()?;
@@ -64,12 +70,18 @@ fn topology_filter<'n>(endpoints: &[EndpointInfo], node: &'n NodeTopology) -> Op
         .iter()
         .all(|e| e.zone_hints.as_ref().is_some_and(|h| !h.is_empty()));
     if zone_hinted
-        && ready
-            .iter()
-            .any(|e| e.zone_hints.iter().flatten().any(|z| z == zone))
+        && ready.iter().any(|e| {
+            e.zone_hints
+                .iter()
+                .flat_map(|h| h.iter())
+                .any(|z| &**z == zone)
+        })
     {
         return Some(Box::new(move |e: &EndpointInfo| {
-            e.zone_hints.iter().flatten().any(|z| z == zone)
+            e.zone_hints
+                .iter()
+                .flat_map(|h| h.iter())
+                .any(|z| &**z == zone)
         }));
     }
     None

@@ -190,7 +190,7 @@ pub fn desired_service_ports(
     node: &NodeTopology,
     node_state: &DesiredNode,
 ) -> Vec<DesiredServicePort> {
-    let Some(cluster_ip) = info.cluster_ips.get(&family).copied() else {
+    let Some(cluster_ip) = info.cluster_ips.get(family) else {
         return Vec::new();
     };
     let same_family = |ip: &&IpAddr| IpFamily::of(ip) == family;
@@ -214,14 +214,10 @@ pub fn desired_service_ports(
         .collect();
     let need_local = info.internal_policy == TrafficPolicy::Local
         || info.external_policy == TrafficPolicy::Local;
-    let empty = Vec::new();
     info.ports
         .iter()
         .map(|p| {
-            let all: &[EndpointInfo] = endpoints
-                .and_then(|e| e.get(&(p.name.port.clone(), p.name.protocol)))
-                .unwrap_or(&empty)
-                .as_slice();
+            let all: &[EndpointInfo] = endpoints.map_or(&[], |e| e.get(&p.name, p.protocol));
             // Only endpoints of this family can be programmed in this family's table.
             let family_eps: Vec<EndpointInfo> = all
                 .iter()
@@ -230,9 +226,13 @@ pub fn desired_service_ports(
                 .collect();
             let cat = categorize_endpoints(&family_eps, node, need_local);
             DesiredServicePort {
-                name: p.name.clone(),
+                name: ServicePortName {
+                    service: (*info.name).clone(),
+                    port: p.name.to_string(),
+                    protocol: p.protocol,
+                },
                 family,
-                protocol: p.name.protocol,
+                protocol: p.protocol,
                 cluster_ip,
                 port: p.port,
                 node_port: p.node_port,

@@ -3,13 +3,13 @@
 //! The change tracker compares digests, not raw objects, so a change the proxy does not care
 //! about (a label, an annotation, a status condition) is a no-op and never triggers a sync.
 
-use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 use ipnet::IpNet;
 use k8s_openapi::api::core::v1::Service;
 
-use crate::names::{IpFamily, NamespacedName, Protocol, ServicePortName};
+use crate::names::{IpFamily, NamespacedName, Protocol};
 
 /// Label naming the proxy that owns a service; services carrying it are skipped (KEP-2447).
 pub const SERVICE_PROXY_NAME_LABEL: &str = "service.kubernetes.io/service-proxy-name";
@@ -36,23 +36,53 @@ pub enum TrafficPolicy {
 /// One port of a service.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServicePortInfo {
-    pub name: ServicePortName,
+    /// The port's `name` (empty for a single unnamed port).
+    pub name: Box<str>,
+    pub protocol: Protocol,
     pub port: u16,
     pub node_port: Option<u16>,
+}
+
+/// A service's cluster IPs, at most one per family.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterIps {
+    v4: Option<Ipv4Addr>,
+    v6: Option<Ipv6Addr>,
+}
+
+impl ClusterIps {
+    /// The cluster IP of `family`.
+    pub fn get(&self, family: IpFamily) -> Option<IpAddr> {
+        match family {
+            IpFamily::V4 => self.v4.map(IpAddr::V4),
+            IpFamily::V6 => self.v6.map(IpAddr::V6),
+        }
+    }
+
+    /// Sets the cluster IP of `ip`'s family; `false` (and nothing changed) when that family
+    /// already has one.
+    pub fn insert(&mut self, ip: IpAddr) -> bool {
+        match ip {
+            IpAddr::V4(v4) if self.v4.is_none() => self.v4 = Some(v4),
+            IpAddr::V6(v6) if self.v6.is_none() => self.v6 = Some(v6),
+            _ => return false,
+        }
+        true
+    }
 }
 
 /// The proxy's digest of one Service (only services the proxy programs have one).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceInfo {
-    pub name: NamespacedName,
-    /// Cluster IPs, at most one per family.
-    pub cluster_ips: BTreeMap<IpFamily, IpAddr>,
-    pub ports: Vec<ServicePortInfo>,
-    pub external_ips: Vec<IpAddr>,
+    /// Shared with the proxy state's keys (one copy per service).
+    pub name: Arc<NamespacedName>,
+    pub cluster_ips: ClusterIps,
+    pub ports: Box<[ServicePortInfo]>,
+    pub external_ips: Box<[IpAddr]>,
     /// Load-balancer ingress IPs; `ipMode: Proxy` ingresses are not short-circuited (KEP-1860)
     /// and so never appear here.
-    pub load_balancer_ips: Vec<IpAddr>,
-    pub load_balancer_source_ranges: Vec<IpNet>,
+    pub load_balancer_ips: Box<[IpAddr]>,
+    pub load_balancer_source_ranges: Box<[IpNet]>,
     /// `Some(timeout seconds)` for `sessionAffinity: ClientIP`.
     pub affinity_timeout: Option<u32>,
     pub internal_policy: TrafficPolicy,
@@ -140,10 +170,10 @@ pub fn service_info(svc: &Service) -> Result<Option<ServiceInfo>, ServiceError> 
     if raw_ips.is_empty() || raw_ips.iter().any(|ip| *ip == "None" || ip.is_empty()) {
         return Ok(None);
     }
-    let mut cluster_ips = BTreeMap::new();
+    let mut cluster_ips = ClusterIps::default();
     for (i, raw) in raw_ips.iter().enumerate() {
         let ip = parse_ip(&name, &format!("spec.clusterIPs[{i}]"), raw)?;
-        if cluster_ips.insert(IpFamily::of(&ip), ip).is_some() {
+        if !cluster_ips.insert(ip) {
             return Err(err(
                 &name,
                 "spec.clusterIPs",
@@ -168,13 +198,9 @@ pub fn service_info(svc: &Service) -> Result<Option<ServiceInfo>, ServiceError> 
             }
             _ => None,
         };
-        let port_name = p.name.clone().unwrap_or_default();
         ports.push(ServicePortInfo {
-            name: ServicePortName {
-                service: name.clone(),
-                port: port_name,
-                protocol,
-            },
+            name: p.name.as_deref().unwrap_or_default().into(),
+            protocol,
             port,
             node_port,
         });
@@ -263,12 +289,12 @@ pub fn service_info(svc: &Service) -> Result<Option<ServiceInfo>, ServiceError> 
         _ => None,
     };
     Ok(Some(ServiceInfo {
-        name,
+        name: Arc::new(name),
         cluster_ips,
-        ports,
-        external_ips,
-        load_balancer_ips,
-        load_balancer_source_ranges,
+        ports: ports.into_boxed_slice(),
+        external_ips: external_ips.into_boxed_slice(),
+        load_balancer_ips: load_balancer_ips.into_boxed_slice(),
+        load_balancer_source_ranges: load_balancer_source_ranges.into_boxed_slice(),
         affinity_timeout,
         internal_policy,
         external_policy,

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -11,7 +12,7 @@ use crate::categorize::NodeTopology;
 use crate::desired::{
     CoreConfig, DesiredFamily, DesiredNode, DesiredServicePort, desired_service_ports,
 };
-use crate::endpoints::{ServiceEndpoints, merge_slices, slice_service};
+use crate::endpoints::{Names, ServiceEndpoints, merge_slices, slice_service};
 use crate::names::{IpFamily, NamespacedName, Protocol};
 use crate::service::{ServiceError, ServiceInfo, service_info};
 use crate::tracker::ChangeTracker;
@@ -22,8 +23,8 @@ pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
 /// The net change of one service (its spec and/or its endpoints) since the last sync.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceChange {
-    pub previous: Option<(ServiceInfo, ServiceEndpoints)>,
-    pub current: Option<(ServiceInfo, ServiceEndpoints)>,
+    pub previous: Option<(ServiceInfo, Arc<ServiceEndpoints>)>,
+    pub current: Option<(ServiceInfo, Arc<ServiceEndpoints>)>,
 }
 
 /// What changed since the last sync.
@@ -55,19 +56,29 @@ pub struct StaleConntrack {
     pub endpoint: Option<IpAddr>,
 }
 
+/// One slice of a service: its name and its endpoints.
+type SliceDigest = (Box<str>, Arc<ServiceEndpoints>);
+
 /// Observed state plus change trackers. Pure: feed it objects, read desired state out.
+///
+/// Every node's proxy holds every Service and endpoint of the cluster, so what is held once
+/// per Service is shared rather than copied: the service's name (one `Arc` for every map, its
+/// digest and the trackers), a service's endpoints (the merged set *is* its one slice's digest
+/// when it has one slice, the common case) and the strings endpoints repeat ([`Names`]).
 #[derive(Debug, Default)]
 pub struct ProxyState {
     config: CoreConfig,
     node: NodeTopology,
-    services: BTreeMap<NamespacedName, ServiceInfo>,
-    /// Per service, its slices' digests by slice name.
-    slices: BTreeMap<NamespacedName, BTreeMap<String, ServiceEndpoints>>,
+    services: BTreeMap<Arc<NamespacedName>, ServiceInfo>,
+    /// Per service, its slices' digests, sorted by slice name.
+    slices: BTreeMap<Arc<NamespacedName>, Vec<SliceDigest>>,
     /// Slice `namespace/name` → owning service (a slice's label could change).
-    slice_owner: BTreeMap<NamespacedName, NamespacedName>,
-    endpoints: BTreeMap<NamespacedName, ServiceEndpoints>,
-    service_changes: ChangeTracker<NamespacedName, ServiceInfo>,
-    endpoint_changes: ChangeTracker<NamespacedName, ServiceEndpoints>,
+    slice_owner: BTreeMap<NamespacedName, Arc<NamespacedName>>,
+    /// Per service, its slices merged.
+    endpoints: BTreeMap<Arc<NamespacedName>, Arc<ServiceEndpoints>>,
+    service_changes: ChangeTracker<Arc<NamespacedName>, ServiceInfo>,
+    endpoint_changes: ChangeTracker<Arc<NamespacedName>, Arc<ServiceEndpoints>>,
+    names: Names,
     node_changed: bool,
 }
 
@@ -88,26 +99,39 @@ impl ProxyState {
         &self.config
     }
 
+    /// The one shared copy of a service's name: the copy a map already holds, else a new one.
+    fn shared(&self, key: NamespacedName) -> Arc<NamespacedName> {
+        let held = (self.services.get_key_value(&key).map(|(k, _)| k))
+            .or_else(|| self.endpoints.get_key_value(&key).map(|(k, _)| k))
+            .or_else(|| self.slices.get_key_value(&key).map(|(k, _)| k));
+        held.cloned().unwrap_or_else(|| Arc::new(key))
+    }
+
     /// Records a created or updated Service. A service the proxy cannot program is treated as
     /// absent (its rules are removed) and the error returned for logging.
     pub fn update_service(&mut self, svc: &Service) -> Result<(), ServiceError> {
-        let key = NamespacedName::new(
+        let key = self.shared(NamespacedName::new(
             svc.metadata.namespace.clone().unwrap_or_default(),
             svc.metadata.name.clone().unwrap_or_default(),
-        );
+        ));
         let (info, result) = match service_info(svc) {
             Ok(info) => (info, Ok(())),
             Err(e) => (None, Err(e)),
         };
+        let info = info.map(|i| ServiceInfo {
+            name: key.clone(),
+            ..i
+        });
         self.set_service(&key, info);
         result
     }
 
     pub fn delete_service(&mut self, key: &NamespacedName) {
-        self.set_service(key, None);
+        let key = self.shared(key.clone());
+        self.set_service(&key, None);
     }
 
-    fn set_service(&mut self, key: &NamespacedName, info: Option<ServiceInfo>) {
+    fn set_service(&mut self, key: &Arc<NamespacedName>, info: Option<ServiceInfo>) {
         let previous = match &info {
             Some(i) => self.services.insert(key.clone(), i.clone()),
             None => self.services.remove(key),
@@ -123,7 +147,7 @@ impl ProxyState {
         );
         let owner = slice_service(slice);
         if let Some(old) = self.slice_owner.get(&slice_key).cloned()
-            && Some(&old) != owner.as_ref()
+            && Some(&*old) != owner.as_ref()
         {
             self.remove_slice_from(&old, &slice_key.name);
         }
@@ -131,12 +155,17 @@ impl ProxyState {
             self.slice_owner.remove(&slice_key);
             return;
         };
-        self.slice_owner.insert(slice_key.clone(), owner.clone());
-        let digest = merge_slices([slice]);
-        self.slices
-            .entry(owner.clone())
-            .or_default()
-            .insert(slice_key.name, digest);
+        let owner = self.shared(owner);
+        let digest = Arc::new(merge_slices([slice], &mut self.names));
+        let list = self.slices.entry(owner.clone()).or_default();
+        match list.binary_search_by(|(n, _)| (**n).cmp(slice_key.name.as_str())) {
+            Ok(i) => list[i].1 = digest,
+            Err(i) => {
+                list.insert(i, (slice_key.name.as_str().into(), digest));
+                list.shrink_to_fit();
+            }
+        }
+        self.slice_owner.insert(slice_key, owner.clone());
         self.refresh_endpoints(&owner);
     }
 
@@ -147,28 +176,26 @@ impl ProxyState {
         }
     }
 
-    fn remove_slice_from(&mut self, owner: &NamespacedName, slice_name: &str) {
-        if let Some(m) = self.slices.get_mut(owner) {
-            m.remove(slice_name);
-            if m.is_empty() {
+    fn remove_slice_from(&mut self, owner: &Arc<NamespacedName>, slice_name: &str) {
+        if let Some(list) = self.slices.get_mut(owner) {
+            list.retain(|(n, _)| **n != *slice_name);
+            if list.is_empty() {
                 self.slices.remove(owner);
             }
         }
         self.refresh_endpoints(owner);
     }
 
-    fn refresh_endpoints(&mut self, owner: &NamespacedName) {
-        let mut merged = ServiceEndpoints::new();
-        for digest in self.slices.get(owner).into_iter().flat_map(|m| m.values()) {
-            for (k, v) in digest {
-                merged
-                    .entry(k.clone())
-                    .or_default()
-                    .extend(v.iter().cloned());
-            }
-        }
-        crate::endpoints::normalize(&mut merged);
-        let current = (!merged.is_empty()).then_some(merged);
+    fn refresh_endpoints(&mut self, owner: &Arc<NamespacedName>) {
+        let merged = match self.slices.get(owner).map(Vec::as_slice) {
+            None | Some([]) => None,
+            // A slice's digest is already merged and sorted: it is the service's endpoints.
+            Some([(_, one)]) => Some(one.clone()),
+            Some(many) => Some(Arc::new(ServiceEndpoints::merge(
+                many.iter().map(|(_, d)| &**d),
+            ))),
+        };
+        let current = merged.filter(|m| !m.is_empty());
         let previous = match &current {
             Some(c) => self.endpoints.insert(owner.clone(), c.clone()),
             None => self.endpoints.remove(owner),
@@ -199,7 +226,7 @@ impl ProxyState {
     pub fn take_changes(&mut self) -> ChangeSet {
         let svc = self.service_changes.take();
         let eps = self.endpoint_changes.take();
-        let keys: BTreeSet<&NamespacedName> = svc.keys().chain(eps.keys()).collect();
+        let keys: BTreeSet<&Arc<NamespacedName>> = svc.keys().chain(eps.keys()).collect();
         let mut services = BTreeMap::new();
         for key in keys {
             let (prev_info, cur_info) = match svc.get(key) {
@@ -220,7 +247,7 @@ impl ProxyState {
             let current = cur_info.map(|i| (i, cur_eps.unwrap_or_default()));
             // A change to the endpoints of a service the proxy does not program is no change.
             if previous != current {
-                services.insert(key.clone(), ServiceChange { previous, current });
+                services.insert((**key).clone(), ServiceChange { previous, current });
             }
         }
         ChangeSet {
@@ -238,8 +265,8 @@ impl ProxyState {
         let node = self.node_state(family);
         let mut services = BTreeMap::new();
         for (key, info) in &self.services {
-            for d in desired_service_ports(info, self.endpoints.get(key), family, &self.node, &node)
-            {
+            let endpoints = self.endpoints.get(key).map(|e| &**e);
+            for d in desired_service_ports(info, endpoints, family, &self.node, &node) {
                 services.insert(d.name.clone(), d);
             }
         }
@@ -259,7 +286,7 @@ impl ProxyState {
                 let ports = match self.services.get(key) {
                     Some(info) => desired_service_ports(
                         info,
-                        self.endpoints.get(key),
+                        self.endpoints.get(key).map(|e| &**e),
                         family,
                         &self.node,
                         &node,
@@ -278,7 +305,7 @@ impl ProxyState {
         for change in changes.services.values() {
             for family in IpFamily::ALL {
                 let node = self.node_state(family);
-                let ports = |side: &Option<(ServiceInfo, ServiceEndpoints)>| match side {
+                let ports = |side: &Option<(ServiceInfo, Arc<ServiceEndpoints>)>| match side {
                     Some((i, e)) => desired_service_ports(i, Some(e), family, &self.node, &node),
                     None => Vec::new(),
                 };
@@ -320,13 +347,12 @@ impl ProxyState {
             let mut local = BTreeSet::new();
             for family in IpFamily::ALL {
                 let node = self.node_state(family);
-                for p in
-                    desired_service_ports(info, self.endpoints.get(key), family, &self.node, &node)
-                {
+                let endpoints = self.endpoints.get(key).map(|e| &**e);
+                for p in desired_service_ports(info, endpoints, family, &self.node, &node) {
                     local.extend(p.local_endpoints.iter().map(|e| e.ip));
                 }
             }
-            out.push((key.clone(), hc, local.len()));
+            out.push(((**key).clone(), hc, local.len()));
         }
         out
     }

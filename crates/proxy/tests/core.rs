@@ -428,6 +428,69 @@ fn change_sets_coalesce_and_drop_noops() {
     assert!(state.take_changes().is_empty());
 }
 
+/// A service's endpoints are its slices' endpoints merged, whatever the order slices come,
+/// go and move in: an address two slices list is held once, ready if either says so; a
+/// slice relabelled to another service takes its endpoints with it; a deleted slice's go.
+#[test]
+fn slices_merge_and_move_between_services() {
+    let mut state = ProxyState::new(CoreConfig {
+        node_name: "n1".into(),
+        ..Default::default()
+    });
+    let api = service("default", "api", |s| {
+        s.cluster_ip(&["10.96.0.11"]).port("http", "TCP", 80);
+    });
+    state.update_service(&web(|_| {})).unwrap();
+    state.update_service(&api).unwrap();
+    let second = |svc: &str, f: &dyn Fn(&mut SliceBuilder)| {
+        slice("default", "web-second", svc, |s| {
+            s.port("http", "TCP", 8080);
+            f(s);
+        })
+    };
+    // The second slice comes first; the same address is ready in one, not in the other.
+    state.update_slice(&second("web", &|s| {
+        s.endpoint("10.244.1.5", "n1", not_ready)
+            .endpoint("10.244.1.6", "n2", |_| {});
+    }));
+    state.update_slice(&web_slice(|s| {
+        s.endpoint("10.244.1.5", "n1", |_| {});
+    }));
+    let summary = |state: &ProxyState| -> String {
+        state
+            .desired(IpFamily::V4)
+            .services
+            .iter()
+            .map(|(n, d)| format!("{n}: {}\n", eps(&d.cluster_endpoints)))
+            .collect()
+    };
+    expect![[r#"
+        default/api/tcp/http: []
+        default/web/tcp/http: [10.244.1.5:8080 10.244.1.6:8080]
+    "#]]
+    .assert_eq(&summary(&state));
+    // The second slice now belongs to api.
+    state.update_slice(&second("api", &|s| {
+        s.endpoint("10.244.1.6", "n2", |_| {});
+    }));
+    expect![[r#"
+        default/api/tcp/http: [10.244.1.6:8080]
+        default/web/tcp/http: [10.244.1.5:8080]
+    "#]]
+    .assert_eq(&summary(&state));
+    let changes = state.take_changes();
+    assert_eq!(changes.services.len(), 2, "both services changed");
+    state.delete_slice("default", "web-abc");
+    expect![[r#"
+        default/api/tcp/http: [10.244.1.6:8080]
+        default/web/tcp/http: []
+    "#]]
+    .assert_eq(&summary(&state));
+    let changes = state.take_changes();
+    let keys: Vec<String> = changes.services.keys().map(|k| k.to_string()).collect();
+    assert_eq!(keys, ["default/web"]);
+}
+
 #[test]
 fn stale_udp_conntrack_for_removed_endpoints() {
     let mut state = ProxyState::new(CoreConfig::default());
