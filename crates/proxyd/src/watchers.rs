@@ -32,6 +32,56 @@ pub enum Change<K> {
     Delete { namespace: String, name: String },
 }
 
+/// The objects a watcher has reported, so that a re-list can report as deleted those it no
+/// longer has. Keys are `namespace/name` in one string (neither part can hold a `/`): a node's
+/// proxy knows every Service and slice of the cluster, and this is held once per object.
+#[derive(Debug, Default)]
+struct Known {
+    held: BTreeSet<Box<str>>,
+    /// During a (re)list: what it has listed so far.
+    listing: Option<BTreeSet<Box<str>>>,
+}
+
+impl Known {
+    fn key(namespace: &str, name: &str) -> Box<str> {
+        format!("{namespace}/{name}").into()
+    }
+
+    fn applied(&mut self, key: Box<str>) {
+        self.held.insert(key);
+    }
+
+    fn deleted(&mut self, key: &str) {
+        self.held.remove(key);
+    }
+
+    fn list_started(&mut self) {
+        self.listing = Some(BTreeSet::new());
+    }
+
+    fn listed(&mut self, key: Box<str>) {
+        self.listing.get_or_insert_with(BTreeSet::new).insert(key);
+    }
+
+    /// The list is whole: what was held and is not listed is gone (returned); what is held is
+    /// what was listed.
+    fn list_done(&mut self) -> Vec<Box<str>> {
+        let listed = self.listing.take().unwrap_or_default();
+        let gone = self.held.difference(&listed).cloned().collect();
+        self.held = listed;
+        gone
+    }
+}
+
+/// The deletion of `namespace/name`.
+fn deletion<K>(key: &str) -> Change<K> {
+    let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+    Change::Delete {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    }
+}
+
 /// Watches one resource and forwards its changes until the receiver is gone.
 async fn pump<K>(
     api: Api<K>,
@@ -44,9 +94,8 @@ async fn pump<K>(
     K::DynamicType: Default,
 {
     let mut stream = std::pin::pin!(watcher(api, config).default_backoff());
-    let mut known: BTreeSet<(String, String)> = BTreeSet::new();
-    let mut relist: Option<BTreeSet<(String, String)>> = None;
-    let key = |o: &K| (o.namespace().unwrap_or_default(), o.name_any());
+    let mut known = Known::default();
+    let key = |o: &K| Known::key(&o.namespace().unwrap_or_default(), &o.name_any());
     let rev = |o: &K| svcnet_proxy::status::revision(o.resource_version().as_deref());
     let seen = |o: &K| rev(o).map(|r| Input::Seen(kind, r));
     // A list comes in no revision order: its revision counts once it is whole.
@@ -55,30 +104,25 @@ async fn pump<K>(
         let mut out = Vec::new();
         match event {
             Ok(watcher::Event::Apply(o)) => {
-                known.insert(key(&o));
+                known.applied(key(&o));
                 let seen = seen(&o);
                 out.push(wrap(Change::Upsert(Box::new(o))));
                 out.extend(seen);
             }
             Ok(watcher::Event::Delete(o)) => {
-                let (namespace, name) = key(&o);
-                known.remove(&(namespace.clone(), name.clone()));
-                out.push(wrap(Change::Delete { namespace, name }));
+                let key = key(&o);
+                known.deleted(&key);
+                out.push(wrap(deletion(&key)));
                 out.extend(seen(&o));
             }
-            Ok(watcher::Event::Init) => relist = Some(BTreeSet::new()),
+            Ok(watcher::Event::Init) => known.list_started(),
             Ok(watcher::Event::InitApply(o)) => {
-                relist.get_or_insert_with(BTreeSet::new).insert(key(&o));
-                known.insert(key(&o));
+                known.listed(key(&o));
                 relist_max = relist_max.max(rev(&o));
                 out.push(wrap(Change::Upsert(Box::new(o))));
             }
             Ok(watcher::Event::InitDone) => {
-                let listed = relist.take().unwrap_or_default();
-                for (namespace, name) in known.difference(&listed).cloned().collect::<Vec<_>>() {
-                    known.remove(&(namespace.clone(), name.clone()));
-                    out.push(wrap(Change::Delete { namespace, name }));
-                }
+                out.extend(known.list_done().iter().map(|k| wrap(deletion(k))));
                 out.extend(relist_max.take().map(|r| Input::Seen(kind, r)));
                 out.push(Input::Synced(kind));
             }
@@ -121,4 +165,43 @@ pub fn spawn_watchers(
         Input::Node,
         tx,
     ));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The deletions of `gone`, as `namespace|name`.
+    fn names(gone: Vec<Box<str>>) -> Vec<String> {
+        gone.iter()
+            .map(|k| match deletion::<()>(k) {
+                Change::Delete { namespace, name } => format!("{namespace}|{name}"),
+                Change::Upsert(_) => unreachable!("a deletion"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_relist_reports_what_it_no_longer_has_as_deleted() {
+        let mut known = Known::default();
+        known.list_started();
+        for key in ["default/a", "default/b", "kube-system/dns"] {
+            known.listed(key.into());
+        }
+        assert!(known.list_done().is_empty(), "a first list deletes nothing");
+        known.applied("default/c".into());
+        known.deleted("default/a");
+        // The watch expired; the re-list no longer has b or c, and has d.
+        known.list_started();
+        known.listed("kube-system/dns".into());
+        known.listed("default/d".into());
+        assert_eq!(names(known.list_done()), ["default|b", "default|c"]);
+        // A cluster-scoped object's key has an empty namespace.
+        known.applied(Known::key("", "node-1"));
+        known.list_started();
+        assert_eq!(
+            names(known.list_done()),
+            ["|node-1", "default|d", "kube-system|dns"]
+        );
+    }
 }
