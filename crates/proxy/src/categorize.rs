@@ -34,6 +34,20 @@ impl EndpointInfo {
     fn serving_terminating(&self) -> bool {
         self.serving && self.terminating
     }
+    /// Whether `hints.forNodes` names `node`.
+    fn hinted_for_node(&self, node: &str) -> bool {
+        self.node_hints
+            .iter()
+            .flat_map(|h| h.iter())
+            .any(|n| **n == *node)
+    }
+    /// Whether `hints.forZones` names `zone`.
+    fn hinted_for_zone(&self, zone: &str) -> bool {
+        self.zone_hints
+            .iter()
+            .flat_map(|h| h.iter())
+            .any(|z| **z == *zone)
+    }
 }
 
 /// A predicate selecting endpoints for this node's topology.
@@ -50,39 +64,15 @@ fn topology_filter<'n>(endpoints: &[EndpointInfo], node: &'n NodeTopology) -> Op
     let node_hinted = ready
         .iter()
         .all(|e| e.node_hints.as_ref().is_some_and(|h| !h.is_empty()));
-    if node_hinted
-        && ready.iter().any(|e| {
-            e.node_hints
-                .iter()
-                .flat_map(|h| h.iter())
-                .any(|n| **n == *node.name)
-        })
-    {
-        return Some(Box::new(|e: &EndpointInfo| {
-            e.node_hints
-                .iter()
-                .flat_map(|h| h.iter())
-                .any(|n| **n == *node.name)
-        }));
+    if node_hinted && ready.iter().any(|e| e.hinted_for_node(&node.name)) {
+        return Some(Box::new(|e: &EndpointInfo| e.hinted_for_node(&node.name)));
     }
     let zone = node.zone.as_deref()?;
     let zone_hinted = ready
         .iter()
         .all(|e| e.zone_hints.as_ref().is_some_and(|h| !h.is_empty()));
-    if zone_hinted
-        && ready.iter().any(|e| {
-            e.zone_hints
-                .iter()
-                .flat_map(|h| h.iter())
-                .any(|z| &**z == zone)
-        })
-    {
-        return Some(Box::new(move |e: &EndpointInfo| {
-            e.zone_hints
-                .iter()
-                .flat_map(|h| h.iter())
-                .any(|z| &**z == zone)
-        }));
+    if zone_hinted && ready.iter().any(|e| e.hinted_for_zone(zone)) {
+        return Some(Box::new(move |e: &EndpointInfo| e.hinted_for_zone(zone)));
     }
     None
 }

@@ -121,13 +121,9 @@ impl Names {
         names.map(|n| self.get(n.as_ref())).collect()
     }
 
-    /// Number of names held (for tests).
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.set.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.set.is_empty()
     }
 }
 
