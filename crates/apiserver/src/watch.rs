@@ -190,7 +190,6 @@ pub async fn serve(
     let state = state.clone();
     tokio::spawn(async move {
         let mut stream = stream;
-        let mut last = from;
         if let Some(items) = initial {
             for obj in items.into_iter().filter(|o| sel.matches(o)) {
                 if tx
@@ -204,7 +203,7 @@ pub async fn serve(
         }
         if initial_end
             && tx
-                .send(line("BOOKMARK", bookmark(res, last, true)))
+                .send(line("BOOKMARK", bookmark(res, from, true)))
                 .await
                 .is_err()
         {
@@ -217,7 +216,6 @@ pub async fn serve(
             tokio::select! {
                 ev = stream.next() => match ev {
                     Some(Ok(event)) => {
-                        last = event.revision;
                         if let Some(kind) = translate(&sel, &event) {
                             let key = LineKey {
                                 revision: event.revision,
@@ -243,7 +241,11 @@ pub async fn serve(
                     None => return,
                 },
                 _ = ticker.tick(), if bookmarks => {
-                    if tx.send(line("BOOKMARK", bookmark(res, last, false))).await.is_err() {
+                    // How far the watch got through the store's history, past events of
+                    // other keys and other resources too (or a selector's), so that a client
+                    // resuming from it is still within what the store keeps.
+                    let rv = stream.progress();
+                    if tx.send(line("BOOKMARK", bookmark(res, rv, false))).await.is_err() {
                         return;
                     }
                 }

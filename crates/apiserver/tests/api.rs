@@ -358,6 +358,78 @@ async fn watch_resumes_bookmarks_and_expires() {
     ts.stop().await;
 }
 
+/// A watch of a quiet resource (a node proxy's Services) is kept past the store's history by
+/// its bookmarks: they carry how far the watch got through every write, not the revision of
+/// its own last event, which the store compacts away as other resources are written. Resuming
+/// from a bookmark then goes on; resuming from the list's revision is 410 and a re-list.
+#[tokio::test]
+async fn bookmarks_keep_a_quiet_watch_within_the_history() {
+    let ts = common::TestServer::start_with(|c| c.watch_history = 30).await;
+    let client = ts.client().await;
+    let quiet: Api<Service> = Api::namespaced(client.clone(), "default");
+    let busy: Api<ConfigMap> = Api::namespaced(client, "default");
+    let listed = quiet
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let bookmarks = WatchParams {
+        bookmarks: true,
+        ..WatchParams::default()
+    };
+    let mut w = quiet.watch(&bookmarks, &listed).await.unwrap().boxed();
+    // More writes of another resource than the history keeps.
+    let mut last = String::new();
+    for i in 0..60 {
+        last = busy
+            .create(&PostParams::default(), &cm(&format!("b{i}"), json!({})))
+            .await
+            .unwrap()
+            .metadata
+            .resource_version
+            .unwrap();
+    }
+    let last: u64 = last.parse().unwrap();
+    let mut resume = None;
+    for _ in 0..20 {
+        match next_event(&mut w).await {
+            WatchEvent::Bookmark(b) => {
+                let rv: u64 = b.metadata.resource_version.parse().unwrap();
+                if rv >= last {
+                    resume = Some(b.metadata.resource_version);
+                    break;
+                }
+            }
+            other => panic!("nothing of the quiet resource changed: {other:?}"),
+        }
+    }
+    let resume = resume.expect("a bookmark past the other resource's writes");
+    let mut resumed = quiet.watch(&bookmarks, &resume).await.unwrap().boxed();
+    quiet
+        .create(&PostParams::default(), &svc("late", json!({})))
+        .await
+        .unwrap();
+    loop {
+        match next_event(&mut resumed).await {
+            WatchEvent::Added(s) => {
+                assert_eq!(s.metadata.name.as_deref(), Some("late"));
+                break;
+            }
+            WatchEvent::Bookmark(_) => {}
+            other => panic!("expected the create, got {other:?}"),
+        }
+    }
+    // What the bookmark saved it from: the list's revision is gone from the history.
+    let mut stale = quiet.watch(&bookmarks, &listed).await.unwrap().boxed();
+    match next_event(&mut stale).await {
+        WatchEvent::Error(e) => assert_eq!(e.code, 410),
+        other => panic!("expected 410, got {other:?}"),
+    }
+    ts.stop().await;
+}
+
 #[tokio::test]
 async fn selectors_on_list_and_watch() {
     let ts = common::TestServer::start().await;

@@ -15,6 +15,7 @@
 mod error;
 #[cfg(feature = "etcd")]
 mod etcd;
+mod event_stream;
 mod redb_store;
 mod watch;
 mod watch_cache;
@@ -30,14 +31,14 @@ pub use error::StoreError;
 pub use etcd::local as local_etcd;
 #[cfg(feature = "etcd")]
 pub use etcd::{COMPACT_REV_KEY, CompactorState, EtcdOptions, EtcdStore, EtcdTls, KeyLayout};
+/// The stream a watch yields, and its progress. It ends after yielding an error (for example
+/// [`StoreError::Gone`]).
+pub use event_stream::{EventStream, Progress};
 pub use redb_store::{RedbStore, StoreOptions};
 pub use watch_cache::{DEFAULT_WATCH_CACHE_SIZE, WatchCacheOptions, WatchCacheStats};
 
 /// A boxed, sendable future, so that [`Store`] stays object safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// The stream a watch yields. It ends after yielding an error (for example [`StoreError::Gone`]).
-pub type EventStream = Pin<Box<dyn futures::Stream<Item = Result<Event, StoreError>> + Send>>;
 
 /// The read-modify-write step of [`Store::guaranteed_update`]. It sees the current object (or
 /// `None`) and decides what to write. An implementation may call it more than once (an etcd
@@ -221,7 +222,9 @@ pub trait Store: Send + Sync + 'static {
     /// Events for keys under `prefix` with a revision greater than `from_revision`: first the
     /// retained history, then live changes, with no gap and no duplicate. Fails with
     /// [`StoreError::Gone`] when `from_revision` is older than the retained history (the
-    /// stream itself ends with it when history is compacted while it catches up).
+    /// stream itself ends with it when history is compacted while it catches up). The
+    /// stream's [`EventStream::progress`] is how far it got through the history, past other
+    /// keys' events too: a revision to resume from (what a bookmark carries).
     fn watch(
         &self,
         prefix: &str,

@@ -12,7 +12,7 @@ use std::sync::{Arc, Weak};
 use tokio::sync::broadcast::{self, error::RecvError};
 
 use crate::redb_store::Inner;
-use crate::{Event, EventStream, StoreError};
+use crate::{Event, EventStream, Progress, StoreError};
 
 /// Events read from history per blocking read.
 const HISTORY_CHUNK: usize = 512;
@@ -30,6 +30,8 @@ struct State {
     rx: broadcast::Receiver<Arc<Event>>,
     mode: Mode,
     pending: VecDeque<Event>,
+    /// Advanced to `last` whenever nothing of it is pending (see [`EventStream::progress`]).
+    progress: Progress,
 }
 
 pub(crate) fn watch(
@@ -45,6 +47,7 @@ pub(crate) fn watch(
             compacted,
         });
     }
+    let progress = Progress::new(from_revision);
     let state = State {
         inner: Arc::downgrade(inner),
         prefix: prefix.to_string(),
@@ -52,8 +55,12 @@ pub(crate) fn watch(
         rx,
         mode: Mode::Replay,
         pending: VecDeque::new(),
+        progress: progress.clone(),
     };
-    Ok(Box::pin(futures::stream::unfold(Some(state), step)))
+    Ok(EventStream::with_progress(
+        progress,
+        futures::stream::unfold(Some(state), step),
+    ))
 }
 
 type Step = Option<(Result<Event, StoreError>, Option<State>)>;
@@ -62,8 +69,14 @@ async fn step(state: Option<State>) -> Step {
     let mut st = state?;
     loop {
         if let Some(event) = st.pending.pop_front() {
+            if st.pending.is_empty() {
+                // Every event of the prefix up to `last` is out with this one.
+                st.progress.advance(st.last);
+            }
             return Some((Ok(event), Some(st)));
         }
+        // Nothing pending: what `last` passed was not this prefix's.
+        st.progress.advance(st.last);
         match st.mode {
             Mode::Replay => {
                 let inner = st.inner.upgrade()?;

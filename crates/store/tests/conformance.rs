@@ -220,6 +220,7 @@ conformance!(
     watch_replays_then_follows,
     watch_has_no_gap_or_duplicate_under_concurrent_writers,
     compaction_answers_gone,
+    progress_passes_other_keys_only_after_its_own,
     list_at_is_the_state_then,
     pages_hold_what_they_return_at_one_revision,
     acknowledged_writes_survive_a_crash,
@@ -673,12 +674,15 @@ async fn watch_has_no_gap_or_duplicate_under_concurrent_writers(b: &mut Backend)
     assert_quiet(&mut w).await;
 }
 
+/// Secrets, which no watch cache follows before the test: a cache serves a watch from a
+/// compacted revision its window still covers (watch_cache.rs), so here the cache starts after
+/// the writes and the old revisions are below it, where the store itself decides.
 async fn compaction_answers_gone(b: &mut Backend) {
     let mut revs = Vec::new();
     for n in 0..6 {
         let o = b
             .s()
-            .create(&format!("/core/configmaps/ns/c{n}"), obj("c", n))
+            .create(&format!("/core/secrets/ns/c{n}"), obj("c", n))
             .await
             .unwrap();
         revs.push(rv(&o));
@@ -686,30 +690,64 @@ async fn compaction_answers_gone(b: &mut Backend) {
     let keep_from = revs[3];
     b.forget_before(keep_from).await;
     let s = b.s();
-    match s.watch("/core/configmaps/", revs[0]).await {
+    match s.watch("/core/secrets/", revs[0]).await {
         Err(StoreError::Gone { requested, .. }) => assert_eq!(requested, revs[0]),
         Err(e) => panic!("expected Gone, got {e}"),
         Ok(_) => panic!("expected Gone, got a watch"),
     }
     assert!(
-        s.list_at("/core/configmaps/", revs[0])
+        s.list_at("/core/secrets/", revs[0])
             .await
             .unwrap_err()
             .is_gone()
     );
     // What is retained still serves: watches from just before it, reads at it.
-    let mut w = s.watch("/core/configmaps/", keep_from - 1).await.unwrap();
+    let mut w = s.watch("/core/secrets/", keep_from - 1).await.unwrap();
     for &r in &revs[3..] {
         assert_eq!(next(&mut w).await.revision, r);
     }
-    let at = s.list_at("/core/configmaps/", revs[4]).await.unwrap();
+    let at = s.list_at("/core/secrets/", revs[4]).await.unwrap();
     assert_eq!(at.items.len(), 5);
     // A watch that is open keeps following after the compaction.
     let o = s
-        .create("/core/configmaps/ns/late", obj("late", 1))
+        .create("/core/secrets/ns/late", obj("late", 1))
         .await
         .unwrap();
     assert_eq!(next(&mut w).await.revision, rv(&o));
+}
+
+/// A watch's progress (what a bookmark carries): never past one of its own events not yet
+/// yielded; past other keys' writes once its own are out, where the store watches them too
+/// (redb, and etcd's cache, which follows the whole resource); a watch resumed from it goes on
+/// with the next event, no repeat.
+async fn progress_passes_other_keys_only_after_its_own(b: &mut Backend) {
+    let s = b.s();
+    let from = s.current_revision().await.unwrap();
+    let mut w = s.watch("/core/configmaps/quiet/", from).await.unwrap();
+    assert_eq!(w.progress(), from);
+    let mut revs = Vec::new();
+    for key in ["quiet/q1", "busy/b1", "quiet/q2", "busy/b2", "busy/b3"] {
+        let o = s.create(&format!("/core/configmaps/{key}"), obj("x", 1));
+        revs.push(rv(&o.await.unwrap()));
+    }
+    assert_eq!(next(&mut w).await.revision, revs[0]);
+    let p = w.progress();
+    assert!(
+        p >= revs[0] && p < revs[2],
+        "{p} claims q2 ({}) unsent",
+        revs[2]
+    );
+    assert_eq!(next(&mut w).await.revision, revs[2]);
+    assert_quiet(&mut w).await;
+    let p = w.progress();
+    if matches!(b.kind, Kind::Etcd { cached: false, .. }) {
+        assert_eq!(p, revs[2], "a direct etcd watch sees its own keys only");
+    } else {
+        assert_eq!(p, revs[4], "past the other keys' writes");
+    }
+    let mut resumed = s.watch("/core/configmaps/quiet/", p).await.unwrap();
+    let late = s.create("/core/configmaps/quiet/q3", obj("x", 1)).await;
+    assert_eq!(next(&mut resumed).await.revision, rv(&late.unwrap()));
 }
 
 async fn list_at_is_the_state_then(b: &mut Backend) {

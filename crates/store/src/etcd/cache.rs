@@ -35,16 +35,20 @@
 //! until the cache has the change ([`WatchCache::list`]). `list_at` (paged lists' later pages,
 //! `resourceVersionMatch=Exact`) reads etcd.
 //!
-//! Compaction: the cache knows the oldest revision etcd can still serve from the compactions
-//! this store makes, from every coordinated compaction (a watch on `compact_rev_key`, which
-//! every svcnet and kube-apiserver compactor writes before compacting) and from etcd refusing a
-//! watch; a watch from below it is not served from memory but sent to etcd, which decides.
-//! A compaction made outside that protocol (`etcdctl compact`) is not seen: a watch from a
-//! revision still in the ring is then served from memory (as kube-apiserver's cache does).
+//! Compaction: the ring decides, as kube-apiserver's cacher does (`watch_cache.go`: a watch is
+//! "too old" only below its oldest event, or its list's revision while nothing was evicted). A
+//! watch from a revision the ring covers is served from memory even after etcd compacted that
+//! revision away: the ring holds every event after it, so nothing is missed, and a client whose
+//! resource was quiet since its list (every node proxy's Services, a namespace's objects)
+//! resumes its watch instead of re-listing after every compaction (etcd: each 5 minutes). A
+//! watch from below the ring goes to etcd, which answers 410 once it has compacted there; so
+//! does a cached watch that lagged out of the ring. The watch's progress
+//! ([`EventStream::progress`]) moves past the events of other keys of the resource, so a
+//! bookmark names a revision the ring still covers.
 //!
-//! **Architecture Invariant:** a cached client watch sees exactly what its own etcd watch would:
-//! every event of its prefix after its revision, once, in revision order, with the same
-//! objects; the ring only ever holds a gap-free suffix of the resource's events; a cached
+//! **Architecture Invariant:** a cached client watch sees what its own etcd watch would (had
+//! etcd not compacted): every event of its prefix after its revision, once, in revision order,
+//! with the same objects; the ring only ever holds a gap-free suffix of the resource's events; a cached
 //! list is etcd's list at the revision it reports, which is no older than etcd's revision
 //! when the list began.
 
@@ -57,9 +61,10 @@ use serde_json::Value;
 use tokio::sync::{oneshot, watch};
 
 use super::watch::{Upstream, direct, translate_response};
-use super::{COMPACT_REV_KEY, EtcdStore, KeyLayout, backend, decode, prefix_end, to_i64};
+use super::{EtcdStore, KeyLayout, backend, decode, prefix_end, to_i64};
 use crate::{
-    Event, EventStream, EventType, ListResult, StoreError, WatchCacheOptions, WatchCacheStats,
+    Event, EventStream, EventType, ListResult, Progress, StoreError, WatchCacheOptions,
+    WatchCacheStats,
 };
 
 /// How long a list waits for the cache to catch up with etcd before it reads etcd instead
@@ -85,11 +90,6 @@ pub(super) struct WatchCache {
     /// next watch. A tokio mutex: starting a hub takes two etcd round trips, and the watches
     /// that arrive meanwhile wait for it rather than start another.
     hubs: tokio::sync::Mutex<HashMap<String, Arc<Hub>>>,
-    /// The oldest revision a watch may start from, as far as this process knows (etcd's
-    /// compact revision minus one).
-    floor: Arc<AtomicU64>,
-    /// Stops the `compact_rev_key` watch when the store is dropped; `Some` once it runs.
-    floor_watch: std::sync::Mutex<Option<oneshot::Sender<()>>>,
     pub(super) counters: Arc<Counters>,
 }
 
@@ -98,8 +98,6 @@ impl WatchCache {
         WatchCache {
             options,
             hubs: tokio::sync::Mutex::new(HashMap::new()),
-            floor: Arc::new(AtomicU64::new(0)),
-            floor_watch: std::sync::Mutex::new(None),
             counters: Arc::new(Counters::default()),
         }
     }
@@ -116,11 +114,6 @@ impl WatchCache {
             lists_etcd: c.lists_etcd.load(Ordering::Relaxed),
             gets_cached: c.gets_cached.load(Ordering::Relaxed),
         }
-    }
-
-    /// etcd dropped the history before `floor + 1`: watches from below `floor` go to etcd.
-    pub(super) fn saw_compaction(&self, floor: u64) {
-        self.floor.fetch_max(floor, Ordering::Relaxed);
     }
 
     /// A client watch: from the cache when its revision is within the window of its
@@ -148,11 +141,11 @@ impl WatchCache {
                 return direct(store, prefix, from_revision).await;
             }
         };
-        let floor = self.floor.load(Ordering::Relaxed);
-        let Some(rx) = hub.shared.attach(from_revision, floor) else {
+        let Some(rx) = hub.shared.attach(from_revision) else {
             return direct(store, prefix, from_revision).await;
         };
         self.counters.cached.fetch_add(1, Ordering::Relaxed);
+        let progress = Progress::new(from_revision);
         let watcher = Watcher {
             hub: Some(hub),
             store: store.clone(),
@@ -162,8 +155,12 @@ impl WatchCache {
             rx,
             pending: VecDeque::new(),
             direct: None,
+            progress: progress.clone(),
         };
-        Ok(Box::pin(futures::stream::unfold(Some(watcher), step)))
+        Ok(EventStream::with_progress(
+            progress,
+            futures::stream::unfold(Some(watcher), step),
+        ))
     }
 
     /// A list of `prefix` (the latest state) from the cache's objects, as kube-apiserver's
@@ -282,12 +279,10 @@ impl WatchCache {
                 decode(store_prefix, kv).map(|object| (ekey, object))
             })
             .collect::<Result<BTreeMap<_, _>, _>>()?;
-        self.start_floor_watch(store, start);
         let upstream = Upstream::open(
             store.inner.client.clone(),
             self.counters.clone(),
             resource,
-            true,
             start,
         )
         .await?;
@@ -309,7 +304,6 @@ impl WatchCache {
             shared.clone(),
             upstream,
             store.inner.layout.clone(),
-            self.floor.clone(),
             stopped,
         ));
         let hub = Arc::new(Hub {
@@ -318,25 +312,6 @@ impl WatchCache {
         });
         hubs.insert(resource.to_string(), hub.clone());
         Ok(hub)
-    }
-
-    /// Starts following `compact_rev_key` from `start`, once per store.
-    fn start_floor_watch(&self, store: &EtcdStore, start: u64) {
-        let Ok(mut slot) = self.floor_watch.lock() else {
-            return;
-        };
-        if slot.is_some() {
-            return;
-        }
-        let (stop, stopped) = oneshot::channel();
-        *slot = Some(stop);
-        tokio::spawn(run_floor_watch(
-            store.inner.client.clone(),
-            self.counters.clone(),
-            self.floor.clone(),
-            start,
-            stopped,
-        ));
     }
 }
 
@@ -455,10 +430,11 @@ impl Shared {
         Some((ring.head, items))
     }
 
-    /// A wake-up receiver for a watcher from `from`, if the window covers it.
-    fn attach(&self, from: u64, floor: u64) -> Option<watch::Receiver<u64>> {
+    /// A wake-up receiver for a watcher from `from`, if the window covers it: the ring holds
+    /// every event of the resource after `from`, whether or not etcd still does.
+    fn attach(&self, from: u64) -> Option<watch::Receiver<u64>> {
         let ring = self.ring.read().ok()?;
-        (!ring.failed && from >= ring.start && from >= floor).then(|| self.head.subscribe())
+        (!ring.failed && from >= ring.start).then(|| self.head.subscribe())
     }
 
     /// Appends the events after `last` whose etcd key starts with `eprefix` to `out` and
@@ -516,7 +492,6 @@ async fn run_hub(
     shared: Arc<Shared>,
     mut upstream: Upstream,
     layout: KeyLayout,
-    floor: Arc<AtomicU64>,
     mut stop: oneshot::Receiver<()>,
 ) {
     loop {
@@ -527,9 +502,6 @@ async fn run_hub(
         let (resp, after) = match next {
             Ok(next) => next,
             Err(e) => {
-                if let StoreError::Gone { compacted, .. } = e {
-                    floor.fetch_max(compacted, Ordering::Relaxed);
-                }
                 tracing::warn!("watch cache: upstream watch ended ({e}); its watchers go to etcd");
                 shared.fail();
                 return;
@@ -552,71 +524,6 @@ async fn run_hub(
     }
 }
 
-/// Follows `compact_rev_key`: every coordinated compaction writes the revision it compacts to
-/// there first, so the cache learns each one (its own server's and the others').
-async fn run_floor_watch(
-    client: etcd_client::Client,
-    counters: Arc<Counters>,
-    floor: Arc<AtomicU64>,
-    mut start: u64,
-    mut stop: oneshot::Receiver<()>,
-) {
-    loop {
-        let opened = tokio::select! {
-            _ = &mut stop => return,
-            up = Upstream::open(client.clone(), counters.clone(), COMPACT_REV_KEY, false, start) => up,
-        };
-        let mut upstream = match opened {
-            Ok(up) => up.resume_forever(),
-            Err(_) => {
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-                continue;
-            }
-        };
-        loop {
-            let next = tokio::select! {
-                _ = &mut stop => return,
-                next = upstream.next() => next,
-            };
-            match next {
-                Ok((resp, _)) => {
-                    for ev in resp.events() {
-                        let compacted_to = ev
-                            .kv()
-                            .and_then(|kv| std::str::from_utf8(kv.value()).ok())
-                            .and_then(|v| v.parse::<u64>().ok());
-                        if let Some(to) = compacted_to {
-                            floor.fetch_max(to.saturating_sub(1), Ordering::Relaxed);
-                        }
-                    }
-                    start = upstream.last();
-                }
-                Err(e) => {
-                    // Its own history was compacted while it was away: that compaction is
-                    // the floor; follow on from the current revision.
-                    if let StoreError::Gone { compacted, .. } = e {
-                        floor.fetch_max(compacted, Ordering::Relaxed);
-                    }
-                    start = current_revision(&client).await.unwrap_or(start);
-                    break;
-                }
-            }
-        }
-    }
-}
-
-async fn current_revision(client: &etcd_client::Client) -> Option<u64> {
-    let resp = client
-        .kv_client()
-        .get(
-            COMPACT_REV_KEY,
-            Some(etcd_client::GetOptions::new().with_count_only()),
-        )
-        .await
-        .ok()?;
-    resp.header().and_then(|h| u64::try_from(h.revision()).ok())
-}
-
 /// A client watch served from a hub.
 struct Watcher {
     /// `None` once it moved to its own etcd watch.
@@ -629,6 +536,8 @@ struct Watcher {
     rx: watch::Receiver<u64>,
     pending: VecDeque<Arc<Cached>>,
     direct: Option<EventStream>,
+    /// Advanced to `last` whenever nothing of it is pending (see [`EventStream::progress`]).
+    progress: Progress,
 }
 
 type Step = Option<(Result<Event, StoreError>, Option<Watcher>)>;
@@ -644,6 +553,10 @@ async fn step(state: Option<Watcher>) -> Step {
             };
         }
         if let Some(cached) = w.pending.pop_front() {
+            if w.pending.is_empty() {
+                // Every event of the prefix up to `last` is out with this one.
+                w.progress.advance(w.last);
+            }
             return Some((Ok(cached.event.clone()), Some(w)));
         }
         let hub = w.hub.as_ref()?.clone();
@@ -651,6 +564,10 @@ async fn step(state: Option<Watcher>) -> Step {
         match hub.shared.since(w.last, &w.eprefix, &mut w.pending) {
             Some(at) => {
                 w.last = at;
+                if w.pending.is_empty() {
+                    // Nothing of this prefix up to the head: the watch has passed it.
+                    w.progress.advance(at);
+                }
                 if w.pending.is_empty() && w.rx.changed().await.is_err() {
                     // The hub's task is gone (cannot happen while this holds the hub); the
                     // next round finds it failed or goes on.

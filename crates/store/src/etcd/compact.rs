@@ -39,7 +39,6 @@ impl EtcdStore {
             )
             .await
             .map_err(backend)?;
-        self.inner.cache.saw_compaction(revision.saturating_sub(1));
         Ok(())
     }
 
@@ -79,9 +78,6 @@ impl EtcdStore {
                 .compact(to_i64(state.revision), None)
                 .await
                 .map_err(backend)?;
-            self.inner
-                .cache
-                .saw_compaction(state.revision.saturating_sub(1));
             tracing::debug!("etcd: compacted to revision {}", state.revision);
         }
         Ok(CompactorState {

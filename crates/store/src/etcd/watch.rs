@@ -27,48 +27,36 @@ use crate::{Event, EventStream, EventType, StoreError, stamp};
 /// How long a watch keeps trying to reopen before it gives up with a backend error.
 const RESUME_FOR: Duration = Duration::from_secs(30);
 
-/// One etcd watch on a key or a prefix, resumed after member failures (see the module's notes).
+/// One etcd watch on a prefix, resumed after member failures (see the module's notes).
 pub(super) struct Upstream {
     client: Client,
     counters: Arc<Counters>,
     key: String,
-    prefix: bool,
     /// The highest revision received (or the watch's start).
     last: u64,
     stream: Option<WatchStream>,
     /// When the current run of failed reopen attempts began.
     failing_since: Option<Instant>,
-    /// How long to keep trying before giving up.
-    resume_for: Duration,
 }
 
 impl Upstream {
-    /// Opens a watch on `key` (a prefix when `prefix`) for revisions after `after`.
+    /// Opens a watch on the prefix `key` for revisions after `after`.
     pub(super) async fn open(
         client: Client,
         counters: Arc<Counters>,
         key: &str,
-        prefix: bool,
         after: u64,
     ) -> Result<Self, StoreError> {
         let mut up = Upstream {
             client,
             counters,
             key: key.to_string(),
-            prefix,
             last: after,
             stream: None,
             failing_since: None,
-            resume_for: RESUME_FOR,
         };
         up.stream = Some(up.connect().await?);
         Ok(up)
-    }
-
-    /// Keeps reopening for as long as it takes instead of giving up after [`RESUME_FOR`].
-    pub(super) fn resume_forever(mut self) -> Self {
-        self.resume_for = Duration::MAX;
-        self
     }
 
     /// The highest revision received so far.
@@ -77,13 +65,11 @@ impl Upstream {
     }
 
     async fn connect(&self) -> Result<WatchStream, StoreError> {
-        let mut options = WatchOptions::new()
+        let options = WatchOptions::new()
             .with_start_revision(to_i64(self.last.saturating_add(1)))
             .with_prev_key()
-            .with_progress_notify();
-        if self.prefix {
-            options = options.with_prefix();
-        }
+            .with_progress_notify()
+            .with_prefix();
         self.counters.etcd_watches.fetch_add(1, Ordering::Relaxed);
         self.client
             .watch_client()
@@ -150,7 +136,7 @@ impl Upstream {
     /// for longer than allowed.
     async fn wait_before_retry(&mut self, err: StoreError) -> Result<(), StoreError> {
         let since = *self.failing_since.get_or_insert_with(Instant::now);
-        if since.elapsed() > self.resume_for {
+        if since.elapsed() > RESUME_FOR {
             return Err(err);
         }
         tracing::debug!("etcd watch on {} resuming after: {err}", self.key);
@@ -251,7 +237,6 @@ pub(super) async fn direct(
         store.inner.client.clone(),
         store.inner.cache.counters.clone(),
         &eprefix,
-        true,
         from_revision,
     )
     .await?;
@@ -260,7 +245,10 @@ pub(super) async fn direct(
         upstream,
         pending: VecDeque::new(),
     };
-    Ok(Box::pin(futures::stream::unfold(Some(state), step)))
+    Ok(EventStream::new(
+        from_revision,
+        futures::stream::unfold(Some(state), step),
+    ))
 }
 
 /// [`StoreError::Gone`] at once when revision `from + 1` is compacted away (a read at it
@@ -282,13 +270,10 @@ async fn check_history(store: &EtcdStore, from: u64) -> Result<(), StoreError> {
     match read {
         Ok(_) => Ok(()),
         Err(e) => match store.revision_error(&e, probe).await {
-            Some(StoreError::Gone { compacted, .. }) => {
-                store.inner.cache.saw_compaction(compacted);
-                Err(StoreError::Gone {
-                    requested: from,
-                    compacted,
-                })
-            }
+            Some(StoreError::Gone { compacted, .. }) => Err(StoreError::Gone {
+                requested: from,
+                compacted,
+            }),
             Some(StoreError::FutureRevision { .. }) => Ok(()),
             _ => Err(backend(e)),
         },
