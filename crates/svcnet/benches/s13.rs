@@ -20,6 +20,9 @@
 //!
 //! `cargo bench -p svcnet --bench s13 --profile dev` (no root; a small run:
 //! `S13_NODES=100 S13_SERVICES=1000 S13_ENDPOINTS=5000`). `S13_BACKENDS=redb` or `etcd` runs one.
+//! With both, each runs in a process of its own (this binary started again with
+//! `S13_BACKENDS` set and `S13_FIGURES` naming where it writes its figures), one after the
+//! other, and this one prints them side by side.
 //! `MALLOC_ARENA_MAX=2` applies to this process only (the hollow nodes: 16 MiB per node at the
 //! full object count instead of 18, the difference glibc's per-thread arenas make); the API
 //! servers it starts run with the allocator's defaults.
@@ -30,7 +33,7 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -673,16 +676,6 @@ async fn run_backend(name: &str, backend: Backend, p: &Params) -> Figures {
     f
 }
 
-/// Returns what the first back end's hollow nodes freed to the kernel (glibc keeps freed
-/// chunks in its arenas), so that the second back end's 1,000 nodes fit beside it in one run
-/// and its per-node RSS is its own.
-fn give_memory_back() {
-    let before = usage(std::process::id()).rss_mib;
-    svcnet_libnft::ffi::trim();
-    let after = usage(std::process::id()).rss_mib;
-    eprintln!("s13: between back ends, RSS {before:.0} -> {after:.0} MiB (malloc_trim)");
-}
-
 fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
@@ -693,33 +686,106 @@ fn load() -> String {
 fn main() {
     let p = Params::from_env();
     let which = std::env::var("S13_BACKENDS").unwrap_or_else(|_| "redb,etcd".into());
-    let etcd_bin: Option<PathBuf> = etcd_binary();
+    let backends: Vec<&str> = ["redb", "etcd"]
+        .into_iter()
+        .filter(|b| which.contains(b))
+        .collect();
+    eprintln!("s13: {p:?}; load average before: {}", load());
+    if let [one] = backends[..] {
+        let figures = run_one(one, &p);
+        match std::env::var_os("S13_FIGURES") {
+            Some(path) => write_figures(&path, &figures),
+            None => report(&p, &figures),
+        }
+        return;
+    }
+    // Each back end in a process of its own, one after the other, this binary started again:
+    // at the full size the hollow nodes of one back end hold 16 GiB, which the process does
+    // not give back for the next one's (glibc keeps most of it mapped).
+    let mut results = BTreeMap::new();
+    let mut failed = Vec::new();
+    for backend in backends {
+        match run_child(backend) {
+            Ok(figures) => {
+                results.extend(figures);
+            }
+            Err(e) => failed.push(format!("{backend}: {e}")),
+        }
+    }
+    report(&p, &results);
+    assert!(failed.is_empty(), "back ends that failed: {failed:?}");
+}
+
+/// One back end's run in this process; its figures by back end (none when etcd is missing).
+fn run_one(backend: &'static str, p: &Params) -> BTreeMap<&'static str, Figures> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    eprintln!("s13: {p:?}; load average before: {}", load());
-    let mut results: BTreeMap<&str, Figures> = BTreeMap::new();
+    let mut results = BTreeMap::new();
     runtime.block_on(async {
-        if which.contains("redb") {
+        if backend == "redb" {
             let b = start_redb().await;
-            results.insert("redb", run_backend("redb", b, &p).await);
-        }
-        if which.contains("etcd") {
-            if results.contains_key("redb") {
-                give_memory_back();
-            }
-            match &etcd_bin {
+            results.insert("redb", run_backend("redb", b, p).await);
+        } else {
+            match etcd_binary() {
                 Some(bin) => {
-                    let b = start_etcd(bin).await;
-                    results.insert("etcd", run_backend("etcd", b, &p).await);
+                    let b = start_etcd(&bin).await;
+                    results.insert("etcd", run_backend("etcd", b, p).await);
                 }
                 None => eprintln!("s13: no etcd binary on PATH (SVCNET_ETCD_BIN): etcd skipped"),
             }
         }
     });
     runtime.shutdown_timeout(Duration::from_secs(5));
-    report(&p, &results);
+    results
+}
+
+/// Runs this bench again for `backend` alone and reads the figures it writes.
+fn run_child(backend: &str) -> Result<BTreeMap<&'static str, Figures>, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let path = dir.path().join("figures");
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let status = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env("S13_BACKENDS", backend)
+        .env("S13_FIGURES", &path)
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("its process ended with {status}"));
+    }
+    let text = std::fs::read_to_string(&path).map_err(|e| e.to_string())?;
+    let mut results = BTreeMap::new();
+    for line in text.lines() {
+        let mut fields = line.split('\t');
+        let (Some(name), Some(figure), Some(value)) = (fields.next(), fields.next(), fields.next())
+        else {
+            return Err(format!("a figures line {line:?}"));
+        };
+        let name = match name {
+            "redb" => "redb",
+            "etcd" => "etcd",
+            other => return Err(format!("a back end {other:?}")),
+        };
+        let value: f64 = value.parse().map_err(|_| format!("a figure {line:?}"))?;
+        results
+            .entry(name)
+            .or_insert_with(Vec::new)
+            .push((figure.to_string(), value));
+    }
+    Ok(results)
+}
+
+/// Figures as `backend<TAB>figure<TAB>value` lines, for the parent run.
+fn write_figures(path: &std::ffi::OsStr, results: &BTreeMap<&str, Figures>) {
+    let mut text = String::new();
+    for (backend, figures) in results {
+        for (figure, value) in figures {
+            text.push_str(&format!("{backend}\t{figure}\t{value}\n"));
+        }
+    }
+    std::fs::write(path, text).expect("figures written");
 }
 
 fn report(p: &Params, results: &BTreeMap<&str, Figures>) {
