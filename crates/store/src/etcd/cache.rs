@@ -48,9 +48,9 @@
 //!
 //! **Architecture Invariant:** a cached client watch sees what its own etcd watch would (had
 //! etcd not compacted): every event of its prefix after its revision, once, in revision order,
-//! with the same objects; the ring only ever holds a gap-free suffix of the resource's events; a cached
-//! list is etcd's list at the revision it reports, which is no older than etcd's revision
-//! when the list began.
+//! with the same objects; the ring only ever holds a gap-free suffix of the resource's events;
+//! a cached list is etcd's list at the revision it reports, which is no older than etcd's
+//! revision when the list began.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -14,7 +14,7 @@
 //!   `Cacher`), after one etcd read that proves the cache current; otherwise, and for
 //!   `list_at`, they are `Range` pages of one revision. Watches are etcd watches from a
 //!   revision with `prev_kv` (see `watch.rs`), served through the same cache; history older
-//!   than the last compaction answers [`StoreError::Gone`].
+//!   than the last compaction answers [`StoreError::Gone`] unless the cache still holds it.
 //! - Compaction is the API servers' job, coordinated through `compact_rev_key` as
 //!   kube-apiserver does (see `compact.rs` and [`EtcdStore::run_compactor`]).
 //!
