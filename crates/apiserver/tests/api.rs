@@ -233,6 +233,15 @@ async fn next_event<K>(
         .expect("no error")
 }
 
+/// The resourceVersion of a list of `api`: where a watch that misses nothing starts.
+async fn list_revision<K>(api: &Api<K>) -> String
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let list = api.list(&ListParams::default()).await.unwrap();
+    list.metadata.resource_version.unwrap()
+}
+
 fn cm(name: &str, labels: serde_json::Value) -> ConfigMap {
     serde_json::from_value(
         json!({"metadata": {"name": name, "labels": labels}, "data": {"k": "v"}}),
@@ -245,13 +254,7 @@ async fn watch_resumes_bookmarks_and_expires() {
     let ts = common::TestServer::start_with(|c| c.watch_history = 30).await;
     let cms: Api<ConfigMap> = Api::namespaced(ts.client().await, "default");
     let pp = PostParams::default();
-    let start = cms
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let start = list_revision(&cms).await;
     let mut rvs = Vec::new();
     for i in 0..3 {
         rvs.push(
@@ -368,13 +371,7 @@ async fn bookmarks_keep_a_quiet_watch_within_the_history() {
     let client = ts.client().await;
     let quiet: Api<Service> = Api::namespaced(client.clone(), "default");
     let busy: Api<ConfigMap> = Api::namespaced(client, "default");
-    let listed = quiet
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .metadata
-        .resource_version
-        .unwrap();
+    let listed = list_revision(&quiet).await;
     let bookmarks = WatchParams {
         bookmarks: true,
         ..WatchParams::default()
