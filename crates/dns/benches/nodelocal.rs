@@ -112,6 +112,7 @@ fn main() {
             success_ttl: 30,
             denial_ttl: 5,
             timeout: Duration::from_secs(2),
+            prefetch: None,
         })
         .await
         .unwrap();

@@ -4,8 +4,8 @@
 //! the machine.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
 use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::rdata::SOA;
@@ -19,6 +19,7 @@ pub struct FakeUpstream {
     addr: SocketAddr,
     queries: Arc<AtomicUsize>,
     tcp_queries: Arc<AtomicUsize>,
+    records: Arc<RwLock<Vec<Record>>>,
     _tasks: JoinSet<()>,
 }
 
@@ -41,7 +42,7 @@ impl FakeUpstream {
     pub async fn start(records: Vec<Record>) -> std::io::Result<FakeUpstream> {
         let (udp, tcp) = bind_pair().await?;
         let addr = udp.local_addr()?;
-        let records = Arc::new(records);
+        let records = Arc::new(RwLock::new(records));
         let queries = Arc::new(AtomicUsize::new(0));
         let tcp_queries = Arc::new(AtomicUsize::new(0));
         let mut tasks = JoinSet::new();
@@ -94,6 +95,7 @@ impl FakeUpstream {
             addr,
             queries,
             tcp_queries,
+            records,
             _tasks: tasks,
         })
     }
@@ -106,6 +108,13 @@ impl FakeUpstream {
     /// Questions received so far (UDP and TCP).
     pub fn queries(&self) -> usize {
         self.queries.load(Ordering::Relaxed)
+    }
+
+    /// Serves `records` from now on.
+    pub fn set_records(&self, records: Vec<Record>) {
+        if let Ok(mut r) = self.records.write() {
+            *r = records;
+        }
     }
 
     /// Questions received over TCP so far.
@@ -121,7 +130,8 @@ pub fn fake_soa() -> Record {
     Record::from_rdata(origin, 5, RData::SOA(soa))
 }
 
-fn answer(records: &[Record], query: &[u8], udp: bool) -> Option<Vec<u8>> {
+fn answer(records: &RwLock<Vec<Record>>, query: &[u8], udp: bool) -> Option<Vec<u8>> {
+    let records = records.read().ok()?;
     let request = Message::from_vec(query).ok()?;
     let q = request.queries.first()?.clone();
     let mut response = Message::response(request.metadata.id, request.metadata.op_code);

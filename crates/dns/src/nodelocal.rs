@@ -11,9 +11,12 @@
 //!   30 s (upstream's `cache 30`);
 //! - everything else, the upstream resolvers (UDP, TCP when truncated), kept at most 30 s.
 //!
-//! Each of the three is a [`Forwarder`] of `server::forward`, with its own cache. There is no
-//! prefetch: an entry is asked again on the first question after it expires (CoreDNS's
-//! `prefetch` is off in upstream's Corefile too). A UDP question a forwarder's cache answered
+//! Each of the three is a [`Forwarder`] of `server::forward`, with its own cache. Prefetch is
+//! off by default, as in upstream's Corefile: an entry is asked again on the first question
+//! after it expires. With [`NodeLocalConfig::prefetch`] (CoreDNS's `cache { prefetch AMOUNT
+//! DURATION PERCENTAGE% }`, see [`Prefetch`]) a popular entry is asked again in a task of its
+//! own once little of its TTL is left, while its hits are still answered from the cache, so a
+//! name asked for often is never a miss. A UDP question a forwarder's cache answered
 //! once is answered again from the encoded bytes (`replay`), its ID and TTLs rewritten, with no
 //! parsing or encoding, until the answer's smallest TTL runs out. Network setup (addresses, `notrack` rules)
 //! is the caller's (`svcnet node-local-dns`); this module only serves.
@@ -32,7 +35,9 @@ use tokio::task::JoinSet;
 use crate::replay::{Kept, ReplayCache};
 use crate::server::forward::is_negative;
 use crate::server::udp::{BATCH, MAX_REQUEST, next_batch, send_batch};
-use crate::server::{DnsError, ForwardError, Forwarder, ForwarderOptions, Upstream};
+use crate::server::{
+    DnsError, ForwardError, Forwarder, ForwarderOptions, Popular, Prefetch, Upstream,
+};
 
 /// Upstream's cap for the reverse zones and everything outside the cluster (`cache 30`).
 const OTHER_TTL: u32 = 30;
@@ -60,6 +65,8 @@ pub struct NodeLocalConfig {
     pub denial_ttl: u32,
     /// How long one upstream gets to answer.
     pub timeout: Duration,
+    /// Ask popular answers again before they expire (every zone's cache; `None`: off).
+    pub prefetch: Option<Prefetch>,
 }
 
 /// Which forwarder a question goes to.
@@ -107,6 +114,7 @@ impl NodeLocalCache {
             force_tcp: true,
             max_ttl,
             max_negative_ttl,
+            prefetch: config.prefetch,
         };
         let forwarders = [
             Forwarder::with_options(
@@ -127,6 +135,7 @@ impl NodeLocalCache {
                     force_tcp: false,
                     max_ttl: OTHER_TTL,
                     max_negative_ttl: OTHER_TTL,
+                    prefetch: config.prefetch,
                 },
             ),
         ];
@@ -250,6 +259,14 @@ impl NodeLocalObserver {
                 f.cache_len()
             );
         }
+        let _ = writeln!(out, "# TYPE coredns_cache_prefetch_total counter");
+        for (zone, f) in &stats {
+            let _ = writeln!(
+                out,
+                "coredns_cache_prefetch_total{{zone=\"{zone}\"}} {}",
+                f.stats().prefetches
+            );
+        }
         let _ = writeln!(out, "# TYPE coredns_forward_requests_total counter");
         for (route, (zone, f)) in Route::ALL.iter().zip(&stats) {
             let _ = writeln!(
@@ -308,12 +325,25 @@ impl Shared {
         Ok((request, query))
     }
 
+    /// Asks again, in a task of its own, for the entry of forwarder `route` that a hit just
+    /// made due for a prefetch.
+    fn prefetch(self: &Arc<Self>, route: usize, popular: Popular) {
+        let shared = self.clone();
+        tokio::spawn(async move { shared.forwarders[route].prefetch(&popular).await });
+    }
+
     /// The answer to one datagram from the cache, without waiting, into `out` (replaced):
     /// `Ok(true)` when there is one to send, `Ok(false)` to drop the datagram, `Err(())` on a
     /// miss.
-    fn answer_now(&self, packet: &[u8], out: &mut Vec<u8>) -> Result<bool, ()> {
+    fn answer_now(self: &Arc<Self>, packet: &[u8], out: &mut Vec<u8>) -> Result<bool, ()> {
         if let Some(kept) = self.replay.get_into(packet, out) {
-            self.forwarders[kept.route].count_hit(kept.negative);
+            let forwarder = &self.forwarders[kept.route];
+            forwarder.count_hit(kept.negative);
+            if let Some(popular) = kept.popular
+                && forwarder.note_hit(&popular)
+            {
+                self.prefetch(kept.route, popular);
+            }
             return Ok(true);
         }
         let (request, query) = match self.parse(packet) {
@@ -325,24 +355,41 @@ impl Shared {
             .resolve_cached(query.name(), query.query_type(), query.query_class())
             .ok_or(())?;
         let negative = is_negative(&hit.message);
+        let popular = hit.popular.clone();
+        if let (true, Some(p)) = (hit.prefetch_due, &popular) {
+            self.prefetch(route, p.clone());
+        }
         let reply = encode(&request, query, Ok(hit), true);
         if let Some(bytes) = &reply {
-            self.replay.put(packet, bytes, Kept { route, negative });
+            let kept = Kept {
+                route,
+                negative,
+                popular,
+            };
+            self.replay.put(packet, bytes, kept);
         }
         Ok(replace(out, reply))
     }
 
     /// The answer to one datagram or TCP message; `None` drops it (not a query, or too short
     /// to answer).
-    async fn answer(&self, packet: &[u8], udp: bool) -> Option<Vec<u8>> {
+    async fn answer(self: &Arc<Self>, packet: &[u8], udp: bool) -> Option<Vec<u8>> {
         let (request, query) = match self.parse(packet) {
             Ok(parsed) => parsed,
             Err(reply) => return reply,
         };
-        let forwarder = &self.forwarders[self.route(query.name()) as usize];
-        let result = forwarder
+        let route = self.route(query.name()) as usize;
+        let result = self.forwarders[route]
             .resolve(query.name(), query.query_type(), query.query_class())
             .await;
+        if let Ok(Upstream {
+            prefetch_due: true,
+            popular: Some(p),
+            ..
+        }) = &result
+        {
+            self.prefetch(route, p.clone());
+        }
         encode(&request, query, result, udp)
     }
 }

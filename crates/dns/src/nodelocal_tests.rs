@@ -12,6 +12,7 @@ use tokio::net::UdpSocket;
 
 use super::{NodeLocalCache, NodeLocalConfig};
 use crate::fake_upstream::FakeUpstream;
+use crate::server::Prefetch;
 
 fn n(s: &str) -> Name {
     Name::from_ascii(s).unwrap()
@@ -37,6 +38,15 @@ async fn ask(addr: SocketAddr, name: &str) -> Message {
 }
 
 async fn start(fake: &FakeUpstream, success_ttl: u32, denial_ttl: u32) -> NodeLocalCache {
+    start_with(fake, success_ttl, denial_ttl, None).await
+}
+
+async fn start_with(
+    fake: &FakeUpstream,
+    success_ttl: u32,
+    denial_ttl: u32,
+    prefetch: Option<Prefetch>,
+) -> NodeLocalCache {
     NodeLocalCache::start(NodeLocalConfig {
         listen: vec!["127.0.0.1".parse().unwrap()],
         port: 0,
@@ -46,6 +56,7 @@ async fn start(fake: &FakeUpstream, success_ttl: u32, denial_ttl: u32) -> NodeLo
         success_ttl,
         denial_ttl,
         timeout: Duration::from_secs(2),
+        prefetch,
     })
     .await
     .unwrap()
@@ -145,6 +156,7 @@ async fn no_cluster_dns_is_servfail() {
         success_ttl: 30,
         denial_ttl: 5,
         timeout: Duration::from_millis(500),
+        prefetch: None,
     })
     .await
     .unwrap();
@@ -211,5 +223,87 @@ async fn repeated_questions_are_replayed_with_their_own_ids_and_ttls() {
     let reply = Message::from_vec(&buf[..len]).unwrap();
     assert_eq!(reply.metadata.id, 8);
     assert_eq!(fake.queries(), 2, "expired: asked again");
+    cache.shutdown().await;
+}
+
+/// With prefetch on (`prefetch 2 1m 50%`, positive answers kept 3 s): a name asked for twice
+/// in a row from the cache is asked again upstream once at most half its TTL is left, while
+/// that question is still answered from the cache, and after the first answer's TTL has run
+/// out it is answered from the fresh one without a miss; the fresh entry keeps the count, so
+/// it is prefetched again near its own end. A name asked for only once is not prefetched and
+/// is a miss again when it expires.
+#[tokio::test]
+async fn a_popular_answer_is_asked_again_before_it_expires() {
+    let a =
+        |name: &str, last: u8| Record::from_rdata(n(name), 30, RData::A(A::new(10, 96, 0, last)));
+    let (web, db) = (
+        "web.default.svc.cluster.local.",
+        "db.default.svc.cluster.local.",
+    );
+    let fake = FakeUpstream::start(vec![a(web, 20), a(db, 30)])
+        .await
+        .unwrap();
+    let prefetch = Prefetch {
+        amount: 2,
+        duration: Duration::from_secs(60),
+        percentage: 50,
+    };
+    let cache = start_with(&fake, 3, 1, Some(prefetch)).await;
+    let addr = cache.local_addrs()[0];
+    let ip = |m: &Message| match &m.answers[0].data {
+        RData::A(a) => a.0.octets()[3],
+        other => panic!("not an A record: {other:?}"),
+    };
+
+    // web: a miss, then two hits (the first from the forwarder's cache, the second replayed),
+    // with 3 s left: not due yet (2 s or less is). db: only the miss.
+    assert_eq!(ip(&ask(addr, web).await), 20);
+    assert_eq!(ip(&ask(addr, db).await), 30);
+    assert_eq!(ip(&ask(addr, web).await), 20);
+    assert_eq!(ip(&ask(addr, web).await), 20);
+    assert_eq!(fake.queries(), 2);
+    fake.set_records(vec![a(web, 21), a(db, 31)]);
+
+    // A second on, 2 s left: this hit makes web due. It is answered from the cache (the old
+    // address) and the cluster DNS is asked again meanwhile. db, asked once more, is a hit but
+    // has been asked for only once in a row before it.
+    tokio::time::sleep(Duration::from_millis(1050)).await;
+    let due = ask(addr, web).await;
+    assert_eq!((ip(&due), due.answers[0].ttl), (20, 2));
+    assert_eq!(ip(&ask(addr, db).await), 30);
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while fake.queries() < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(fake.queries(), 3, "web prefetched, db not");
+    // More hits before the old answer expires do not start another prefetch.
+    ask(addr, web).await;
+
+    // Past the first answers' 3 s: web comes from the prefetched entry with no miss; db's
+    // entry expired and is asked again (misses: web once, db twice).
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(ip(&ask(addr, web).await), 21);
+    assert_eq!(ip(&ask(addr, db).await), 31);
+    // The fresh web entry (kept at about 1 s, 3 s long) kept web's hits: this hit, with 1 s of
+    // it left, makes it due again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while fake.queries() < 5 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(fake.queries(), 5, "web prefetched twice, db asked twice");
+
+    let metrics = cache.observer().metrics_text();
+    for line in [
+        "coredns_cache_prefetch_total{zone=\"cluster.local.\"} 2",
+        "coredns_cache_misses_total{zone=\"cluster.local.\"} 3",
+        "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"success\"} 6",
+    ] {
+        assert!(metrics.contains(line), "no {line:?} in\n{metrics}");
+    }
+    let forwarded = format!(
+        "coredns_forward_requests_total{{zone=\"cluster.local.\",to=\"{} (tcp)\"}} 5",
+        fake.addr()
+    );
+    assert!(metrics.contains(&forwarded), "{metrics}");
     cache.shutdown().await;
 }

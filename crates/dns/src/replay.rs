@@ -18,6 +18,8 @@ use std::hash::BuildHasher;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::server::forward::Popular;
+
 /// Shards (each its own lock and byte budget).
 const SHARDS: usize = 16;
 /// Bytes one shard may hold before it is emptied (4 MiB in all).
@@ -29,13 +31,15 @@ const ENTRY_OVERHEAD: usize = 96;
 /// The OPT pseudo-record's type.
 const OPT: u16 = 41;
 
-/// What a replayed answer is, for the forwarder's hit counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a replayed answer is, for the forwarder's hit counters and prefetch.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Kept {
     /// Which forwarder's cache it copies.
     pub route: usize,
     /// NXDOMAIN or NODATA.
     pub negative: bool,
+    /// The forwarder entry's popularity (with prefetch on), so a replayed hit counts too.
+    pub popular: Option<Popular>,
 }
 
 #[derive(Debug)]
@@ -104,7 +108,7 @@ impl ReplayCache {
         for &(at, ttl) in entry.ttls.iter() {
             reply[at..at + 4].copy_from_slice(&ttl.saturating_sub(age).to_be_bytes());
         }
-        Some(entry.kept)
+        Some(entry.kept.clone())
     }
 
     /// Keeps `reply`, the answer to `packet`, if it has a record whose TTL bounds it.
@@ -239,6 +243,7 @@ mod tests {
     const KEPT: Kept = Kept {
         route: 1,
         negative: false,
+        popular: None,
     };
 
     #[test]

@@ -2,7 +2,9 @@
 //! as its nameserver; its queries reach the node's cache (no DNAT: `notrack`), the cache's
 //! metrics show the second identical query was not forwarded, a deleted Service is NXDOMAIN
 //! within the configured cap, and `kill -9` of the cache falls back to cluster DNS through the
-//! proxy until the cache is restarted. Ranges and prefix are this test's own.
+//! proxy until the cache is restarted. With the iptables proxy the cache also prefetches
+//! (`--node-local-dns-prefetch`): a name asked for every 300 ms is never a miss past its 3 s cap.
+//! Ranges and prefix are this test's own.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -69,10 +71,12 @@ fn pods_resolve_through_the_node_local_cache_and_fall_back_when_it_dies() {
             lb: "10.172.0.0/24",
         },
         "nftables",
+        &[],
     );
 }
 
-/// The same with the iptables proxy: its DNAT is skipped by the same `notrack` table.
+/// The same with the iptables proxy: its DNAT is skipped by the same `notrack` table. Here the
+/// cache prefetches names asked for three times in a row once half their TTL is left.
 #[test]
 fn node_local_cache_with_the_iptables_proxy() {
     check(
@@ -84,26 +88,30 @@ fn node_local_cache_with_the_iptables_proxy() {
             lb: "10.175.0.0/24",
         },
         "iptables",
+        &[
+            "--node-local-dns-prefetch",
+            "3",
+            "--node-local-dns-prefetch-percentage",
+            "50",
+        ],
     );
 }
 
-fn check(net: &Net, mode: &str) {
+fn check(net: &Net, mode: &str, prefetch: &[&str]) {
     if !is_root() {
         eprintln!("skipped: needs root (CI runs as root)");
         return;
     }
     let dns = free_udp_port();
-    let mut up = net.up_with(
-        "1",
-        dns,
-        &[
-            "--node-local-dns",
-            "--node-local-dns-success-ttl",
-            "3",
-            "--proxy-mode",
-            mode,
-        ],
-    );
+    let mut flags = vec![
+        "--node-local-dns",
+        "--node-local-dns-success-ttl",
+        "3",
+        "--proxy-mode",
+        mode,
+    ];
+    flags.extend_from_slice(prefetch);
+    let mut up = net.up_with("1", dns, &flags);
     // The service CIDR's stem: the DNS service IP is its .0.10, the host bridge the
     // underlay's .1.
     let stem = |cidr: &str| cidr.rsplitn(3, '.').last().unwrap().to_string();
@@ -181,6 +189,30 @@ fn check(net: &Net, mode: &str) {
         "the second question did not reach cluster DNS"
     );
     assert_eq!(hits(), h1 + 1);
+
+    if !prefetch.is_empty() {
+        // Asked for every 300 ms for longer than the 3 s cap: prefetched (each time 1.5 s or
+        // less is left), never a miss.
+        let misses = || {
+            let series = "coredns_cache_misses_total{zone=\"cluster.local.\"}";
+            metric(&node, series).unwrap_or_else(|| panic!("no {series} in {}", metrics(&node)))
+        };
+        let prefetches = || {
+            metric(
+                &node,
+                "coredns_cache_prefetch_total{zone=\"cluster.local.\"}",
+            )
+            .unwrap_or(0)
+        };
+        let m0 = misses();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(5) {
+            assert_eq!(dig("myapp.default.svc.cluster.local"), cluster_ip);
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        assert!(prefetches() >= 1, "no prefetch in {}", metrics(&node));
+        assert_eq!(misses(), m0, "a miss while prefetching: {}", metrics(&node));
+    }
 
     // A Service change is seen within the 3 s cap (cluster DNS says TTL 30).
     up.ok(&["create", "service", "clusterip", "nlprobe", "--tcp=80"]);

@@ -7,12 +7,13 @@
 //!
 //! [`ForwarderOptions`] set what CoreDNS's `forward` and `cache` plugins set for NodeLocal
 //! DNSCache: `force_tcp` (every question over TCP, so no UDP conntrack entry is made per
-//! question) and the caps on positive and negative TTLs (`cache { success N 30; denial N 5 }`).
+//! question), the caps on positive and negative TTLs (`cache { success N 30; denial N 5 }`) and
+//! `prefetch` ([`Prefetch`]: a popular answer is asked again before it expires).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query, ResponseCode};
@@ -44,6 +45,105 @@ pub struct Upstream {
     pub message: Message,
     /// Whether it came from the cache.
     pub cached: bool,
+    /// The cache entry's popularity, with [`ForwarderOptions::prefetch`] on.
+    pub popular: Option<Popular>,
+    /// This hit made the entry due for a prefetch: whoever holds the forwarder should run
+    /// [`Forwarder::prefetch`] with `popular` (in a task of its own; the client need not wait).
+    pub prefetch_due: bool,
+}
+
+/// CoreDNS's `cache { prefetch AMOUNT [DURATION] [PERCENTAGE%] }`: an answer asked for from
+/// the cache `amount` times in a row, each question within `duration` of the one before
+/// ("popular"), is asked again upstream once its remaining TTL is at most `percentage` % of the
+/// TTL it was kept for (rounded up, so at the latest in its last second), and the fresh answer
+/// replaces it: a popular name is never a miss. Hits are counted as CoreDNS's `freq` counts
+/// them (a gap of `duration` or more starts again at one) and carried over to the fresh entry.
+/// One prefetch at a time per entry; a failed one is tried again on the next hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prefetch {
+    pub amount: u32,
+    pub duration: Duration,
+    /// 10 to 90, as CoreDNS accepts.
+    pub percentage: u8,
+}
+
+impl Prefetch {
+    /// `prefetch AMOUNT` with CoreDNS's defaults: a minute, 10 %.
+    pub fn new(amount: u32) -> Self {
+        Prefetch {
+            amount,
+            duration: Duration::from_secs(60),
+            percentage: 10,
+        }
+    }
+
+    /// The remaining TTL at or under which an entry kept for `ttl` seconds is prefetched.
+    fn threshold(&self, ttl: u32) -> u64 {
+        (u64::from(self.percentage) * u64::from(ttl)).div_ceil(100)
+    }
+}
+
+/// How often one cache entry was asked for, for [`Prefetch`].
+#[derive(Debug)]
+struct Popularity {
+    key: Key,
+    stored: Instant,
+    ttl: u32,
+    /// Hits in a row and the last one's time.
+    freq: Mutex<(u32, Instant)>,
+    prefetching: AtomicBool,
+}
+
+/// A cached answer's popularity (shared by the node-local replay of that answer).
+#[derive(Debug, Clone)]
+pub struct Popular(Arc<Popularity>);
+
+/// The same entry's.
+impl PartialEq for Popular {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Popular {}
+
+impl Popular {
+    fn new(key: Key, ttl: u32, hits: u32) -> Self {
+        let now = Instant::now();
+        Popular(Arc::new(Popularity {
+            key,
+            stored: now,
+            ttl,
+            freq: Mutex::new((hits, now)),
+            prefetching: AtomicBool::new(false),
+        }))
+    }
+
+    fn hits(&self) -> u32 {
+        self.0.freq.lock().map_or(0, |f| f.0)
+    }
+
+    /// Counts a hit at `now`; whether it makes the entry due (then marked in flight).
+    fn hit(&self, p: &Prefetch, now: Instant) -> bool {
+        let p0 = &self.0;
+        let hits = match p0.freq.lock() {
+            Ok(mut f) => {
+                f.0 = if now.duration_since(f.1) <= p.duration {
+                    f.0.saturating_add(1)
+                } else {
+                    1
+                };
+                f.1 = now;
+                f.0
+            }
+            Err(_) => return false,
+        };
+        let age = now.duration_since(p0.stored).as_secs();
+        let remaining = u64::from(p0.ttl).saturating_sub(age);
+        hits >= p.amount
+            && remaining <= p.threshold(p0.ttl)
+            && !p0.prefetching.swap(true, Ordering::AcqRel)
+    }
 }
 
 /// How a [`Forwarder`] talks to its upstreams and how long it keeps their answers.
@@ -57,6 +157,9 @@ pub struct ForwarderOptions {
     pub max_ttl: u32,
     /// Longest time a negative answer (NXDOMAIN, NODATA) is kept (`cache { denial _ TTL }`).
     pub max_negative_ttl: u32,
+    /// Ask popular answers again before they expire (`cache { prefetch … }`; off by default,
+    /// as in CoreDNS and upstream's node-local Corefile).
+    pub prefetch: Option<Prefetch>,
 }
 
 impl Default for ForwarderOptions {
@@ -66,6 +169,7 @@ impl Default for ForwarderOptions {
             force_tcp: false,
             max_ttl: MAX_TTL,
             max_negative_ttl: MAX_NEGATIVE_TTL,
+            prefetch: None,
         }
     }
 }
@@ -79,8 +183,10 @@ pub struct ForwarderStats {
     pub hits_denial: u64,
     /// Questions that missed the cache.
     pub misses: u64,
-    /// Questions sent to an upstream (each attempt, each upstream).
+    /// Questions sent to an upstream (each attempt, each upstream), prefetches included.
     pub upstream_queries: u64,
+    /// Prefetches started ([`Prefetch`]).
+    pub prefetches: u64,
 }
 
 #[derive(Debug, Default)]
@@ -89,6 +195,7 @@ struct Counters {
     hits_denial: AtomicU64,
     misses: AtomicU64,
     upstream_queries: AtomicU64,
+    prefetches: AtomicU64,
 }
 
 #[derive(Debug)]
@@ -96,6 +203,8 @@ struct Entry {
     message: Message,
     stored: Instant,
     ttl: u32,
+    /// With prefetch on.
+    popular: Option<Popular>,
 }
 
 type Key = (Name, RecordType, DNSClass);
@@ -152,6 +261,7 @@ impl Forwarder {
             hits_denial: c.hits_denial.load(Ordering::Relaxed),
             misses: c.misses.load(Ordering::Relaxed),
             upstream_queries: c.upstream_queries.load(Ordering::Relaxed),
+            prefetches: c.prefetches.load(Ordering::Relaxed),
         }
     }
 
@@ -187,13 +297,15 @@ impl Forwarder {
                 .fetch_add(1, Ordering::Relaxed);
             match self.exchange(*upstream, name, qtype, qclass).await {
                 Ok(mut message) => {
-                    if let Some(ttl) = self.store(key, &message) {
+                    if let Some(ttl) = self.store(key, &message, 0) {
                         // As CoreDNS's cache: no record outlives the cap, also on a miss.
                         clamp_ttls(&mut message, ttl);
                     }
                     return Ok(Upstream {
                         message,
                         cached: false,
+                        popular: None,
+                        prefetch_due: false,
                     });
                 }
                 Err(e) => last_error = format!("{upstream}: {e}"),
@@ -210,12 +322,50 @@ impl Forwarder {
         qtype: RecordType,
         qclass: DNSClass,
     ) -> Option<Upstream> {
-        let message = self.cached(&(name.to_lowercase(), qtype, qclass))?;
+        let (message, popular) = self.cached(&(name.to_lowercase(), qtype, qclass))?;
         self.count_hit(is_negative(&message));
+        let prefetch_due = popular.as_ref().is_some_and(|p| self.note_hit(p));
         Some(Upstream {
             message,
             cached: true,
+            popular,
+            prefetch_due,
         })
+    }
+
+    /// Counts a hit of the entry `popular` belongs to (the node-local replay calls it for the
+    /// hits it serves from the entry's bytes); whether that makes the entry due for
+    /// [`Self::prefetch`].
+    pub fn note_hit(&self, popular: &Popular) -> bool {
+        self.options
+            .prefetch
+            .is_some_and(|p| popular.hit(&p, Instant::now()))
+    }
+
+    /// Asks the upstreams again for the entry `popular` belongs to and keeps the answer in its
+    /// place, with the hits counted so far (CoreDNS's `doPrefetch`). When no upstream gives an
+    /// answer to keep, the entry stays as it was and a later hit may try again.
+    pub async fn prefetch(&self, popular: &Popular) {
+        self.counters.prefetches.fetch_add(1, Ordering::Relaxed);
+        let (name, qtype, qclass) = &popular.0.key;
+        for upstream in &self.upstreams {
+            self.counters
+                .upstream_queries
+                .fetch_add(1, Ordering::Relaxed);
+            match self.exchange(*upstream, name, *qtype, *qclass).await {
+                Ok(message) => {
+                    if self
+                        .store(popular.0.key.clone(), &message, popular.hits())
+                        .is_some()
+                    {
+                        return;
+                    }
+                    break;
+                }
+                Err(e) => tracing::debug!(%name, %upstream, "prefetch: {e}"),
+            }
+        }
+        popular.0.prefetching.store(false, Ordering::Release);
     }
 
     /// Counts a hit served from a copy of this cache's answer (the node-local replay), so the
@@ -229,7 +379,7 @@ impl Forwarder {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn cached(&self, key: &Key) -> Option<Message> {
+    fn cached(&self, key: &Key) -> Option<(Message, Option<Popular>)> {
         let cache = self.cache.lock().ok()?;
         let entry = cache.get(key)?;
         let age = u32::try_from(entry.stored.elapsed().as_secs()).unwrap_or(u32::MAX);
@@ -245,11 +395,12 @@ impl Forwarder {
         {
             record.ttl = record.ttl.min(entry.ttl).saturating_sub(age);
         }
-        Some(message)
+        Some((message, entry.popular.clone()))
     }
 
-    /// Keep `message` for its TTL (capped); the TTL kept, if it was.
-    fn store(&self, key: Key, message: &Message) -> Option<u32> {
+    /// Keep `message` for its TTL (capped), counted as asked for `hits` times in a row so far
+    /// (for prefetch); the TTL kept, if it was.
+    fn store(&self, key: Key, message: &Message, hits: u32) -> Option<u32> {
         let ttl = cache_ttl(message)?;
         let cap = if is_negative(message) {
             self.options.max_negative_ttl
@@ -267,12 +418,17 @@ impl Forwarder {
                 cache.clear();
             }
         }
+        let popular = self
+            .options
+            .prefetch
+            .map(|_| Popular::new(key.clone(), ttl, hits));
         cache.insert(
             key,
             Entry {
                 message: message.clone(),
                 stored: Instant::now(),
                 ttl,
+                popular,
             },
         );
         Some(ttl)
@@ -463,6 +619,91 @@ mod tests {
                 "192.0.2.1:1053".parse().unwrap()
             ]
         );
+    }
+
+    fn key() -> Key {
+        (
+            Name::from_ascii("web.default.svc.cluster.local.").unwrap(),
+            RecordType::A,
+            DNSClass::IN,
+        )
+    }
+
+    /// CoreDNS's rules: hits in a row (a gap of `duration` or more starts again at one), due
+    /// once the remaining whole seconds are at most `percentage` % of the TTL rounded up, one
+    /// prefetch in flight.
+    #[test]
+    fn prefetch_is_due_for_popular_entries_near_their_end() {
+        let p = Prefetch {
+            amount: 3,
+            duration: Duration::from_secs(10),
+            percentage: 10,
+        };
+        assert_eq!(
+            (p.threshold(30), p.threshold(5), p.threshold(31)),
+            (3, 1, 4)
+        );
+        let popular = Popular::new(key(), 30, 0);
+        let at = |secs: u64| popular.0.stored + Duration::from_millis(secs * 1000 + 500);
+        // Three hits early: popular, but 29 s are left.
+        assert!(!popular.hit(&p, at(0)) && !popular.hit(&p, at(1)) && !popular.hit(&p, at(2)));
+        // A gap of 25 s: counting starts again, so at 3 s left it is not popular enough.
+        assert!(!popular.hit(&p, at(27)));
+        assert!(!popular.hit(&p, at(27)));
+        assert_eq!(popular.hits(), 2);
+        // The third in a row, 3 s left: due, once.
+        assert!(popular.hit(&p, at(27)));
+        assert!(!popular.hit(&p, at(28)));
+        assert_eq!(popular.hits(), 4);
+        // Hits carried over to a fresh entry count from its start (within a minute here).
+        let minute = Prefetch {
+            duration: Duration::from_secs(60),
+            ..p
+        };
+        let fresh = Popular::new(key(), 30, 4);
+        assert!(fresh.hit(&minute, fresh.0.stored + Duration::from_secs(27)));
+        assert_eq!(fresh.hits(), 5);
+    }
+
+    /// A prefetch no upstream answers leaves the entry as it was and lets the next due hit try
+    /// again.
+    #[tokio::test]
+    async fn a_failed_prefetch_is_tried_again() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let upstream = closed.local_addr().unwrap();
+        drop(closed);
+        let f = Forwarder::with_options(
+            vec![upstream],
+            None,
+            ForwarderOptions {
+                force_tcp: true,
+                prefetch: Some(Prefetch {
+                    amount: 1,
+                    duration: Duration::from_secs(60),
+                    percentage: 90,
+                }),
+                ..ForwarderOptions::default()
+            },
+        );
+        let (name, qtype, qclass) = key();
+        let mut answer = Message::response(1, OpCode::Query);
+        answer.add_answer(Record::from_rdata(
+            name.clone(),
+            5,
+            RData::A(A::new(10, 96, 0, 20)),
+        ));
+        assert_eq!(f.store(key(), &answer, 0), Some(5));
+        // 5 s left of 5, 90 %: due at the first hit.
+        let hit = f.resolve_cached(&name, qtype, qclass).unwrap();
+        let popular = hit.popular.unwrap();
+        assert!(hit.prefetch_due);
+        assert!(!f.note_hit(&popular), "one prefetch at a time");
+        f.prefetch(&popular).await;
+        assert_eq!((f.stats().prefetches, f.stats().upstream_queries), (1, 1));
+        // Still the old entry, due again.
+        let again = f.resolve_cached(&name, qtype, qclass).unwrap();
+        assert_eq!(again.popular, Some(popular));
+        assert!(again.prefetch_due);
     }
 
     #[test]

@@ -22,7 +22,8 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinSet;
 
 pub use forward::{
-    ForwardError, Forwarder, ForwarderOptions, ForwarderStats, Upstream, parse_resolv_conf,
+    ForwardError, Forwarder, ForwarderOptions, ForwarderStats, Popular, Prefetch, Upstream,
+    parse_resolv_conf,
 };
 pub use fuzzing::PacketPath;
 pub use handler::{Handler, ZoneHandle};

@@ -55,6 +55,19 @@ pub struct Args {
     /// Longest time a negative answer in the cluster domain is cached, in seconds.
     #[arg(long, default_value_t = 5)]
     pub denial_ttl: u32,
+    /// Ask an answer again before it expires once it has been asked for this many times in a
+    /// row (CoreDNS's `cache { prefetch AMOUNT }`, every zone); 0, the default as in
+    /// upstream's Corefile: off.
+    #[arg(long, default_value_t = 0)]
+    pub prefetch: u32,
+    /// "In a row": no gap this long or longer between two of the questions (CoreDNS's
+    /// prefetch DURATION).
+    #[arg(long, default_value = "1m", value_parser = super::proxy::parse_duration)]
+    pub prefetch_duration: Duration,
+    /// Prefetch once the answer's remaining TTL is at most this percentage of the TTL it was
+    /// kept for, 10 to 90 (CoreDNS's prefetch PERCENTAGE%).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(10..=90))]
+    pub prefetch_percentage: u8,
     /// Port of /health and /metrics on the first local address (upstream's 9253).
     #[arg(long, default_value_t = 9253)]
     pub metrics_port: u16,
@@ -108,6 +121,11 @@ async fn serve(args: &Args) -> anyhow::Result<()> {
             success_ttl: args.success_ttl,
             denial_ttl: args.denial_ttl,
             timeout: Duration::from_secs(2),
+            prefetch: (args.prefetch > 0).then_some(svcnet_dns::server::Prefetch {
+                amount: args.prefetch,
+                duration: args.prefetch_duration,
+                percentage: args.prefetch_percentage,
+            }),
         })
         .await
         .context("cannot start the node-local DNS cache")?;

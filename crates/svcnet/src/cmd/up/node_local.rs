@@ -34,6 +34,16 @@ pub struct NodeLocalDnsOptions {
     /// Longest time the cache keeps a negative cluster answer, in seconds (upstream: 5).
     #[arg(long, default_value_t = 5)]
     pub node_local_dns_denial_ttl: u32,
+    /// The cache asks an answer again before it expires once it has been asked for this many
+    /// times in a row (CoreDNS's `cache { prefetch AMOUNT }`); 0 (upstream's default): off.
+    #[arg(long, default_value_t = 0)]
+    pub node_local_dns_prefetch: u32,
+    /// "In a row": no gap this long or longer between two of the questions.
+    #[arg(long, default_value = "1m", value_parser = crate::cmd::proxy::parse_duration)]
+    pub node_local_dns_prefetch_duration: Duration,
+    /// Prefetch once the remaining TTL is at most this percentage of the TTL kept (10 to 90).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u8).range(10..=90))]
+    pub node_local_dns_prefetch_percentage: u8,
 }
 
 /// One node's cache as `svcnet up` starts it.
@@ -68,6 +78,12 @@ impl NodeCache {
             opts.node_local_dns_success_ttl.to_string(),
             "--denial-ttl".into(),
             opts.node_local_dns_denial_ttl.to_string(),
+            "--prefetch".into(),
+            opts.node_local_dns_prefetch.to_string(),
+            "--prefetch-duration".into(),
+            format!("{}ms", opts.node_local_dns_prefetch_duration.as_millis()),
+            "--prefetch-percentage".into(),
+            opts.node_local_dns_prefetch_percentage.to_string(),
         ]
     }
 }
