@@ -5,6 +5,13 @@
 //! subject; `SVCNET_BENCH_SECS` sets a round's length (default 2), `SVCNET_BENCH_ROUNDS` the
 //! rounds (default 3). Everything runs on 127.0.0.1.
 //!
+//! Two clients ask the questions, each in its own process: dnsperf (`client=dnsperf`), and
+//! this bench's batching load generator (`client=batch`, `support/loadgen.rs`), which asks the
+//! same questions from 4 sockets with 64 outstanding each using `sendmmsg`/`recvmmsg`, so the
+//! server and not the client is the limit (one dnsperf thread stops near 150k questions/s on
+//! these cores, and a server faster than that is measured at dnsperf's speed).
+//! `SVCNET_BENCH_CLIENTS=dnsperf` or `=batch` runs one of them.
+//!
 //! Loads 10,000 services in 100 namespaces (100 headless ones with 100 endpoints each, the rest
 //! with 4 endpoints each: 49,600 endpoints), then measures zone rebuild time, query throughput
 //! and latency for five query mixes against svcnet and unbound (same names as `local-data`, one
@@ -16,6 +23,9 @@
 //! that state and zone hold per service and per endpoint, counted by this bench's allocator.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/loadgen.rs"]
+mod loadgen;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -312,6 +322,98 @@ fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Op
     })
 }
 
+/// One round of the batching load generator against `addr` (this bench binary again, in a
+/// process of its own, with `SVCNET_BENCH_LOADGEN`), served by process `pid`.
+fn batch_client(addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Option<Perf> {
+    let cpu_before = cpu_secs(pid)?;
+    let out = Command::new(std::env::current_exe().ok()?)
+        .env(
+            "SVCNET_BENCH_LOADGEN",
+            format!("{addr}|{}|{secs}", input.to_str()?),
+        )
+        .output()
+        .ok()?;
+    let tail = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let cpu_after = cpu_secs(pid)?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let f: Vec<f64> = text
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [answered, lost, elapsed, mean_us, stddev_us] = f[..] else {
+        return None;
+    };
+    let per_query = |after: f64, before: f64| (after - before) * 1e6 / answered.max(1.0);
+    Some(Perf {
+        cpu_us: (
+            per_query(cpu_after.0, cpu_before.0),
+            per_query(cpu_after.1, cpu_before.1),
+        ),
+        qps: answered / elapsed,
+        avg_ms: mean_us / 1000.0,
+        stddev_ms: stddev_us / 1000.0,
+        lost: format!("{lost:.0} {tail}"),
+    })
+}
+
+/// The child side of [`batch_client`]: `addr|file|secs`; prints answered, lost, seconds, mean
+/// and standard deviation of the round trip in µs.
+fn loadgen_main(spec: &str) {
+    let mut parts = spec.split('|');
+    let (Some(addr), Some(file), Some(secs)) = (parts.next(), parts.next(), parts.next()) else {
+        panic!("SVCNET_BENCH_LOADGEN: want addr|file|secs, got {spec:?}");
+    };
+    let addr: SocketAddr = addr.parse().unwrap();
+    let secs: f64 = secs.parse().unwrap();
+    let questions = loadgen::questions(&std::fs::read_to_string(file).unwrap());
+    assert!(!questions.is_empty(), "no questions in {file}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let o = rt.block_on(loadgen::run(addr, &questions, secs)).unwrap();
+    println!(
+        "{} {} {:.3} {:.1} {:.1}",
+        o.answered, o.lost, o.secs, o.mean_us, o.stddev_us
+    );
+    eprintln!(
+        "p99_us={:.0} max_us={:.0} slow_10ms={}",
+        o.p99_us, o.max_us, o.slow
+    );
+}
+
+/// Who asks the questions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    Dnsperf,
+    Batch,
+}
+
+impl Client {
+    fn name(self) -> &'static str {
+        match self {
+            Client::Dnsperf => "dnsperf",
+            Client::Batch => "batch",
+        }
+    }
+
+    /// `SVCNET_BENCH_CLIENTS` (`dnsperf`, `batch`, or both by default).
+    fn chosen() -> Vec<Client> {
+        let only = std::env::var("SVCNET_BENCH_CLIENTS").unwrap_or_default();
+        [Client::Dnsperf, Client::Batch]
+            .into_iter()
+            .filter(|c| only.is_empty() || only.contains(c.name()))
+            .collect()
+    }
+
+    fn round(self, addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Option<Perf> {
+        match self {
+            Client::Dnsperf => dnsperf(addr, input, secs, pid),
+            Client::Batch => batch_client(addr, input, secs, pid),
+        }
+    }
+}
+
 /// dnsperf rounds per subject and scenario (`SVCNET_BENCH_ROUNDS`, default 3).
 fn rounds() -> usize {
     std::env::var("SVCNET_BENCH_ROUNDS")
@@ -377,23 +479,25 @@ fn hog(secs: u64) {
     }
 }
 
-/// Alternating dnsperf rounds of both subjects on one query file; prints each round, the
-/// medians and their ratio under `label` (the machine's 1-minute load before and after).
+/// Alternating rounds of `client` against both subjects on one query file; prints each round,
+/// the medians and their ratio under `cores` (the machine's 1-minute load before and after).
 fn compare(
-    label: &str,
+    cores: &str,
+    client: Client,
     name: &str,
     path: &std::path::Path,
     ours: SocketAddr,
     peer: Option<(SocketAddr, u32)>,
     secs: u64,
 ) {
+    let label = format!("{cores} client={}", client.name());
     let load_before = loadavg();
     let mut mine_rounds = Vec::new();
     let mut their_rounds = Vec::new();
     for _ in 0..rounds() {
-        mine_rounds.extend(dnsperf(ours, path, secs, std::process::id()));
+        mine_rounds.extend(client.round(ours, path, secs, std::process::id()));
         if let Some((peer, pid)) = peer {
-            their_rounds.extend(dnsperf(peer, path, secs, pid));
+            their_rounds.extend(client.round(peer, path, secs, pid));
         }
     }
     let list = |rounds: &[Perf]| {
@@ -511,6 +615,10 @@ fn main() {
         hog(secs);
         return;
     }
+    if let Ok(spec) = std::env::var("SVCNET_BENCH_LOADGEN") {
+        loadgen_main(&spec);
+        return;
+    }
     if std::env::var("SVCNET_BENCH_MICRO").is_ok() {
         let config = Arc::new(ZoneConfig::new("cluster.local").unwrap());
         packet_path_micro(&config, &objects());
@@ -587,11 +695,13 @@ fn main() {
             }
             // Alternate short rounds so both subjects see the same machine load (other
             // builds share these two cores); each figure is the median round.
-            compare("quiet", name, &path, ours, peer, secs);
-            if contended && let Some(mut hog) = spawn_hog() {
-                compare("contended", name, &path, ours, peer, secs);
-                let _ = hog.kill();
-                let _ = hog.wait();
+            for client in Client::chosen() {
+                compare("quiet", client, name, &path, ours, peer, secs);
+                if contended && let Some(mut hog) = spawn_hog() {
+                    compare("contended", client, name, &path, ours, peer, secs);
+                    let _ = hog.kill();
+                    let _ = hog.wait();
+                }
             }
         }
     } else {
