@@ -12,6 +12,12 @@
 //! these cores, and a server faster than that is measured at dnsperf's speed).
 //! `SVCNET_BENCH_CLIENTS=dnsperf` or `=batch` runs one of them.
 //!
+//! The servers run on the second core and the clients on the first (`taskset`; this bench
+//! starts itself again pinned, with svcnet's server inside): where the scheduler put the
+//! client and the server, the same core or not, moved a round by up to 1.7x before.
+//! `SVCNET_BENCH_PIN=0` leaves them to the scheduler; the competing process of the
+//! contended rounds may always run on both.
+//!
 //! Loads 10,000 services in 100 namespaces (100 headless ones with 100 endpoints each, the rest
 //! with 4 endpoints each: 49,600 endpoints), then measures zone rebuild time, query throughput
 //! and latency for five query mixes against svcnet and unbound (same names as `local-data`, one
@@ -285,7 +291,7 @@ fn cpu_secs(pid: u32) -> Option<(f64, f64)> {
 /// One dnsperf round against `addr`, served by process `pid` (whose CPU time is taken).
 fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Option<Perf> {
     let cpu_before = cpu_secs(pid)?;
-    let out = Command::new("dnsperf")
+    let out = on_core(CLIENT_CORE, "dnsperf")
         .args(["-s", &addr.ip().to_string(), "-p", &addr.port().to_string()])
         .args([
             "-d",
@@ -326,7 +332,7 @@ fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Op
 /// process of its own, with `SVCNET_BENCH_LOADGEN`), served by process `pid`.
 fn batch_client(addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Option<Perf> {
     let cpu_before = cpu_secs(pid)?;
-    let out = Command::new(std::env::current_exe().ok()?)
+    let out = on_core(CLIENT_CORE, std::env::current_exe().ok()?.to_str()?)
         .env(
             "SVCNET_BENCH_LOADGEN",
             format!("{addr}|{}|{secs}", input.to_str()?),
@@ -458,10 +464,42 @@ fn rand_id() -> u16 {
     (Instant::now().elapsed().subsec_nanos() & 0xffff) as u16 ^ 0x5a5a
 }
 
+/// The cores of the clients and of the servers.
+const CLIENT_CORE: &str = "0";
+const SERVER_CORE: &str = "1";
+
+/// Whether clients and servers run on cores of their own (`SVCNET_BENCH_PIN`, default on;
+/// off with fewer than two cores or without `taskset`). Children started by [`on_core`] get
+/// their own cores, also from the pinned bench.
+fn pinned() -> bool {
+    // The bench started again on the servers' core sees only that core.
+    if std::env::var("SVCNET_BENCH_PINNED").is_ok() {
+        return true;
+    }
+    std::env::var("SVCNET_BENCH_PIN").as_deref() != Ok("0")
+        && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+        && Command::new("taskset")
+            .arg("-V")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+}
+
+/// `program` to run on `cores` (`taskset -c`) when pinning, else as it is.
+fn on_core(cores: &str, program: &str) -> Command {
+    if !pinned() {
+        return Command::new(program);
+    }
+    let mut c = Command::new("taskset");
+    c.args(["-c", cores, program]);
+    c
+}
+
 /// A CPU-bound process competing for the cores (this bench binary run with
 /// `SVCNET_BENCH_HOG_SECS`, spinning until killed or for at most that long).
 fn spawn_hog() -> Option<std::process::Child> {
-    Command::new(std::env::current_exe().ok()?)
+    on_core("0,1", std::env::current_exe().ok()?.to_str()?)
         .env("SVCNET_BENCH_HOG_SECS", "900")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -619,6 +657,26 @@ fn main() {
         loadgen_main(&spec);
         return;
     }
+    // The bench holds svcnet's server: run it again on the servers' core.
+    if pinned() && std::env::var("SVCNET_BENCH_PINNED").is_err() {
+        let status = on_core(
+            SERVER_CORE,
+            std::env::current_exe().unwrap().to_str().unwrap(),
+        )
+        .args(std::env::args().skip(1))
+        .env("SVCNET_BENCH_PINNED", "1")
+        .status()
+        .unwrap();
+        std::process::exit(status.code().unwrap_or(1));
+    }
+    println!(
+        "S6 cores: {}",
+        if pinned() {
+            "clients on core 0, servers on core 1"
+        } else {
+            "as the scheduler places them"
+        }
+    );
     if std::env::var("SVCNET_BENCH_MICRO").is_ok() {
         let config = Arc::new(ZoneConfig::new("cluster.local").unwrap());
         packet_path_micro(&config, &objects());
@@ -666,7 +724,7 @@ fn main() {
     let mut unbound = if have_dnsperf {
         let conf = dir.path().join("unbound.conf");
         write_unbound_conf(&conf, dir.path(), unbound_port);
-        Command::new("unbound")
+        on_core(SERVER_CORE, "unbound")
             .args(["-d", "-c", conf.to_str().unwrap()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
