@@ -30,8 +30,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/loadgen.rs"]
-mod loadgen;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -291,7 +291,7 @@ fn cpu_secs(pid: u32) -> Option<(f64, f64)> {
 /// One dnsperf round against `addr`, served by process `pid` (whose CPU time is taken).
 fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Option<Perf> {
     let cpu_before = cpu_secs(pid)?;
-    let out = on_core(CLIENT_CORE, "dnsperf")
+    let out = support::on_core(support::CLIENT_CORE, "dnsperf")
         .args(["-s", &addr.ip().to_string(), "-p", &addr.port().to_string()])
         .args([
             "-d",
@@ -328,64 +328,25 @@ fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Op
     })
 }
 
-/// One round of the batching load generator against `addr` (this bench binary again, in a
-/// process of its own, with `SVCNET_BENCH_LOADGEN`), served by process `pid`.
+/// One round of the batching load generator against `addr`, served by process `pid`.
 fn batch_client(addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Option<Perf> {
     let cpu_before = cpu_secs(pid)?;
-    let out = on_core(CLIENT_CORE, std::env::current_exe().ok()?.to_str()?)
-        .env(
-            "SVCNET_BENCH_LOADGEN",
-            format!("{addr}|{}|{secs}", input.to_str()?),
-        )
-        .output()
-        .ok()?;
-    let tail = String::from_utf8_lossy(&out.stderr).trim().to_string();
+    let o = support::loadgen::run_child(addr, input, secs)?;
     let cpu_after = cpu_secs(pid)?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let f: Vec<f64> = text
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    let [answered, lost, elapsed, mean_us, stddev_us] = f[..] else {
-        return None;
-    };
-    let per_query = |after: f64, before: f64| (after - before) * 1e6 / answered.max(1.0);
+    let per_query = |after: f64, before: f64| (after - before) * 1e6 / o.answered.max(1) as f64;
     Some(Perf {
         cpu_us: (
             per_query(cpu_after.0, cpu_before.0),
             per_query(cpu_after.1, cpu_before.1),
         ),
-        qps: answered / elapsed,
-        avg_ms: mean_us / 1000.0,
-        stddev_ms: stddev_us / 1000.0,
-        lost: format!("{lost:.0} {tail}"),
+        qps: o.answered as f64 / o.secs,
+        avg_ms: o.mean_us / 1000.0,
+        stddev_ms: o.stddev_us / 1000.0,
+        lost: format!(
+            "{} p99_us={:.0} max_us={:.0} slow_10ms={}",
+            o.lost, o.p99_us, o.max_us, o.slow
+        ),
     })
-}
-
-/// The child side of [`batch_client`]: `addr|file|secs`; prints answered, lost, seconds, mean
-/// and standard deviation of the round trip in µs.
-fn loadgen_main(spec: &str) {
-    let mut parts = spec.split('|');
-    let (Some(addr), Some(file), Some(secs)) = (parts.next(), parts.next(), parts.next()) else {
-        panic!("SVCNET_BENCH_LOADGEN: want addr|file|secs, got {spec:?}");
-    };
-    let addr: SocketAddr = addr.parse().unwrap();
-    let secs: f64 = secs.parse().unwrap();
-    let questions = loadgen::questions(&std::fs::read_to_string(file).unwrap());
-    assert!(!questions.is_empty(), "no questions in {file}");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let o = rt.block_on(loadgen::run(addr, &questions, secs)).unwrap();
-    println!(
-        "{} {} {:.3} {:.1} {:.1}",
-        o.answered, o.lost, o.secs, o.mean_us, o.stddev_us
-    );
-    eprintln!(
-        "p99_us={:.0} max_us={:.0} slow_10ms={}",
-        o.p99_us, o.max_us, o.slow
-    );
 }
 
 /// Who asks the questions.
@@ -464,42 +425,10 @@ fn rand_id() -> u16 {
     (Instant::now().elapsed().subsec_nanos() & 0xffff) as u16 ^ 0x5a5a
 }
 
-/// The cores of the clients and of the servers.
-const CLIENT_CORE: &str = "0";
-const SERVER_CORE: &str = "1";
-
-/// Whether clients and servers run on cores of their own (`SVCNET_BENCH_PIN`, default on;
-/// off with fewer than two cores or without `taskset`). Children started by [`on_core`] get
-/// their own cores, also from the pinned bench.
-fn pinned() -> bool {
-    // The bench started again on the servers' core sees only that core.
-    if std::env::var("SVCNET_BENCH_PINNED").is_ok() {
-        return true;
-    }
-    std::env::var("SVCNET_BENCH_PIN").as_deref() != Ok("0")
-        && std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
-        && Command::new("taskset")
-            .arg("-V")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-}
-
-/// `program` to run on `cores` (`taskset -c`) when pinning, else as it is.
-fn on_core(cores: &str, program: &str) -> Command {
-    if !pinned() {
-        return Command::new(program);
-    }
-    let mut c = Command::new("taskset");
-    c.args(["-c", cores, program]);
-    c
-}
-
 /// A CPU-bound process competing for the cores (this bench binary run with
 /// `SVCNET_BENCH_HOG_SECS`, spinning until killed or for at most that long).
 fn spawn_hog() -> Option<std::process::Child> {
-    on_core("0,1", std::env::current_exe().ok()?.to_str()?)
+    support::on_core("0,1", &support::this_bench())
         .env("SVCNET_BENCH_HOG_SECS", "900")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -653,30 +582,11 @@ fn main() {
         hog(secs);
         return;
     }
-    if let Ok(spec) = std::env::var("SVCNET_BENCH_LOADGEN") {
-        loadgen_main(&spec);
+    if support::loadgen::child_main() {
         return;
     }
-    // The bench holds svcnet's server: run it again on the servers' core.
-    if pinned() && std::env::var("SVCNET_BENCH_PINNED").is_err() {
-        let status = on_core(
-            SERVER_CORE,
-            std::env::current_exe().unwrap().to_str().unwrap(),
-        )
-        .args(std::env::args().skip(1))
-        .env("SVCNET_BENCH_PINNED", "1")
-        .status()
-        .unwrap();
-        std::process::exit(status.code().unwrap_or(1));
-    }
-    println!(
-        "S6 cores: {}",
-        if pinned() {
-            "clients on core 0, servers on core 1"
-        } else {
-            "as the scheduler places them"
-        }
-    );
+    // The bench holds svcnet's server: it runs on the servers' core.
+    support::pin_self("S6");
     if std::env::var("SVCNET_BENCH_MICRO").is_ok() {
         let config = Arc::new(ZoneConfig::new("cluster.local").unwrap());
         packet_path_micro(&config, &objects());
@@ -724,7 +634,7 @@ fn main() {
     let mut unbound = if have_dnsperf {
         let conf = dir.path().join("unbound.conf");
         write_unbound_conf(&conf, dir.path(), unbound_port);
-        on_core(SERVER_CORE, "unbound")
+        support::on_core(support::SERVER_CORE, "unbound")
             .args(["-d", "-c", conf.to_str().unwrap()])
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -5,10 +5,16 @@
 //! Both sit in front of the same fake cluster DNS (1,000 service names, TTL 30, over TCP:
 //! upstream's `force_tcp`, unbound's `forward-tcp-upstream`), with the same caps (30 s
 //! positive, 5 s negative), one thread each on the machine's cores, and are warmed with one
-//! pass over the names; then alternating dnsperf rounds of `SVCNET_BENCH_SECS` (2) seconds
-//! (`-c 4 -q 64`, the same query file) measure answers from the cache. `SVCNET_BENCH_ROUNDS`
-//! (3) rounds each; the median round is compared.
-#![allow(clippy::unwrap_used)]
+//! pass over the names; then alternating rounds of `SVCNET_BENCH_SECS` (2) seconds measure
+//! answers from the cache, asked by dnsperf (`-c 4 -q 64`) and then by the dns bench's batching
+//! load generator (`support/loadgen.rs`: 4 sockets, 32 outstanding each, `sendmmsg`/`recvmmsg`),
+//! with the same query file. `SVCNET_BENCH_ROUNDS` (3) rounds each; the median round is
+//! compared. Clients run on core 0 and the caches on core 1, as in the dns bench
+//! (`SVCNET_BENCH_PIN=0`: wherever the scheduler puts them).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/mod.rs"]
+mod support;
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -54,7 +60,7 @@ fn unbound_conf(dir: &std::path::Path, port: u16, upstream: SocketAddr) -> Strin
 }
 
 fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64) -> Option<f64> {
-    let out = Command::new("dnsperf")
+    let out = support::on_core(support::CLIENT_CORE, "dnsperf")
         .args(["-s", &addr.ip().to_string(), "-p", &addr.port().to_string()])
         .args(["-d", input.to_str()?, "-l", &secs.to_string()])
         .args(["-c", "4", "-q", "64"])
@@ -73,12 +79,17 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
+    if support::loadgen::child_main() {
+        return;
+    }
     if Command::new("dnsperf").arg("-h").output().is_err()
         || Command::new("unbound").arg("-h").output().is_err()
     {
         println!("node-local bench skipped: apt-get install dnsperf unbound");
         return;
     }
+    // The bench holds svcnet's cache: it runs on the servers' core.
+    support::pin_self("node-local");
     let secs: u64 = std::env::var("SVCNET_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -123,7 +134,7 @@ fn main() {
     let port = free_port();
     let conf = dir.path().join("unbound.conf");
     std::fs::write(&conf, unbound_conf(dir.path(), port, fake.addr())).unwrap();
-    let mut unbound = Command::new("unbound")
+    let mut unbound = support::on_core(support::SERVER_CORE, "unbound")
         .args(["-d", "-c"])
         .arg(&conf)
         .stdout(Stdio::null())
@@ -143,29 +154,40 @@ fn main() {
     for addr in [ours, theirs] {
         dnsperf(addr, &input, 1);
     }
-    let asked_before = fake.queries();
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for _ in 0..rounds {
-        a.push(dnsperf(ours, &input, secs).unwrap_or(0.0));
-        b.push(dnsperf(theirs, &input, secs).unwrap_or(0.0));
-    }
-    let asked = fake.queries() - asked_before;
-    let fmt = |v: &[f64]| {
-        v.iter()
-            .map(|q| format!("{q:.0}"))
-            .collect::<Vec<_>>()
-            .join(" ")
+    let batch = |addr: SocketAddr| {
+        support::loadgen::run_child(addr, &input, secs).map(|o| o.answered as f64 / o.secs)
     };
-    println!(
-        "node-local rounds_qps svcnet=[{}] unbound=[{}]",
-        fmt(&a),
-        fmt(&b)
-    );
-    let (ma, mb) = (median(a), median(b));
-    println!(
-        "node-local median_qps svcnet={ma:.0} unbound={mb:.0} ratio={:.2} (cluster DNS asked {asked} times during the rounds)",
-        ma / mb
-    );
+    for (client, ask) in [
+        (
+            "dnsperf",
+            &(|addr| dnsperf(addr, &input, secs)) as &dyn Fn(SocketAddr) -> Option<f64>,
+        ),
+        ("batch", &batch),
+    ] {
+        let asked_before = fake.queries();
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            a.push(ask(ours).unwrap_or(0.0));
+            b.push(ask(theirs).unwrap_or(0.0));
+        }
+        let asked = fake.queries() - asked_before;
+        let fmt = |v: &[f64]| {
+            v.iter()
+                .map(|q| format!("{q:.0}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        println!(
+            "node-local client={client} rounds_qps svcnet=[{}] unbound=[{}]",
+            fmt(&a),
+            fmt(&b)
+        );
+        let (ma, mb) = (median(a), median(b));
+        println!(
+            "node-local client={client} median_qps svcnet={ma:.0} unbound={mb:.0} ratio={:.2} (cluster DNS asked {asked} times during the rounds)",
+            ma / mb
+        );
+    }
     let _ = unbound.kill();
     let _ = unbound.wait();
     rt.block_on(cache.shutdown());

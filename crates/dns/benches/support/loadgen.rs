@@ -16,6 +16,7 @@
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Edns, Message, MessageType, OpCode, Query};
@@ -240,4 +241,72 @@ async fn one_socket(
             }
         }
     }
+}
+
+/// One run against `server` with the questions of dnsperf input file `input`, in a process of
+/// its own on the clients' core (this bench binary again, with `SVCNET_BENCH_LOADGEN`).
+pub fn run_child(server: SocketAddr, input: &Path, secs: u64) -> Option<Outcome> {
+    let out = super::on_core(super::CLIENT_CORE, &super::this_bench())
+        .env(
+            "SVCNET_BENCH_LOADGEN",
+            format!("{server}|{}|{secs}", input.to_str()?),
+        )
+        .output()
+        .ok()?;
+    let f: Vec<f64> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [
+        answered,
+        lost,
+        secs,
+        mean_us,
+        stddev_us,
+        p99_us,
+        max_us,
+        slow,
+    ] = f[..]
+    else {
+        return None;
+    };
+    Some(Outcome {
+        answered: answered as u64,
+        lost: lost as u64,
+        secs,
+        mean_us,
+        stddev_us,
+        p99_us,
+        max_us,
+        slow: slow as u64,
+    })
+}
+
+/// The child side of [`run_child`]: with `SVCNET_BENCH_LOADGEN` set (`addr|file|secs`), runs
+/// and prints the outcome, and returns true (the bench then exits).
+pub fn child_main() -> bool {
+    let Ok(spec) = std::env::var("SVCNET_BENCH_LOADGEN") else {
+        return false;
+    };
+    let mut parts = spec.split('|');
+    let (Some(addr), Some(file), Some(secs)) = (parts.next(), parts.next(), parts.next()) else {
+        panic!("SVCNET_BENCH_LOADGEN: want addr|file|secs, got {spec:?}");
+    };
+    let addr: SocketAddr = addr.parse().expect("SVCNET_BENCH_LOADGEN: an address");
+    let secs: f64 = secs.parse().expect("SVCNET_BENCH_LOADGEN: seconds");
+    let text = std::fs::read_to_string(file).expect("SVCNET_BENCH_LOADGEN: the input file");
+    let questions = questions(&text);
+    assert!(!questions.is_empty(), "no questions in {file}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let o = rt
+        .block_on(run(addr, &questions, secs))
+        .expect("the load generator's sockets");
+    println!(
+        "{} {} {:.3} {:.1} {:.1} {:.0} {:.0} {}",
+        o.answered, o.lost, o.secs, o.mean_us, o.stddev_us, o.p99_us, o.max_us, o.slow
+    );
+    true
 }
