@@ -269,7 +269,9 @@ async fn a_popular_answer_is_asked_again_before_it_expires() {
     // has been asked for only once in a row before it.
     tokio::time::sleep(Duration::from_millis(1050)).await;
     let due = ask(addr, web).await;
-    assert_eq!((ip(&due), due.answers[0].ttl), (20, 2));
+    // The old answer, counted down (2 s left, 1 if this machine stalled a second).
+    assert_eq!(ip(&due), 20);
+    assert!(due.answers[0].ttl <= 2, "{:?}", due.answers[0]);
     assert_eq!(ip(&ask(addr, db).await), 30);
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     while fake.queries() < 3 && std::time::Instant::now() < deadline {
