@@ -68,15 +68,6 @@ pub struct Prefetch {
 }
 
 impl Prefetch {
-    /// `prefetch AMOUNT` with CoreDNS's defaults: a minute, 10 %.
-    pub fn new(amount: u32) -> Self {
-        Prefetch {
-            amount,
-            duration: Duration::from_secs(60),
-            percentage: 10,
-        }
-    }
-
     /// The remaining TTL at or under which an entry kept for `ttl` seconds is prefetched.
     fn threshold(&self, ttl: u32) -> u64 {
         (u64::from(self.percentage) * u64::from(ttl)).div_ceil(100)
@@ -128,7 +119,7 @@ impl Popular {
         let p0 = &self.0;
         let hits = match p0.freq.lock() {
             Ok(mut f) => {
-                f.0 = if now.duration_since(f.1) <= p.duration {
+                f.0 = if now.duration_since(f.1) < p.duration {
                     f.0.saturating_add(1)
                 } else {
                     1
