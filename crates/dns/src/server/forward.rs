@@ -99,13 +99,12 @@ impl PartialEq for Popular {
 impl Eq for Popular {}
 
 impl Popular {
-    fn new(key: Key, ttl: u32, hits: u32) -> Self {
-        let now = Instant::now();
+    fn new(key: Key, stored: Instant, ttl: u32, hits: u32) -> Self {
         Popular(Arc::new(Popularity {
             key,
-            stored: now,
+            stored,
             ttl,
-            freq: Mutex::new((hits, now)),
+            freq: Mutex::new((hits, stored)),
             prefetching: AtomicBool::new(false),
         }))
     }
@@ -281,28 +280,46 @@ impl Forwarder {
         }
         let key = (name.to_lowercase(), qtype, qclass);
         self.counters.misses.fetch_add(1, Ordering::Relaxed);
+        let (mut message, kept) = self
+            .ask_and_keep(name, key, 0)
+            .await
+            .map_err(ForwardError::AllFailed)?;
+        if let Some(ttl) = kept {
+            // As CoreDNS's cache: no record outlives the cap, also on a miss.
+            clamp_ttls(&mut message, ttl);
+        }
+        Ok(Upstream {
+            message,
+            cached: false,
+            popular: None,
+            prefetch_due: false,
+        })
+    }
+
+    /// Asks the upstreams for `name` in turn until one answers and keeps that answer under
+    /// `key` (see [`Self::store`]): the answer and the TTL kept, if it was; the last error when
+    /// none answered. Every question sent is counted.
+    async fn ask_and_keep(
+        &self,
+        name: &Name,
+        key: Key,
+        hits: u32,
+    ) -> Result<(Message, Option<u32>), String> {
+        let (qtype, qclass) = (key.1, key.2);
         let mut last_error = String::from("no attempt");
         for upstream in &self.upstreams {
             self.counters
                 .upstream_queries
                 .fetch_add(1, Ordering::Relaxed);
             match self.exchange(*upstream, name, qtype, qclass).await {
-                Ok(mut message) => {
-                    if let Some(ttl) = self.store(key, &message, 0) {
-                        // As CoreDNS's cache: no record outlives the cap, also on a miss.
-                        clamp_ttls(&mut message, ttl);
-                    }
-                    return Ok(Upstream {
-                        message,
-                        cached: false,
-                        popular: None,
-                        prefetch_due: false,
-                    });
+                Ok(message) => {
+                    let kept = self.store(key, &message, hits);
+                    return Ok((message, kept));
                 }
                 Err(e) => last_error = format!("{upstream}: {e}"),
             }
         }
-        Err(ForwardError::AllFailed(last_error))
+        Err(last_error)
     }
 
     /// The cached answer to `name`/`qtype`/`qclass` if there is a fresh one (counted as a
@@ -338,23 +355,11 @@ impl Forwarder {
     /// answer to keep, the entry stays as it was and a later hit may try again.
     pub async fn prefetch(&self, popular: &Popular) {
         self.counters.prefetches.fetch_add(1, Ordering::Relaxed);
-        let (name, qtype, qclass) = &popular.0.key;
-        for upstream in &self.upstreams {
-            self.counters
-                .upstream_queries
-                .fetch_add(1, Ordering::Relaxed);
-            match self.exchange(*upstream, name, *qtype, *qclass).await {
-                Ok(message) => {
-                    if self
-                        .store(popular.0.key.clone(), &message, popular.hits())
-                        .is_some()
-                    {
-                        return;
-                    }
-                    break;
-                }
-                Err(e) => tracing::debug!(%name, %upstream, "prefetch: {e}"),
-            }
+        let key = popular.0.key.clone();
+        match self.ask_and_keep(&key.0, key.clone(), popular.hits()).await {
+            Ok((_, Some(_))) => return,
+            Ok((_, None)) => {}
+            Err(e) => tracing::debug!(name = %key.0, "prefetch: {e}"),
         }
         popular.0.prefetching.store(false, Ordering::Release);
     }
@@ -409,15 +414,16 @@ impl Forwarder {
                 cache.clear();
             }
         }
+        let stored = Instant::now();
         let popular = self
             .options
             .prefetch
-            .map(|_| Popular::new(key.clone(), ttl, hits));
+            .map(|_| Popular::new(key.clone(), stored, ttl, hits));
         cache.insert(
             key,
             Entry {
                 message: message.clone(),
-                stored: Instant::now(),
+                stored,
                 ttl,
                 popular,
             },
@@ -634,7 +640,7 @@ mod tests {
             (p.threshold(30), p.threshold(5), p.threshold(31)),
             (3, 1, 4)
         );
-        let popular = Popular::new(key(), 30, 0);
+        let popular = Popular::new(key(), Instant::now(), 30, 0);
         let at = |secs: u64| popular.0.stored + Duration::from_millis(secs * 1000 + 500);
         // Three hits early: popular, but 29 s are left.
         assert!(!popular.hit(&p, at(0)) && !popular.hit(&p, at(1)) && !popular.hit(&p, at(2)));
@@ -651,7 +657,7 @@ mod tests {
             duration: Duration::from_secs(60),
             ..p
         };
-        let fresh = Popular::new(key(), 30, 4);
+        let fresh = Popular::new(key(), Instant::now(), 30, 4);
         assert!(fresh.hit(&minute, fresh.0.stored + Duration::from_secs(27)));
         assert_eq!(fresh.hits(), 5);
     }
