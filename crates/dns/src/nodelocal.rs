@@ -243,30 +243,22 @@ impl NodeLocalObserver {
                 );
             }
         }
-        let _ = writeln!(out, "# TYPE coredns_cache_misses_total counter");
-        for (zone, f) in &stats {
-            let _ = writeln!(
-                out,
-                "coredns_cache_misses_total{{zone=\"{zone}\"}} {}",
-                f.stats().misses
-            );
-        }
-        let _ = writeln!(out, "# TYPE coredns_cache_entries gauge");
-        for (zone, f) in &stats {
-            let _ = writeln!(
-                out,
-                "coredns_cache_entries{{zone=\"{zone}\"}} {}",
-                f.cache_len()
-            );
-        }
-        let _ = writeln!(out, "# TYPE coredns_cache_prefetch_total counter");
-        for (zone, f) in &stats {
-            let _ = writeln!(
-                out,
-                "coredns_cache_prefetch_total{{zone=\"{zone}\"}} {}",
-                f.stats().prefetches
-            );
-        }
+        // A series with one value per zone.
+        let per_zone = |out: &mut String, name: &str, kind: &str, value: fn(&Forwarder) -> u64| {
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (zone, f) in &stats {
+                let _ = writeln!(out, "{name}{{zone=\"{zone}\"}} {}", value(f));
+            }
+        };
+        per_zone(&mut out, "coredns_cache_misses_total", "counter", |f| {
+            f.stats().misses
+        });
+        per_zone(&mut out, "coredns_cache_entries", "gauge", |f| {
+            f.cache_len() as u64
+        });
+        per_zone(&mut out, "coredns_cache_prefetch_total", "counter", |f| {
+            f.stats().prefetches
+        });
         let _ = writeln!(out, "# TYPE coredns_forward_requests_total counter");
         for (route, (zone, f)) in Route::ALL.iter().zip(&stats) {
             let _ = writeln!(
@@ -332,6 +324,13 @@ impl Shared {
         tokio::spawn(async move { shared.forwarders[route].prefetch(&popular).await });
     }
 
+    /// Starts the prefetch that the hit `hit` of forwarder `route` made due, if it did.
+    fn prefetch_if_due(self: &Arc<Self>, route: usize, hit: &Upstream) {
+        if let (true, Some(popular)) = (hit.prefetch_due, &hit.popular) {
+            self.prefetch(route, popular.clone());
+        }
+    }
+
     /// The answer to one datagram from the cache, without waiting, into `out` (replaced):
     /// `Ok(true)` when there is one to send, `Ok(false)` to drop the datagram, `Err(())` on a
     /// miss.
@@ -355,10 +354,8 @@ impl Shared {
             .resolve_cached(query.name(), query.query_type(), query.query_class())
             .ok_or(())?;
         let negative = is_negative(&hit.message);
+        self.prefetch_if_due(route, &hit);
         let popular = hit.popular.clone();
-        if let (true, Some(p)) = (hit.prefetch_due, &popular) {
-            self.prefetch(route, p.clone());
-        }
         let reply = encode(&request, query, Ok(hit), true);
         if let Some(bytes) = &reply {
             let kept = Kept {
@@ -382,13 +379,8 @@ impl Shared {
         let result = self.forwarders[route]
             .resolve(query.name(), query.query_type(), query.query_class())
             .await;
-        if let Ok(Upstream {
-            prefetch_due: true,
-            popular: Some(p),
-            ..
-        }) = &result
-        {
-            self.prefetch(route, p.clone());
+        if let Ok(hit) = &result {
+            self.prefetch_if_due(route, hit);
         }
         encode(&request, query, result, udp)
     }

@@ -62,6 +62,20 @@ async fn start_with(
     .unwrap()
 }
 
+/// The cache's metrics hold every one of `lines`, and say that `forwarded` cluster questions
+/// went to `fake` over TCP.
+fn assert_metrics(cache: &NodeLocalCache, fake: &FakeUpstream, lines: &[&str], forwarded: usize) {
+    let metrics = cache.observer().metrics_text();
+    for line in lines {
+        assert!(metrics.contains(line), "no {line:?} in\n{metrics}");
+    }
+    let forwarded = format!(
+        "coredns_forward_requests_total{{zone=\"cluster.local.\",to=\"{} (tcp)\"}} {forwarded}",
+        fake.addr()
+    );
+    assert!(metrics.contains(&forwarded), "{metrics}");
+}
+
 #[tokio::test]
 async fn caps_ttls_and_forces_tcp_for_the_cluster_zone() {
     let fake = FakeUpstream::start(vec![
@@ -111,21 +125,18 @@ async fn caps_ttls_and_forces_tcp_for_the_cluster_zone() {
     ask(addr, "web.default.svc.cluster.local.").await;
     assert_eq!((fake.queries(), fake.tcp_queries()), (5, 4));
 
-    let metrics = cache.observer().metrics_text();
-    for line in [
-        "coredns_dns_requests_total{proto=\"udp\"} 8",
-        "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"success\"} 2",
-        "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"denial\"} 1",
-        "coredns_cache_misses_total{zone=\"cluster.local.\"} 4",
-        "coredns_cache_misses_total{zone=\".\"} 1",
-    ] {
-        assert!(metrics.contains(line), "no {line:?} in\n{metrics}");
-    }
-    let forwarded = format!(
-        "coredns_forward_requests_total{{zone=\"cluster.local.\",to=\"{} (tcp)\"}} 4",
-        fake.addr()
+    assert_metrics(
+        &cache,
+        &fake,
+        &[
+            "coredns_dns_requests_total{proto=\"udp\"} 8",
+            "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"success\"} 2",
+            "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"denial\"} 1",
+            "coredns_cache_misses_total{zone=\"cluster.local.\"} 4",
+            "coredns_cache_misses_total{zone=\".\"} 1",
+        ],
+        4,
     );
-    assert!(metrics.contains(&forwarded), "{metrics}");
     cache.shutdown().await;
 }
 
@@ -294,18 +305,15 @@ async fn a_popular_answer_is_asked_again_before_it_expires() {
     }
     assert_eq!(fake.queries(), 5, "web prefetched twice, db asked twice");
 
-    let metrics = cache.observer().metrics_text();
-    for line in [
-        "coredns_cache_prefetch_total{zone=\"cluster.local.\"} 2",
-        "coredns_cache_misses_total{zone=\"cluster.local.\"} 3",
-        "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"success\"} 6",
-    ] {
-        assert!(metrics.contains(line), "no {line:?} in\n{metrics}");
-    }
-    let forwarded = format!(
-        "coredns_forward_requests_total{{zone=\"cluster.local.\",to=\"{} (tcp)\"}} 5",
-        fake.addr()
+    assert_metrics(
+        &cache,
+        &fake,
+        &[
+            "coredns_cache_prefetch_total{zone=\"cluster.local.\"} 2",
+            "coredns_cache_misses_total{zone=\"cluster.local.\"} 3",
+            "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"success\"} 6",
+        ],
+        5,
     );
-    assert!(metrics.contains(&forwarded), "{metrics}");
     cache.shutdown().await;
 }
