@@ -288,57 +288,26 @@ fn cpu_secs(pid: u32) -> Option<(f64, f64)> {
     Some((ticks(11)?, ticks(12)?))
 }
 
-/// One dnsperf round against `addr`, served by process `pid` (whose CPU time is taken).
-fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Option<Perf> {
-    let cpu_before = cpu_secs(pid)?;
-    let out = support::on_core(support::CLIENT_CORE, "dnsperf")
-        .args(["-s", &addr.ip().to_string(), "-p", &addr.port().to_string()])
-        .args([
-            "-d",
-            input.to_str()?,
-            "-l",
-            &secs.to_string(),
-            "-c",
-            "4",
-            "-q",
-            "64",
-            "-e",
-        ])
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    let cpu_after = cpu_secs(pid)?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let field = |key: &str| -> Option<String> {
-        text.lines()
-            .find_map(|l| l.trim().strip_prefix(key).map(|v| v.trim().to_string()))
+/// One dnsperf round against `addr` (`-e`: EDNS0, as the load generator asks), and how many
+/// questions it got answered.
+fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64) -> Option<(Perf, f64)> {
+    let d = support::dnsperf(addr, input, secs, true)?;
+    let perf = Perf {
+        cpu_us: (0.0, 0.0),
+        qps: d.qps,
+        avg_ms: d.avg_s * 1000.0,
+        stddev_ms: d.stddev_s * 1000.0,
+        lost: d.lost,
     };
-    let num = |s: String| s.split_whitespace().next()?.parse::<f64>().ok();
-    let completed = num(field("Queries completed:")?)?.max(1.0);
-    let per_query = |after: f64, before: f64| (after - before) * 1e6 / completed;
-    Some(Perf {
-        cpu_us: (
-            per_query(cpu_after.0, cpu_before.0),
-            per_query(cpu_after.1, cpu_before.1),
-        ),
-        qps: num(field("Queries per second:")?)?,
-        avg_ms: num(field("Average Latency (s):")?)? * 1000.0,
-        stddev_ms: num(field("Latency StdDev (s):")?)? * 1000.0,
-        lost: field("Queries lost:")?,
-    })
+    Some((perf, d.completed))
 }
 
-/// One round of the batching load generator against `addr`, served by process `pid`.
-fn batch_client(addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Option<Perf> {
-    let cpu_before = cpu_secs(pid)?;
+/// One round of the batching load generator against `addr`, and how many questions it got
+/// answered.
+fn batch_client(addr: SocketAddr, input: &std::path::Path, secs: u64) -> Option<(Perf, f64)> {
     let o = support::loadgen::run_child(addr, input, secs)?;
-    let cpu_after = cpu_secs(pid)?;
-    let per_query = |after: f64, before: f64| (after - before) * 1e6 / o.answered.max(1) as f64;
-    Some(Perf {
-        cpu_us: (
-            per_query(cpu_after.0, cpu_before.0),
-            per_query(cpu_after.1, cpu_before.1),
-        ),
+    let perf = Perf {
+        cpu_us: (0.0, 0.0),
         qps: o.answered as f64 / o.secs,
         avg_ms: o.mean_us / 1000.0,
         stddev_ms: o.stddev_us / 1000.0,
@@ -346,7 +315,8 @@ fn batch_client(addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) 
             "{} p99_us={:.0} max_us={:.0} slow_10ms={}",
             o.lost, o.p99_us, o.max_us, o.slow
         ),
-    })
+    };
+    Some((perf, o.answered as f64))
 }
 
 /// Who asks the questions.
@@ -373,11 +343,18 @@ impl Client {
             .collect()
     }
 
+    /// One round against `addr`, served by process `pid`, with that process's CPU time per
+    /// answered question.
     fn round(self, addr: SocketAddr, input: &std::path::Path, secs: u64, pid: u32) -> Option<Perf> {
-        match self {
-            Client::Dnsperf => dnsperf(addr, input, secs, pid),
-            Client::Batch => batch_client(addr, input, secs, pid),
-        }
+        let before = cpu_secs(pid)?;
+        let (mut perf, answered) = match self {
+            Client::Dnsperf => dnsperf(addr, input, secs)?,
+            Client::Batch => batch_client(addr, input, secs)?,
+        };
+        let after = cpu_secs(pid)?;
+        let per_query = |after: f64, before: f64| (after - before) * 1e6 / answered.max(1.0);
+        perf.cpu_us = (per_query(after.0, before.0), per_query(after.1, before.1));
+        Some(perf)
     }
 }
 

@@ -59,19 +59,8 @@ fn unbound_conf(dir: &std::path::Path, port: u16, upstream: SocketAddr) -> Strin
     c
 }
 
-fn dnsperf(addr: SocketAddr, input: &std::path::Path, secs: u64) -> Option<f64> {
-    let out = support::on_core(support::CLIENT_CORE, "dnsperf")
-        .args(["-s", &addr.ip().to_string(), "-p", &addr.port().to_string()])
-        .args(["-d", input.to_str()?, "-l", &secs.to_string()])
-        .args(["-c", "4", "-q", "64"])
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
-        .find_map(|l| l.trim().strip_prefix("Queries per second:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-}
+/// One client's round against a server: its answers per second.
+type Ask<'a> = &'a dyn Fn(SocketAddr) -> Option<f64>;
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
@@ -152,18 +141,13 @@ fn main() {
     std::fs::write(&input, text).unwrap();
     // Warm both caches: one pass over the names (1 s of dnsperf covers it many times over).
     for addr in [ours, theirs] {
-        dnsperf(addr, &input, 1);
+        support::dnsperf(addr, &input, 1, false);
     }
-    let batch = |addr: SocketAddr| {
-        support::loadgen::run_child(addr, &input, secs).map(|o| o.answered as f64 / o.secs)
-    };
-    for (client, ask) in [
-        (
-            "dnsperf",
-            &(|addr| dnsperf(addr, &input, secs)) as &dyn Fn(SocketAddr) -> Option<f64>,
-        ),
-        ("batch", &batch),
-    ] {
+    let dnsperf = |addr| support::dnsperf(addr, &input, secs, false).map(|d| d.qps);
+    let batch =
+        |addr| support::loadgen::run_child(addr, &input, secs).map(|o| o.answered as f64 / o.secs);
+    let clients: [(&str, Ask<'_>); 2] = [("dnsperf", &dnsperf), ("batch", &batch)];
+    for (client, ask) in clients {
         let asked_before = fake.queries();
         let (mut a, mut b) = (Vec::new(), Vec::new());
         for _ in 0..rounds {

@@ -1,8 +1,10 @@
-//! What the DNS benches share: the cores clients and servers run on, and the batching load
-//! generator ([`loadgen`]) run as a process of its own.
+//! What the DNS benches share: the cores clients and servers run on, a dnsperf round, and the
+//! batching load generator ([`loadgen`]) run as a process of its own.
 
 pub mod loadgen;
 
+use std::net::SocketAddr;
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 /// The cores of the clients and of the servers.
@@ -62,4 +64,45 @@ pub fn pin_self(tag: &str) {
         "as the scheduler places them"
     };
     println!("{tag} cores: {placement}");
+}
+
+/// What a dnsperf round printed.
+#[allow(dead_code)] // each bench compiles this module; the nodelocal bench reads `qps` only
+pub struct Dnsperf {
+    pub qps: f64,
+    pub completed: f64,
+    pub avg_s: f64,
+    pub stddev_s: f64,
+    pub lost: String,
+}
+
+/// One dnsperf round of `secs` against `server` on the clients' core: the questions of
+/// `input`, 4 sockets, 64 outstanding (`-c 4 -q 64`), with EDNS0 when `edns` (`-e`).
+pub fn dnsperf(server: SocketAddr, input: &Path, secs: u64, edns: bool) -> Option<Dnsperf> {
+    let out = on_core(CLIENT_CORE, "dnsperf")
+        .args([
+            "-s",
+            &server.ip().to_string(),
+            "-p",
+            &server.port().to_string(),
+        ])
+        .args(["-d", input.to_str()?, "-l", &secs.to_string()])
+        .args(["-c", "4", "-q", "64"])
+        .args(edns.then_some("-e"))
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |key: &str| -> Option<String> {
+        text.lines()
+            .find_map(|l| l.trim().strip_prefix(key).map(|v| v.trim().to_string()))
+    };
+    let num = |s: String| s.split_whitespace().next()?.parse::<f64>().ok();
+    Some(Dnsperf {
+        qps: num(field("Queries per second:")?)?,
+        completed: num(field("Queries completed:")?)?,
+        avg_s: num(field("Average Latency (s):")?)?,
+        stddev_s: num(field("Latency StdDev (s):")?)?,
+        lost: field("Queries lost:")?,
+    })
 }
