@@ -34,6 +34,11 @@ fn metric(node: &str, series: &str) -> Option<u64> {
         .and_then(|l| l.rsplit(' ').next()?.parse().ok())
 }
 
+/// [`metric`], which must be there.
+fn metric_present(node: &str, series: &str) -> u64 {
+    metric(node, series).unwrap_or_else(|| panic!("no {series} in {}", metrics(node)))
+}
+
 fn has_table(node: &str) -> bool {
     Command::new("ip")
         .args([
@@ -173,11 +178,13 @@ fn check(net: &Net, mode: &str, prefetch: &[&str]) {
         let series = format!(
             "coredns_forward_requests_total{{zone=\"cluster.local.\",to=\"{host_ip}:53 (tcp)\"}}"
         );
-        metric(&node, &series).unwrap_or_else(|| panic!("no {series} in {}", metrics(&node)))
+        metric_present(&node, &series)
     };
     let hits = || {
-        let series = "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"success\"}";
-        metric(&node, series).unwrap_or_else(|| panic!("no {series} in {}", metrics(&node)))
+        metric_present(
+            &node,
+            "coredns_cache_hits_total{zone=\"cluster.local.\",type=\"success\"}",
+        )
     };
     assert_eq!(dig("myapp.default.svc.cluster.local"), cluster_ip);
     let (f1, h1) = (forwarded(), hits());
@@ -193,10 +200,8 @@ fn check(net: &Net, mode: &str, prefetch: &[&str]) {
     if !prefetch.is_empty() {
         // Asked for every 300 ms for longer than the 3 s cap: prefetched (each time 1.5 s or
         // less is left), never a miss.
-        let misses = || {
-            let series = "coredns_cache_misses_total{zone=\"cluster.local.\"}";
-            metric(&node, series).unwrap_or_else(|| panic!("no {series} in {}", metrics(&node)))
-        };
+        let misses =
+            || metric_present(&node, "coredns_cache_misses_total{zone=\"cluster.local.\"}");
         let prefetches = || {
             metric(
                 &node,
